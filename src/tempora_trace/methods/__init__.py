@@ -1,0 +1,53 @@
+"""Registry of TTA methods by name.
+
+Each method is one module in this package that defines a :class:`TTAMethod` subclass
+decorated with :func:`register`. Modules are discovered automatically, so adding a method
+is adding one file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from .base import MethodContext, MethodError, TTAMethod
+
+_REGISTRY: dict[str, type[TTAMethod]] = {}
+_DISCOVERED = False
+
+
+def register(cls: type[TTAMethod]) -> type[TTAMethod]:
+    """Class decorator: make a method available under ``cls.name``."""
+    if not cls.name:
+        raise TypeError(f"{cls.__name__} has no name")
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise TypeError(f"method name {cls.name!r} registered twice")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def _discover() -> None:
+    global _DISCOVERED
+    if _DISCOVERED:
+        return
+    for info in pkgutil.iter_modules(__path__):
+        if info.name not in ("base",) and not info.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{info.name}")
+    _DISCOVERED = True
+
+
+def available_methods() -> list[str]:
+    _discover()
+    return sorted(_REGISTRY)
+
+
+def get_method(name: str) -> type[TTAMethod]:
+    """The method class registered as ``name``; MethodError naming the known ones otherwise."""
+    _discover()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise MethodError(f"unknown method '{name}'; available: {', '.join(sorted(_REGISTRY))}") from None
+
+
+__all__ = ["MethodContext", "MethodError", "TTAMethod", "available_methods", "get_method", "register"]

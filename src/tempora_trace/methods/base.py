@@ -1,0 +1,255 @@
+"""The method interface every TTA method implements (DESIGN §2).
+
+The tracer owns the clock. It calls ``predict(x)`` and stops the intrinsic timer ``e_i`` when
+logits come back, then calls ``adapt()`` and stops the extrinsic timer ``ℓ_i``. So a method puts
+into ``predict`` exactly what must precede its output (forward pass, BN statistic updates,
+filters that change the prediction) and into ``adapt`` everything after (backward, optimiser
+step, EMA/Kalman updates, resets). Methods never synchronise the device or read the clock.
+
+Frozen mode (DESIGN §5) means: the adapted parameters, BatchNorm in eval mode on *valid*
+running statistics, no parameter or buffer changes. Methods that discard source statistics
+keep ``track_running_stats`` on after resetting the buffers, so PyTorch's own momentum update
+(0.1 by default) tracks target-stream statistics during adaptation and frozen inference has
+valid buffers at every checkpoint. The option ``source_stats`` chooses ``discard`` (the
+reference behaviour of most methods) or ``keep`` (source buffers as the starting point).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from abc import ABC, abstractmethod
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, ClassVar, Iterator
+
+import torch
+import torch.nn as nn
+
+#: Normalisation families a model can be built on; methods declare which they support.
+NORM_KINDS = ("bn", "gn", "ln")
+BN_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+NORM_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.GroupNorm, nn.LayerNorm)
+
+
+class MethodError(ValueError):
+    """A method cannot be built as asked (unknown option, incompatible model)."""
+
+
+@dataclass(frozen=True)
+class MethodContext:
+    """What a method may need to know about the run to pick its published defaults.
+
+    ``dataset_family`` is ``imagenet`` or ``cifar`` (the demo set counts as ``cifar``: 32×32,
+    10 classes), the switch the papers use for dataset-dependent hyperparameters.
+    """
+
+    num_classes: int
+    dataset_family: str = "imagenet"
+    batch_size: int = 64
+    device: str = "cpu"
+    model_name: str = ""
+    norm_kind: str = "bn"
+
+
+class TTAMethod(ABC):
+    """Base class: one online TTA method wrapped around a model.
+
+    Subclasses set the class attributes, build their state in ``__init__`` (call
+    ``super().__init__`` first, then ``self._finish_setup()`` last so ``reset()`` can return to
+    the configured source state), and implement ``predict``; ``adapt`` defaults to nothing.
+    """
+
+    #: registry name, e.g. ``"tent"``.
+    name: ClassVar[str] = ""
+    #: ``baseline`` | ``gradient-free`` | ``gradient-based``.
+    family: ClassVar[str] = "gradient-based"
+    #: which normalisation families the method works with (see NORM_KINDS).
+    compatible_norms: ClassVar[frozenset[str]] = frozenset(NORM_KINDS)
+    #: one-line citation of the source paper, shown in the README table and metadata.
+    paper: ClassVar[str] = ""
+    #: what the method updates, and where its overhead falls (README method table).
+    updates: ClassVar[str] = ""
+    overhead: ClassVar[str] = ""
+
+    def __init__(self, model: nn.Module, context: MethodContext, **params: Any):
+        self.model = model
+        self.context = context
+        self.params: dict[str, Any] = {}
+        self.frozen = False
+        self.optimizer: torch.optim.Optimizer | None = None
+        #: set by ``adapt``/``predict``: did this batch change parameters?
+        self.last_updated = False
+        self._train_modules: list[nn.Module] = []
+        self._initial_state: Any = None
+        unknown = set(params) - set(self.default_params(context))
+        if unknown:
+            raise MethodError(
+                f"method '{self.name}' has no option(s) {sorted(unknown)}; "
+                f"known: {sorted(self.default_params(context))}"
+            )
+        merged = dict(self.default_params(context))
+        merged.update(params)
+        self.params = merged
+
+    # ----------------------------------------------------------------- defaults
+    @classmethod
+    def default_params(cls, context: MethodContext) -> dict[str, Any]:
+        """Published defaults for this context (batch 64 unless the paper scales them)."""
+        return {}
+
+    # ------------------------------------------------------------ the two phases
+    @abstractmethod
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        """Everything before the prediction is emitted; returns logits (or log-probabilities)."""
+
+    def adapt(self) -> None:
+        """Everything after the prediction, before the pipeline can take the next batch."""
+        return None
+
+    # ------------------------------------------------------------ state control
+    def _finish_setup(self) -> None:
+        """Record the configured source state; ``reset()`` returns here."""
+        self._initial_state = self.snapshot()
+
+    def reset(self) -> None:
+        """Back to the source state (episodic evaluation resets between domains)."""
+        if self._initial_state is None:
+            raise RuntimeError(f"{type(self).__name__} forgot to call _finish_setup()")
+        self.restore(self._initial_state)
+        self.unfreeze()
+
+    def freeze(self) -> None:
+        """Frozen inference: adapted parameters, eval-mode normalisation, nothing changes."""
+        self.frozen = True
+        for m in self._train_modules:
+            m.train(False)
+
+    def unfreeze(self) -> None:
+        self.frozen = False
+        for m in self._train_modules:
+            m.train(True)
+
+    def extra_state(self) -> dict[str, Any]:
+        """Method-owned state beyond model and optimiser (EMAs, hidden models, counters)."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        if state:
+            raise NotImplementedError(f"{type(self).__name__} must implement load_extra_state")
+
+    def snapshot(self) -> dict[str, Any]:
+        """A deep copy of everything that determines future outputs (for frozen evaluation
+        and reset); restoring it makes the adapt path bit-identical to never having left."""
+        return {
+            "model": copy.deepcopy(self.model.state_dict()),
+            "optimizer": copy.deepcopy(self.optimizer.state_dict()) if self.optimizer is not None else None,
+            "extra": copy.deepcopy(self.extra_state()),
+        }
+
+    def restore(self, snap: dict[str, Any]) -> None:
+        self.model.load_state_dict(snap["model"], strict=True)
+        if self.optimizer is not None and snap["optimizer"] is not None:
+            self.optimizer.load_state_dict(copy.deepcopy(snap["optimizer"]))
+        self.load_extra_state(copy.deepcopy(snap["extra"]))
+
+    # ---------------------------------------------------------------- helpers
+    def hparams(self) -> dict[str, Any]:
+        """Every hyperparameter actually used, JSON-ready, for the trace metadata."""
+        return {k: (v if isinstance(v, (int, float, str, bool, type(None), list)) else str(v)) for k, v in self.params.items()}
+
+    def set_train_modules(self, modules: list[nn.Module]) -> None:
+        """Declare the modules that run in train mode while adapting (eval when frozen)."""
+        self._train_modules = list(modules)
+        for m in self._train_modules:
+            m.train(not self.frozen)
+
+
+# ---------------------------------------------------------------------- helpers
+def norm_kind(model: nn.Module) -> str | None:
+    """The normalisation family a model is built on (``bn`` > ``gn`` > ``ln``), or None."""
+    kinds = set()
+    for m in model.modules():
+        if isinstance(m, BN_TYPES):
+            kinds.add("bn")
+        elif isinstance(m, nn.GroupNorm):
+            kinds.add("gn")
+        elif isinstance(m, nn.LayerNorm):
+            kinds.add("ln")
+    for k in NORM_KINDS:
+        if k in kinds:
+            return k
+    return None
+
+
+def configure_batchnorm(model: nn.Module, source_stats: str = "discard", momentum: float = 0.1) -> list[nn.Module]:
+    """Put every BatchNorm layer into train mode (batch statistics) with running-statistic
+    tracking at ``momentum``; ``discard`` resets the source buffers first (DESIGN §5).
+    Returns the BN modules so the method can toggle them on freeze/unfreeze."""
+    if source_stats not in ("discard", "keep"):
+        raise MethodError(f"source_stats must be 'discard' or 'keep', not {source_stats!r}")
+    bns = []
+    for m in model.modules():
+        if isinstance(m, BN_TYPES):
+            m.track_running_stats = True
+            m.momentum = momentum
+            if m.running_mean is None:
+                m.register_buffer("running_mean", torch.zeros(m.num_features, device=m.weight.device if m.weight is not None else None))
+                m.register_buffer("running_var", torch.ones(m.num_features, device=m.weight.device if m.weight is not None else None))
+                m.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
+            if source_stats == "discard":
+                m.reset_running_stats()
+            m.train(True)
+            bns.append(m)
+    return bns
+
+
+@contextmanager
+def no_stat_tracking(model: nn.Module) -> Iterator[None]:
+    """Run auxiliary forwards (augmented or shuffled views) in train-mode BN without letting
+    them move the tracked running statistics: only the clean stream should."""
+    saved = []
+    for m in model.modules():
+        if isinstance(m, BN_TYPES) and m.track_running_stats:
+            saved.append((m, m.momentum, m.num_batches_tracked.clone() if m.num_batches_tracked is not None else None))
+            m.momentum = 0.0
+    try:
+        yield
+    finally:
+        for m, mom, nbt in saved:
+            m.momentum = mom
+            if nbt is not None:
+                m.num_batches_tracked.copy_(nbt)
+
+
+def norm_affine_params(model: nn.Module) -> list[nn.Parameter]:
+    """The affine weight/bias of every normalisation layer (Tent-style parameter set)."""
+    params = []
+    for m in model.modules():
+        if isinstance(m, NORM_TYPES):
+            for p in (m.weight, m.bias):
+                if p is not None:
+                    params.append(p)
+    return params
+
+
+def classifier_head(model: nn.Module) -> nn.Linear:
+    """The final ``nn.Linear`` of the network: its input is the penultimate feature vector
+    (NEO, LAME, SHOT-IM and ZeroSIAM all work at that boundary)."""
+    head = None
+    for m in model.modules():
+        if isinstance(m, nn.Linear):
+            head = m
+    if head is None:
+        raise MethodError("model has no nn.Linear classifier head")
+    return head
+
+
+def softmax_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Per-sample Shannon entropy of softmax(logits), in nats."""
+    return -(logits.softmax(1) * logits.log_softmax(1)).sum(1)
+
+
+def entropy_margin(num_classes: int, factor: float) -> float:
+    """Entropy threshold ``factor · ln C`` (ETA/SAR/DeYO scale their margins by the class count)."""
+    return factor * math.log(num_classes)
