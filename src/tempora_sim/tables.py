@@ -19,7 +19,7 @@ from rich.table import Table
 from .sweep import ALL_EPISODES, SweepResult
 
 _TITLES = {
-    "offline": "Offline utility (%) — mean accuracy, no time pressure",
+    "offline": "Offline utility (%): mean accuracy, no time pressure",
     "discrete": "Discrete utility (%) across utilisation ρ",
     "continuous": "Continuous utility (%) across HCI threshold T",
     "amortised": "Amortised utility (%) across overhead budget B",
@@ -63,8 +63,8 @@ def utility_tables(group: pl.DataFrame, latency: dict[str, float]) -> list[Table
                 continue
             values = part["value"].unique(maintain_order=True).to_list()
             param = part["param"][0]
-            table = Table(title=_TITLES[protocol], box=box.SIMPLE_HEAD,
-                          caption="bold*: best per column; underline: second", caption_justify="left")
+            table = Table(title=_TITLES[protocol], box=box.SIMPLE_HEAD, title_justify="left", min_width=60,
+                          caption="* best per column (bold), underlined: second", caption_justify="left")
             table.add_column("Method")
             for v in values:
                 table.add_column(value_label(param, v), justify="right")
@@ -123,7 +123,7 @@ def decomposition_tables(group: pl.DataFrame, latency: dict[str, float]) -> list
             part = part.filter(pl.col("value") == value)
             param = part["param"][0]
             table = Table(title=f"{protocol.capitalize()} decomposition at {value_label(param, value)} (strictest)",
-                          box=box.SIMPLE_HEAD)
+                          box=box.SIMPLE_HEAD, title_justify="left", min_width=60)
             table.add_column("Method")
             for h in headers:
                 table.add_column(h, justify="right")
