@@ -23,11 +23,10 @@ Aggregation and meaning of the columns, per protocol (fractions in [0, 1], times
 
 from __future__ import annotations
 
-import os
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 import polars as pl
@@ -35,7 +34,7 @@ import polars as pl
 from tempora_schema import GroupKey
 
 from . import grids
-from .errors import GridError, ProtocolError, SimError
+from .errors import GridError, ProtocolError
 from .traces import Trace, TraceSet, group_lambdas, load_traces
 
 ALL_EPISODES = "__all__"
