@@ -59,11 +59,16 @@ class TinyCNN(nn.Module):
         return self.fc(self.norm(self.pool(h).flatten(1)))
 
 
-def tiny_model(norm: str = "bn", num_classes: int = 10, seed: int = 0) -> nn.Module:
+def tiny_model(norm: str = "bn", num_classes: int = 10, seed: int = 0, logit_scale: float = 30.0) -> nn.Module:
     """A deterministic TinyCNN whose BN buffers hold non-trivial "source" statistics (as a
-    trained model's would), so keeping vs discarding them is observable."""
+    trained model's would), so keeping vs discarding them is observable. The head is scaled by
+    ``logit_scale`` so that, like a trained network, most predictions are confident enough to
+    pass entropy filters (0.4·ln C) on random inputs."""
     torch.manual_seed(seed)
     model = TinyCNN(norm, num_classes)
+    with torch.no_grad():
+        model.fc.weight.mul_(logit_scale)
+        model.fc.bias.mul_(logit_scale)
     if norm == "bn":
         model.train()
         with torch.no_grad():
