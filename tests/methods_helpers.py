@@ -78,6 +78,26 @@ def tiny_model(norm: str = "bn", num_classes: int = 10, seed: int = 0, logit_sca
     return model
 
 
+class LogitsProbe(nn.Module):
+    """logits = x · γ + β with the affine parameters of a LayerNorm (γ = 1, β = 0 at start): a
+    test chooses every sample's logits exactly (the input *is* the logits) while entropy-based
+    methods still have normalisation parameters to adapt. Inputs are ``[N, num_classes]``."""
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.norm.weight + self.norm.bias
+
+
+def confident_logits(cls: int, n: int, strength: float = 8.0, num_classes: int = 10) -> torch.Tensor:
+    """``n`` logit rows peaked on class ``cls`` (tiny distinct offsets keep rows distinct)."""
+    x = torch.zeros(n, num_classes)
+    x[:, cls] = strength
+    return x + 0.01 * torch.arange(n * num_classes, dtype=torch.float32).reshape(n, num_classes) / (n * num_classes)
+
+
 def context(num_classes: int = 10, family: str = "cifar", norm: str = "bn", batch_size: int = 16) -> MethodContext:
     return MethodContext(num_classes=num_classes, dataset_family=family, batch_size=batch_size, norm_kind=norm)
 
@@ -98,6 +118,19 @@ def run_stream(method: TTAMethod, xs: list[torch.Tensor]) -> list[torch.Tensor]:
         outs.append(out.clone())
         method.adapt()
     return outs
+
+
+def adapt_with_input_grad(method: TTAMethod, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """predict + adapt with the input as a leaf tensor, so its gradient shows which samples the
+    method learnt from; returns (prediction, input gradient, zeros if none)."""
+    x = x.clone().requires_grad_(True)
+    out = method.predict(x)
+    method.adapt()
+    return out, (x.grad if x.grad is not None else torch.zeros_like(x))
+
+
+def rows_with_gradient(grad: torch.Tensor) -> list[int]:
+    return [i for i in range(grad.size(0)) if grad[i].abs().sum() > 0]
 
 
 def state_of(method: TTAMethod) -> dict[str, Any]:
