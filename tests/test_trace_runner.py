@@ -15,7 +15,6 @@ from tempora_trace.checkpoints import default_schedule, sample_steps
 from tempora_trace.config import TraceConfig
 from tempora_trace.errors import OutputError
 from tempora_trace.runner import TraceRun, trace_run
-from tempora_trace.writer import check_table
 
 pytestmark = pytest.mark.usefixtures("one_thread", "tiny_models")
 
@@ -46,7 +45,7 @@ def test_trace_is_schema_valid_and_complete(cifar_c_root, tmp_path, method):
     path = trace_run(make_cfg(cifar_c_root, tmp_path / "out", method=method))
     assert path == tmp_path / "out" / f"{method}-bs8.parquet"
     table, meta, d = read(path)
-    check_table(table, meta, path)
+    schema.validate_table(table, meta, path)
     assert set(meta) == set(schema.METADATA_FIELDS)
     assert meta["method"] == method and meta["batch_size"] == 8 and meta["seed"] == 2025
     assert meta["device"].startswith("cpu:") and meta["frozen_eval"] == 32 and meta["warmup_batches"] == 5
@@ -167,7 +166,7 @@ def test_resume_after_interrupted_run_gives_identical_rows(cifar_c_root, tmp_pat
     assert "[resumed]" in seen[0] and "[resumed]" not in seen[1]
     _, _, d_ref = read(reference)
     table, meta, d = read(path)
-    check_table(table, meta, path)
+    schema.validate_table(table, meta, path)
     assert adapt_rows(d) == adapt_rows(d_ref)
     assert frozen_rows(d) == frozen_rows(d_ref)
 
@@ -186,7 +185,7 @@ def test_refuses_to_overwrite_and_names_variants(cifar_c_root, tmp_path):
 
 def test_continual_stream_is_one_episode_over_all_domains(cifar_c_root, tmp_path):
     table, meta, d = read(trace_run(make_cfg(cifar_c_root, tmp_path, stream="continual", max_batches=3)))
-    check_table(table, meta, "x")
+    schema.validate_table(table, meta, "x")
     assert meta["stream"] == "continual"
     rows = adapt_rows(d, ("episode", "domain", "step"))
     assert rows == [("continual", dom, s) for s, dom in enumerate(["gaussian_noise"] * 3 + ["fog"] * 3)]
