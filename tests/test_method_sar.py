@@ -126,6 +126,15 @@ def test_excluded_modules_follow_the_authors_choice_on_paper_architectures():
 
     assert sar_excluded_modules(ViTLike()) == ["blocks.9", "blocks.10", "blocks.11", "norm"]
 
+    class StagesInOneContainer(nn.Module):  # the demo ResNet's layout: one block per stage
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+            self.layers = nn.Sequential(*[nn.Sequential(nn.Conv2d(4, 4, 3), nn.BatchNorm2d(4)) for _ in range(3)])
+            self.fc = nn.Linear(4, 2)
+
+    assert sar_excluded_modules(StagesInOneContainer()) == ["layers.2"]
+
 
 def test_contract_bn_and_gn():
     xs = batches(4)

@@ -13,9 +13,10 @@ Niu et al., "Towards Stable Test-Time Adaptation in Dynamic Wild World", ICLR 20
 
 Only the affine parameters of normalisation layers are adapted, excluding the top of the
 network as the authors do: ``layer4`` of a ResNet-50 and blocks 9–11 plus the final norm of a
-ViT-B/16. Generalised here as "the last residual stage" (the highest ``layerN`` — for the
-three-stage demo ResNet that is ``layer3``) and "the last quarter of the transformer blocks
-plus the final ``norm``".
+ViT-B/16. Generalised here as "the last residual stage" (the highest ``layerN``; for a model
+whose stages sit in one ``layers``/``stages`` container, its last element — the third and last
+stage, ``layers.2``, of the demo ResNet) and "the last quarter of the transformer blocks plus
+the final ``norm``".
 
 Deviations, all documented in the trace metadata: the second (perturbed) forward does not move
 the tracked BatchNorm buffers (only the clean stream should, DESIGN §5); when a filter leaves no
@@ -53,6 +54,13 @@ def sar_excluded_modules(model: nn.Module) -> list[str]:
         parent, members = max(stages.items(), key=lambda kv: len(kv[1]))
         if len(members) > 1:
             excluded.append(max(members)[1])
+    else:
+        # one container of stages (``layers``/``stages``, one block per stage as in the demo
+        # ResNet): its last element is the top stage
+        for name, module in names.items():
+            if name.split(".")[-1] in ("layers", "stages") and isinstance(module, (nn.Sequential, nn.ModuleList)) and len(module) > 1:
+                excluded.append(f"{name}.{len(module) - 1}")
+                break
     # ViT-like: the last quarter of ``blocks`` and the final ``norm`` beside them
     for name, module in names.items():
         if name.split(".")[-1] == "blocks" and isinstance(module, (nn.Sequential, nn.ModuleList)) and len(module) >= 4:
