@@ -146,3 +146,15 @@ def test_contract_bn_and_gn():
     assert (hp["lr"], hp["momentum"], hp["rho"], hp["reset_constant"]) == (0.00025, 0.9, 0.05, 0.2)
     assert hp["e_margin"] == pytest.approx(MARGIN)
     assert get_method("sar").default_params(context(num_classes=1000, family="imagenet", norm="ln"))["lr"] == 0.001
+
+
+@pytest.mark.parametrize("name,bad", [
+    ("sar", {"lr": "abc"}), ("sar", {"momentum": 2.0}), ("sar", {"rho": -0.1}), ("eta", {"d_margin": -1}),
+    ("shot-im", {"source_stats": "maybe"}), ("lame", {"knn": 0}), ("lame", {"max_steps": 2.5}), ("eta", {"typo": 1}),
+])
+def test_bad_options_are_one_line_method_errors(name, bad):
+    from tempora_trace.methods import MethodError
+
+    with pytest.raises(MethodError) as err:
+        get_method(name)(tiny_model(), context(), **bad)
+    assert "\n" not in str(err.value)

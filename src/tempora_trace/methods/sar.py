@@ -34,7 +34,7 @@ import torch
 import torch.nn as nn
 
 from . import register
-from ._common import GradientMethod, default_lr, require_norm
+from ._common import GradientMethod, check_params, default_lr, require_norm
 from ._sam import SAM
 from .base import NORM_TYPES, MethodContext, MethodError, configure_batchnorm, entropy_margin, no_stat_tracking, softmax_entropy
 
@@ -99,6 +99,7 @@ class SAR(GradientMethod):
 
     def __init__(self, model: nn.Module, context: MethodContext, **params: Any):
         super().__init__(model, context, **params)
+        check_params(self, non_negative=("lr", "rho", "e_margin", "reset_constant"), fractions=("momentum", "loss_ema", "bn_momentum"))
         require_norm(self, model)
         model.eval()
         self.set_train_modules(configure_batchnorm(model, self.params["source_stats"], self.params["bn_momentum"]))
