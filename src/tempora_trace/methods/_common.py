@@ -117,6 +117,7 @@ class GradientMethod(TTAMethod):
 
     def predict(self, x: torch.Tensor) -> torch.Tensor:
         self._pending = None
+        self.last_updated = False
         if self.frozen:
             with torch.no_grad():
                 return self.model(x)
