@@ -51,7 +51,7 @@ def sar_excluded_modules(model: nn.Module) -> list[str]:
         if m:
             stages.setdefault(name[: len(name) - len(last)], []).append((int(m.group(1)), name))
     if stages:
-        parent, members = max(stages.items(), key=lambda kv: len(kv[1]))
+        _, members = max(stages.items(), key=lambda kv: len(kv[1]))
         if len(members) > 1:
             excluded.append(max(members)[1])
     else:
