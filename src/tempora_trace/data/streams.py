@@ -1,0 +1,114 @@
+"""Data streams: domains, episodes, the i.i.d. batch order and the prefetching loader.
+
+A *domain* is one distribution (a corruption at a severity, or a dataset variant). An
+*episode* is what resets the method: one domain in an episodic stream, all domains back to back
+in a continual stream. The batch order of a domain depends only on ``(seed, domain name)``, so
+a resumed run or a run over a subset of domains sees exactly the same batches.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from ..errors import ConfigError
+
+NOISE = ["gaussian_noise", "shot_noise", "impulse_noise"]
+BLUR = ["defocus_blur", "glass_blur", "motion_blur", "zoom_blur"]
+WEATHER = ["snow", "frost", "fog", "brightness", "contrast"]
+DIGITAL = ["elastic_transform", "pixelate", "jpeg_compression"]
+#: The 15 ImageNet-C / CIFAR-10-C corruptions in canonical order.
+CORRUPTIONS = NOISE + BLUR + WEATHER + DIGITAL
+CORRUPTION_GROUPS = {"noise": NOISE, "blur": BLUR, "weather": WEATHER, "digital": DIGITAL, "all": CORRUPTIONS}
+
+
+class BatchSource(Protocol):
+    """A finite labelled dataset that can fetch a whole batch by indices at once."""
+
+    def __len__(self) -> int: ...
+
+    def get_batch(self, indices: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Float NCHW images in [0, 1] and int64 labels."""
+        ...
+
+
+class ItemBatchSource:
+    """Adapts a per-item dataset (e.g. ImageFolder) to :class:`BatchSource` by stacking."""
+
+    def __init__(self, dataset: Dataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def get_batch(self, indices: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        items = [self.dataset[int(i)] for i in indices]
+        return torch.stack([x for x, _ in items]), torch.as_tensor([int(y) for _, y in items], dtype=torch.int64)
+
+
+@dataclass
+class Domain:
+    """One distribution the stream visits."""
+
+    name: str
+    severity: int | None
+    source: BatchSource
+    #: logits columns to score over (200-class ImageNet-R/-A), None = all.
+    class_mask: list[int] | None = None
+
+
+@dataclass
+class Episode:
+    """What the method sees between two resets: one or more domains, each ``batches`` long."""
+
+    name: str
+    domains: list[Domain]
+    #: per domain, the list of index batches (drop_last, shuffled from (seed, domain)).
+    batches: list[list[np.ndarray]] = field(default_factory=list)
+
+    @property
+    def num_batches(self) -> int:
+        return sum(len(b) for b in self.batches)
+
+    def locate(self, step: int) -> tuple[Domain, np.ndarray]:
+        """The domain and sample indices of the batch at 0-based ``step``."""
+        for domain, batches in zip(self.domains, self.batches):
+            if step < len(batches):
+                return domain, batches[step]
+            step -= len(batches)
+        raise IndexError(step)
+
+
+def expand_domains(names: Sequence[str], available: Sequence[str]) -> list[str]:
+    """Domain names with groups (noise/blur/weather/digital/all) expanded, order kept, no repeats."""
+    out: list[str] = []
+    for raw in names:
+        for name in [n.strip() for n in raw.split(",") if n.strip()]:
+            expanded = CORRUPTION_GROUPS.get(name, [name])
+            for d in expanded:
+                if d not in available:
+                    raise ConfigError(f"unknown domain '{d}'; available: {', '.join(available)} (or groups noise, blur, weather, digital, all)")
+                if d not in out:
+                    out.append(d)
+    if not out:
+        raise ConfigError("no domains selected")
+    return out
+
+
+def domain_seed(seed: int, domain: str) -> int:
+    """Seed of a domain's shuffle: a function of (seed, domain name) only."""
+    return (int(seed) * 1_000_003 + zlib.crc32(domain.encode())) % (2**63 - 1)
+
+
+def batch_order(size: int, batch_size: int, seed: int, domain: str, max_batches: int | None = None) -> list[np.ndarray]:
+    """I.i.d. shuffled index batches over ``size`` samples, last partial batch dropped."""
+    perm = np.random.default_rng(domain_seed(seed, domain)).permutation(size)
+    count = size // batch_size
+    if max_batches is not None:
+        count = min(count, max_batches)
+    return [perm[i * batch_size : (i + 1) * batch_size] for i in range(count)]

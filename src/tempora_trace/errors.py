@@ -1,0 +1,32 @@
+"""User-facing errors of the tracer.
+
+Everything a user can get wrong (a name, a path, a missing weight file, a device that is not
+there) raises a :class:`TraceError`; the CLI prints its message as one line and exits 2. A
+traceback means a bug in Tempora, never bad input.
+"""
+
+from __future__ import annotations
+
+
+class TraceError(Exception):
+    """Base class: the message is one line that says what is wrong and what to do."""
+
+
+class ConfigError(TraceError):
+    """Inconsistent or unknown options (unknown dataset/model/domain, bad values)."""
+
+
+class DataError(TraceError):
+    """A dataset folder or file is missing or malformed."""
+
+
+class WeightsError(TraceError):
+    """Model weights are missing or do not fit the architecture."""
+
+
+class DeviceError(TraceError):
+    """The requested device is not available."""
+
+
+class OutputError(TraceError):
+    """The output location is in a state the run must not silently overwrite."""

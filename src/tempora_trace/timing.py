@@ -1,0 +1,108 @@
+"""The clock: one batch event split at the prediction boundary (DESIGN §2).
+
+``e`` runs from pickup (device idle, batch already on the device) to the logits being
+available; ``ℓ`` from there until the method is ready for the next batch. The device is
+synchronised at each boundary so queued kernels are charged to the phase that issued them.
+Accuracy counting, transfers and everything else happen outside these two regions.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .errors import DeviceError
+from .methods.base import TTAMethod
+
+
+def resolve_device(spec: str) -> torch.device:
+    """``cpu``, ``cuda`` or ``cuda:N``; a clear error when CUDA or that index is absent."""
+    try:
+        device = torch.device(spec)
+    except RuntimeError:
+        raise DeviceError(f"unknown device '{spec}'; use cpu, cuda or cuda:N") from None
+    if device.type == "cpu":
+        return torch.device("cpu")
+    if device.type != "cuda":
+        raise DeviceError(f"unsupported device '{spec}'; use cpu, cuda or cuda:N")
+    if not torch.cuda.is_available():
+        raise DeviceError(f"device '{spec}' requested but CUDA is not available on this machine")
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index >= torch.cuda.device_count():
+        raise DeviceError(f"device '{spec}' requested but only {torch.cuda.device_count()} CUDA device(s) exist")
+    return torch.device("cuda", index)
+
+
+def cpu_model_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def describe_device(device: torch.device) -> str:
+    """Metadata ``device``: kind and name, e.g. ``cuda:NVIDIA H100 80GB HBM3``."""
+    if device.type == "cuda":
+        return f"cuda:{torch.cuda.get_device_name(device)}"
+    return f"cpu:{cpu_model_name()}"
+
+
+def device_slug(device: torch.device) -> str:
+    """Directory name for a device: ``cpu`` or ``cuda-<lower-case name>``."""
+    if device.type == "cpu":
+        return "cpu"
+    name = re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name(device).lower()).strip("-")
+    return f"cuda-{name}"
+
+
+class DeviceClock:
+    """Synchronisation and peak-memory probes for one device."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.cuda = device.type == "cuda"
+
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    def reset_peak(self) -> None:
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def peak_bytes(self) -> int | None:
+        """Peak allocated bytes since :meth:`reset_peak` (None where not measurable)."""
+        return int(torch.cuda.max_memory_allocated(self.device)) if self.cuda else None
+
+
+@dataclass
+class Event:
+    logits: torch.Tensor
+    e_ms: float
+    l_ms: float
+    peak_mem_bytes: int | None
+    updated: bool
+
+
+def timed_event(method: TTAMethod, x: torch.Tensor, clock: DeviceClock, adapt: bool = True) -> Event:
+    """Run predict (and adapt) on ``x`` and time both phases; ``x`` must already be on the device."""
+    clock.reset_peak()
+    clock.sync()
+    t0 = time.perf_counter_ns()
+    logits = method.predict(x)
+    clock.sync()
+    t1 = time.perf_counter_ns()
+    if adapt:
+        method.adapt()
+        clock.sync()
+    t2 = time.perf_counter_ns()
+    peak = clock.peak_bytes()
+    return Event(logits, (t1 - t0) / 1e6, (t2 - t1) / 1e6 if adapt else 0.0, peak, bool(method.last_updated) and adapt)

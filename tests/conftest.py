@@ -1,0 +1,40 @@
+"""Shared fixtures: tiny CIFAR-C-layout data and a tiny BN network, so tracer tests run in
+seconds on one CPU thread."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+
+def write_cifar_c(root: Path, corruptions, per_severity: int = 32, size: int = 32, classes: int = 10, seed: int = 0) -> Path:
+    """CIFAR-10-C layout: ``<corruption>.npy`` uint8 (5·M, H, W, 3) and ``labels.npy`` (5·M,).
+
+    Images carry a class-dependent colour shift so a model can score above chance."""
+    rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    labels = rng.integers(0, classes, per_severity)
+    np.save(root / "labels.npy", np.tile(labels, 5).astype(np.int64))
+    for c in corruptions:
+        base = rng.integers(0, 256, (5 * per_severity, size, size, 3))
+        shift = (np.tile(labels, 5) * (200 // classes))[:, None, None, None]
+        np.save(root / f"{c}.npy", ((base // 2 + shift) % 256).astype(np.uint8))
+    return root
+
+
+@pytest.fixture
+def cifar_c_root(tmp_path: Path) -> Path:
+    """Two corruptions, 32 images per severity (4 batches of 8)."""
+    return write_cifar_c(tmp_path / "cifar-c", ["gaussian_noise", "fog"])
+
+
+@pytest.fixture(autouse=False)
+def one_thread():
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
