@@ -43,7 +43,7 @@ def test_registered_with_authors_settings():
 
 def test_refuses_batchnorm_models_naming_compatible_ones():
     assert "bn" not in SPA.compatible_norms
-    with pytest.raises(MethodError, match="demo-resnet-gn.*vit_base_patch16_224"):
+    with pytest.raises(MethodError, match="compatible built-in models: demo-resnet-gn, vit_base_patch16_224"):
         SPA(tiny_model("bn"), context(norm="bn"), **SMALL)
 
 

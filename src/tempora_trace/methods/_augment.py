@@ -18,6 +18,7 @@ import torch.nn.functional as F
 import torchvision.transforms.functional as TF
 from torchvision.transforms import InterpolationMode
 
+from ._common import GradientMethod
 from .base import classifier_head
 
 
@@ -237,19 +238,17 @@ class ProjectorView:
         self._handle.remove()
 
 
-#: The models SPA and ZeroSIAM have published hyperparameters for (ResNet-50-GN, ViT-B/16),
-#: as Tempora model names: the GroupNorm demo ResNet stands in for ResNet-50-GN on CI.
-AUTHORS_MODELS = "demo-resnet-gn (GroupNorm, ResNet-50-GN settings) or vit_base_patch16_224 (LayerNorm, ViT-B/16 settings)"
 
+class DetachedTargetMethod(GradientMethod):
+    """Base for SPA and ZeroSIAM: the prediction is a clean forward that only ever serves as a
+    detached target, so ``predict`` runs it without a graph (no gradient could flow through
+    it) and hands ``(x, logits)`` to ``_update``, where the perturbed views are built,
+    forwarded with gradients and learnt from."""
 
-def require_gn_or_ln(model: nn.Module, method: str) -> str:
-    """The model's norm family if it is GroupNorm or LayerNorm; a one-line MethodError naming
-    the compatible models otherwise (the authors give no BatchNorm settings)."""
-    from .base import MethodError, norm_kind
-
-    kind = norm_kind(model)
-    if kind not in ("gn", "ln"):
-        found = {"bn": "BatchNorm", None: "no normalisation layers"}[kind]
-        raise MethodError(f"{method} runs only with its authors' settings for GroupNorm/LayerNorm models "
-                          f"(use {AUTHORS_MODELS}); this model has {found}")
-    return kind
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        self._pending = None
+        with torch.no_grad():
+            logits = self.model(x)
+        if not self.frozen:
+            self._pending = (x, logits)
+        return logits

@@ -14,15 +14,8 @@ import torch.nn.functional as F
 
 from . import register
 from ._augment import MethodRNG, cmf_augment
-from .base import (
-    MethodContext,
-    MethodError,
-    TTAMethod,
-    configure_batchnorm,
-    no_stat_tracking,
-    norm_affine_params,
-    softmax_entropy,
-)
+from ._common import GradientMethod, is_vit, require_norm
+from .base import MethodContext, MethodError, configure_batchnorm, no_stat_tracking, norm_affine_params, softmax_entropy
 
 #: Soft-likelihood-ratio probability clip and log offset, symmetric cross-entropy mix.
 SLR_CLIP = 0.99
@@ -68,7 +61,7 @@ def kalman_gain(hidden_var: float, alpha: float, q: float) -> tuple[float, float
 
 
 @register
-class CMF(TTAMethod):
+class CMF(GradientMethod):
     """CMF (Lee & Chang, ICLR 2024). Each batch: certainty- and diversity-weighted samples
     (entropy and cosine distance to an EMA of class probabilities, min-max normalised,
     ``w = exp(div·cert / T)``, below-mean-diversity samples dropped) contribute the SLR loss plus
@@ -97,7 +90,7 @@ class CMF(TTAMethod):
 
     @classmethod
     def default_params(cls, context: MethodContext) -> dict[str, Any]:
-        vit = context.norm_kind == "ln"
+        vit = is_vit(context)
         return {
             "lr": 0.00025 if vit else 0.0002,
             "momentum": 0.9,
@@ -113,21 +106,19 @@ class CMF(TTAMethod):
 
     def __init__(self, model: nn.Module, context: MethodContext, **params: Any):
         super().__init__(model, context, **params)
+        require_norm(self, model)
         p = self.params
         for key in ("alpha", "gamma"):
             if not 0.0 <= float(p[key]) <= 1.0:
                 raise MethodError(f"cmf: {key} must lie in [0, 1], not {p[key]}")
         if not 0.0 <= float(p["q"]) < 1.0:
             raise MethodError(f"cmf: q must lie in [0, 1), not {p['q']}")
-        model.requires_grad_(False)
         model.eval()
         self.set_train_modules(configure_batchnorm(model, p["source_stats"], p["bn_momentum"]))
         self.trainable = norm_affine_params(model)
         if not self.trainable:
             raise MethodError("cmf needs normalisation layers with affine parameters")
-        for q in self.trainable:
-            q.requires_grad_(True)
-        self.optimizer = torch.optim.SGD(self.trainable, lr=p["lr"], momentum=p["momentum"])
+        self.optimizer = self._build_sgd(self.trainable)
         #: the frozen source values of the adapted parameters (the Kalman prior's mean).
         self.source = [q.detach().clone() for q in self.trainable]
         #: the hidden model: only its adapted parameters, since CMF never changes the others.
@@ -136,21 +127,15 @@ class CMF(TTAMethod):
         self.class_probs_ema = torch.full((context.num_classes,), 1.0 / context.num_classes,
                                           device=self.trainable[0].device)
         self.rng = MethodRNG()
-        self._pending: tuple[torch.Tensor, torch.Tensor] | None = None
         #: samples that entered the loss on the last adapted batch.
         self.last_selected = 0
         self._finish_setup()
 
     def predict(self, x: torch.Tensor) -> torch.Tensor:
-        self._pending = None
-        if self.frozen:
-            with torch.no_grad():
-                return self.model(x)
-        with torch.enable_grad():
-            logits = self.model(x)
-        self._pending = (x, logits)
-        out = logits.detach()
-        return prior_corrected(out) if self.params["prior_correction"] else out
+        out = super().predict(x)  # the adapted model's forward, graph kept for adapt
+        if self.frozen or not self.params["prior_correction"]:
+            return out
+        return prior_corrected(out)
 
     def _sample_weights(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Certainty × diversity weights and the mask of the samples kept."""
@@ -165,30 +150,21 @@ class CMF(TTAMethod):
         self.class_probs_ema = m * self.class_probs_ema + (1 - m) * probs.mean(0)
         return weights, keep
 
-    def adapt(self) -> None:
-        self.last_updated = False
-        if self._pending is None:
-            return
-        x, logits = self._pending
-        self._pending = None
+    def _update(self, x: torch.Tensor, logits: torch.Tensor) -> bool:
         with torch.no_grad():
             weights, keep = self._sample_weights(logits.detach())
         self.last_selected = int(keep.sum())
         if not keep.any():
-            self.optimizer.zero_grad(set_to_none=True)
-            return
+            return False
         denom = float(self.context.batch_size)
         loss = (soft_likelihood_ratio(logits) * weights)[keep].sum() / denom
         x_aug = cmf_augment(x[keep].detach(), self.rng.get("cpu"))
         with no_stat_tracking(self.model):
             logits_aug = self.model(x_aug)
         loss = loss + (symmetric_cross_entropy(logits_aug, logits[keep]) * weights[keep]).sum() / denom
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self._step(loss)
         self._filter()
-        self.last_updated = True
+        return True
 
     @torch.no_grad()
     def _filter(self) -> None:
@@ -214,7 +190,6 @@ class CMF(TTAMethod):
         }
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
-        self._pending = None
         for h, v in zip(self.hidden, state["hidden"]):
             h.copy_(v)
         self.hidden_var = float(state["hidden_var"])

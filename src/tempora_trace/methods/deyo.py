@@ -13,36 +13,34 @@ import torch.nn as nn
 
 from . import register
 from ._augment import MethodRNG, patch_shuffle
-from .base import (
-    MethodContext,
-    MethodError,
-    TTAMethod,
-    configure_batchnorm,
-    entropy_margin,
-    no_stat_tracking,
-    softmax_entropy,
-)
+from ._common import GradientMethod, default_lr, require_norm
+from .base import MethodContext, MethodError, configure_batchnorm, entropy_margin, no_stat_tracking, softmax_entropy
 
-#: Module-name fragments whose norm layers DeYO leaves untouched (the top of the network:
-#: ResNet ``layer4``, ViT-B blocks 9–11 and the final norm), as the authors' code does.
-_SKIP_IN_NAME = ("layer4", "blocks.9", "blocks.10", "blocks.11", "norm.")
-_SKIP_IS_NAME = ("norm",)
+#: DeYO leaves the top of the network untouched, as the authors' code does: ResNet ``layer4``,
+#: ViT-B blocks 9–11 and the final ``norm``. Matched on whole name components so the rule also
+#: holds inside wrappers (e.g. the tracer's ``Normalized``: ``net.blocks.9``, ``net.norm``).
+_SKIP_BLOCKS = {"9", "10", "11"}
 _NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.GroupNorm, nn.LayerNorm)
+
+
+def _skipped(name: str) -> bool:
+    parts = name.split(".")
+    if "layer4" in parts or "norm" in parts:
+        return True
+    return any(a == "blocks" and b in _SKIP_BLOCKS for a, b in zip(parts, parts[1:]))
 
 
 def deyo_params(model: nn.Module) -> list[nn.Parameter]:
     """Affine parameters of the normalisation layers outside the skipped top layers."""
     params = []
     for name, m in model.named_modules():
-        if name in _SKIP_IS_NAME or any(s in name for s in _SKIP_IN_NAME):
-            continue
-        if isinstance(m, _NORMS):
+        if isinstance(m, _NORMS) and not _skipped(name):
             params.extend(p for p in (m.weight, m.bias) if p is not None)
     return params
 
 
 @register
-class DeYO(TTAMethod):
+class DeYO(GradientMethod):
     """DeYO (Lee et al., ICLR 2024): Tent-style entropy minimisation of the norm-layer affine
     parameters on samples that pass two filters: low entropy (< 0.5·ln C) and a large PLPD
     (Pseudo-Label Probability Difference > 0.2): the drop of the predicted class's probability
@@ -67,9 +65,8 @@ class DeYO(TTAMethod):
 
     @classmethod
     def default_params(cls, context: MethodContext) -> dict[str, Any]:
-        vit = context.norm_kind == "ln"
         return {
-            "lr": 0.001 if vit else 0.00025,  # authors: 0.00025 for ResNets, 0.001 for ViT-B (batch 64)
+            "lr": default_lr(context),  # authors: 0.00025 for ResNets, 0.001 for ViT-B (batch 64)
             "momentum": 0.9,
             "ent_threshold": entropy_margin(context.num_classes, 0.5),   # τ_Ent = 0.5·ln C
             "ent_margin": entropy_margin(context.num_classes, 0.4),      # Ent_0 = 0.4·ln C
@@ -81,49 +78,30 @@ class DeYO(TTAMethod):
 
     def __init__(self, model: nn.Module, context: MethodContext, **params: Any):
         super().__init__(model, context, **params)
-        p = self.params
-        if int(p["patch_len"]) < 2:
-            raise MethodError(f"deyo: patch_len must be at least 2, not {p['patch_len']}")
-        model.requires_grad_(False)
+        require_norm(self, model)
+        if int(self.params["patch_len"]) < 2:
+            raise MethodError(f"deyo: patch_len must be at least 2, not {self.params['patch_len']}")
         model.eval()
-        bns = configure_batchnorm(model, p["source_stats"], p["bn_momentum"])
-        self.set_train_modules(bns)
+        self.set_train_modules(configure_batchnorm(model, self.params["source_stats"], self.params["bn_momentum"]))
         trainable = deyo_params(model)
         if not trainable:
-            raise MethodError("deyo needs normalisation layers with affine parameters")
-        for q in trainable:
-            q.requires_grad_(True)
-        self.optimizer = torch.optim.SGD(trainable, lr=p["lr"], momentum=p["momentum"])
+            raise MethodError("deyo needs normalisation layers with affine parameters below the top layers")
+        self.optimizer = self._build_sgd(trainable)
         self.rng = MethodRNG()
-        self._pending: tuple[torch.Tensor, torch.Tensor] | None = None
-        #: per-batch filter counts from the last ``adapt`` (entropy stage, PLPD stage).
+        #: samples kept by the entropy filter and then by the PLPD filter on the last batch.
         self.last_counts = (0, 0)
         self._finish_setup()
 
-    def predict(self, x: torch.Tensor) -> torch.Tensor:
-        self._pending = None
-        if self.frozen:
-            with torch.no_grad():
-                return self.model(x)
-        with torch.enable_grad():
-            logits = self.model(x)
-        self._pending = (x, logits)
-        return logits.detach()
-
-    def adapt(self) -> None:
-        self.last_updated = False
-        if self._pending is None:
-            return
-        x, logits = self._pending
-        self._pending = None
+    def _update(self, x: torch.Tensor, logits: torch.Tensor) -> bool:
         p = self.params
         entropy = softmax_entropy(logits)
         keep = entropy < p["ent_threshold"]
         self.last_counts = (int(keep.sum()), 0)
         if not keep.any():
-            self.optimizer.zero_grad(set_to_none=True)
-            return
+            return False
         entropy, kept_logits = entropy[keep], logits[keep]
+        # the second, no-gradient forward on patch-shuffled copies (BN: batch statistics of the
+        # shuffled subset, tracked running statistics untouched)
         shuffled = patch_shuffle(x[keep].detach(), int(p["patch_len"]), self.rng.get(x.device))
         with torch.no_grad(), no_stat_tracking(self.model):
             prob_shuffled = self.model(shuffled).softmax(1)
@@ -133,23 +111,17 @@ class DeYO(TTAMethod):
         grounded = plpd > p["plpd_threshold"]
         self.last_counts = (self.last_counts[0], int(grounded.sum()))
         if not grounded.any():
-            self.optimizer.zero_grad(set_to_none=True)
-            return
+            return False
         entropy, plpd = entropy[grounded], plpd[grounded]
         weight = torch.exp(p["ent_margin"] - entropy.detach()) + torch.exp(plpd)
-        loss = (entropy * weight).mean()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.last_updated = True
+        self._step((entropy * weight).mean())
+        return True
 
     def extra_state(self) -> dict[str, Any]:
         return {"rng": self.rng.state()}
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
-        self._pending = None
-        self.rng.load(state.get("rng", {}))
+        self.rng.load(state["rng"])
 
 
 __all__ = ["DeYO", "deyo_params"]

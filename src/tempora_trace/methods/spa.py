@@ -13,15 +13,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import register
-from ._augment import (
-    AUTHORS_MODELS,
-    MethodRNG,
-    PatchNoise,
-    ProjectorView,
-    low_frequency_amplitude_mask,
-    require_gn_or_ln,
-)
-from .base import MethodContext, MethodError, TTAMethod, norm_affine_params
+from ._augment import DetachedTargetMethod, MethodRNG, PatchNoise, ProjectorView, low_frequency_amplitude_mask
+from ._common import is_vit, require_norm
+from .base import MethodContext, MethodError, norm_affine_params
 
 
 def confident_kl(weak_logits: torch.Tensor, clean_logits: torch.Tensor) -> torch.Tensor:
@@ -36,7 +30,7 @@ def confident_kl(weak_logits: torch.Tensor, clean_logits: torch.Tensor) -> torch
 
 
 @register
-class SPA(TTAMethod):
+class SPA(DetachedTargetMethod):
     """SPA (Niu et al., ICML 2025). Two weak views of each batch, built to preserve geometry:
     (i) random dropping of Fourier amplitudes in the low-frequency square (central 20 % of the
     shifted spectrum), (ii) per-patch Gaussian noise blending whose per-patch strengths are
@@ -65,7 +59,7 @@ class SPA(TTAMethod):
 
     @classmethod
     def default_params(cls, context: MethodContext) -> dict[str, Any]:
-        vit = context.norm_kind == "ln"
+        vit = is_vit(context)
         cifar = context.dataset_family == "cifar"
         return {
             "lr": 0.01 if vit else 0.0025,
@@ -81,7 +75,7 @@ class SPA(TTAMethod):
 
     def __init__(self, model: nn.Module, context: MethodContext, **params: Any):
         super().__init__(model, context, **params)
-        require_gn_or_ln(model, "spa")
+        require_norm(self, model)
         p = self.params
         if not 0.0 <= float(p["mask_ratio"]) <= 1.0 or not 0.0 < float(p["noise_ratio"]) <= 1.0:
             raise MethodError("spa: mask_ratio must lie in [0, 1] and noise_ratio in (0, 1]")
@@ -89,7 +83,7 @@ class SPA(TTAMethod):
         model.eval()
         self.trainable = norm_affine_params(model)
         for q in self.trainable:
-            q.requires_grad_(True)
+            q.requires_grad_(True)  # the projector is outside the model and always trainable
         self.view = ProjectorView(model)
         try:
             self.noise = PatchNoise(int(p["image_size"]), int(p["noise_patch"]), float(p["noise_ratio"]))
@@ -102,45 +96,32 @@ class SPA(TTAMethod):
             momentum=p["momentum"])
         self.noise_optimizer = torch.optim.SGD([self.noise.alpha], lr=p["noise_lr"], momentum=0.9)
         self.rng = MethodRNG()
-        self._pending: tuple[torch.Tensor, torch.Tensor] | None = None
         self._finish_setup()
 
     def predict(self, x: torch.Tensor) -> torch.Tensor:
-        self._pending = None
-        with torch.no_grad():
-            logits = self.model(x)
-        if not self.frozen:
-            if x.shape[-1] != int(self.params["image_size"]) or x.shape[-2] != int(self.params["image_size"]):
-                raise MethodError(f"spa was set up for {self.params['image_size']}² images (option image_size), "
-                                  f"got {tuple(x.shape[-2:])}; use models compatible with SPA: {AUTHORS_MODELS}")
-            self._pending = (x, logits)
-        return logits
+        size = int(self.params["image_size"])
+        if not self.frozen and tuple(x.shape[-2:]) != (size, size):
+            raise MethodError(f"spa was set up for {size}x{size} images (option image_size), got {tuple(x.shape[-2:])}")
+        return super().predict(x)
 
-    def adapt(self) -> None:
-        self.last_updated = False
-        if self._pending is None:
-            return
-        x, clean = self._pending
-        self._pending = None
+    def _update(self, x: torch.Tensor, clean: torch.Tensor) -> bool:
         p = self.params
         gen = self.rng.get(x.device)
         low = low_frequency_amplitude_mask(x, float(p["mask_ratio"]), float(p["low_freq_region"]), gen)
-        with torch.enable_grad():
-            noisy = self.noise(x, gen)
-            with self.view.active():
-                loss = confident_kl(self.model(low), clean) + confident_kl(self.model(noisy), clean)
-            self.optimizer.zero_grad(set_to_none=True)
-            self.noise_optimizer.zero_grad(set_to_none=True)
-            if loss.requires_grad:
-                loss.backward()
-                if self.noise.alpha.grad is not None:
-                    self.noise.alpha.grad.neg_()  # ascend: make the noise as disruptive as allowed
-                self.optimizer.step()
-                self.noise_optimizer.step()
-                self.last_updated = True
+        noisy = self.noise(x, gen)
+        with self.view.active():
+            loss = confident_kl(self.model(low), clean) + confident_kl(self.model(noisy), clean)
+        updated = loss.requires_grad
+        if updated:
+            loss.backward()
+            if self.noise.alpha.grad is not None:
+                self.noise.alpha.grad.neg_()  # ascend: make the noise as disruptive as allowed
+            self.optimizer.step()
+            self.noise_optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.noise_optimizer.zero_grad(set_to_none=True)
         self.noise.renormalise()
+        return bool(updated)
 
     def extra_state(self) -> dict[str, Any]:
         return {
@@ -151,7 +132,6 @@ class SPA(TTAMethod):
         }
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
-        self._pending = None
         with torch.no_grad():
             self.view.projector.weight.copy_(state["projector"])
             self.noise.alpha.copy_(state["noise_alpha"])

@@ -13,8 +13,9 @@ import torch
 import torch.nn as nn
 
 from . import register
-from ._augment import ProjectorView, require_gn_or_ln
-from .base import MethodContext, TTAMethod, norm_affine_params, softmax_entropy
+from ._augment import DetachedTargetMethod, ProjectorView
+from ._common import is_vit, require_norm
+from .base import MethodContext, norm_affine_params, softmax_entropy
 
 
 def symmetric_kl(clean_logits: torch.Tensor, view_logits: torch.Tensor) -> torch.Tensor:
@@ -26,7 +27,7 @@ def symmetric_kl(clean_logits: torch.Tensor, view_logits: torch.Tensor) -> torch
 
 
 @register
-class ZeroSIAM(TTAMethod):
+class ZeroSIAM(DetachedTargetMethod):
     """ZeroSIAM (Chen et al., 2025/2026). A projector (identity-initialised d×d linear map,
     no bias) is inserted before the classifier for a second view of the same batch; the loss
     is the entropy of that projector view plus the symmetric KL between the clean (stop-
@@ -52,7 +53,7 @@ class ZeroSIAM(TTAMethod):
 
     @classmethod
     def default_params(cls, context: MethodContext) -> dict[str, Any]:
-        vit = context.norm_kind == "ln"
+        vit = is_vit(context)
         return {
             "lr": 0.005 if vit else 0.0025,
             "projector_lr": 0.005 if vit else 0.025,
@@ -61,44 +62,25 @@ class ZeroSIAM(TTAMethod):
 
     def __init__(self, model: nn.Module, context: MethodContext, **params: Any):
         super().__init__(model, context, **params)
-        require_gn_or_ln(model, "zerosiam")
+        require_norm(self, model)
         p = self.params
-        model.requires_grad_(False)
         model.eval()
         self.trainable = norm_affine_params(model)
-        for q in self.trainable:
-            q.requires_grad_(True)
+        self.optimizer = self._build_sgd(self.trainable)
         self.view = ProjectorView(model)
-        self.optimizer = torch.optim.SGD(self.trainable, lr=p["lr"], momentum=p["momentum"])
         self.projector_optimizer = torch.optim.SGD([self.view.projector.weight], lr=p["projector_lr"], momentum=p["momentum"])
-        self._pending: tuple[torch.Tensor, torch.Tensor] | None = None
         self._finish_setup()
 
-    def predict(self, x: torch.Tensor) -> torch.Tensor:
-        self._pending = None
-        with torch.no_grad():
-            logits = self.model(x)
-        if not self.frozen:
-            self._pending = (x, logits)
-        return logits
-
-    def adapt(self) -> None:
-        self.last_updated = False
-        if self._pending is None:
-            return
-        x, clean = self._pending
-        self._pending = None
-        with torch.enable_grad(), self.view.active():
+    def _update(self, x: torch.Tensor, clean: torch.Tensor) -> bool:
+        with self.view.active():
             view = self.model(x)
-            loss = softmax_entropy(view).mean() + symmetric_kl(clean, view)
-        self.optimizer.zero_grad(set_to_none=True)
-        self.projector_optimizer.zero_grad(set_to_none=True)
+        loss = softmax_entropy(view).mean() + symmetric_kl(clean, view)
         loss.backward()
         self.optimizer.step()
         self.projector_optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.projector_optimizer.zero_grad(set_to_none=True)
-        self.last_updated = True
+        return True
 
     def extra_state(self) -> dict[str, Any]:
         return {
@@ -107,7 +89,6 @@ class ZeroSIAM(TTAMethod):
         }
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
-        self._pending = None
         with torch.no_grad():
             self.view.projector.weight.copy_(state["projector"])
         self.projector_optimizer.load_state_dict(state["projector_optimizer"])
