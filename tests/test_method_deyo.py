@@ -116,8 +116,19 @@ def test_skips_top_layers_like_the_authors():
             self.layer4 = nn.BatchNorm2d(4)
 
     net = Net()
-    names = {id(p) for p in deyo_params(net)}
-    assert names == {id(net.layer3.weight), id(net.layer3.bias)}
+    assert {id(p) for p in deyo_params(net)} == {id(net.layer3.weight), id(net.layer3.bias)}
+
+    class ViTLike(nn.Module):  # timm names, inside the tracer's ``Normalized`` wrapper (``net.``)
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList(nn.LayerNorm(4) for _ in range(12))
+            self.norm = nn.LayerNorm(4)
+
+    wrapper = nn.Module()
+    wrapper.net = ViTLike()
+    kept = {id(p) for p in deyo_params(wrapper)}
+    expected = {id(p) for b in wrapper.net.blocks[:9] for p in (b.weight, b.bias)}
+    assert kept == expected  # blocks 0-8 only: blocks 9-11 and the final norm stay frozen
 
 
 def test_shuffled_forward_does_not_move_running_stats():
