@@ -17,23 +17,22 @@ from ._augment import MethodRNG, cmf_augment
 from ._common import GradientMethod, is_vit, require_norm
 from .base import MethodContext, MethodError, configure_batchnorm, no_stat_tracking, norm_affine_params, softmax_entropy
 
-#: Soft-likelihood-ratio probability clip and log offset, symmetric cross-entropy mix.
-SLR_CLIP = 0.99
+#: Log offset of the soft likelihood ratio (the authors' constant).
 SLR_EPS = 1e-5
-SCE_ALPHA = 0.5
 
 
-def soft_likelihood_ratio(logits: torch.Tensor) -> torch.Tensor:
-    """Per-sample SLR loss ``−Σ_c p_c · log(p_c / (1 − p_c) + ε)`` with p clipped at 0.99: an
-    entropy surrogate whose gradient does not vanish for confident samples."""
-    p = logits.softmax(1).clamp(max=SLR_CLIP)
+def soft_likelihood_ratio(logits: torch.Tensor, clip: float = 0.99) -> torch.Tensor:
+    """Per-sample SLR loss ``−Σ_c p_c · log(p_c / (1 − p_c) + ε)`` with p clipped at ``clip``:
+    an entropy surrogate whose gradient does not vanish for confident samples."""
+    p = logits.softmax(1).clamp(max=clip)
     return -(p * torch.log(p / (1.0 - p) + SLR_EPS)).sum(1)
 
 
-def symmetric_cross_entropy(logits_aug: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-    """Per-sample ``−½ Σ p·log q − ½ Σ q·log p`` between the clean (p) and augmented (q) views."""
-    return (-(1 - SCE_ALPHA) * (logits.softmax(1) * logits_aug.log_softmax(1)).sum(1)
-            - SCE_ALPHA * (logits_aug.softmax(1) * logits.log_softmax(1)).sum(1))
+def symmetric_cross_entropy(logits_aug: torch.Tensor, logits: torch.Tensor, alpha: float = 0.5) -> torch.Tensor:
+    """Per-sample ``−(1−a) Σ p·log q − a Σ q·log p`` between the clean (p) and augmented (q)
+    views (a = ½ in the authors' code)."""
+    return (-(1 - alpha) * (logits.softmax(1) * logits_aug.log_softmax(1)).sum(1)
+            - alpha * (logits_aug.softmax(1) * logits.log_softmax(1)).sum(1))
 
 
 def prior_corrected(logits: torch.Tensor) -> torch.Tensor:
@@ -99,6 +98,8 @@ class CMF(GradientMethod):
             "gamma": 0.99,
             "momentum_probs": 0.9,
             "temperature": 1.0 / 3.0,
+            "slr_clip": 0.99,
+            "sce_alpha": 0.5,
             "prior_correction": True,
             "source_stats": "discard",
             "bn_momentum": 0.1,
@@ -157,11 +158,12 @@ class CMF(GradientMethod):
         if not keep.any():
             return False
         denom = float(self.context.batch_size)
-        loss = (soft_likelihood_ratio(logits) * weights)[keep].sum() / denom
+        loss = (soft_likelihood_ratio(logits, self.params["slr_clip"]) * weights)[keep].sum() / denom
         x_aug = cmf_augment(x[keep].detach(), self.rng.get("cpu"))
         with no_stat_tracking(self.model):
             logits_aug = self.model(x_aug)
-        loss = loss + (symmetric_cross_entropy(logits_aug, logits[keep]) * weights[keep]).sum() / denom
+        sce = symmetric_cross_entropy(logits_aug, logits[keep], self.params["sce_alpha"])
+        loss = loss + (sce * weights[keep]).sum() / denom
         self._step(loss)
         self._filter()
         return True

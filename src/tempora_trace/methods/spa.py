@@ -69,6 +69,7 @@ class SPA(DetachedTargetMethod):
             "noise_ratio": 0.4 if vit else 0.1,
             "low_freq_region": 0.2,
             "noise_lr": 1.0,
+            "noise_momentum": 0.9,
             "noise_patch": 4 if cifar else 16,
             "image_size": 32 if cifar else 224,
         }
@@ -94,7 +95,7 @@ class SPA(DetachedTargetMethod):
             [{"params": self.trainable, "lr": p["lr"]},
              {"params": [self.view.projector.weight], "lr": p["projector_lr"]}],
             momentum=p["momentum"])
-        self.noise_optimizer = torch.optim.SGD([self.noise.alpha], lr=p["noise_lr"], momentum=0.9)
+        self.noise_optimizer = torch.optim.SGD([self.noise.alpha], lr=p["noise_lr"], momentum=p["noise_momentum"])
         self.rng = MethodRNG()
         self._finish_setup()
 
