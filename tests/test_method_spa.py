@@ -86,8 +86,9 @@ def test_kl_only_on_samples_where_clean_is_more_confident():
     assert torch.allclose(loss, expected)
     loss.backward()
     assert weak.grad[1].abs().sum() == 0  # the second sample was filtered out
-    # a weak view more confident everywhere contributes nothing
-    assert confident_kl(torch.tensor([[9.0, 0.0], [9.0, 0.0]]), clean).item() == 0.0
+    # a weak view more confident everywhere contributes nothing, not even a zero gradient
+    none = confident_kl(torch.tensor([[9.0, 0.0], [9.0, 0.0]], requires_grad=True), clean)
+    assert none.item() == 0.0 and not none.requires_grad
 
 
 def test_adaptation_moves_norms_projector_and_noise_adversarially():

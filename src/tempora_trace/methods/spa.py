@@ -20,11 +20,12 @@ from .base import MethodContext, MethodError, norm_affine_params
 
 def confident_kl(weak_logits: torch.Tensor, clean_logits: torch.Tensor) -> torch.Tensor:
     """KL(clean ‖ weak) averaged over the samples whose clean view is more confident than the
-    weak view (SPA's implicit reliability filter); 0 when no sample qualifies."""
+    weak view (SPA's implicit reliability filter); a constant 0 (no gradient, so no step) when
+    no sample qualifies."""
     with torch.no_grad():
         keep = clean_logits.softmax(1).amax(1) > weak_logits.softmax(1).amax(1)
     if not keep.any():
-        return weak_logits.sum() * 0.0
+        return weak_logits.new_zeros(())
     target = clean_logits[keep].softmax(1)
     return F.kl_div(weak_logits[keep].log_softmax(1), target, reduction="batchmean")
 
