@@ -166,9 +166,8 @@ def test_contract(norm):
 def test_short_adaptation_beats_standard_on_corrupted_demo():
     """25 batches of 64 of fog at severity 5 (standard inference on demo-resnet ≈ 14 %): DeYO's
     online accuracy must clearly exceed it (measured ≈ 49 %)."""
-    from zoo2_demo_stream import demo_stream, stream_accuracy
+    from zoo2_demo_stream import stream_accuracy
 
-    stream = demo_stream("fog", 5, batches=25)
-    standard = stream_accuracy("standard", "demo-resnet", stream)
-    adapted = stream_accuracy("deyo", "demo-resnet", stream)
+    standard = stream_accuracy("standard", "demo-resnet", "fog", 5, batches=25)
+    adapted = stream_accuracy("deyo", "demo-resnet", "fog", 5, batches=25)
     assert adapted > standard + 0.15, f"deyo {adapted:.3f} vs standard {standard:.3f}"
