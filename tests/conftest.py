@@ -38,3 +38,33 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def _tiny_net(norm: str, num_classes: int):
+    import torch.nn as nn
+
+    layer = nn.BatchNorm2d(8) if norm == "bn" else nn.GroupNorm(2, 8)
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), layer, nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, num_classes)
+    )
+
+
+@pytest.fixture
+def tiny_models(monkeypatch):
+    """Registers ``tiny-bn`` and ``tiny-gn`` (one conv + norm + linear, cifar family) in the
+    tracer's model registry for the duration of a test; weights are random but seeded."""
+    import torch
+
+    from tempora_trace import models
+
+    def builder(norm):
+        def build(weights, num_classes):
+            torch.manual_seed(0)
+            classes = num_classes or 10
+            return _tiny_net(norm, classes), models.ModelSpec(f"tiny-{norm}", norm, classes, 32, "cifar")
+
+        return build
+
+    monkeypatch.setitem(models.MODELS, "tiny-bn", builder("bn"))
+    monkeypatch.setitem(models.MODELS, "tiny-gn", builder("gn"))
+    return ["tiny-bn", "tiny-gn"]

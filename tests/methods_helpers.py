@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import json
 from typing import Any, Callable, Iterator
 
@@ -78,6 +79,26 @@ def tiny_model(norm: str = "bn", num_classes: int = 10, seed: int = 0, logit_sca
     return model
 
 
+class LogitsProbe(nn.Module):
+    """logits = x · γ + β with the affine parameters of a LayerNorm (γ = 1, β = 0 at start): a
+    test chooses every sample's logits exactly (the input *is* the logits) while entropy-based
+    methods still have normalisation parameters to adapt. Inputs are ``[N, num_classes]``."""
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.norm.weight + self.norm.bias
+
+
+def confident_logits(cls: int, n: int, strength: float = 8.0, num_classes: int = 10) -> torch.Tensor:
+    """``n`` logit rows peaked on class ``cls`` (tiny distinct offsets keep rows distinct)."""
+    x = torch.zeros(n, num_classes)
+    x[:, cls] = strength
+    return x + 0.01 * torch.arange(n * num_classes, dtype=torch.float32).reshape(n, num_classes) / (n * num_classes)
+
+
 def context(num_classes: int = 10, family: str = "cifar", norm: str = "bn", batch_size: int = 16) -> MethodContext:
     return MethodContext(num_classes=num_classes, dataset_family=family, batch_size=batch_size, norm_kind=norm)
 
@@ -98,6 +119,19 @@ def run_stream(method: TTAMethod, xs: list[torch.Tensor]) -> list[torch.Tensor]:
         outs.append(out.clone())
         method.adapt()
     return outs
+
+
+def adapt_with_input_grad(method: TTAMethod, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """predict + adapt with the input as a leaf tensor, so its gradient shows which samples the
+    method learnt from; returns (prediction, input gradient, zeros if none)."""
+    x = x.clone().requires_grad_(True)
+    out = method.predict(x)
+    method.adapt()
+    return out, (x.grad if x.grad is not None else torch.zeros_like(x))
+
+
+def rows_with_gradient(grad: torch.Tensor) -> list[int]:
+    return [i for i in range(grad.size(0)) if grad[i].abs().sum() > 0]
 
 
 def state_of(method: TTAMethod) -> dict[str, Any]:
@@ -229,3 +263,38 @@ def check_hparams(method: TTAMethod, required: tuple[str, ...] = ()) -> dict[str
 def changed_parameters(model_before: dict[str, torch.Tensor], model: nn.Module) -> set[str]:
     """Names of the parameters (not buffers) whose values differ from ``model_before``."""
     return {n for n, p in model.named_parameters() if not torch.equal(p.detach(), model_before[n])}
+
+
+# ---------------------------------------------------------------------- demo data and models
+@functools.lru_cache(maxsize=4)
+def demo_corrupted_stream(corruption: str = "gaussian_noise", severity: int = 5, n_batches: int = 20,
+                          batch_size: int = 64) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+    """The first ``n_batches · batch_size`` demo test images with ``corruption`` applied, as
+    (float [0, 1] NCHW images, labels) batches; generated in memory (a few seconds), cached."""
+    from tempora_trace.data.demo import corrupt_images, generate_clean
+
+    clean, labels = generate_clean("test", n_batches * batch_size, workers=1)
+    images = corrupt_images(clean, corruption, severity, workers=1)
+    x = torch.from_numpy(images).permute(0, 3, 1, 2).float().div(255)
+    y = torch.from_numpy(labels)
+    return tuple(zip(x.split(batch_size), y.split(batch_size)))
+
+
+def demo_method(name: str, model_name: str = "demo-resnet", **params: Any) -> TTAMethod:
+    """Method ``name`` around a fresh copy of a committed demo model."""
+    from tempora_trace.methods import get_method
+    from tempora_trace.models import get_model
+
+    model, spec = get_model(model_name)
+    ctx = MethodContext(num_classes=spec.num_classes, dataset_family=spec.family, batch_size=64, model_name=model_name, norm_kind=spec.norm)
+    return get_method(name)(model, ctx, **params)
+
+
+def stream_accuracy(method: TTAMethod, stream) -> float:
+    """Accuracy (%) of the predictions served over the stream, predict-then-adapt per batch."""
+    correct = total = 0
+    for x, y in stream:
+        correct += int((method.predict(x).argmax(1) == y).sum())
+        total += len(y)
+        method.adapt()
+    return 100.0 * correct / total

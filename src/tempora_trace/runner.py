@@ -198,7 +198,6 @@ class TraceRun:
         self.episodes = build_episodes([self.dataset.open(d, cfg.severity, root) for d in cfg.domains], cfg)
         self.clock = DeviceClock(self.device)
         self.out_path = cfg.output_dir(device_slug(self.device)) / f"{cfg.file_stem()}.parquet"
-        self.writer = TraceWriter(self.out_path, cfg.identity(), cfg.resume, cfg.force)
         workers = cfg.workers if cfg.workers is not None else (4 if self.device.type == "cuda" else 0)
         self.fetch = Prefetcher(workers, pin_memory=self.device.type == "cuda")
         if self.device.type == "cuda":
@@ -210,6 +209,8 @@ class TraceRun:
             device=str(self.device), model_name=cfg.model, norm_kind=self.model_spec.norm,
         )
         self.method: TTAMethod = self.method_cls(model, context, **cfg.method_params)
+        # Last, once every input is known to be good: claim the output path.
+        self.writer = TraceWriter(self.out_path, cfg.identity(), cfg.resume, cfg.force)
         self.budgets = BudgetCutoffs(cfg.budgets_ms, cfg.lambda_ms) if cfg.budgets_ms else None
         self.masks = {}
         for ep in self.episodes:

@@ -13,7 +13,6 @@ to ``<stem>.parquet`` (``os.replace`` is atomic), then the partial folder is rem
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 from pathlib import Path
@@ -44,42 +43,6 @@ class RowBuffer:
         """Adapt rows by step, then frozen rows by (checkpoint, step)."""
         table = pa.table(self.columns, schema=schema.arrow_schema(None))
         return table.sort_by([("phase", "ascending"), ("checkpoint", "ascending"), ("step", "ascending")])
-
-
-def check_table(table: pa.Table, meta: dict, path: object) -> None:
-    """Schema-v1 validation of a table about to be written (DESIGN §3).
-
-    Uses the simulator's reader rules (``tempora_schema.validate_table``) so the tracer can
-    never write a file the simulator rejects; the checks below are the tracer's own minimum,
-    applied as well.
-    """
-    validate = getattr(schema, "validate_table", None)
-    if validate is not None:
-        validate(table, meta, path)
-    missing = [f for f in schema.METADATA_FIELDS if f not in meta]
-    if missing:
-        raise schema.TraceSchemaError(path, f"metadata lacks {missing}")
-    for name, typ in schema.COLUMNS.items():
-        col = table.column(name)
-        if col.type != typ:
-            raise schema.TraceSchemaError(path, f"column {name} has type {col.type}, want {typ}")
-        if name not in schema.NULLABLE_COLUMNS and col.null_count:
-            raise schema.TraceSchemaError(path, f"column {name} has nulls")
-    rows = table.to_pydict()
-    adapt_steps: dict[str, list[int]] = {}
-    for i in range(table.num_rows):
-        if rows["correct"][i] > rows["n"][i] or rows["correct"][i] < 0:
-            raise schema.TraceSchemaError(path, f"row {i}: correct outside 0..n")
-        for t in ("e_ms", "l_ms", "delta_ms"):
-            if not math.isfinite(rows[t][i]) or rows[t][i] < 0:
-                raise schema.TraceSchemaError(path, f"row {i}: {t} is negative or not finite")
-        if rows["phase"][i] == schema.PHASE_ADAPT:
-            adapt_steps.setdefault(rows["episode"][i], []).append(rows["step"][i])
-        elif rows["step"][i] < rows["checkpoint"][i]:
-            raise schema.TraceSchemaError(path, f"row {i}: frozen step before its checkpoint")
-    for episode, steps in adapt_steps.items():
-        if sorted(steps) != list(range(len(steps))):
-            raise schema.TraceSchemaError(path, f"episode {episode}: adapt steps are not 0..N-1")
 
 
 class TraceWriter:
@@ -139,7 +102,8 @@ class TraceWriter:
     def finish(self, meta: dict) -> Path:
         tables = [pq.read_table(self.completed[i]) for i in sorted(self.completed)]
         table = pa.concat_tables(tables).cast(schema.arrow_schema(meta))
-        check_table(table, meta, self.final_path)
+        # The simulator's own reader rules: the tracer can never publish a file it rejects.
+        schema.validate_table(table, meta, self.final_path)
         tmp = self.final_path.with_name(f"{self.final_path.name}.tmp-{os.getpid()}")
         pq.write_table(table, tmp)
         os.replace(tmp, self.final_path)

@@ -56,6 +56,43 @@ def require_norm(method: type[TTAMethod] | TTAMethod, model: nn.Module) -> str:
     )
 
 
+def check_params(
+    method: TTAMethod,
+    non_negative: tuple[str, ...] = (),
+    fractions: tuple[str, ...] = (),
+    positive_ints: tuple[str, ...] = (),
+) -> None:
+    """Reject user-supplied options of the wrong type or range with a one-line MethodError
+    (``--param lr=abc`` must not become a traceback deep inside torch). Types follow the
+    defaults: a float option accepts any number (stored as float), an int option only ints."""
+    defaults = method.default_params(method.context)
+    for key, value in method.params.items():
+        default = defaults.get(key)
+        if isinstance(default, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(default, int):
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif isinstance(default, float):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if ok:
+                method.params[key] = float(value)
+        elif isinstance(default, str):
+            ok = isinstance(value, str)
+        else:
+            ok = True
+        if not ok:
+            raise MethodError(f"method '{method.name}': option {key} must be a {type(default).__name__}, not {value!r}")
+    for key in non_negative:
+        if method.params[key] < 0:
+            raise MethodError(f"method '{method.name}': option {key} must be >= 0, not {method.params[key]!r}")
+    for key in fractions:
+        if not 0 <= method.params[key] <= 1:
+            raise MethodError(f"method '{method.name}': option {key} must be in [0, 1], not {method.params[key]!r}")
+    for key in positive_ints:
+        if method.params[key] < 1:
+            raise MethodError(f"method '{method.name}': option {key} must be >= 1, not {method.params[key]!r}")
+
+
 class GradientMethod(TTAMethod):
     """Base for methods that learn from the forward pass that produced the prediction.
 
@@ -80,6 +117,7 @@ class GradientMethod(TTAMethod):
 
     def predict(self, x: torch.Tensor) -> torch.Tensor:
         self._pending = None
+        self.last_updated = False
         if self.frozen:
             with torch.no_grad():
                 return self.model(x)

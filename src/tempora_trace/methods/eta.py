@@ -27,7 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import register
-from ._common import GradientMethod, default_lr, require_norm
+from ._common import GradientMethod, check_params, default_lr, require_norm
 from .base import MethodContext, configure_batchnorm, entropy_margin, norm_affine_params, softmax_entropy
 
 
@@ -62,6 +62,7 @@ class ETA(GradientMethod):
 
     def __init__(self, model: nn.Module, context: MethodContext, **params: Any):
         super().__init__(model, context, **params)
+        check_params(self, non_negative=("lr", "e_margin", "d_margin"), fractions=("momentum", "probs_momentum", "bn_momentum"))
         require_norm(self, model)
         model.eval()
         self.set_train_modules(configure_batchnorm(model, self.params["source_stats"], self.params["bn_momentum"]))

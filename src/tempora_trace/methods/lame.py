@@ -23,6 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import register
+from ._common import check_params
 from .base import MethodContext, TTAMethod, classifier_head
 
 
@@ -71,6 +72,7 @@ class LAME(TTAMethod):
 
     def __init__(self, model: nn.Module, context: MethodContext, **params: Any):
         super().__init__(model, context, **params)
+        check_params(self, non_negative=("tol",), positive_ints=("knn", "max_steps"))
         model.eval()
         model.requires_grad_(False)
         self.head = classifier_head(model)

@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 
 from . import register
-from ._common import GradientMethod, default_lr, require_norm
+from ._common import GradientMethod, check_params, default_lr, require_norm
 from .base import MethodContext, classifier_head, configure_batchnorm, softmax_entropy
 
 
@@ -54,6 +54,7 @@ class SHOTIM(GradientMethod):
 
     def __init__(self, model: nn.Module, context: MethodContext, **params: Any):
         super().__init__(model, context, **params)
+        check_params(self, non_negative=("lr", "diversity_eps"), fractions=("momentum", "bn_momentum"))
         require_norm(self, model)
         model.eval()
         self.set_train_modules(configure_batchnorm(model, self.params["source_stats"], self.params["bn_momentum"]))

@@ -123,13 +123,13 @@ def _torchvision_resnet(arch: str, weights, num_classes: int | None):
     from torchvision import models as tvm
 
     classes = num_classes or 1000
-    net = getattr(tvm, arch)(weights=None, num_classes=classes)
     default = _torch_hub_checkpoints() / TORCHVISION_FILES[arch]
     hint = (
         f"no weights for '{arch}': put torchvision's IMAGENET1K_V1 file {TORCHVISION_FILES[arch]} in "
         f"{default.parent}/ (from https://download.pytorch.org/models/{TORCHVISION_FILES[arch]}) or pass --weights FILE"
     )
     path = _resolve(weights, default, hint)
+    net = getattr(tvm, arch)(weights=None, num_classes=classes)
     if path is not None:
         _load_into(net, path, arch)
     return Normalized(net, IMAGENET_MEAN, IMAGENET_STD), ModelSpec(arch, "bn", classes, 224, "imagenet")
@@ -153,13 +153,13 @@ def _vit(weights, num_classes: int | None):
     except ImportError:
         raise WeightsError("model 'vit_base_patch16_224' needs the 'timm' package (pip install timm)") from None
     classes = num_classes or 1000
-    net = timm.create_model("vit_base_patch16_224", pretrained=False, num_classes=classes)
     default = _hf_cached_file(VIT_HF_REPO, "model.safetensors")
     hint = (
         "no weights for 'vit_base_patch16_224': put model.safetensors of the Hugging Face repo "
         f"{VIT_HF_REPO} in your HF cache (huggingface-cli download {VIT_HF_REPO}) or pass --weights FILE"
     )
     path = _resolve(weights, default, hint)
+    net = timm.create_model("vit_base_patch16_224", pretrained=False, num_classes=classes)
     if path is not None:
         _load_into(net, path, "vit_base_patch16_224")
     return Normalized(net, VIT_MEAN, VIT_STD), ModelSpec("vit_base_patch16_224", "ln", classes, 224, "imagenet")
@@ -169,7 +169,6 @@ def _cifar_resnet18(weights, num_classes: int | None):
     from .cifar_resnet import build_cifar_resnet18
 
     classes = num_classes or 10
-    net = build_cifar_resnet18(classes)
     fname = f"cifar{classes}-resnet18.pt"
     default = tempora_home() / "weights" / fname
     hint = (
@@ -177,6 +176,7 @@ def _cifar_resnet18(weights, num_classes: int | None):
         f"{default} or pass --weights FILE (see README, tracer: CIFAR-10-C)"
     )
     path = _resolve(weights, default, hint)
+    net = build_cifar_resnet18(classes)
     if path is not None:
         _load_into(net, path, "cifar-resnet18")
     mean, std = (CIFAR100_MEAN, CIFAR100_STD) if classes == 100 else (CIFAR10_MEAN, CIFAR10_STD)
@@ -189,10 +189,10 @@ def _demo(norm: str):
 
         name = "demo-resnet" if norm == "bn" else "demo-resnet-gn"
         classes = num_classes or 10
-        net = build_demo_resnet(norm=norm, num_classes=classes)
         default = WEIGHTS_DIR / f"{name}.pt"
         hint = f"no weights for '{name}': expected {default} (run `make demo-models`) or pass --weights FILE"
         path = _resolve(weights, default, hint)
+        net = build_demo_resnet(norm=norm, num_classes=classes)
         if path is not None:
             _load_into(net, path, name)
         return net, ModelSpec(name, norm, classes, 32, "cifar")
