@@ -74,7 +74,7 @@ def _common_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help=f"default {DEFAULT_BATCH_SIZE}")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"default {DEFAULT_SEED}")
     p.add_argument("--stream", choices=["episodic", "continual"], default="episodic", help="episodic: reset per domain (default); continual: never reset")
-    p.add_argument("--workers", type=int, default=None, help="loader threads (default 0 on CPU, 4 on CUDA)")
+    p.add_argument("--workers", type=int, default=None, help="loader threads (default 0 on CPU, min(8, cores) on CUDA)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run after its last complete episode")
     p.add_argument("--force", action="store_true", help="overwrite an existing trace or discard an interrupted run")

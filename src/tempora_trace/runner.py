@@ -10,6 +10,7 @@ which is what makes ``--resume`` and domain subsets reproduce the same rows.
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -198,7 +199,7 @@ class TraceRun:
         self.episodes = build_episodes([self.dataset.open(d, cfg.severity, root) for d in cfg.domains], cfg)
         self.clock = DeviceClock(self.device)
         self.out_path = cfg.output_dir(device_slug(self.device)) / f"{cfg.file_stem()}.parquet"
-        workers = cfg.workers if cfg.workers is not None else (4 if self.device.type == "cuda" else 0)
+        workers = cfg.workers if cfg.workers is not None else (min(8, os.cpu_count() or 1) if self.device.type == "cuda" else 0)
         self.fetch = Prefetcher(workers, pin_memory=self.device.type == "cuda")
         if self.device.type == "cuda":
             torch.backends.cudnn.benchmark = False
