@@ -176,7 +176,9 @@ def calibrate(args: argparse.Namespace) -> int:
     """Trace `standard` (or reuse its complete trace) and print λ."""
     from .runner import TraceRun
 
-    cfg = _config(args, "standard", default_checkpoints=False).resolved()
+    # The same trace `--method standard` writes (default checkpoints included), so the
+    # calibration run doubles as the baseline trace of the group.
+    cfg = _config(args, "standard").resolved()
     from .timing import device_slug, resolve_device
 
     path = cfg.output_dir(device_slug(resolve_device(cfg.device))) / f"{cfg.file_stem()}.parquet"
