@@ -82,7 +82,8 @@ def _common_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="tempora-trace", description="Trace a TTA method once on this device (writes a schema-v1 Parquet trace).")
+    p = _Parser(prog="tempora-trace", description="Trace a TTA method once on this device (writes a schema-v1 Parquet trace).",
+                epilog="`tempora-trace calibrate [options]` traces `standard` and prints λ = mean + 6σ of its per-batch latency.")
     p.add_argument("--method", default=None, help="TTA method name (see --list)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="override a method hyperparameter (repeatable)")
     _common_options(p)
