@@ -161,6 +161,7 @@ def test_resume_after_interrupted_run_gives_identical_rows(cifar_c_root, tmp_pat
         trace_run(cfg)
     with pytest.raises(OutputError, match="options differ"):
         trace_run(make_cfg(cifar_c_root, tmp_path / "run", resume=True, frozen_sample=2))
+    (partial / "episode-0001.rows.tmp").write_bytes(b"half a file")  # what a kill mid-write leaves
     seen = []
     path = trace_run(make_cfg(cifar_c_root, tmp_path / "run", resume=True), echo=seen.append)
     assert "[resumed]" in seen[0] and "[resumed]" not in seen[1]
