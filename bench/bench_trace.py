@@ -112,14 +112,22 @@ def harness_cost_us(device: torch.device, events: int = 2000) -> float:
 
 
 def bare_loop(model_name: str, weights, root: Path, batch_size: int, device: torch.device, warmup: int, count: int) -> list[float]:
-    """Per-batch ms of ``model(x)`` alone: eval mode, no_grad, one sync per batch."""
-    model, batches = _model_and_batches(model_name, weights, root, batch_size, device, count)
+    """Per-batch ms of ``model(x)`` alone: eval mode, no_grad, one sync on each side. Each
+    batch is loaded right before its forward, as in the tracer (a freshly loaded batch is
+    cache-hot on CPU; a pre-loaded list of batches is not)."""
+    torch.manual_seed(2025)
+    model, _ = get_model(model_name, weights, num_classes=10)
+    model.to(device).eval()
+    source = get_dataset("cifar10-c").open("fog", 5, root).source
+    order = batch_order(len(source), batch_size, 2025, "fog", max_batches=count)
     clock = DeviceClock(device)
     times = []
     with torch.no_grad():
+        first = source.get_batch(order[0])[0].to(device)
         for _ in range(warmup):
-            model(batches[0] + 0.25 * torch.randn_like(batches[0]))
-        for x in batches:
+            model(first + 0.25 * torch.randn_like(first))
+        for idx in order:
+            x = source.get_batch(idx)[0].to(device)
             clock.sync()
             t0 = time.perf_counter_ns()
             model(x)
