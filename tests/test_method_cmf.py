@@ -150,3 +150,11 @@ def test_short_adaptation_beats_standard_on_corrupted_demo():
     standard = stream_accuracy("standard", "demo-resnet", "fog", 5, batches=25)
     adapted = stream_accuracy("cmf", "demo-resnet", "fog", 5, batches=25)
     assert adapted > standard + 0.15, f"cmf {adapted:.3f} vs standard {standard:.3f}"
+
+
+def test_bad_options_are_one_line_errors():
+    from tempora_trace.methods import MethodError
+
+    for bad in ({"alpha": 1.5}, {"q": "x"}, {"temperature": 0.0}, {"nesterov": True}):
+        with pytest.raises(MethodError, match="cmf"):
+            cmf(**bad)

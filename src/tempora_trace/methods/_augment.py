@@ -247,6 +247,7 @@ class DetachedTargetMethod(GradientMethod):
 
     def predict(self, x: torch.Tensor) -> torch.Tensor:
         self._pending = None
+        self.last_updated = False
         with torch.no_grad():
             logits = self.model(x)
         if not self.frozen:

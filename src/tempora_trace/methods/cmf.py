@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from . import register
 from ._augment import MethodRNG, cmf_augment
-from ._common import GradientMethod, is_vit, require_norm
+from ._common import GradientMethod, check_params, is_vit, require_norm
 from .base import MethodContext, MethodError, configure_batchnorm, no_stat_tracking, norm_affine_params, softmax_entropy
 
 #: Log offset of the soft likelihood ratio (the authors' constant).
@@ -108,12 +108,11 @@ class CMF(GradientMethod):
     def __init__(self, model: nn.Module, context: MethodContext, **params: Any):
         super().__init__(model, context, **params)
         require_norm(self, model)
+        check_params(self, non_negative=("lr", "momentum"),
+                     fractions=("alpha", "gamma", "q", "momentum_probs", "slr_clip", "sce_alpha", "bn_momentum"))
         p = self.params
-        for key in ("alpha", "gamma"):
-            if not 0.0 <= float(p[key]) <= 1.0:
-                raise MethodError(f"cmf: {key} must lie in [0, 1], not {p[key]}")
-        if not 0.0 <= float(p["q"]) < 1.0:
-            raise MethodError(f"cmf: q must lie in [0, 1), not {p['q']}")
+        if p["q"] >= 1.0 or p["temperature"] <= 0.0 or p["slr_clip"] >= 1.0:
+            raise MethodError("method 'cmf': options q and slr_clip must be < 1 and temperature > 0")
         model.eval()
         self.set_train_modules(configure_batchnorm(model, p["source_stats"], p["bn_momentum"]))
         self.trainable = norm_affine_params(model)

@@ -13,7 +13,7 @@ import torch.nn as nn
 
 from . import register
 from ._augment import MethodRNG, patch_shuffle
-from ._common import GradientMethod, default_lr, require_norm
+from ._common import GradientMethod, check_params, default_lr, require_norm
 from .base import MethodContext, MethodError, configure_batchnorm, entropy_margin, no_stat_tracking, softmax_entropy
 
 #: DeYO leaves the top of the network untouched, as the authors' code does: ResNet ``layer4``,
@@ -79,7 +79,9 @@ class DeYO(GradientMethod):
     def __init__(self, model: nn.Module, context: MethodContext, **params: Any):
         super().__init__(model, context, **params)
         require_norm(self, model)
-        if int(self.params["patch_len"]) < 2:
+        check_params(self, non_negative=("lr", "momentum", "ent_threshold", "ent_margin"),
+                     fractions=("bn_momentum",), positive_ints=("patch_len",))
+        if self.params["patch_len"] < 2:
             raise MethodError(f"deyo: patch_len must be at least 2, not {self.params['patch_len']}")
         model.eval()
         self.set_train_modules(configure_batchnorm(model, self.params["source_stats"], self.params["bn_momentum"]))

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from . import register
 from ._augment import DetachedTargetMethod, MethodRNG, PatchNoise, ProjectorView, low_frequency_amplitude_mask
-from ._common import is_vit, require_norm
+from ._common import check_params, is_vit, require_norm
 from .base import MethodContext, MethodError, norm_affine_params
 
 
@@ -78,9 +78,11 @@ class SPA(DetachedTargetMethod):
     def __init__(self, model: nn.Module, context: MethodContext, **params: Any):
         super().__init__(model, context, **params)
         require_norm(self, model)
+        check_params(self, non_negative=("lr", "projector_lr", "momentum", "noise_lr", "noise_momentum"),
+                     fractions=("mask_ratio", "noise_ratio", "low_freq_region"), positive_ints=("noise_patch", "image_size"))
         p = self.params
-        if not 0.0 <= float(p["mask_ratio"]) <= 1.0 or not 0.0 < float(p["noise_ratio"]) <= 1.0:
-            raise MethodError("spa: mask_ratio must lie in [0, 1] and noise_ratio in (0, 1]")
+        if p["noise_ratio"] <= 0.0:
+            raise MethodError("method 'spa': option noise_ratio must be > 0")
         model.requires_grad_(False)
         model.eval()
         self.trainable = norm_affine_params(model)

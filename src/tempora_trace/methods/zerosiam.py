@@ -14,7 +14,7 @@ import torch.nn as nn
 
 from . import register
 from ._augment import DetachedTargetMethod, ProjectorView
-from ._common import is_vit, require_norm
+from ._common import check_params, is_vit, require_norm
 from .base import MethodContext, norm_affine_params, softmax_entropy
 
 
@@ -63,6 +63,7 @@ class ZeroSIAM(DetachedTargetMethod):
     def __init__(self, model: nn.Module, context: MethodContext, **params: Any):
         super().__init__(model, context, **params)
         require_norm(self, model)
+        check_params(self, non_negative=("lr", "projector_lr", "momentum"))
         p = self.params
         model.eval()
         self.trainable = norm_affine_params(model)
