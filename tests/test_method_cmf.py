@@ -158,3 +158,13 @@ def test_bad_options_are_one_line_errors():
     for bad in ({"alpha": 1.5}, {"q": "x"}, {"temperature": 0.0}, {"nesterov": True}):
         with pytest.raises(MethodError, match="cmf"):
             cmf(**bad)
+
+
+@pytest.mark.usefixtures("one_thread", "tiny_models")
+def test_traces_end_to_end(cifar_c_root, tmp_path):
+    from zoo2_demo_stream import trace_tiny
+
+    trace = trace_tiny("cmf", "tiny-bn", cifar_c_root, tmp_path)
+    assert set(CMF.default_params(context())) <= set(trace["meta"]["method_params"])
+    adapt = [i for i, p in enumerate(trace["phase"]) if p == "adapt"]
+    assert len(adapt) == 4 and all(trace["updated"][i] for i in adapt)

@@ -171,3 +171,15 @@ def test_short_adaptation_beats_standard_on_corrupted_demo():
     standard = stream_accuracy("standard", "demo-resnet", "fog", 5, batches=25)
     adapted = stream_accuracy("deyo", "demo-resnet", "fog", 5, batches=25)
     assert adapted > standard + 0.15, f"deyo {adapted:.3f} vs standard {standard:.3f}"
+
+
+@pytest.mark.usefixtures("one_thread", "tiny_models")
+def test_traces_end_to_end(cifar_c_root, tmp_path):
+    from zoo2_demo_stream import trace_tiny
+
+    # the untrained tiny model is unconfident: open the filters so updates show in the trace
+    trace = trace_tiny("deyo", "tiny-bn", cifar_c_root, tmp_path, ent_threshold=10.0, plpd_threshold=-1.0)
+    assert trace["meta"]["method"] == "deyo"
+    assert set(DeYO.default_params(context())) <= set(trace["meta"]["method_params"])
+    adapt = [i for i, p in enumerate(trace["phase"]) if p == "adapt"]
+    assert len(adapt) == 4 and all(trace["updated"][i] for i in adapt)

@@ -124,3 +124,17 @@ def test_adaptation_beats_standard_on_noisy_demo_gn():
     standard = stream_accuracy("standard", "demo-resnet-gn", "gaussian_noise", 5, batches=50)
     adapted = stream_accuracy("spa", "demo-resnet-gn", "gaussian_noise", 5, batches=50)
     assert adapted > standard + 0.04, f"spa {adapted:.3f} vs standard {standard:.3f}"
+
+
+@pytest.mark.usefixtures("one_thread", "tiny_models")
+def test_traces_end_to_end_and_refuses_batchnorm(cifar_c_root, tmp_path):
+    from zoo2_demo_stream import trace_tiny
+
+    from tempora_trace.errors import ConfigError
+
+    trace = trace_tiny("spa", "tiny-gn", cifar_c_root, tmp_path)
+    assert set(SPA.default_params(context(norm="gn"))) <= set(trace["meta"]["method_params"])
+    adapt = [i for i, p in enumerate(trace["phase"]) if p == "adapt"]
+    assert len(adapt) == 4 and any(trace["updated"][i] for i in adapt)
+    with pytest.raises(ConfigError, match="spa"):
+        trace_tiny("spa", "tiny-bn", cifar_c_root, tmp_path)

@@ -79,3 +79,21 @@ def stream_accuracy(method_name: str, model_name: str, corruption: str, severity
         correct += int((logits.argmax(1) == y).sum())
         total += len(y)
     return correct / total
+
+
+def trace_tiny(method: str, model: str, data_root: Path, out: Path, **method_params) -> dict:
+    """Run the real tracer (``trace_run``) for ``method`` on the conftest's tiny CIFAR-C data
+    and model, validate the trace against the schema and return its columns and metadata."""
+    import pyarrow.parquet as pq
+
+    import tempora_schema as schema
+    from tempora_trace.config import TraceConfig
+    from tempora_trace.runner import trace_run
+
+    cfg = TraceConfig(method=method, method_params=method_params, dataset="cifar10-c", model=model, data_root=str(data_root),
+                      domains=["gaussian_noise"], batch_size=8, out=str(out), quiet=True, frozen_sample=2, warmup_batches=1)
+    path = trace_run(cfg)
+    table = pq.read_table(path)
+    meta = schema.decode_metadata(table.schema, path)
+    schema.validate_table(table, meta, path)
+    return {"meta": meta, **table.to_pydict()}
