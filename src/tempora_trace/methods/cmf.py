@@ -156,7 +156,7 @@ class CMF(GradientMethod):
         self.last_selected = int(keep.sum())
         if not keep.any():
             return False
-        denom = float(self.context.batch_size)
+        denom = float(self.context.batch_size)  # the authors divide by the configured batch size
         loss = (soft_likelihood_ratio(logits, self.params["slr_clip"]) * weights)[keep].sum() / denom
         x_aug = cmf_augment(x[keep].detach(), self.rng.get("cpu"))
         with no_stat_tracking(self.model):
