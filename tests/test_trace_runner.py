@@ -71,8 +71,9 @@ def test_standard_has_no_extrinsic_time_and_tent_does(cifar_c_root, tmp_path):
     std_l = [d for d, p in zip(std["l_ms"], std["phase"]) if p == "adapt"]
     tent_l = [d for d, p in zip(tent["l_ms"], tent["phase"]) if p == "adapt"]
     std_e = [d for d, p in zip(std["e_ms"], std["phase"]) if p == "adapt"]
-    assert max(std_l) < 0.05 * float(np.mean(std_e))  # nothing but a sync after the prediction
-    assert min(tent_l) > 0 and float(np.mean(tent_l)) > 5 * float(np.mean(std_l))
+    # medians: one preemption by another process must not fail the test on a busy machine
+    assert np.median(std_l) < 0.05 * np.median(std_e)  # nothing but a (no-op) sync after the prediction
+    assert min(tent_l) > 0 and np.median(tent_l) > 5 * np.median(std_l)
     assert not any(u for u, p in zip(std["updated"], std["phase"]) if p == "adapt")
     assert all(u for u, p in zip(tent["updated"], tent["phase"]) if p == "adapt")
 
@@ -161,6 +162,7 @@ def test_resume_after_interrupted_run_gives_identical_rows(cifar_c_root, tmp_pat
         trace_run(cfg)
     with pytest.raises(OutputError, match="options differ"):
         trace_run(make_cfg(cifar_c_root, tmp_path / "run", resume=True, frozen_sample=2))
+    (partial / "episode-0001.rows.tmp").write_bytes(b"half a file")  # what a kill mid-write leaves
     seen = []
     path = trace_run(make_cfg(cifar_c_root, tmp_path / "run", resume=True), echo=seen.append)
     assert "[resumed]" in seen[0] and "[resumed]" not in seen[1]

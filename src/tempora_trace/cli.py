@@ -74,7 +74,7 @@ def _common_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help=f"default {DEFAULT_BATCH_SIZE}")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"default {DEFAULT_SEED}")
     p.add_argument("--stream", choices=["episodic", "continual"], default="episodic", help="episodic: reset per domain (default); continual: never reset")
-    p.add_argument("--workers", type=int, default=None, help="loader threads (default 0 on CPU, 4 on CUDA)")
+    p.add_argument("--workers", type=int, default=None, help="loader threads (default 0 on CPU, min(8, cores) on CUDA)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run after its last complete episode")
     p.add_argument("--force", action="store_true", help="overwrite an existing trace or discard an interrupted run")
@@ -82,7 +82,8 @@ def _common_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="tempora-trace", description="Trace a TTA method once on this device (writes a schema-v1 Parquet trace).")
+    p = _Parser(prog="tempora-trace", description="Trace a TTA method once on this device (writes a schema-v1 Parquet trace).",
+                epilog="`tempora-trace calibrate [options]` traces `standard` and prints λ = mean + 6σ of its per-batch latency.")
     p.add_argument("--method", default=None, help="TTA method name (see --list)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="override a method hyperparameter (repeatable)")
     _common_options(p)
@@ -176,7 +177,9 @@ def calibrate(args: argparse.Namespace) -> int:
     """Trace `standard` (or reuse its complete trace) and print λ."""
     from .runner import TraceRun
 
-    cfg = _config(args, "standard", default_checkpoints=False).resolved()
+    # The same trace `--method standard` writes (default checkpoints included), so the
+    # calibration run doubles as the baseline trace of the group.
+    cfg = _config(args, "standard").resolved()
     from .timing import device_slug, resolve_device
 
     path = cfg.output_dir(device_slug(resolve_device(cfg.device))) / f"{cfg.file_stem()}.parquet"

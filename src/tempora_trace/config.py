@@ -49,7 +49,7 @@ class TraceConfig:
     checkpoints: list[int] = field(default_factory=list)
     budgets_ms: list[float] = field(default_factory=list)
     lambda_ms: float | None = None
-    #: DataLoader worker processes; None = 0 on CPU (workers would steal the measured cores), 4 on CUDA.
+    #: DataLoader worker processes; None = 0 on CPU (workers would steal the measured cores), min(8, cores) on CUDA.
     workers: int | None = None
     warmup_batches: int = WARMUP_BATCHES
     resume: bool = False

@@ -10,6 +10,7 @@ which is what makes ``--resume`` and domain subsets reproduce the same rows.
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -114,6 +115,16 @@ def restore_rng(state: dict[str, Any], device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
+def host_snapshot(method: TTAMethod) -> dict[str, Any]:
+    """``method.snapshot()`` with the model state moved to host memory, so a snapshot held
+    across timed events never inflates their measured peak device memory. ``restore`` copies
+    it back in place (``load_state_dict``); optimiser and extra state stay as the method made
+    them (small, and method-specific types)."""
+    snap = method.snapshot()
+    snap["model"] = {k: (v.to("cpu") if torch.is_tensor(v) else v) for k, v in snap["model"].items()}
+    return snap
+
+
 @dataclass
 class EpisodeSummary:
     episode: str
@@ -198,7 +209,7 @@ class TraceRun:
         self.episodes = build_episodes([self.dataset.open(d, cfg.severity, root) for d in cfg.domains], cfg)
         self.clock = DeviceClock(self.device)
         self.out_path = cfg.output_dir(device_slug(self.device)) / f"{cfg.file_stem()}.parquet"
-        workers = cfg.workers if cfg.workers is not None else (4 if self.device.type == "cuda" else 0)
+        workers = cfg.workers if cfg.workers is not None else (min(8, os.cpu_count() or 1) if self.device.type == "cuda" else 0)
         self.fetch = Prefetcher(workers, pin_memory=self.device.type == "cuda")
         if self.device.type == "cuda":
             torch.backends.cudnn.benchmark = False
@@ -247,7 +258,7 @@ class TraceRun:
         steps = sample_steps(m, episode.num_batches, self.cfg.frozen_sample)
         if not steps:
             return False
-        saved_method = self.method.snapshot()
+        saved_method = host_snapshot(self.method)
         saved_rng = capture_rng(self.device)
         if base is not None:
             self.method.restore(base)
@@ -284,7 +295,7 @@ class TraceRun:
             if step in schedule and step not in done:
                 self.frozen_eval(episode, step, rows)
                 done.add(step)
-            before = self.method.snapshot() if self.budgets is not None and self.budgets.strict_pending else None
+            before = host_snapshot(self.method) if self.budgets is not None and self.budgets.strict_pending else None
             ev = timed_event(self.method, x, self.clock)
             rows.add(episode=episode.name, domain=domain.name, severity=domain.severity, phase=schema.PHASE_ADAPT,
                      checkpoint=schema.NO_CHECKPOINT, step=step, n=len(y), correct=self._correct(ev.logits, y, domain.name),

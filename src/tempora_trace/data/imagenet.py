@@ -53,9 +53,15 @@ def _image_folder(path: Path, resize: bool, what: str):
     if not path.is_dir():
         raise DataError(f"missing {what} folder {path}")
     try:
-        return ImageFolder(str(path), transform=_transforms(resize))
+        # allow_empty: a class folder without images (a subsampled copy) is not an error;
+        # the class count, which fixes the label map, is checked by the callers.
+        ds = ImageFolder(str(path), transform=_transforms(resize), allow_empty=True)
     except (FileNotFoundError, RuntimeError) as exc:
-        raise DataError(f"{path}: {str(exc).splitlines()[0]}") from None
+        first = str(exc).splitlines()[0]
+        raise DataError(f"{path}: {first[:200]}{'…' if len(first) > 200 else ''}") from None
+    if len(ds) == 0:
+        raise DataError(f"{path} holds no images (expected <class>/<image> files)")
+    return ds
 
 
 def open_imagenet_c(root: Path, corruption: str, severity: int) -> ItemBatchSource:

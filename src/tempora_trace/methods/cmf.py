@@ -1,0 +1,201 @@
+"""CMF: continual momentum filtering, a Kalman filter over the adapted weights.
+
+Lee, J. and Chang, H. "Continual Momentum Filtering on Parameter Space for Online Test-time
+Adaptation." ICLR 2024.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from . import register
+from ._augment import MethodRNG, cmf_augment
+from ._common import GradientMethod, check_params, is_vit, require_norm
+from .base import MethodContext, MethodError, configure_batchnorm, no_stat_tracking, norm_affine_params, softmax_entropy
+
+#: Log offset of the soft likelihood ratio (the authors' constant).
+SLR_EPS = 1e-5
+
+
+def soft_likelihood_ratio(logits: torch.Tensor, clip: float = 0.99) -> torch.Tensor:
+    """Per-sample SLR loss ``−Σ_c p_c · log(p_c / (1 − p_c) + ε)`` with p clipped at ``clip``:
+    an entropy surrogate whose gradient does not vanish for confident samples."""
+    p = logits.softmax(1).clamp(max=clip)
+    return -(p * torch.log(p / (1.0 - p) + SLR_EPS)).sum(1)
+
+
+def symmetric_cross_entropy(logits_aug: torch.Tensor, logits: torch.Tensor, alpha: float = 0.5) -> torch.Tensor:
+    """Per-sample ``−(1−a) Σ p·log q − a Σ q·log p`` between the clean (p) and augmented (q)
+    views (a = ½ in the authors' code)."""
+    return (-(1 - alpha) * (logits.softmax(1) * logits_aug.log_softmax(1)).sum(1)
+            - alpha * (logits_aug.softmax(1) * logits.log_softmax(1)).sum(1))
+
+
+def prior_corrected(logits: torch.Tensor) -> torch.Tensor:
+    """Scale the logits by the smoothed batch class prior (the authors' prediction-time
+    correction): prior = mean softmax, smooth = max(1/B, 1/C) / max(prior),
+    ``logits · (prior + smooth) / (1 + smooth·C)``."""
+    b, c = logits.shape
+    prior = logits.softmax(1).mean(0)
+    smooth = max(1.0 / b, 1.0 / c) / prior.max()
+    return logits * ((prior + smooth) / (1.0 + smooth * c))
+
+
+def kalman_gain(hidden_var: float, alpha: float, q: float) -> tuple[float, float]:
+    """One predict/update of CMF's scalar variance: returns ``(beta, new_var)``.
+
+    var ← α²·var + q; β = r / (var + r) with r = 1 − q, floored at 0.89 and saturated to 1
+    (no update) at ≥ 0.9999; var ← β·var."""
+    var = alpha ** 2 * hidden_var + q
+    r = 1.0 - q
+    beta = r / (var + r)
+    beta = max(beta, 0.89)
+    if beta >= 0.9999:
+        beta = 1.0
+    return beta, beta * var
+
+
+@register
+class CMF(GradientMethod):
+    """CMF (Lee & Chang, ICLR 2024). Each batch: certainty- and diversity-weighted samples
+    (entropy and cosine distance to an EMA of class probabilities, min-max normalised,
+    ``w = exp(div·cert / T)``, below-mean-diversity samples dropped) contribute the SLR loss plus
+    a symmetric cross-entropy between the clean view and one random augmentation; one SGD step
+    on the norm-layer affine parameters; then the Kalman step over those parameters: a hidden
+    model is pulled towards the frozen source (α = 0.99), updated towards the SGD-adapted model
+    with gain β from the accumulated variance (process noise q), and the adapted model is
+    blended towards the hidden one (γ = 0.99).
+
+    Prediction boundary: the prediction is the *adapted* model's forward on the batch (before
+    this batch's update), scaled by the smoothed batch class prior, as in the authors' code;
+    the hidden model never predicts. That forward keeps its graph in ``predict``; the weights,
+    the augmented second forward, backward, step and Kalman update are ``adapt``. BatchNorm
+    runs on batch statistics (source running statistics discarded by default, target
+    statistics tracked for frozen mode; the augmented forward never moves them). Works on BN,
+    GN and LN models; q and lr follow the paper's reference values per architecture family
+    (CNN: q = 0.00025, lr = 0.0002; ViT: q = 0.005, lr = 0.00025).
+    """
+
+    name = "cmf"
+    family = "gradient-based"
+    compatible_norms = frozenset({"bn", "gn", "ln"})
+    paper = "Lee & Chang, Continual Momentum Filtering on Parameter Space for Online Test-time Adaptation (CMF), ICLR 2024"
+    updates = "norm-layer affine parameters + a hidden (Kalman-filtered) copy of them"
+    overhead = "adapt: augmented second forward, backward, SGD step, Kalman/ensemble update"
+
+    @classmethod
+    def default_params(cls, context: MethodContext) -> dict[str, Any]:
+        vit = is_vit(context)
+        return {
+            "lr": 0.00025 if vit else 0.0002,
+            "momentum": 0.9,
+            "q": 0.005 if vit else 0.00025,
+            "alpha": 0.99,
+            "gamma": 0.99,
+            "momentum_probs": 0.9,
+            "temperature": 1.0 / 3.0,
+            "slr_clip": 0.99,
+            "sce_alpha": 0.5,
+            "prior_correction": True,
+            "source_stats": "discard",
+            "bn_momentum": 0.1,
+        }
+
+    def __init__(self, model: nn.Module, context: MethodContext, **params: Any):
+        super().__init__(model, context, **params)
+        require_norm(self, model)
+        check_params(self, non_negative=("lr", "momentum"),
+                     fractions=("alpha", "gamma", "q", "momentum_probs", "slr_clip", "sce_alpha", "bn_momentum"))
+        p = self.params
+        if p["q"] >= 1.0 or p["temperature"] <= 0.0 or p["slr_clip"] >= 1.0:
+            raise MethodError("method 'cmf': options q and slr_clip must be < 1 and temperature > 0")
+        model.eval()
+        self.set_train_modules(configure_batchnorm(model, p["source_stats"], p["bn_momentum"]))
+        self.trainable = norm_affine_params(model)
+        if not self.trainable:
+            raise MethodError("cmf needs normalisation layers with affine parameters")
+        self.optimizer = self._build_sgd(self.trainable)
+        #: the frozen source values of the adapted parameters (the Kalman prior's mean).
+        self.source = [q.detach().clone() for q in self.trainable]
+        #: the hidden model: only its adapted parameters, since CMF never changes the others.
+        self.hidden = [q.detach().clone() for q in self.trainable]
+        self.hidden_var = 0.0
+        self.class_probs_ema = torch.full((context.num_classes,), 1.0 / context.num_classes,
+                                          device=self.trainable[0].device)
+        self.rng = MethodRNG()
+        #: samples that entered the loss on the last adapted batch.
+        self.last_selected = 0
+        self._finish_setup()
+
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        out = super().predict(x)  # the adapted model's forward, graph kept for adapt
+        if self.frozen or not self.params["prior_correction"]:
+            return out
+        return prior_corrected(out)
+
+    def _sample_weights(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Certainty × diversity weights and the mask of the samples kept."""
+        probs = logits.softmax(1)
+        div = 1.0 - F.cosine_similarity(self.class_probs_ema.unsqueeze(0), probs, dim=1)
+        div = (div - div.min()) / (div.max() - div.min()).clamp_min(1e-12)
+        keep = div >= div.mean()
+        cert = -softmax_entropy(logits)
+        cert = (cert - cert.min()) / (cert.max() - cert.min()).clamp_min(1e-12)
+        weights = torch.exp(div * cert / self.params["temperature"]) * keep
+        m = self.params["momentum_probs"]
+        self.class_probs_ema = m * self.class_probs_ema + (1 - m) * probs.mean(0)
+        return weights, keep
+
+    def _update(self, x: torch.Tensor, logits: torch.Tensor) -> bool:
+        with torch.no_grad():
+            weights, keep = self._sample_weights(logits.detach())
+        self.last_selected = int(keep.sum())
+        if not keep.any():
+            return False
+        denom = float(self.context.batch_size)  # the authors divide by the configured batch size
+        loss = (soft_likelihood_ratio(logits, self.params["slr_clip"]) * weights)[keep].sum() / denom
+        x_aug = cmf_augment(x[keep].detach(), self.rng.get("cpu"))
+        with no_stat_tracking(self.model):
+            logits_aug = self.model(x_aug)
+        sce = symmetric_cross_entropy(logits_aug, logits[keep], self.params["sce_alpha"])
+        loss = loss + (sce * weights[keep]).sum() / denom
+        self._step(loss)
+        self._filter()
+        return True
+
+    @torch.no_grad()
+    def _filter(self) -> None:
+        """Kalman predict (towards source), update (towards the adapted model), ensemble."""
+        alpha, gamma = float(self.params["alpha"]), float(self.params["gamma"])
+        if alpha < 1.0:
+            for h, s in zip(self.hidden, self.source):
+                h.mul_(alpha).add_((1.0 - alpha) * s)
+        beta, self.hidden_var = kalman_gain(self.hidden_var, alpha, float(self.params["q"]))
+        if beta < 1.0:
+            for h, w in zip(self.hidden, self.trainable):
+                h.mul_(beta).add_((1.0 - beta) * w.detach())
+        if gamma < 1.0:
+            for w, h in zip(self.trainable, self.hidden):
+                w.mul_(gamma).add_((1.0 - gamma) * h)
+
+    def extra_state(self) -> dict[str, Any]:
+        return {
+            "hidden": [h.clone() for h in self.hidden],
+            "hidden_var": self.hidden_var,
+            "class_probs_ema": self.class_probs_ema.clone(),
+            "rng": self.rng.state(),
+        }
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        for h, v in zip(self.hidden, state["hidden"]):
+            h.copy_(v)
+        self.hidden_var = float(state["hidden_var"])
+        self.class_probs_ema = state["class_probs_ema"].clone()
+        self.rng.load(state["rng"])
+
+
+__all__ = ["CMF", "kalman_gain", "prior_corrected", "soft_likelihood_ratio", "symmetric_cross_entropy"]
