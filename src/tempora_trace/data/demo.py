@@ -41,7 +41,7 @@ import numpy as np
 from numpy.lib.format import open_memmap
 
 #: Bump on any change to drawing or corruption so old caches are never read.
-DEMO_VERSION = "v1"
+DEMO_VERSION = "v2"
 DEMO_SEED = 20260311
 IMAGE_SIZE = 32
 CLASS_NAMES: tuple[str, ...] = (
@@ -162,7 +162,7 @@ def _random_colour(rng: np.random.Generator) -> np.ndarray:
     return rng.uniform(0.0, 1.0, size=3)
 
 
-def _distinct_colour(rng: np.random.Generator, other: np.ndarray, min_dist: float = 0.45) -> np.ndarray:
+def _distinct_colour(rng: np.random.Generator, other: np.ndarray, min_dist: float = 0.6) -> np.ndarray:
     """A uniform colour at least ``min_dist`` (RGB Euclidean) from ``other`` (rejection)."""
     while True:
         c = _random_colour(rng)
@@ -222,7 +222,7 @@ def render_image(split: str, index: int, label: int) -> np.ndarray:
         obj = fg * w + fg2 * (1 - w)
     shading = 1.0 + rng.uniform(-0.15, 0.15) * (px / 2)[::_SUPERSAMPLE, ::_SUPERSAMPLE, None]
     img = img * (1 - cover) + obj * shading * cover
-    img = img + rng.normal(0.0, rng.uniform(0.0, 0.04), size=img.shape)
+    img = img + rng.normal(0.0, rng.uniform(0.0, 0.06), size=img.shape)
     return np.clip(np.round(img * 255.0), 0, 255).astype(np.uint8)
 
 
