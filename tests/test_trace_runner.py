@@ -194,7 +194,8 @@ def test_continual_stream_is_one_episode_over_all_domains(cifar_c_root, tmp_path
 
 
 def test_batch_order_depends_only_on_seed_and_domain(cifar_c_root, tmp_path):
-    _, _, both = read(trace_run(make_cfg(cifar_c_root, tmp_path / "a", method="standard")))
+    # the threaded prefetcher (workers=2) delivers the same batches in the same order
+    _, _, both = read(trace_run(make_cfg(cifar_c_root, tmp_path / "a", method="standard", workers=2)))
     _, _, fog = read(trace_run(make_cfg(cifar_c_root, tmp_path / "b", method="standard", domains=["fog"])))
     assert [r for r in adapt_rows(both) if r[0] == "fog"] == adapt_rows(fog)
 
@@ -205,3 +206,14 @@ def test_schedules():
     assert sample_steps(3, 10, None) == list(range(3, 10))
     assert sample_steps(0, 781, 32)[0] == 0 and sample_steps(0, 781, 32)[-1] == 780 and len(sample_steps(0, 781, 32)) == 32
     assert sample_steps(10, 10, 32) == []
+
+
+def test_frozen_sample_scores_an_evenly_spaced_subset(cifar_c_root, tmp_path):
+    _, meta, d = read(trace_run(make_cfg(cifar_c_root, tmp_path / "k", domains=["fog"], frozen_sample=2, checkpoints=[1])))
+    assert meta["frozen_eval"] == 2
+    by_ckpt: dict[int, list[int]] = {}
+    for _, c, s, _, _ in frozen_rows(d):
+        by_ckpt.setdefault(c, []).append(s)
+    assert by_ckpt == {0: [0, 3], 1: [1, 3], 2: [2, 3], 3: [3]}  # first and last later batch
+    _, meta_all, _ = read(trace_run(make_cfg(cifar_c_root, tmp_path / "a", domains=["fog"], frozen_sample=None)))
+    assert meta_all["frozen_eval"] == "all"

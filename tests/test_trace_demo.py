@@ -1,0 +1,51 @@
+"""The issue's acceptance command on the demo data (reduced size): the CLI writes a valid
+trace with the committed demo model that the simulator loads, on CPU."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tempora_trace.cli import main
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture
+def small_demo_home(tmp_path_factory, monkeypatch):
+    """A private $TEMPORA_HOME with a reduced demo test split (64 images)."""
+    home = tmp_path_factory.getbasetemp() / "tempora-home-demo"
+    monkeypatch.setenv("TEMPORA_HOME", str(home))
+    monkeypatch.setenv("TEMPORA_DEMO_TEST_SIZE", "64")
+    return home
+
+
+def test_demo_tent_trace_is_read_by_the_simulator(small_demo_home, tmp_path, capsys):
+    from tempora_sim.traces import load_traces
+
+    out = tmp_path / "traces" / "demo"
+    argv = ["--dataset", "demo", "--model", "demo-resnet", "--method", "tent", "--device", "cpu", "--out", str(out),
+            "--domains", "gaussian_noise", "brightness", "--batch-size", "16", "--quiet"]
+    assert main(argv) == 0
+    assert main([a if a != "tent" else "standard" for a in argv]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    traces = load_traces(out)
+    by_method = {t.method: t for t in traces.traces}
+    assert set(by_method) == {"standard", "tent"}
+    tent = by_method["tent"]
+    assert tent.meta["dataset"] == "demo" and tent.meta["model"] == "demo-resnet" and tent.meta["num_classes"] == 10
+    adapt = tent.adapt
+    assert adapt.height == 2 * 4 and set(adapt["episode"].to_list()) == {"gaussian_noise", "brightness"}
+    assert (adapt["l_ms"] > 0).all()
+    std_adapt = by_method["standard"].adapt.filter(by_method["standard"].adapt["episode"] == "brightness")
+    # the committed demo weights are loaded: far above chance (10 %) on the mildest corruption
+    assert std_adapt["correct"].sum() / std_adapt["n"].sum() > 0.5
+    assert sorted(os.listdir(out)) == ["standard-bs16.parquet", "tent-bs16.parquet"]
+
+
+def test_batchnorm_only_method_on_the_group_norm_demo_model_is_refused(capsys):
+    assert main(["--method", "adabn", "--model", "demo-resnet-gn", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: method 'adabn' needs bn normalisation; model 'demo-resnet-gn' uses gn"
