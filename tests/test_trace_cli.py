@@ -42,7 +42,7 @@ def bad_cases(root, tmp):
         "missing weights file": (["--method", "tent", "--dataset", "imagenet-c", "--weights", tmp / "none.pth"], "weights file not found"),
         "weights not in cache": (["--method", "tent", "--dataset", "imagenet-c", "--model", "resnet18"], "resnet18-f37072fd.pth"),
         "cuda absent": (["--method", "tent", "--device", missing_cuda, *tiny_args(root, tmp)], "CUDA"),
-        "incompatible method": (["--method", "adabn", *tiny_args(root, tmp), "--model", "tiny-gn"], "needs bn normalisation"),
+        "incompatible method": (["--method", "adabn", *tiny_args(root, tmp), "--model", "tiny-gn"], "needs BatchNorm layers but model 'tiny-gn' uses GroupNorm; compatible built-in models: demo-resnet"),
         "wrong input family": (["--method", "tent", "--dataset", "cifar10-c", "--data-root", root, "--model", "resnet18",
                                 "--weights", "random"], "built for imagenet"),
         "unknown method option": (["--method", "tent", "--param", "lr_typo=1", *tiny_args(root, tmp)], "has no option"),

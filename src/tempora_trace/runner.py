@@ -31,6 +31,7 @@ from .data import Episode, batch_order, get_dataset
 from .data.streams import domain_seed
 from .errors import ConfigError, DataError
 from .methods import get_method
+from .methods._common import NORM_NAMES, incompatibility_message
 from .methods.base import MethodContext, TTAMethod
 from .models import get_model
 from .timing import DeviceClock, describe_device, device_slug, resolve_device, timed_event
@@ -201,10 +202,7 @@ class TraceRun:
                 f"dataset '{cfg.dataset}' is {self.dataset.family} (default model: {self.dataset.default_model})"
             )
         if self.model_spec.norm not in self.method_cls.compatible_norms:
-            raise ConfigError(
-                f"method '{cfg.method}' needs {'/'.join(sorted(self.method_cls.compatible_norms))} normalisation; "
-                f"model '{cfg.model}' uses {self.model_spec.norm}"
-            )
+            raise ConfigError(incompatibility_message(self.method_cls, f"model '{cfg.model}' uses {NORM_NAMES[self.model_spec.norm]}"))
         root = self.dataset.root(cfg.data_root)
         self.episodes = build_episodes([self.dataset.open(d, cfg.severity, root) for d in cfg.domains], cfg)
         self.clock = DeviceClock(self.device)

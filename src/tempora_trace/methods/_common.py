@@ -19,17 +19,6 @@ import torch.nn as nn
 
 from .base import MethodContext, MethodError, TTAMethod, norm_kind
 
-#: Built-in models and their normalisation (the agreed model registry names); used to name the
-#: compatible models in refusals without importing the model zoo (and its weights).
-BUILTIN_MODEL_NORMS = {
-    "demo-resnet": "bn",
-    "demo-resnet-gn": "gn",
-    "resnet18": "bn",
-    "resnet50": "bn",
-    "cifar-resnet18": "bn",
-    "vit_base_patch16_224": "ln",
-}
-
 NORM_NAMES = {"bn": "BatchNorm", "gn": "GroupNorm", "ln": "LayerNorm", None: "no normalisation layers"}
 
 
@@ -49,11 +38,16 @@ def require_norm(method: type[TTAMethod] | TTAMethod, model: nn.Module) -> str:
     if kind in method.compatible_norms:
         return kind  # type: ignore[return-value]
     wanted = sorted(method.compatible_norms)
-    models = [m for m, k in BUILTIN_MODEL_NORMS.items() if k in method.compatible_norms]
-    raise MethodError(
-        f"method '{method.name}' needs {' or '.join(NORM_NAMES[k] for k in wanted)} layers but the model has "
-        f"{NORM_NAMES[kind]}; compatible built-in models: {', '.join(models)}"
-    )
+    raise MethodError(incompatibility_message(method, NORM_NAMES[kind]))
+
+
+def incompatibility_message(method: type[TTAMethod] | TTAMethod, found: str) -> str:
+    """One line: what the method needs, what it got, and which built-in models fit."""
+    from ..models import compatible_models  # lazy: the model zoo is not needed to build a method
+
+    wanted = " or ".join(NORM_NAMES[k] for k in sorted(method.compatible_norms))
+    models = ", ".join(compatible_models(method.compatible_norms))
+    return f"method '{method.name}' needs {wanted} layers but {found}; compatible built-in models: {models}"
 
 
 def check_params(

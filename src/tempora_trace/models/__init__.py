@@ -210,8 +210,25 @@ MODELS: dict[str, Callable] = {
 }
 
 
+#: Each built-in model's normalisation family, known without building it, so a refusal can
+#: name the models a method does run on. ``get_model`` checks the built network agrees.
+MODEL_NORMS: dict[str, str] = {
+    "demo-resnet": "bn",
+    "demo-resnet-gn": "gn",
+    "resnet18": "bn",
+    "resnet50": "bn",
+    "vit_base_patch16_224": "ln",
+    "cifar-resnet18": "bn",
+}
+
+
 def available_models() -> list[str]:
     return list(MODELS)
+
+
+def compatible_models(norms) -> list[str]:
+    """Built-in models whose normalisation family is in ``norms``."""
+    return [name for name, norm in MODEL_NORMS.items() if norm in norms]
 
 
 def get_model(name: str, weights: str | os.PathLike | None = None, num_classes: int | None = None) -> tuple[nn.Module, ModelSpec]:
