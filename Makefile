@@ -5,7 +5,11 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test bench demo demo-models lint clean
+TRACE  := $(PY) -m tempora_trace.cli
+SIM    := $(PY) -m tempora_sim.cli
+
+.PHONY: install test bench demo demo-run demo-traces demo-models lint clean \
+        paper paper-vit paper-cifar paper-traces paper-vit-traces paper-cifar-traces
 
 install: $(STAMP)
 
@@ -22,8 +26,76 @@ bench: install
 	$(PY) bench/bench_sim.py
 	$(PY) bench/bench_trace.py
 
+# ------------------------------------------------------------------ demo (no download)
+# `make demo`: trace every method that fits each demo model on one corruption per category,
+# sweep all protocols and write the report. Trace files are Make targets, so an interrupted
+# demo resumes (`--resume` picks up the last complete episode) and finished traces are kept.
+DEMO_DOMAINS ?= gaussian_noise defocus_blur snow contrast
+DEMO_MODELS  ?= demo-resnet demo-resnet-gn
+DEMO_DEVICE  ?= cpu
+DEMO_OUT     ?= results/demo
+DEMO_TRACES  ?= $(DEMO_OUT)/traces
+DEMO_TRACE_OPTS ?= --frozen-sample 8 --threads 2
+
+# $(call demo_files,ROOT): ROOT/<model>/<device>/<method>.parquet for every method that fits
+# each demo model (asked of the tracer, so the lists never go stale). Expanded in recipes
+# only, after `install` made the tracer importable.
+demo_files = $(foreach model,$(DEMO_MODELS),\
+    $(addprefix $(1)/$(model)/$(DEMO_DEVICE)/,$(addsuffix .parquet,$(shell $(TRACE) --methods-for $(model)))))
+
+demo: install
+	@$(MAKE) --no-print-directory demo-run DEMO_FILES='$(call demo_files,$(DEMO_TRACES))'
+
+# The committed set under traces/demo/: all methods, all 15 corruptions, severity 5.
+demo-traces: install
+	@$(MAKE) --no-print-directory demo-trace-files DEMO_TRACES=traces/demo DEMO_DOMAINS=all \
+	    DEMO_FILES='$(call demo_files,traces/demo)'
+
+demo-trace-files: $(DEMO_FILES)
+
+demo-run: $(DEMO_FILES)
+	$(SIM) report $(DEMO_TRACES) --out $(DEMO_OUT)/report
+	@echo "report: $(DEMO_OUT)/report/report.md"
+
+# <root>/<model>/<device>/<method>.parquet; the model is the stem's first path component.
+$(DEMO_TRACES)/%.parquet:
+	$(TRACE) --dataset demo --model $(firstword $(subst /, ,$*)) --method $(basename $(notdir $@)) \
+	    --device $(DEMO_DEVICE) --domains $(DEMO_DOMAINS) --out $(@D) $(DEMO_TRACE_OPTS) \
+	    $(if $(wildcard $(@D)/$(basename $(notdir $@)).partial),--resume)
+
 demo-models: install
 	$(PY) -m tempora_trace.models.train_demo --out src/tempora_trace/models/weights
+
+# ------------------------------------------------------------------ paper reproduction
+# `make paper DATA=/path/to/ImageNet-C [WEIGHTS=resnet50-0676ba61.pth] DEVICE=cuda`
+# Each trace is its own target (`make -j` on several GPUs, or several machines writing into
+# traces/); the simulator merges whatever lands there. Don't run two traces on one GPU at
+# once: they would time each other. λ comes from the `standard` trace of each group.
+DATA    ?=
+WEIGHTS ?=
+DEVICE  ?= cuda
+PAPER_METHODS       := standard adabn lame neo tent eta shot-im sar deyo cmf
+PAPER_VIT_METHODS   := standard lame neo tent eta shot-im sar deyo cmf spa zerosiam
+PAPER_CIFAR_METHODS := standard adabn lame neo tent eta shot-im sar
+# The paper's grids: ResNet-50 uses the sweep defaults; ViT-B/16 (Tables 32-34) its own.
+PAPER_SWEEP_OPTS       := --budget-rule overshoot
+PAPER_VIT_SWEEP_OPTS   := --budget-rule overshoot --T 200,400,1000,2000 --B 2.5s,5s,10s,20s,40s,80s
+PAPER_CIFAR_SWEEP_OPTS := --budget-rule overshoot --protocol offline,discrete,amortised $(CIFAR_B)
+
+# $(call study,NAME,DATASET,MODEL,METHODS,SWEEP_OPTS)
+define study
+$(1)_DIR := traces/$(2)/$(3)/$(DEVICE)
+$(1)-traces: $$(addprefix $$($(1)_DIR)/,$$(addsuffix .parquet,$(4)))
+$(1): install $(1)-traces
+	$$(SIM) report $$($(1)_DIR) --out results/$(1) $(5)
+$$($(1)_DIR)/%.parquet: | install
+	$$(TRACE) --dataset $(2) --model $(3) --method $$* --device $$(DEVICE) --out $$(@D) \
+	    $$(if $$(DATA),--data-root $$(DATA)) $$(if $$(WEIGHTS),--weights $$(WEIGHTS)) \
+	    $$(if $$(wildcard $$(@D)/$$*.partial),--resume)
+endef
+$(eval $(call study,paper,imagenet-c,resnet50,$(PAPER_METHODS),$(PAPER_SWEEP_OPTS)))
+$(eval $(call study,paper-vit,imagenet-c,vit_base_patch16_224,$(PAPER_VIT_METHODS),$(PAPER_VIT_SWEEP_OPTS)))
+$(eval $(call study,paper-cifar,cifar10-c,cifar-resnet18,$(PAPER_CIFAR_METHODS),$(PAPER_CIFAR_SWEEP_OPTS)))
 
 lint: install
 	$(PY) -m compileall -q src tests bench

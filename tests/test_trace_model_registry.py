@@ -31,3 +31,13 @@ def test_refusal_names_the_compatible_models():
         "method 'spa' needs GroupNorm or LayerNorm layers but model 'demo-resnet' uses BatchNorm; "
         "compatible built-in models: demo-resnet-gn, vit_base_patch16_224"
     )
+
+
+def test_methods_for_prints_the_methods_that_fit_a_model(capsys):
+    from tempora_trace.cli import main
+
+    assert main(["--methods-for", "demo-resnet-gn"]) == 0
+    listed = capsys.readouterr().out.split()
+    assert "spa" in listed and "zerosiam" in listed and "adabn" not in listed
+    assert main(["--methods-for", "no-such-model"]) == 2
+    assert "unknown model 'no-such-model'" in capsys.readouterr().err

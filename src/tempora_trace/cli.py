@@ -94,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budgets-ms", type=_float_list, default=[], help="add the exact cut-off checkpoints of these budgets (needs --lambda-ms)")
     p.add_argument("--lambda-ms", type=float, default=None, help="λ for --budgets-ms (see `tempora-trace calibrate`)")
     p.add_argument("--list", action="store_true", help="list methods, models and datasets, then exit")
+    p.add_argument("--methods-for", metavar="MODEL", default=None,
+                   help="print the methods that run on MODEL (space-separated, for scripts), then exit")
     return p
 
 
@@ -138,6 +140,16 @@ def _list() -> None:
     print("datasets: " + ", ".join(f"{n} (default model {d.default_model})" for n, d in DATASETS.items()))
 
 
+def methods_for(model: str) -> list[str]:
+    """Methods whose normalisation needs the built-in ``model`` meets (no model is built)."""
+    from .methods import available_methods, get_method
+    from .models import MODEL_NORMS
+
+    if model not in MODEL_NORMS:
+        raise ConfigError(f"unknown model '{model}'; available: {', '.join(MODEL_NORMS)}")
+    return [m for m in available_methods() if MODEL_NORMS[model] in get_method(m).compatible_norms]
+
+
 def run_cli(argv: Sequence[str]) -> int:
     from .runner import trace_run
 
@@ -147,6 +159,9 @@ def run_cli(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.list:
         _list()
+        return 0
+    if args.methods_for is not None:
+        print(" ".join(methods_for(args.methods_for)))
         return 0
     if args.method is None:
         from .methods import available_methods
