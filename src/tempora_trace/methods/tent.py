@@ -17,53 +17,33 @@ from typing import Any
 import torch
 
 from . import register
-from .base import MethodContext, TTAMethod, configure_batchnorm, norm_affine_params, softmax_entropy
+from ._common import GradientMethod, check_params, default_lr, require_norm
+from .base import MethodContext, configure_batchnorm, norm_affine_params, softmax_entropy
 
 
 @register
-class Tent(TTAMethod):
+class Tent(GradientMethod):
     """Entropy minimisation on normalisation affine parameters."""
 
     name = "tent"
-    family = "gradient-based"
     paper = "Wang et al., Tent: Fully Test-Time Adaptation by Entropy Minimization (ICLR 2021)"
     updates = "normalisation affine parameters (SGD)"
     overhead = "extrinsic (backward + step)"
 
     @classmethod
     def default_params(cls, context: MethodContext) -> dict[str, Any]:
-        lr = 0.001 if context.norm_kind == "ln" else 0.00025
-        return {"lr": lr, "sgd_momentum": 0.9, "bn_momentum": 0.1, "source_stats": "discard"}
+        return {"lr": default_lr(context), "momentum": 0.9, "bn_momentum": 0.1, "source_stats": "discard"}
 
     def __init__(self, model: torch.nn.Module, context: MethodContext, **params):
         super().__init__(model, context, **params)
-        self.model.eval()
-        self.model.requires_grad_(False)
-        bns = configure_batchnorm(self.model, self.params["source_stats"], self.params["bn_momentum"])
-        self.set_train_modules(bns)
-        params_to_adapt = norm_affine_params(self.model)
-        for p in params_to_adapt:
-            p.requires_grad_(True)
-        self.optimizer = torch.optim.SGD(params_to_adapt, lr=self.params["lr"], momentum=self.params["sgd_momentum"])
-        self._loss: torch.Tensor | None = None
+        check_params(self, non_negative=("lr",), fractions=("momentum", "bn_momentum"))
+        require_norm(self, model)
+        model.eval()
+        self.set_train_modules(configure_batchnorm(model, self.params["source_stats"], self.params["bn_momentum"]))
+        self.optimizer = self._build_sgd(norm_affine_params(model))
         self._finish_setup()
 
-    def predict(self, x: torch.Tensor) -> torch.Tensor:
-        self.last_updated = False
-        if self.frozen:
-            with torch.no_grad():
-                self._loss = None
-                return self.model(x)
-        with torch.enable_grad():
-            logits = self.model(x)
-            self._loss = softmax_entropy(logits).mean()
-        return logits.detach()
-
-    def adapt(self) -> None:
-        if self._loss is None:
-            return
-        self._loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self._loss = None
-        self.last_updated = True
+    def _update(self, x: torch.Tensor, logits: torch.Tensor) -> bool:
+        # Predict-then-adapt: the entropy of the very forward that produced the prediction.
+        self._step(softmax_entropy(logits).mean())
+        return True
