@@ -1,0 +1,193 @@
+"""Synthetic schema-v1 traces with realistic per-method timing profiles (no torch).
+
+Tests, benches and notebooks need traces without a GPU or a dataset. The profiles below are
+shaped after the ResNet-50 / RTX 4080 measurements of the Tempora paper (Table 2: mean e and ℓ
+per method, Table 10: mean offline accuracy, Table 5: frozen accuracy after a short budget), so
+sweeps over them exercise the same regimes as real traces (gradient-free methods at ≈ λ,
+gradient-based ones at 2.4–4.9 × λ, most collapsing when frozen early, SHOT-IM surviving).
+They are *synthetic*: numbers drawn from these profiles, never measurements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tempora_schema import (
+    NO_CHECKPOINT,
+    PHASE_ADAPT,
+    PHASE_FROZEN,
+    SCHEMA_VERSION,
+    arrow_schema,
+)
+
+#: The 15 ImageNet-C corruptions, canonical order (episodes of the paper's episodic stream).
+CORRUPTIONS = (
+    "gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur",
+    "motion_blur", "zoom_blur", "snow", "frost", "fog",
+    "brightness", "contrast", "elastic_transform", "pixelate", "jpeg_compression",
+)
+
+
+@dataclass(frozen=True)
+class MethodProfile:
+    """Timing and accuracy profile of one method (ms; accuracies are fractions)."""
+
+    e_ms: float
+    l_ms: float
+    e_std: float
+    l_std: float
+    acc: float
+    updates: bool = True
+    #: Frozen accuracy after m steps: ``collapse`` below ``mature_steps``, ``acc`` above.
+    frozen_collapse: float | None = None
+    mature_steps: int = 0
+
+
+#: Paper Table 2 (timing) and Table 10 mean accuracy; frozen behaviour after Table 5.
+PROFILES: dict[str, MethodProfile] = {
+    "standard": MethodProfile(38.67, 0.0, 0.2, 0.0, 0.1816, updates=False),
+    "neo": MethodProfile(38.7, 0.05, 0.2, 0.01, 0.2214),
+    "lame": MethodProfile(40.2, 0.05, 0.8, 0.01, 0.1740, updates=False),
+    "adabn": MethodProfile(41.0, 0.1, 0.3, 0.02, 0.3172),
+    "tent": MethodProfile(41.1, 56.1, 0.4, 1.5, 0.4288, frozen_collapse=0.001, mature_steps=150),
+    "eta": MethodProfile(41.1, 56.6, 0.4, 1.5, 0.4835, frozen_collapse=0.001, mature_steps=150),
+    "shot-im": MethodProfile(41.1, 79.8, 0.4, 2.0, 0.4243),
+    "deyo": MethodProfile(41.1, 88.6, 0.4, 3.0, 0.4876, frozen_collapse=0.001, mature_steps=120),
+    "cmf": MethodProfile(41.1, 119.0, 0.4, 3.5, 0.4913, frozen_collapse=0.001, mature_steps=100),
+    "sar": MethodProfile(41.1, 154.1, 0.4, 3.8, 0.4414, frozen_collapse=0.001, mature_steps=250),
+}
+
+#: Checkpoints (adaptation steps before freezing) the synthetic tracer evaluates.
+DEFAULT_CHECKPOINTS = (0, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+def frozen_accuracy(profile: MethodProfile, m: int) -> float:
+    """Accuracy of the model frozen after ``m`` steps under ``profile``."""
+    if profile.frozen_collapse is None or m >= profile.mature_steps:
+        return profile.acc
+    return profile.frozen_collapse
+
+
+def make_trace(
+    method: str = "tent",
+    *,
+    episodes: Sequence[str] = CORRUPTIONS[:3],
+    num_batches: int = 100,
+    batch_size: int = 64,
+    num_classes: int = 1000,
+    seed: int = 2025,
+    rng_seed: int | None = None,
+    dataset: str = "synthetic-imagenet-c",
+    model: str = "resnet50",
+    device: str = "cpu:synthetic",
+    stream: str = "episodic",
+    checkpoints: Iterable[int] | None = DEFAULT_CHECKPOINTS,
+    frozen_eval: int | str = 16,
+    profile: MethodProfile | None = None,
+    time_scale: float = 1.0,
+) -> tuple[dict, pa.Table]:
+    """Return ``(metadata, table)`` of one synthetic trace of ``method``.
+
+    Per batch: ``correct ~ Binomial(batch_size, acc)``, ``e ~ N(e_ms, e_std)`` and
+    ``ℓ ~ N(l_ms, l_std)`` clipped at 0, times multiplied by ``time_scale``. Frozen rows are
+    written for each checkpoint ``m < num_batches`` on ``frozen_eval`` evenly spaced steps in
+    ``[m, N-1]`` (always including ``N-1``), or all of them when ``frozen_eval == "all"``;
+    ``checkpoints=None`` writes none. ``rng_seed`` defaults to a hash of method and seed so
+    every method of a group gets different draws.
+    """
+    prof = profile or PROFILES[method]
+    if rng_seed is None:
+        rng_seed = (sum(map(ord, method)) * 7919 + seed) % (2**32)
+    rng = np.random.default_rng(rng_seed)
+    chunks: list[dict[str, np.ndarray]] = []
+
+    def add(ep, phase, ck, steps, correct, e, l):
+        k = len(steps)
+        chunks.append({
+            "episode": np.full(k, ep, dtype=object),
+            "phase": np.full(k, phase, dtype=object),
+            "checkpoint": np.full(k, ck, dtype=np.int32),
+            "step": np.asarray(steps, dtype=np.int32),
+            "correct": np.asarray(correct, dtype=np.int32),
+            "e_ms": np.asarray(e, dtype=np.float64),
+            "l_ms": np.asarray(l, dtype=np.float64),
+            "updated": np.full(k, bool(prof.updates and phase == PHASE_ADAPT)),
+        })
+
+    for ep in episodes:
+        e = np.clip(rng.normal(prof.e_ms, prof.e_std, num_batches), 0.0, None) * time_scale
+        l = np.clip(rng.normal(prof.l_ms, prof.l_std, num_batches), 0.0, None) * time_scale
+        correct = rng.binomial(batch_size, prof.acc, num_batches)
+        add(ep, PHASE_ADAPT, NO_CHECKPOINT, np.arange(num_batches), correct, e, l)
+        for m in sorted(set(checkpoints or ())):
+            if m >= num_batches:
+                continue
+            if frozen_eval == "all":
+                steps = np.arange(m, num_batches)
+            else:
+                steps = np.unique(np.linspace(m, num_batches - 1, max(1, int(frozen_eval))).round().astype(int))
+            acc = frozen_accuracy(prof, m)
+            fc = rng.binomial(batch_size, acc, steps.size)
+            fe = np.clip(rng.normal(prof.e_ms, prof.e_std, steps.size), 0.0, None) * time_scale
+            add(ep, PHASE_FROZEN, int(m), steps, fc, fe, np.zeros(steps.size))
+
+    meta = {
+        "schema_version": SCHEMA_VERSION,
+        "method": method,
+        "method_params": {"synthetic": True},
+        "model": model,
+        "dataset": dataset,
+        "stream": stream,
+        "batch_size": batch_size,
+        "seed": seed,
+        "num_classes": num_classes,
+        "device": device,
+        "torch_version": "none",
+        "tracer_version": "synthetic",
+        "warmup_batches": 5,
+        "frozen_eval": frozen_eval if checkpoints is not None else 0,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    cat = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+    rows = len(cat["step"])
+    data = {
+        "episode": pa.array(cat["episode"], pa.string()),
+        "domain": pa.array(cat["episode"], pa.string()),
+        "severity": pa.array(np.full(rows, 5, dtype=np.int8)),
+        "phase": pa.array(cat["phase"], pa.string()),
+        "checkpoint": pa.array(cat["checkpoint"]),
+        "step": pa.array(cat["step"]),
+        "n": pa.array(np.full(rows, batch_size, dtype=np.int32)),
+        "correct": pa.array(cat["correct"]),
+        "e_ms": pa.array(cat["e_ms"]),
+        "l_ms": pa.array(cat["l_ms"]),
+        "delta_ms": pa.array(cat["e_ms"] + cat["l_ms"]),
+        "updated": pa.array(cat["updated"]),
+        "peak_mem_bytes": pa.nulls(rows, pa.int64()),
+    }
+    table = pa.Table.from_pydict(data, schema=arrow_schema(meta))
+    return meta, table
+
+
+def write_trace(path: str | Path, method: str = "tent", **kwargs) -> Path:
+    """Write :func:`make_trace` output to ``path`` (a ``.parquet`` file); return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _, table = make_trace(method, **kwargs)
+    pq.write_table(table, path)
+    return path
+
+
+def write_trace_set(
+    directory: str | Path, methods: Sequence[str] = tuple(PROFILES), **kwargs
+) -> list[Path]:
+    """Write one trace per method into ``directory`` (one comparison group)."""
+    directory = Path(directory)
+    return [write_trace(directory / f"{m}.parquet", m, **kwargs) for m in methods]
