@@ -44,6 +44,17 @@ BASELINE = "standard"
 DEFAULT_TOL = 1e-12
 PARAM_OF = {"discrete": "rho", "continuous": "T_ms", "amortised": "B_ms"}
 
+#: ImageNet-C / CIFAR-10-C corruption categories (Hendrycks & Dietterich, 2019): episodes are
+#: listed in this canonical order, and one per category represents it in the utility curves
+#: (like the paper's Figure 3).
+CATEGORIES = {
+    "noise": ("gaussian_noise", "shot_noise", "impulse_noise"),
+    "blur": ("defocus_blur", "glass_blur", "motion_blur", "zoom_blur"),
+    "weather": ("snow", "frost", "fog", "brightness"),
+    "digital": ("contrast", "elastic_transform", "pixelate", "jpeg_compression"),
+}
+CANONICAL_EPISODES = [c for cs in CATEGORIES.values() for c in cs]
+
 REQUIRED_COLUMNS = ("method", "episode", "protocol", "param", "value", "utility")
 
 
@@ -119,6 +130,26 @@ def with_scenario(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(pl.col("protocol") == "offline").then(None).otherwise(pl.col("value")).alias("value")
     )
     return base.join(keys, on=["protocol", "value"], how="left", nulls_equal=True)
+
+
+def episode_order(episodes: Sequence[str]) -> list[str]:
+    """Canonical corruption order where the names are known, then the rest by name (pooled
+    rows excluded)."""
+    known = [e for e in CANONICAL_EPISODES if e in episodes]
+    return known + sorted(e for e in set(episodes) if e not in known and e != POOLED)
+
+
+def representative_episodes(episodes: Sequence[str], k: int = 4) -> list[str]:
+    """One episode per corruption category (the first present, in canonical order), topped up
+    with the first other episodes up to ``k``."""
+    eps = set(episodes) - {POOLED}
+    picked = [next(e for e in cs if e in eps) for cs in CATEGORIES.values() if any(e in eps for e in cs)]
+    for e in episode_order(list(eps)):
+        if len(picked) >= k:
+            break
+        if e not in picked:
+            picked.append(e)
+    return episode_order(picked)[:k]
 
 
 def cells(df: pl.DataFrame, temporal_only: bool = False) -> pl.DataFrame:
@@ -270,7 +301,11 @@ def rank_correlation_cells(df: pl.DataFrame) -> pl.DataFrame:
 def rank_correlation(df: pl.DataFrame) -> pl.DataFrame:
     """Per temporal scenario: mean and sample std (ddof=1) across episodes of r_s (Table 25);
     ``episodes`` counts the defined r_s, ``undefined`` the episodes where it is null."""
-    per = rank_correlation_cells(df)
+    return summarise_rank_correlation(rank_correlation_cells(df))
+
+
+def summarise_rank_correlation(per: pl.DataFrame) -> pl.DataFrame:
+    """Mean / sample std / range of per-cell r_s (from :func:`rank_correlation_cells`)."""
     g = group_columns(per)
     return (
         per.group_by(g + ["protocol", "param", "value", "scenario", "scenario_order"])
