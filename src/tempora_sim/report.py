@@ -115,6 +115,7 @@ FORMATS: dict[str, Callable[[object], str]] = {
     "bool": lambda x: "–" if x is None else ("yes" if x else "no"),
     "mib": lambda x: "–" if x is None else f"{x:,.0f}",
     "gain": lambda x: "–" if x is None else f"{x:.2f}",
+    "cov": lambda x: "–" if x is None else f"{x:.4f}",
     "scen": lambda x: str(x),
 }
 
@@ -348,7 +349,7 @@ _register(TableSpec(
     "alignment (best other U / κ̄); above 100 % the method is insolvent.",
     _optional(an.continuous_decomposition),
     (Column("method", "method"), Column("acc", "ā (%)", "pct2"), Column("kappa", "κ̄ (%)", "pct"),
-     Column("cov", "Cov(a, κ)", "r"), Column("utility", "U (%)", "pct2"), Column("best_other_method", "best competitor"),
+     Column("cov", "Cov(a, κ)", "cov"), Column("utility", "U (%)", "pct2"), Column("best_other_method", "best competitor"),
      Column("required_acc", "needed (%)", "pct"), Column("insolvent", "insolvent", "bool")),
 ))
 _register(TableSpec(
