@@ -118,7 +118,7 @@ def test_report_from_results_only(tmp_path):
     assert "needs the traces" in md and not (out / "tables" / "latency.csv").exists()
     # no amortised rows in this sweep: those tables say so instead of failing
     assert not (out / "tables" / "amortised_decomposition.csv").exists()
-    assert "the sweep did not run this protocol" in md
+    assert "no pooled ('__all__') amortised rows in the results" in md
     # the hand-built winners appear in the pivoted winners table, tie included
     assert "| fog | slow | fast | fast = slow | standard |" in md
     wc = pl.read_csv(out / "tables" / "win_counts.csv")

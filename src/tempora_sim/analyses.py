@@ -360,6 +360,8 @@ def below_standard(df: pl.DataFrame, baseline: str = BASELINE) -> pl.DataFrame:
     ``below`` over all temporal cells, ``<protocol>_below`` and ``<protocol>_share`` (the
     fraction of this method's misses that fall in that protocol)."""
     c = cells(df, temporal_only=True)
+    if c.height == 0:
+        raise AnalysisError("no temporal results to compare with standard inference")
     if baseline not in set(c.get_column("method").to_list()):
         raise AnalysisError(f"no '{baseline}' method in the results: cannot compare to standard inference")
     keys = cell_keys(c)

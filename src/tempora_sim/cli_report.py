@@ -105,8 +105,7 @@ def show_command(table, source, rho, T_ms, B_ms, lambda_ms):
         _fail(str(exc))
     spec = rp.TABLES[table]
     if frame is None:
-        _fail(f"table '{table}' needs the traces (per-batch times); pass traces or a report directory"
-              if spec.needs_traces else f"table '{table}' is not available: the sweep did not run its protocol")
+        _fail(f"table '{table}' {rp.why_missing(table, inputs)}")
     _print_table(rp, spec, frame)
 
 

@@ -233,16 +233,8 @@ def _pareto(inp: ReportInputs) -> pl.DataFrame:
     return an.pareto(inp.utility, spent)
 
 
-def _optional(fn: Callable[[pl.DataFrame], pl.DataFrame]) -> Callable[[ReportInputs], pl.DataFrame | None]:
-    """Tables of a protocol the sweep did not run are absent, not errors."""
-
-    def run(inp: ReportInputs) -> pl.DataFrame | None:
-        try:
-            return fn(inp.utility)
-        except an.AnalysisError:
-            return None
-
-    return run
+def _on_utility(fn: Callable[[pl.DataFrame], pl.DataFrame]) -> Callable[[ReportInputs], pl.DataFrame]:
+    return lambda inp: fn(inp.utility)
 
 
 TABLES: dict[str, TableSpec] = {}
@@ -313,7 +305,7 @@ _register(TableSpec(
     "below_standard", "Evaluations below standard inference", "Table 24",
     "Temporal cells where the method's utility is strictly below standard inference's in the same "
     "cell (adapting did worse than not adapting), and the share of those misses in each protocol.",
-    _optional(an.below_standard),
+    _on_utility(an.below_standard),
     (Column("method", "method"), Column("below", "below", "int"), Column("cells", "of cells", "int"),
      Column("discrete_share", "discrete (%)", "pct"), Column("continuous_share", "continuous (%)", "pct"),
      Column("amortised_share", "amortised (%)", "pct")),
@@ -336,7 +328,7 @@ _register(TableSpec(
     "U = α · ā_served: availability α (share of batches served in time) times the accuracy on the "
     "served batches. 'needed' is the served accuracy the method would need to match its best "
     "competitor (best other U / α); above 100 % it is insolvent: no accuracy gain can close the gap.",
-    _optional(an.discrete_decomposition),
+    _on_utility(an.discrete_decomposition),
     (Column("method", "method"), Column("alpha", "α (%)", "pct"), Column("served", "|Q|", "int"),
      Column("served_acc", "ā_served (%)", "pct"), Column("utility", "U (%)", "pct2"),
      Column("best_other_method", "best competitor"), Column("required_served_acc", "needed (%)", "pct"),
@@ -347,7 +339,7 @@ _register(TableSpec(
     "U = ā · κ̄ + Cov(a, κ): accuracy times responsiveness κ̄ (1 = on time, 0.5 = as late as T) plus "
     "their alignment. 'needed' is the accuracy required to match the best competitor at zero "
     "alignment (best other U / κ̄); above 100 % the method is insolvent.",
-    _optional(an.continuous_decomposition),
+    _on_utility(an.continuous_decomposition),
     (Column("method", "method"), Column("acc", "ā (%)", "pct2"), Column("kappa", "κ̄ (%)", "pct"),
      Column("cov", "Cov(a, κ)", "cov"), Column("utility", "U (%)", "pct2"), Column("best_other_method", "best competitor"),
      Column("required_acc", "needed (%)", "pct"), Column("insolvent", "insolvent", "bool")),
@@ -357,7 +349,7 @@ _register(TableSpec(
     "U = β · ā_adapt + (1 − β) · ā_frozen: the model adapts on the first m = βN batches until the "
     "overhead budget is spent, then runs frozen. A frozen accuracy below standard inference's means "
     "the budget was spent on harmful adaptation.",
-    _optional(an.amortised_decomposition),
+    _on_utility(an.amortised_decomposition),
     (Column("method", "method"), Column("beta", "β (%)", "pct"), Column("m", "m", "num"),
      Column("acc_adapt", "ā_adapt (%)", "pct2"), Column("acc_frozen", "ā_frozen (%)", "pct2"),
      Column("utility", "U (%)", "pct2"), Column("below_standard", "below standard", "bool")),
@@ -367,7 +359,7 @@ _register(TableSpec(
     "The timing-derived factors at the strictest value of each protocol: availability α, "
     "responsiveness κ̄, and the adaptation steps m the budget allows per episode (mean, range); "
     "'exhausted' says whether the budget ran out before the episode ended.",
-    _optional(an.strict_terms),
+    _on_utility(an.strict_terms),
     (Column("method", "method"), Column("alpha", "α (%)", "pct"), Column("kappa", "κ̄ (%)", "pct"),
      Column("m_mean", "m (mean)", "num"), Column("m_min", "m min", "int"), Column("m_max", "m max", "int"),
      Column("exhausted", "exhausted", "bool")),
@@ -376,7 +368,7 @@ _register(TableSpec(
     "insolvency", "Insolvency across all discrete and continuous cells", "§4.3",
     "How many per-episode cells leave the method insolvent: it would need more than 100 % (served) "
     "accuracy to match the best competitor in the cell; 'max needed' is the worst case.",
-    _optional(an.insolvency),
+    _on_utility(an.insolvency),
     (Column("method", "method"), Column("insolvent", "insolvent", "int"), Column("cells", "cells", "int"),
      Column("discrete_insolvent", "discrete", "int"), Column("continuous_insolvent", "continuous", "int"),
      Column("max_required", "max needed (%)", "pct")),
@@ -387,24 +379,28 @@ _register(TableSpec(
     "episode (from the traces; – when only results were given). 'efficient' points beat every "
     "cheaper point of the same method; 'gain' is the utility bought per extra second (pp/s); "
     "'best at B' marks the method to deploy at that budget.",
-    lambda inp: _safe(_pareto, inp),
+    _pareto,
     (Column("method", "method"), Column("B_ms", "B (ms)", "num"), Column("spent_ms", "spent (ms)", "num"),
      Column("utility", "U (%)", "pct2"), Column("efficient", "efficient", "bool"),
      Column("gain_pp_per_s", "gain (pp/s)", "gain"), Column("best_at_B", "best at B", "bool")),
 ))
 
 
-def _safe(fn, inp):
+def compute_table(name: str, inp: ReportInputs) -> pl.DataFrame | None:
+    """The table, or None when these results cannot support it; ``why_missing`` says why."""
+    if name not in TABLES:
+        raise ReportError(f"unknown table '{name}'; tables: {', '.join(TABLES)}")
     try:
-        return fn(inp)
-    except an.AnalysisError:
+        return TABLES[name].compute(inp)
+    except an.AnalysisError as exc:
+        inp._cache.setdefault("why", {})[name] = str(exc)
         return None
 
 
-def compute_table(name: str, inp: ReportInputs) -> pl.DataFrame | None:
-    if name not in TABLES:
-        raise ReportError(f"unknown table '{name}'; tables: {', '.join(TABLES)}")
-    return TABLES[name].compute(inp)
+def why_missing(name: str, inp: ReportInputs) -> str:
+    if TABLES[name].needs_traces and inp.trace_rows is None:
+        return "needs the traces (per-batch times): run the report on traces, or on a report directory made from them"
+    return inp._cache.get("why", {}).get(name, "not available from these results")
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -505,11 +501,10 @@ def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
     n_ep = len(episodes)
     methods = an.method_order(u)
     temporal = w.filter(pl.col("protocol") != "offline")
-    lines.append(
-        f"{len(methods)} methods over {n_ep} episode{'s' if n_ep != 1 else ''} and "
-        f"{temporal.select('scenario').n_unique()} temporal scenarios "
-        f"({temporal.height} temporal cells), λ = {u.get_column('lambda_ms').first():.2f} ms."
-    )
+    scope = (f" and {temporal.select('scenario').n_unique()} temporal scenarios ({temporal.height} temporal cells)"
+             if temporal.height else " (offline only: no temporal scenarios in these results)")
+    lines.append(f"{len(methods)} methods over {n_ep} episode{'s' if n_ep != 1 else ''}{scope}, "
+                 f"λ = {u.get_column('lambda_ms').first():.2f} ms.")
     # offline favourite vs temporal winners
     off = w.filter(pl.col("protocol") == "offline").explode("winners")
     fav = None
@@ -651,6 +646,7 @@ def build_report(inp: ReportInputs, out: str | Path, all_episodes: bool = False,
     seconds["tables"] = time.perf_counter() - t0
     groups = groups_of(inp.utility)
     multi = len(groups) > 1
+    varying = [k for k in (groups[0] if groups else {}) if len({str(g[k]) for g in groups}) > 1]
     fig_paths: list[Path] = []
     md = ["# Tempora report", "",
           f"Source: `{inp.source}` ({'traces, swept for this report' if inp.from_traces else 'sweep results'}). "
@@ -658,7 +654,8 @@ def build_report(inp: ReportInputs, out: str | Path, all_episodes: bool = False,
           "(all groups, fractions rather than %).", ""]
     t1 = time.perf_counter()
     for gi, group in enumerate(groups):
-        prefix = f"{slug(group_label(group))}-" if multi else ""
+        # figure names: the group values that tell the groups apart, e.g. "cpu-other-winners.png"
+        prefix = f"{gi + 1}-{slug('-'.join(str(group[k]) for k in varying))}-" if multi else ""
         hx = "##" if not multi else "###"
         if multi:
             md += [f"## Group {gi + 1}: {group_label(group)}", ""]
@@ -675,7 +672,7 @@ def build_report(inp: ReportInputs, out: str | Path, all_episodes: bool = False,
                     md += [f"![{caption}]({png.relative_to(out).as_posix()})", "",
                            f"*{caption}* ([PDF]({pdf.relative_to(out).as_posix()}))", ""]
             for name in names:
-                md += _table_markdown(name, computed[name], group, hx)
+                md += _table_markdown(name, computed[name], group, hx, why_missing(name, inp))
     seconds["figures+markdown"] = time.perf_counter() - t1
     report = out / "report.md"
     report.write_text("\n".join(md).rstrip() + "\n", encoding="utf-8")
@@ -693,16 +690,15 @@ FIGURE_CAPTIONS = {
 }
 
 
-def _table_markdown(name: str, t: pl.DataFrame | None, group: dict, hx: str) -> list[str]:
+def _table_markdown(name: str, t: pl.DataFrame | None, group: dict, hx: str, why: str) -> list[str]:
     spec = TABLES[name]
     head = [f"{hx}# {spec.title}", "", f"*{spec.paper} · `tables/{name}.csv`.* {spec.how_to_read}", ""]
     if t is None:
-        why = ("needs the traces (per-batch times); run the report on traces rather than sweep results"
-               if spec.needs_traces else "not available: the sweep did not run this protocol")
-        return head + [f"_This table {why}._", ""]
+        return head + [f"_Not in this report: {why}._", ""]
     t = filter_group(t, group)
     if not t.height:
-        return head + ["_No rows for this group._", ""]
+        return head + ["_No rows for this group: its results lack what this table compares (offline and "
+                       "temporal scenarios of the same methods and episodes)._", ""]
     headers, rows = formatted_rows(spec, t)
     extra = []
     if name in ("discrete_decomposition", "continuous_decomposition", "amortised_decomposition"):
