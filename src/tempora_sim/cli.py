@@ -25,3 +25,11 @@ def _register_subcommands() -> None:
 
 
 _register_subcommands()
+
+
+if __name__ == "__main__":
+    # `python -m tempora_sim.cli`: run the importable module's group, on which the
+    # subcommand modules registered themselves (this __main__ copy is a different object).
+    from tempora_sim.cli import main as _main
+
+    _main()

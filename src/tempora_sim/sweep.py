@@ -1,0 +1,586 @@
+"""The sweep: replay every trace under every requested ρ / T / B value (DESIGN §4, §6).
+
+``sweep(...)`` is the notebook API (a polars DataFrame with the DESIGN §6 columns);
+``run_sweep(...)`` also returns timings, warnings and λ per group, which the CLI prints.
+
+Aggregation and meaning of the columns, per protocol (fractions in [0, 1], times in ms):
+
+* per-episode rows use per-batch accuracies ``a_i = correct_i / n_i``; ``episode="__all__"``
+  rows pool the batches of all episodes of a trace (with equal N per episode this is the
+  mean over episodes, which is what the paper's "aggregated across 15 corruptions" tables
+  report). Frozen accuracy is sample-weighted over the frozen rows of the checkpoint
+  (Σ correct / Σ n) and pooled across episodes weighted by frozen batches (N − m).
+* discrete: ``served`` = |Q| (pooled: total), ``alpha`` = |Q|/N, the fraction of batches served
+  *by the adapting pipeline*; ``served_acc`` = mean a over served events; ``utility`` = Σ of
+  all N batch scores / N. With ``skipped='null'`` (default) utility = alpha · served_acc;
+  with ``skipped='random'`` or ``fallback`` skipped batches add 1/C or the fallback
+  accuracy, so utility ≥ alpha · served_acc while alpha and served_acc keep their meaning.
+* continuous: ``acc`` = ā, ``kappa`` = κ̄, ``cov`` = population Cov(a, κ); utility = ā·κ̄ + cov.
+* amortised: ``m`` (pooled: mean m per episode, as in the paper's Table 14), ``beta`` = m/N,
+  ``acc_adapt`` = mean a over the first m batches (null if m = 0), ``acc_frozen`` (null if
+  m = N), ``frozen_gap`` = m − m* when the checkpoint used is m* < m (pooled: the largest).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+import polars as pl
+
+from tempora_schema import GroupKey
+
+from . import grids
+from .errors import GridError, ProtocolError, SimError
+from .traces import Trace, TraceSet, group_lambdas, load_traces
+
+ALL_EPISODES = "__all__"
+BUDGET_RULES = ("strict", "overshoot")
+SKIPPED_MODES = ("null", "random")
+SYNC_MODES = ("buffered", "strict")
+ENGINES = ("numba", "python")
+
+#: Output columns, in order (DESIGN §6 plus seed, stream, num_batches).
+COLUMNS = {
+    "dataset": pl.Utf8, "model": pl.Utf8, "device": pl.Utf8, "batch_size": pl.Int64,
+    "seed": pl.Int64, "stream": pl.Utf8, "method": pl.Utf8, "episode": pl.Utf8,
+    "protocol": pl.Utf8, "param": pl.Utf8, "value": pl.Float64, "lambda_ms": pl.Float64,
+    "utility": pl.Float64,
+    "alpha": pl.Float64, "served": pl.Int64, "served_acc": pl.Float64,
+    "acc": pl.Float64, "kappa": pl.Float64, "cov": pl.Float64,
+    "m": pl.Float64, "beta": pl.Float64, "acc_adapt": pl.Float64, "acc_frozen": pl.Float64,
+    "frozen_gap": pl.Int64,
+    "num_batches": pl.Int64,
+}
+
+
+class SimWarning(UserWarning):
+    """Something the user should know but that does not stop the sweep (e.g. a T ≤ λ skipped)."""
+
+
+@dataclass
+class SweepStats:
+    evaluations: int = 0  # per-episode (trace, episode, protocol, value) replays
+    batch_events: int = 0  # Σ N over those evaluations
+    kernel_s: float = 0.0  # time inside the replay kernels (or reference loops)
+    jit_s: float = 0.0  # first-use JIT compile / cache load in this process
+    total_s: float = 0.0
+
+    def line(self) -> str:
+        jit = f" (+{self.jit_s * 1e3:.0f} ms JIT compile/cache load on first use)" if self.jit_s else ""
+        return (
+            f"{self.evaluations:,} evaluations, {self.batch_events:,} batch events replayed; "
+            f"kernels {self.kernel_s * 1e3:.1f} ms{jit}; sweep {self.total_s * 1e3:.0f} ms"
+        )
+
+
+@dataclass
+class SweepResult:
+    frame: pl.DataFrame
+    stats: SweepStats
+    lambdas: dict[GroupKey, float]
+    warnings: list[str] = field(default_factory=list)
+    grids: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    #: group label (as the tables print it) -> method -> mean δ (ms), to order table rows
+    latency: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------
+# Flattening traces into series (one series = one episode of one trace)
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Series:
+    """Concatenated per-batch arrays of every episode of every trace, plus bookkeeping."""
+
+    traces: list[Trace]
+    trace_of: np.ndarray  # series -> trace index
+    episode: list[str]
+    offsets: np.ndarray  # int64 [S+1]
+    a: np.ndarray
+    e: np.ndarray
+    l: np.ndarray
+    delta: np.ndarray
+    lam: np.ndarray  # per series
+    skip_value: np.ndarray  # 1/C per series
+    frozen_from_adapt: np.ndarray  # bool per series: trace never updates and has no frozen rows
+    has_frozen: np.ndarray  # bool per series
+    # frozen tables: series -> checkpoints -> rows
+    ck_offsets: np.ndarray
+    ck_values: np.ndarray
+    row_offsets: np.ndarray
+    f_steps: np.ndarray
+    f_suf_correct: np.ndarray
+    f_suf_n: np.ndarray
+
+    @property
+    def n(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+def build_series(traces: Sequence[Trace], lambdas: dict[GroupKey, float]) -> Series:
+    a_parts, e_parts, l_parts, d_parts = [], [], [], []
+    trace_of, episodes, lengths, lam, skip, from_adapt, has_frozen = [], [], [], [], [], [], [], 
+    ck_counts, ck_vals, row_counts, f_steps, f_suf_c, f_suf_n = [], [], [], [], [], []
+    for t_idx, trace in enumerate(traces):
+        adapt = trace.adapt
+        ep_col = adapt["episode"].to_numpy()
+        a = (adapt["correct"].to_numpy().astype(np.float64) / adapt["n"].to_numpy().astype(np.float64))
+        e = adapt["e_ms"].to_numpy().astype(np.float64)
+        l = adapt["l_ms"].to_numpy().astype(np.float64)
+        d = adapt["delta_ms"].to_numpy().astype(np.float64)
+        a_parts.append(a); e_parts.append(e); l_parts.append(l); d_parts.append(d)
+        bounds = np.flatnonzero(ep_col[1:] != ep_col[:-1]) + 1
+        starts = np.concatenate(([0], bounds))
+        ends = np.concatenate((bounds, [len(ep_col)]))
+        frozen = trace.frozen
+        no_frozen = frozen.height == 0
+        frozen_by_ep = {}
+        if not no_frozen:
+            for key, part in frozen.group_by("episode", maintain_order=True):
+                frozen_by_ep[key[0] if isinstance(key, tuple) else key] = part
+        for s0, s1 in zip(starts, ends):
+            ep = str(ep_col[s0])
+            trace_of.append(t_idx)
+            episodes.append(ep)
+            lengths.append(s1 - s0)
+            lam.append(lambdas[trace.group])
+            skip.append(1.0 / trace.num_classes)
+            from_adapt.append(no_frozen and not trace.updates_parameters)
+            part = frozen_by_ep.get(ep)
+            has_frozen.append(part is not None)
+            if part is None:
+                ck_counts.append(0)
+                continue
+            ck = part["checkpoint"].to_numpy().astype(np.int64)
+            steps = part["step"].to_numpy().astype(np.int64)
+            corr = part["correct"].to_numpy().astype(np.float64)
+            nn = part["n"].to_numpy().astype(np.float64)
+            cb = np.flatnonzero(ck[1:] != ck[:-1]) + 1
+            cstarts = np.concatenate(([0], cb))
+            cends = np.concatenate((cb, [len(ck)]))
+            ck_counts.append(len(cstarts))
+            ck_vals.append(ck[cstarts])
+            row_counts.append(cends - cstarts)
+            f_steps.append(steps)
+            # suffix sums within each checkpoint segment
+            rc = np.cumsum(corr[::-1])[::-1]
+            rn = np.cumsum(nn[::-1])[::-1]
+            seg_end = np.repeat(cends, cends - cstarts)
+            tail_c = np.where(seg_end < len(ck), np.append(rc, 0.0)[seg_end], 0.0)
+            tail_n = np.where(seg_end < len(ck), np.append(rn, 0.0)[seg_end], 0.0)
+            f_suf_c.append(rc - tail_c)
+            f_suf_n.append(rn - tail_n)
+
+    def cat(parts, dtype):
+        return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
+
+    return Series(
+        traces=list(traces),
+        trace_of=np.asarray(trace_of, np.int64),
+        episode=episodes,
+        offsets=np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
+        a=cat(a_parts, np.float64), e=cat(e_parts, np.float64), l=cat(l_parts, np.float64),
+        delta=cat(d_parts, np.float64),
+        lam=np.asarray(lam, np.float64), skip_value=np.asarray(skip, np.float64),
+        frozen_from_adapt=np.asarray(from_adapt, np.bool_), has_frozen=np.asarray(has_frozen, np.bool_),
+        ck_offsets=np.concatenate(([0], np.cumsum(ck_counts))).astype(np.int64),
+        ck_values=cat(ck_vals, np.int64),
+        row_offsets=np.concatenate(([0], np.cumsum(np.concatenate(row_counts) if row_counts else []))).astype(np.int64),
+        f_steps=cat(f_steps, np.int64), f_suf_correct=cat(f_suf_c, np.float64), f_suf_n=cat(f_suf_n, np.float64),
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Engines: Numba kernels, or the plain-Python reference (for tests and the benchmark)
+# --------------------------------------------------------------------------------------
+
+_JIT_DONE = False
+
+
+def warm_kernels() -> float:
+    """Compile (or load from the on-disk cache) every kernel once per process; return seconds."""
+    global _JIT_DONE
+    if _JIT_DONE:
+        return 0.0
+    from . import kernels as K
+
+    t0 = time.perf_counter()
+    a = np.array([0.5, 0.25]); off = np.array([0, 2], np.int64); lam = np.array([1.0]); v = np.array([1.0, 2.0])
+    K.discrete_kernel(a, a + 1, off, lam, v, 1, False, 0, lam)
+    d = K.response_delays(a, a, off, lam)
+    K.continuous_kernel(a, d, off, lam, v + 1)
+    pa_, _ = K.amortised_prefixes(a, a, off, lam)
+    K.amortised_kernel(pa_, pa_, off, v, False, np.array([True]), np.array([0, 1], np.int64), np.array([0], np.int64),
+                       np.array([0, 1], np.int64), np.array([1], np.int64), np.array([1.0]), np.array([2.0]))
+    K.offline_kernel(a, off)
+    _JIT_DONE = True
+    return time.perf_counter() - t0
+
+
+def _replay_numba(series: Series, protocols, rho, T, B, opts) -> dict:
+    from . import kernels as K
+
+    out = {}
+    s = series
+    total = int(s.a.shape[0])
+    K.use_threads(total)
+    if "offline" in protocols:
+        out["offline"] = {"sum_a": K.offline_kernel(s.a, s.offsets)}
+    if "discrete" in protocols:
+        K.use_threads(total * len(rho))
+        mode = K.SKIP_FALLBACK if opts["fallback"] else (K.SKIP_RANDOM if opts["skipped"] == "random" else K.SKIP_NULL)
+        served, served_sum, score = K.discrete_kernel(
+            s.a, s.delta, s.offsets, s.lam, np.asarray(rho, np.float64), int(opts["queue"]),
+            opts["sync"] == "strict", mode, s.skip_value,
+        )
+        out["discrete"] = {"served": served, "served_sum": served_sum, "score_sum": score}
+    if "continuous" in protocols:
+        K.use_threads(total)
+        d = K.response_delays(s.e, s.l, s.offsets, s.lam)
+        K.use_threads(total * len(T))
+        sum_ak, sum_k, cov = K.continuous_kernel(s.a, d, s.offsets, s.lam, np.asarray(T, np.float64))
+        K.use_threads(total)
+        out["continuous"] = {"sum_ak": sum_ak, "sum_k": sum_k, "cov": cov, "sum_a": K.offline_kernel(s.a, s.offsets)}
+    if "amortised" in protocols:
+        K.use_threads(total)
+        pa_, pc_ = K.amortised_prefixes(s.a, s.delta, s.offsets, s.lam)
+        K.use_threads(len(s.episode) * len(B) * 64)  # binary searches: cheap per value
+        m, adapt_sum, frozen_acc, gap = K.amortised_kernel(
+            pa_, pc_, s.offsets, np.asarray(B, np.float64), opts["budget_rule"] == "overshoot",
+            s.frozen_from_adapt, s.ck_offsets, s.ck_values, s.row_offsets, s.f_steps, s.f_suf_correct, s.f_suf_n,
+        )
+        out["amortised"] = {"m": m, "adapt_sum": adapt_sum, "frozen_acc": frozen_acc, "gap": gap}
+    return out
+
+
+def _replay_python(series: Series, protocols, rho, T, B, opts) -> dict:
+    from . import reference as R
+
+    s = series
+    S = len(s.episode)
+    out = {}
+    sl = [slice(s.offsets[i], s.offsets[i + 1]) for i in range(S)]
+    if "offline" in protocols:
+        out["offline"] = {"sum_a": np.array([sum(s.a[x].tolist()) for x in sl])}
+    if "discrete" in protocols:
+        served = np.zeros((S, len(rho)), np.int64); ssum = np.zeros((S, len(rho))); score = np.zeros((S, len(rho)))
+        for i in range(S):
+            a, d = s.a[sl[i]].tolist(), s.delta[sl[i]].tolist()
+            for k, r in enumerate(rho):
+                res = R.discrete_reference(a, d, float(s.lam[i]) / r, opts["queue"], opts["sync"], opts["skipped"],
+                                           int(round(1.0 / s.skip_value[i])), opts["fallback"])
+                served[i, k], ssum[i, k], score[i, k] = res.served, res.served_sum, res.score_sum
+        out["discrete"] = {"served": served, "served_sum": ssum, "score_sum": score}
+    if "continuous" in protocols:
+        sum_ak = np.full((S, len(T)), np.nan); sum_k = np.full((S, len(T)), np.nan); cov = np.full((S, len(T)), np.nan)
+        for i in range(S):
+            a, e, l = s.a[sl[i]].tolist(), s.e[sl[i]].tolist(), s.l[sl[i]].tolist()
+            for k, t in enumerate(T):
+                if t <= s.lam[i]:
+                    continue
+                res = R.continuous_reference(a, e, l, float(s.lam[i]), t)
+                sum_ak[i, k], sum_k[i, k], cov[i, k] = res.utility * len(a), res.kappa * len(a), res.cov
+        out["continuous"] = {"sum_ak": sum_ak, "sum_k": sum_k, "cov": cov,
+                             "sum_a": np.array([sum(s.a[x].tolist()) for x in sl])}
+    if "amortised" in protocols:
+        m = np.zeros((S, len(B)), np.int64); asum = np.zeros((S, len(B)))
+        facc = np.full((S, len(B)), np.nan); gap = np.full((S, len(B)), -1, np.int64)
+        for i in range(S):
+            a, d = s.a[sl[i]].tolist(), s.delta[sl[i]].tolist()
+            rows = {}
+            for c in range(s.ck_offsets[i], s.ck_offsets[i + 1]):
+                r0, r1 = s.row_offsets[c], s.row_offsets[c + 1]
+                suf_c = s.f_suf_correct[r0:r1]; suf_n = s.f_suf_n[r0:r1]
+                corr = np.append(suf_c[:-1] - suf_c[1:], suf_c[-1]); nn = np.append(suf_n[:-1] - suf_n[1:], suf_n[-1])
+                rows[int(s.ck_values[c])] = list(zip(s.f_steps[r0:r1].tolist(), corr.tolist(), nn.tolist()))
+            for k, b in enumerate(B):
+                res = R.amortised_reference(a, d, float(s.lam[i]), b, rows, opts["budget_rule"], bool(s.frozen_from_adapt[i]))
+                m[i, k] = res.m
+                asum[i, k] = sum(a[: res.m])
+                if res.m < len(a):
+                    if res.acc_frozen is None:
+                        gap[i, k] = -2
+                    else:
+                        facc[i, k], gap[i, k] = res.acc_frozen, res.frozen_gap
+        out["amortised"] = {"m": m, "adapt_sum": asum, "frozen_acc": facc, "gap": gap}
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Assembling the output frame
+# --------------------------------------------------------------------------------------
+
+
+def _div(num, den):
+    num = np.asarray(num, np.float64)
+    den = np.asarray(den, np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def _frame(series: Series, protocol: str, values, stats: dict, pooled: bool) -> pl.DataFrame:
+    """Rows of one protocol: per episode (pooled=False) or per trace pooled over episodes."""
+    s = series
+    n_vals = max(1, len(values))
+    n = s.n.astype(np.float64)
+    if pooled:
+        starts = np.flatnonzero(np.r_[True, s.trace_of[1:] != s.trace_of[:-1]])
+        owner = s.trace_of[starts]
+
+        def agg(x):
+            x = np.asarray(x, np.float64)
+            return np.add.reduceat(x, starts, axis=0)
+
+        N = agg(n)
+        episodes = [ALL_EPISODES] * len(starts)
+        lam = s.lam[starts]
+        nep = np.diff(np.r_[starts, len(s.episode)])
+    else:
+        owner = s.trace_of
+        N = n
+        episodes = s.episode
+        lam = s.lam
+        agg = None
+    rows = len(owner)
+    NN = np.repeat(N[:, None], n_vals, axis=1)
+    cols: dict[str, np.ndarray] = {}
+    nan = np.full((rows, n_vals), np.nan)
+
+    def reduce_(x):
+        x = np.asarray(x, np.float64)
+        if x.ndim == 1:
+            x = np.repeat(x[:, None], n_vals, axis=1)
+        return agg(x) if pooled else x
+
+    if protocol == "offline":
+        cols["utility"] = reduce_(stats["sum_a"]) / NN
+    elif protocol == "discrete":
+        served = reduce_(stats["served"])
+        cols["served"] = served
+        cols["alpha"] = served / NN
+        cols["served_acc"] = _div(reduce_(stats["served_sum"]), served)
+        cols["utility"] = reduce_(stats["score_sum"]) / NN
+    elif protocol == "continuous":
+        util = reduce_(stats["sum_ak"]) / NN
+        acc = reduce_(stats["sum_a"]) / NN
+        kappa = reduce_(stats["sum_k"]) / NN
+        cols["utility"], cols["acc"], cols["kappa"] = util, acc, kappa
+        cols["cov"] = util - acc * kappa if pooled else np.asarray(stats["cov"])
+    elif protocol == "amortised":
+        m = np.asarray(stats["m"], np.float64)
+        adapt_sum = np.asarray(stats["adapt_sum"])
+        facc = np.asarray(stats["frozen_acc"])
+        gap = np.asarray(stats["gap"], np.float64)
+        nrep = np.repeat(n[:, None], n_vals, axis=1)
+        frozen_n = nrep - m
+        fsum = np.where(frozen_n > 0, np.nan_to_num(facc) * frozen_n, 0.0)
+        util_sum = adapt_sum + fsum
+        if pooled:
+            M = agg(m)
+            FN = agg(frozen_n)
+            cols["m"] = M / nep[:, None]
+            cols["beta"] = M / NN
+            cols["acc_adapt"] = _div(agg(adapt_sum), M)
+            cols["acc_frozen"] = _div(agg(fsum), FN)
+            cols["utility"] = agg(util_sum) / NN
+            g = np.where(frozen_n > 0, gap, -1.0)
+            gmax = np.maximum.reduceat(g, starts, axis=0)
+            cols["frozen_gap"] = np.where(gmax >= 0, gmax, np.nan)
+        else:
+            cols["m"] = m
+            cols["beta"] = m / NN
+            cols["acc_adapt"] = _div(adapt_sum, m)
+            cols["acc_frozen"] = np.where(frozen_n > 0, facc, np.nan)
+            cols["utility"] = util_sum / NN
+            cols["frozen_gap"] = np.where(gap >= 0, gap, np.nan)
+
+    trace_meta = [s.traces[i].meta for i in owner]
+    base = {
+        "dataset": [m["dataset"] for m in trace_meta], "model": [m["model"] for m in trace_meta],
+        "device": [m["device"] for m in trace_meta], "batch_size": [int(m["batch_size"]) for m in trace_meta],
+        "seed": [int(m["seed"]) for m in trace_meta], "stream": [m["stream"] for m in trace_meta],
+        "method": [m["method"] for m in trace_meta], "episode": list(episodes),
+    }
+    data: dict[str, object] = {k: np.repeat(np.asarray(v, dtype=object if isinstance(v[0], str) else None), n_vals)
+                               if v else np.asarray([]) for k, v in base.items()}
+    data["protocol"] = [protocol] * (rows * n_vals)
+    data["param"] = [grids.PARAM_OF[protocol]] * (rows * n_vals)
+    data["value"] = np.tile(np.asarray(values, np.float64), rows) if values else np.full(rows, np.nan)
+    data["lambda_ms"] = np.repeat(lam, n_vals)
+    for name in COLUMNS:
+        if name in cols:
+            data[name] = np.asarray(cols[name], np.float64).reshape(-1)
+        elif name not in data and name != "num_batches":
+            data[name] = nan.reshape(-1)
+    data["num_batches"] = np.repeat(N, n_vals).astype(np.int64)
+    frame = pl.DataFrame({k: data[k] for k in COLUMNS}, nan_to_null=True, strict=False)
+    return frame.cast(COLUMNS)
+
+
+# --------------------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------------------
+
+
+def _check_options(queue, budget_rule, skipped, sync, fallback, engine):
+    if isinstance(queue, bool) or not isinstance(queue, (int, np.integer)) or queue < 0:
+        raise GridError(f"--queue: capacity must be an integer >= 0 (got {queue!r})")
+    for name, value, allowed in (("budget-rule", budget_rule, BUDGET_RULES), ("skipped", skipped, SKIPPED_MODES),
+                                 ("sync", sync, SYNC_MODES), ("engine", engine, ENGINES)):
+        if value not in allowed:
+            raise GridError(f"--{name}: '{value}' is not one of {', '.join(allowed)}")
+    if fallback and skipped == "random":
+        raise GridError("--fallback and --skipped random both score skipped batches; choose one")
+
+
+def run_sweep(
+    source,
+    protocols="all",
+    rho=None,
+    T_ms=None,
+    B_ms=None,
+    lambda_ms=None,
+    queue=1,
+    budget_rule="strict",
+    skipped="null",
+    sync="buffered",
+    fallback=False,
+    engine="numba",
+) -> SweepResult:
+    """Replay ``source`` (path(s) or a TraceSet) and return rows, timings, λ and warnings."""
+    t_start = time.perf_counter()
+    _check_options(queue, budget_rule, skipped, sync, fallback, engine)
+    protos = grids.parse_protocols(protocols)
+    rho_v = grids.parse_rho(rho) if rho is not None else grids.DEFAULT_RHO
+    T_v = grids.parse_T(T_ms) if T_ms is not None else grids.DEFAULT_T_MS
+    B_v = grids.parse_B(B_ms) if B_ms is not None else grids.DEFAULT_B_MS
+    if lambda_ms is not None:
+        lambda_ms = grids.parse_time_ms(lambda_ms, "lambda-ms")
+        if lambda_ms <= 0:
+            raise GridError(f"--lambda-ms: λ must be > 0 ms (got {lambda_ms:g})")
+    traceset = source if isinstance(source, TraceSet) else load_traces(source)
+    lambdas = group_lambdas(traceset, lambda_ms)
+    notes: list[str] = []
+
+    if "continuous" in protos:
+        for key, lam in lambdas.items():
+            bad = [t for t in T_v if t <= lam]
+            if bad and T_ms is not None:
+                raise GridError(
+                    f"--T {', '.join(f'{t:g}' for t in bad)} ms must exceed λ = {lam:.2f} ms of group {key.label()} "
+                    "(continuous utility needs T > λ)"
+                )
+            for t in bad:
+                notes.append(f"T = {t:g} ms skipped for group {key.label()}: not above λ = {lam:.2f} ms")
+
+    traces = [t for members in traceset.groups().values() for t in members]
+    series = build_series(traces, lambdas)
+    opts = {"queue": int(queue), "budget_rule": budget_rule, "skipped": skipped, "sync": sync, "fallback": fallback}
+    stats = SweepStats()
+    if engine == "numba":
+        stats.jit_s = warm_kernels()
+        replay = _replay_numba
+    else:
+        replay = _replay_python
+    t0 = time.perf_counter()
+    raw = replay(series, protos, rho_v, T_v, B_v, opts)
+    stats.kernel_s = time.perf_counter() - t0
+
+    if "amortised" in raw:
+        _check_frozen(series, raw["amortised"], B_v)
+
+    frames = []
+    values_of = {"offline": (), "discrete": rho_v, "continuous": T_v, "amortised": B_v}
+    total_n = int(series.n.sum())
+    for proto in protos:
+        vals = values_of[proto]
+        for pooled in (False, True):
+            frame = _frame(series, proto, vals, raw[proto], pooled)
+            if proto == "continuous":
+                frame = frame.filter(pl.col("value") > pl.col("lambda_ms"))
+            frames.append(frame)
+        kept = frames[-2].height
+        stats.evaluations += kept
+        stats.batch_events += total_n * max(1, len(vals)) if proto != "continuous" else int(frames[-2]["num_batches"].sum())
+    frame = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=COLUMNS)
+    stats.total_s = time.perf_counter() - t_start
+    for note in notes:
+        warnings.warn(note, SimWarning, stacklevel=2)
+    latency: dict[str, dict[str, float]] = {}
+    for t in traces:
+        m = t.meta
+        label = f"{m['dataset']} · {m['model']} · {m['device']} · bs {m['batch_size']} · seed {m['seed']} · {m['stream']}"
+        latency.setdefault(label, {})[t.method] = float(t.adapt["delta_ms"].mean())
+    return SweepResult(frame, stats, lambdas, notes, {"rho": rho_v, "T_ms": T_v, "B_ms": B_v}, latency)
+
+
+def _check_frozen(series: Series, raw: dict, budgets) -> None:
+    gap = raw["gap"]
+    bad = np.argwhere(gap == -2)
+    if bad.size == 0:
+        return
+    s_idx, v_idx = bad[0]
+    trace = series.traces[series.trace_of[s_idx]]
+    m = int(raw["m"][s_idx, v_idx])
+    ep = series.episode[s_idx]
+    if not series.has_frozen[s_idx]:
+        raise ProtocolError(
+            f"{trace.path}: amortised utility needs frozen-mode rows (phase=frozen) but episode '{ep}' has none "
+            f"(m = {m} < N at B = {budgets[v_idx]:g} ms); re-trace with frozen evaluation or leave out --protocol amortised"
+        )
+    lo = series.ck_offsets[s_idx]
+    cks = series.ck_values[lo:series.ck_offsets[s_idx + 1]].tolist()
+    raise ProtocolError(
+        f"{trace.path}: episode '{ep}' has no frozen checkpoint <= m = {m} with rows at step >= {m} "
+        f"(checkpoints: {cks}); needed for B = {budgets[v_idx]:g} ms"
+    )
+
+
+def sweep(
+    source,
+    protocols="all",
+    rho=None,
+    T_ms=None,
+    B_ms=None,
+    lambda_ms=None,
+    queue=1,
+    budget_rule="strict",
+    skipped="null",
+    sync="buffered",
+    fallback=False,
+    engine="numba",
+) -> pl.DataFrame:
+    """Replay traces under ρ / T / B grids; one row per (trace, episode|__all__, protocol, value).
+
+    ``source``: a trace file, a directory (searched recursively for ``*.parquet``), a list of
+    them, or a loaded :class:`~tempora_sim.traces.TraceSet`. ``rho`` (fractions or ``'70%'``),
+    ``T_ms`` and ``B_ms`` (ms, or strings with ``ms``/``s`` suffixes) take a comma-separated
+    string or a sequence; ``None`` means the paper's grids (default T values ≤ λ are dropped
+    with a :class:`SimWarning`; explicit ones raise). ``lambda_ms`` overrides λ for every group.
+    ``queue`` is the discrete queue capacity b; ``sync='strict'`` is Alfarra et al.'s +2
+    synchronisation; ``skipped='random'`` scores skipped batches 1/C; ``fallback=True`` scores
+    them with the dual-model fallback; ``budget_rule`` is ``strict`` or ``overshoot``.
+    ``engine='python'`` runs the plain-Python reference instead of the kernels (slow; tests).
+    """
+    return run_sweep(source, protocols, rho, T_ms, B_ms, lambda_ms, queue, budget_rule, skipped, sync,
+                     fallback, engine).frame
+
+
+class _CallableModule(__import__("types").ModuleType):
+    """``tempora_sim.sweep`` names both this module and the API function; make both work.
+
+    Importing the submodule ``tempora_sim.sweep`` rebinds the package attribute to the module,
+    so the module itself forwards calls to :func:`sweep`.
+    """
+
+    def __call__(self, *args, **kwargs):
+        return sweep(*args, **kwargs)
+
+
+__import__("sys").modules[__name__].__class__ = _CallableModule

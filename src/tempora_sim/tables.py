@@ -1,0 +1,150 @@
+"""Terminal tables of a sweep: corruption-aggregated utilities and strict-pressure decompositions.
+
+The layouts follow the paper: Tables 11–13 (utility per method × parameter value, aggregated
+over episodes, best in bold) and Tables 3–5 (the decomposition at the strictest value of each
+protocol). Rows are the pooled ``episode = "__all__"`` rows of the sweep; methods are listed by
+mean per-batch latency, so the non-adaptive baseline comes first and the slowest method last.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import polars as pl
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from .sweep import ALL_EPISODES, SweepResult
+
+_TITLES = {
+    "offline": "Offline utility (%): mean accuracy, no time pressure",
+    "discrete": "Discrete utility (%) across utilisation ρ",
+    "continuous": "Continuous utility (%) across HCI threshold T",
+    "amortised": "Amortised utility (%) across overhead budget B",
+}
+
+
+def value_label(param: str | None, value: float | None) -> str:
+    """Column header of one grid value: ``ρ=70%``, ``T=50ms``, ``B=1s``."""
+    if param is None or value is None:
+        return "offline"
+    if param == "rho":
+        return f"ρ={value * 100:g}%"
+    if param == "T_ms":
+        return f"T={value:g}ms" if value < 1000 else f"T={value / 1000:g}s"
+    return f"B={value:g}ms" if value < 1000 else f"B={value / 1000:g}s"
+
+
+def _pct(x: float | None, digits: int = 2) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * 100:.{digits}f}"
+
+
+def _method_order(frame: pl.DataFrame, latency: dict) -> list[str]:
+    methods = frame["method"].unique().to_list()
+    return sorted(methods, key=lambda m: (latency.get(m, math.inf), m))
+
+
+def _groups(frame: pl.DataFrame) -> Iterable[tuple[str, pl.DataFrame]]:
+    keys = ["dataset", "model", "device", "batch_size", "seed", "stream"]
+    for key, part in frame.group_by(keys, maintain_order=True):
+        label = f"{key[0]} · {key[1]} · {key[2]} · bs {key[3]} · seed {key[4]} · {key[5]}"
+        yield label, part
+
+
+def utility_tables(group: pl.DataFrame, latency: dict[str, float]) -> list[Table]:
+    """Tables 11–13 for one group's pooled rows: utility (%) per method × grid value."""
+    tables = []
+    if True:
+        for protocol in ("offline", "discrete", "continuous", "amortised"):
+            part = group.filter(pl.col("protocol") == protocol)
+            if part.height == 0:
+                continue
+            values = part["value"].unique(maintain_order=True).to_list()
+            param = part["param"][0]
+            table = Table(title=_TITLES[protocol], box=box.SIMPLE_HEAD, title_justify="left", min_width=60,
+                          caption="* best per column (bold), underlined: second", caption_justify="left")
+            table.add_column("Method")
+            for v in values:
+                table.add_column(value_label(param, v), justify="right")
+            grid = {}
+            for row in part.iter_rows(named=True):
+                grid[(row["method"], row["value"])] = row["utility"]
+            ranks = {}
+            for v in values:
+                col = sorted(((u, m) for (m, vv), u in grid.items() if _same(vv, v) and u is not None), reverse=True)
+                if col:
+                    ranks[(col[0][1], _key(v))] = 1
+                if len(col) > 1 and col[1][0] < col[0][0]:
+                    ranks[(col[1][1], _key(v))] = 2
+            for method in _method_order(part, latency):
+                cells = [method]
+                for v in values:
+                    u = next((u for (m, vv), u in grid.items() if m == method and _same(vv, v)), None)
+                    text = _pct(u)
+                    rank = ranks.get((method, _key(v)))
+                    if rank == 1:
+                        text = f"[bold]{text}*[/bold]"
+                    elif rank == 2:
+                        text = f"[underline]{text}[/underline]"
+                    cells.append(text)
+                table.add_row(*cells)
+            tables.append(table)
+    return tables
+
+
+def _key(v):
+    return None if v is None else round(float(v), 12)
+
+
+def _same(a, b) -> bool:
+    return _key(a) == _key(b)
+
+
+def decomposition_tables(group: pl.DataFrame, latency: dict[str, float]) -> list[Table]:
+    """Tables 3–5 for one group: each protocol's decomposition at its strictest value."""
+    tables = []
+    if True:
+        specs = (
+            ("discrete", "max", ["α (%)", "|Q|", "ā_served (%)", "U_discrete (%)"],
+             lambda r: [_pct(r["alpha"], 1), f"{int(r['served']):,}", _pct(r["served_acc"]), _pct(r["utility"])]),
+            ("continuous", "min", ["ā (%)", "κ̄ (%)", "Cov(a, κ)", "U_continuous (%)"],
+             lambda r: [_pct(r["acc"]), _pct(r["kappa"], 1), f"{r['cov']:+.4f}", _pct(r["utility"])]),
+            ("amortised", "min", ["β (%)", "m", "ā_adapt (%)", "ā_frozen (%)", "gap", "U_amortised (%)"],
+             lambda r: [_pct(r["beta"], 1), f"{r['m']:.1f}", _pct(r["acc_adapt"]), _pct(r["acc_frozen"]),
+                        "–" if r["frozen_gap"] is None else str(r["frozen_gap"]), _pct(r["utility"])]),
+        )
+        for protocol, pick, headers, cells in specs:
+            part = group.filter(pl.col("protocol") == protocol)
+            if part.height == 0:
+                continue
+            value = part["value"].max() if pick == "max" else part["value"].min()
+            part = part.filter(pl.col("value") == value)
+            param = part["param"][0]
+            table = Table(title=f"{protocol.capitalize()} decomposition at {value_label(param, value)} (strictest)",
+                          box=box.SIMPLE_HEAD, title_justify="left", min_width=60)
+            table.add_column("Method")
+            for h in headers:
+                table.add_column(h, justify="right")
+            rows = {r["method"]: r for r in part.iter_rows(named=True)}
+            best = max((r["utility"] for r in rows.values() if r["utility"] is not None), default=None)
+            for method in _method_order(part, latency):
+                row = cells(rows[method])
+                if best is not None and rows[method]["utility"] == best:
+                    row[-1] = f"[bold]{row[-1]}*[/bold]"
+                table.add_row(method, *row)
+            tables.append(table)
+    return tables
+
+
+def print_report(result: SweepResult, console: Console | None = None) -> None:
+    """Per group: a header with λ, the utility tables, then the decompositions."""
+    console = console or Console()
+    pooled = result.frame.filter(pl.col("episode") == ALL_EPISODES)
+    for label, group in _groups(pooled):
+        lam = group["lambda_ms"][0]
+        console.rule(f"[bold]{label}[/bold] · λ = {lam:.2f} ms")
+        latency = result.latency.get(label, {})
+        for table in utility_tables(group, latency) + decomposition_tables(group, latency):
+            console.print(table)
