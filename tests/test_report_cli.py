@@ -136,7 +136,7 @@ def test_show_lists_tables_and_reports_bad_input_in_one_line(tmp_path):
     bad = tmp_path / "junk.parquet"
     bad.write_bytes(b"not parquet")
     res = runner.invoke(main, ["report", str(bad), "--out", str(tmp_path / "o")])
-    assert res.exit_code == 2 and res.output.startswith("error: ") and "Traceback" not in res.output
+    assert res.exit_code == 2 and res.output.startswith("tempora-sim: error: ") and "Traceback" not in res.output
     assert len(res.output.strip().splitlines()) == 1
 
 

@@ -29,23 +29,39 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 def _fail(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
+    """One line on stderr and exit status 2, the same convention as ``tempora-sim sweep``."""
+    click.echo(f"tempora-sim: error: {message}", err=True)
     sys.exit(2)
 
 
-def _sweep_options(rho, T_ms, B_ms, lambda_ms) -> dict:
-    """Grid options for the sweep, passed as typed so the simulator parses units (70%, 1s)."""
-    opts = {"rho": rho, "T_ms": T_ms, "B_ms": B_ms, "lambda_ms": lambda_ms}
+def _load(rp, source, options):
+    """Load results, or sweep traces, echoing the simulator's warnings as one line each."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        inputs = rp.load_inputs(list(source), options)
+    for w in caught:
+        if w.category.__name__ == "SimWarning":
+            click.echo(f"tempora-sim: warning: {w.message}", err=True)
+    return inputs
+
+
+def _sweep_options(protocol, rho, T, B, lambda_ms) -> dict:
+    """Sweep options as typed, so the simulator parses units (70%, 1s) exactly as ``sweep`` does."""
+    opts = {"protocols": protocol, "rho": rho, "T_ms": T, "B_ms": B, "lambda_ms": lambda_ms}
     return {k: v for k, v in opts.items() if v is not None}
 
 
 _SOURCE = click.argument("source", nargs=-1, required=True, type=click.Path(exists=True))
+# The same grid options, names and units as `tempora-sim sweep` (used when SOURCE is traces).
 _GRID = [
-    click.option("--rho", default=None, help="Utilisations ρ for the sweep, comma-separated: 0.7 or 70% (traces only; default: the paper's grid)."),
-    click.option("--T-ms", "T_ms", default=None, help="Continuous thresholds T, comma-separated: 50, 50ms or 0.05s (traces only)."),
-    click.option("--B-ms", "B_ms", default=None, help="Amortised budgets B, comma-separated: 1000, 1000ms or 1s (traces only)."),
-    click.option("--lambda-ms", type=float, default=None,
-                 help="Use this λ (ms) instead of the standard trace's mean + 6σ (traces only)."),
+    click.option("--protocol", default=None, help="Protocols to sweep: all (default) or a comma-separated list."),
+    click.option("--rho", default=None, help="Utilisations ρ, fractions or %, e.g. 1,0.7,50% [default: the paper's grid]."),
+    click.option("--T", "T", default=None, help="HCI thresholds, ms by default or with ms/s suffix."),
+    click.option("--B", "B", default=None, help="Overhead budgets, ms by default or with ms/s suffix, e.g. 1s,8s."),
+    click.option("--lambda-ms", "lambda_ms", default=None,
+                 help="Use this λ instead of mean + 6σ of the standard trace (ms, or with a suffix)."),
 ]
 
 
@@ -61,16 +77,16 @@ def _grid(fn):
 @click.option("--all-episodes", is_flag=True, help="Utility curves for every episode (default: one per category).")
 @click.option("--episodes", default=None, help="Utility curves for these episodes, comma-separated.")
 @_grid
-def report_command(source, out, all_episodes, episodes, rho, T_ms, B_ms, lambda_ms):
+def report_command(source, out, all_episodes, episodes, protocol, rho, T, B, lambda_ms):
     """Analyse RESULTS_OR_TRACES and write DIR/report.md with tables, CSVs and figures.
 
     SOURCE is a sweep's results (a directory holding utility.parquet) or trace files /
-    directories, which are swept first with the default grid (or --rho/--T-ms/--B-ms)."""
+    directories, which are swept first with the paper's grid (or --protocol/--rho/--T/--B)."""
     from tempora_sim import report as rp
 
     t0 = time.perf_counter()
     try:
-        inputs = rp.load_inputs(list(source), _sweep_options(rho, T_ms, B_ms, lambda_ms))
+        inputs = _load(rp, source, _sweep_options(protocol, rho, T, B, lambda_ms))
         swept = time.perf_counter() - t0
         eps = [e.strip() for e in episodes.split(",") if e.strip()] if episodes else None
         result = rp.build_report(inputs, out, all_episodes=all_episodes, episodes=eps)
@@ -85,7 +101,7 @@ def report_command(source, out, all_episodes, episodes, rho, T_ms, B_ms, lambda_
 @click.argument("table", required=False)
 @click.argument("source", nargs=-1, type=click.Path(exists=True))
 @_grid
-def show_command(table, source, rho, T_ms, B_ms, lambda_ms):
+def show_command(table, source, protocol, rho, T, B, lambda_ms):
     """Print TABLE computed from SOURCE (results, traces or a report directory).
 
     Without arguments, list the tables."""
@@ -99,7 +115,7 @@ def show_command(table, source, rho, T_ms, B_ms, lambda_ms):
     if table not in rp.TABLES:
         _fail(f"unknown table '{table}'; tables: {', '.join(rp.TABLES)}")
     try:
-        inputs = rp.load_inputs(list(source), _sweep_options(rho, T_ms, B_ms, lambda_ms))
+        inputs = _load(rp, source, _sweep_options(protocol, rho, T, B, lambda_ms))
         frame = rp.compute_table(table, inputs)
     except _user_errors() as exc:
         _fail(str(exc))

@@ -519,7 +519,7 @@ def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
         sent = f"**Under time pressure** the winners change: of {temporal.height} temporal cells, {_count_phrase(top)}"
         sent += " (wins)."
         if fav is not None:
-            sent += f" The offline favourite {fav} wins {fav_t} of them."
+            sent += f" The offline favourite {fav} wins {fav_t or 'none'} of them."
         lines.append(sent)
     lines += _strict_sentences(inp, group, w, n_ep, fav)
     rs = g("rank_correlation_summary")
@@ -592,7 +592,7 @@ def _strict_sentences(inp: ReportInputs, group: dict, w: pl.DataFrame, n_ep: int
             s = f"{head}: it serves α = {_pc(r['alpha'])} of batches at {_pc(r['served_acc'])} served accuracy, U = {_pc(r['utility'])}."
             if o:
                 s += (f" {other} serves only α = {_pc(o['alpha'])}; to match the best competitor it would need "
-                      f"{_pc(o['required_served_acc'])} served accuracy"
+                      f"{_pc(o['required_served_acc'])} served accuracy (it reaches {_pc(o['served_acc'])})"
                       + (" — insolvent: no accuracy gain can close the gap." if o["insolvent"] else "."))
         elif proto == "continuous":
             s = f"{head}: responsiveness κ̄ = {_pc(r['kappa'])} keeps most of its {_pc(r['acc'])} accuracy, U = {_pc(r['utility'])}."
@@ -604,10 +604,17 @@ def _strict_sentences(inp: ReportInputs, group: dict, w: pl.DataFrame, n_ep: int
             frozen = "" if r["acc_frozen"] is None else f", then ā_frozen = {_pc(r['acc_frozen'])} frozen"
             s = f"{head}: it adapts on β = {_pc(r['beta'])} of the stream{frozen}, U = {_pc(r['utility'])}."
             below = t.filter(pl.col("below_standard").fill_null(False)) if "below_standard" in t.columns else t.clear()
-            if below.height:
-                names = below.get_column("method").to_list()
-                s += (f" {_count_phrase(names)} end{'s' if len(names) == 1 else ''} below standard inference: "
-                      "the budget runs out early and the frozen model is worse than the source model.")
+            base = _row(t, method=an.BASELINE)
+            frozen_worse = below.filter((pl.col("beta") < 1) & (pl.col("acc_frozen") < base["utility"])) if base else below.clear()
+            if frozen_worse.height:
+                names = frozen_worse.get_column("method").to_list()
+                s += (f" {_count_phrase(names)} end{'s' if len(names) == 1 else ''} below standard inference: the budget "
+                      f"runs out after {_pc(frozen_worse.get_column('beta').max())} of the stream or less and the frozen "
+                      "model is worse than the source model (harmful adaptation).")
+            rest = below.filter(~pl.col("method").is_in(frozen_worse.get_column("method").to_list()))
+            if rest.height:
+                names = rest.get_column("method").to_list()
+                s += f" {_count_phrase(names)} {'is' if len(names) == 1 else 'are'} below standard inference too."
         out.append(s)
     return out
 
