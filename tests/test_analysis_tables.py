@@ -412,3 +412,47 @@ def test_offline_and_sweep_tables():
 def test_malformed_table_is_a_clear_error():
     with pytest.raises(an.AnalysisError, match="utility"):
         an.winners(pl.DataFrame({"method": ["x"]}))
+
+
+# ----------------------------------------------------------------------------- random oracle
+def test_cell_analyses_match_a_plain_python_oracle_with_ties():
+    """Winners, win counts, deficits and below-standard on random tables whose utilities come
+    from a small set (so ties are frequent), against a direct re-computation in plain Python."""
+    rng = random.Random(11)
+    methods = ["standard", "a", "b", "c"]
+    values = {"discrete": [1.0, 0.5], "continuous": [50.0, 200.0], "amortised": [1000.0]}
+    table = {}
+    for ep in ("e1", "e2", "e3", "e4"):
+        table[(ep, "offline", None)] = {m: rng.choice([0.1, 0.2, 0.3]) for m in methods}
+        for proto, vs in values.items():
+            for v in vs:
+                table[(ep, proto, v)] = {m: rng.choice([0.1, 0.2, 0.3]) for m in methods}
+    t = utility_frame(grid(table))
+
+    def winners_of(cell):
+        best = max(cell.values())
+        return sorted(m for m, u in cell.items() if u == best)
+
+    got = {(r["episode"], r["protocol"], r["value"]): r["winners"] for r in an.winners(t).iter_rows(named=True)}
+    assert got == {k: winners_of(c) for k, c in table.items()}
+
+    wins = {m: sum(m in winners_of(c) for c in table.values()) for m in methods}
+    assert dict(an.win_counts(t).select("method", "wins").rows()) == wins
+
+    temporal = {k: c for k, c in table.items() if k[1] != "offline"}
+    d = {r["method"]: r for r in an.deficits(t).iter_rows(named=True)}
+    b = {r["method"]: r for r in an.below_standard(t).iter_rows(named=True)}
+    for m in methods:
+        lost = [max(c.values()) - c[m] for c in temporal.values() if m not in winners_of(c)]
+        assert d[m]["losses"] == len(lost)
+        if lost:
+            assert d[m]["mean_deficit"] == pytest.approx(sum(lost) / len(lost))
+        else:
+            assert d[m]["mean_deficit"] is None
+        if m == "standard":
+            continue
+        misses = [k[1] for k, c in temporal.items() if c[m] < c["standard"]]
+        assert b[m]["below"] == len(misses)
+        for proto in values:
+            share = b[m][f"{proto}_share"]
+            assert (share is None) if not misses else share == pytest.approx(misses.count(proto) / len(misses))

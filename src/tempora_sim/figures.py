@@ -50,7 +50,7 @@ def method_colour(method: str) -> str:
     return _FALLBACK[zlib.crc32(key.encode()) % len(_FALLBACK)]
 
 
-def method_label(method: str, width: int = 7) -> str:
+def method_label(method: str, width: int = 8) -> str:
     """Short cell label for the winners grid."""
     return method if len(method) <= width else method[: width - 1] + "."
 
