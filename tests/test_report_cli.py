@@ -157,3 +157,15 @@ def test_report_from_committed_demo_traces(tmp_path):
     assert res.exit_code == 0, res.output
     _check_report(tmp_path, expect_latency=True)
     assert elapsed < 60, f"demo report took {elapsed:.1f} s"
+
+
+def test_episode_selection_for_the_utility_curves(report_from_traces, tmp_path):
+    out, _ = report_from_traces
+    runner = CliRunner()
+    res = runner.invoke(main, ["report", str(out), "--out", str(tmp_path / "one"), "--episodes", "fog"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(main, ["report", str(out), "--out", str(tmp_path / "bad"), "--episodes", "fog,nowhere"])
+    assert res.exit_code == 2 and "nowhere" in res.output and "Traceback" not in res.output
+    res = runner.invoke(main, ["report", str(out), "--out", str(tmp_path / "all"), "--all-episodes"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "all" / "figures" / "curves.png").is_file()

@@ -348,11 +348,13 @@ _register(TableSpec(
     "amortised_decomposition", "Amortised decomposition at the strictest B", "Table 5",
     "U = β · ā_adapt + (1 − β) · ā_frozen: the model adapts on the first m = βN batches until the "
     "overhead budget is spent, then runs frozen. A frozen accuracy below standard inference's means "
-    "the budget was spent on harmful adaptation.",
+    "the budget was spent on harmful adaptation. 'frozen gap' is m − m* when the trace had no frozen "
+    "checkpoint at m and the nearest earlier one, m*, stood in (0 = exact).",
     _on_utility(an.amortised_decomposition),
     (Column("method", "method"), Column("beta", "β (%)", "pct"), Column("m", "m", "num"),
      Column("acc_adapt", "ā_adapt (%)", "pct2"), Column("acc_frozen", "ā_frozen (%)", "pct2"),
-     Column("utility", "U (%)", "pct2"), Column("below_standard", "below standard", "bool")),
+     Column("frozen_gap", "frozen gap", "num"), Column("utility", "U (%)", "pct2"),
+     Column("below_standard", "below standard", "bool")),
 ))
 _register(TableSpec(
     "strict_terms", "Timing terms under the strictest pressure", "Table 14",
