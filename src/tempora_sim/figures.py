@@ -7,6 +7,8 @@ in the winners grid can find ETA in every other plot.
 
 from __future__ import annotations
 
+import math
+import textwrap
 import zlib
 from pathlib import Path
 from typing import Sequence
@@ -65,6 +67,11 @@ def save(fig, out_dir: Path, name: str) -> list[Path]:
     fig.savefig(pdf, metadata={"CreationDate": None, "Producer": None, "Creator": None})
     plt.close(fig)
     return [png, pdf]
+
+
+def _wrap(title: str, width: int = 80) -> str:
+    """Group labels are long; wrap them at the ' · ' separators so titles fit the figure."""
+    return "\n".join(textwrap.wrap(title, width=width, break_long_words=False))
 
 
 def _text_colour(hex_colour: str) -> str:
@@ -230,17 +237,18 @@ def latency_bars(latency: pl.DataFrame, title: str = ""):
         ax.barh(i, r["l_mean"], left=r["e_mean"], color=col, edgecolor=col)
         ax.text(r["e_mean"] + r["l_mean"], i, f"  {r['slowdown']:.2f}×", va="center", fontsize=7)
     ax.axvline(lam, color="black", ls="--", lw=1)
-    ax.text(lam, len(rows) - 0.45, f" λ = {lam:.3g} ms", fontsize=7, va="bottom")
+    ax.text(lam, -0.7, f" λ = {lam:.3g} ms", fontsize=7, va="center")
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([r["method"] for r in rows], fontsize=8)
     ax.set_ylim(len(rows) - 0.4, -1.0)
-    ax.set_xlabel("mean per-batch latency (ms): light = ē (intrinsic), solid = ℓ̄ (extrinsic)", fontsize=8)
+    ax.set_xlabel("mean per-batch latency (ms): light = ē (pickup → prediction), solid = ℓ̄ (→ pipeline free)",
+                  fontsize=8)
     xmax = max((r["e_mean"] + r["l_mean"] for r in rows), default=1.0)
     ax.set_xlim(0, xmax * 1.18)
     ax.tick_params(labelsize=7)
     ax.grid(axis="x", alpha=0.25, lw=0.5)
     if title:
-        ax.set_title(title, fontsize=9)
+        ax.set_title(_wrap(title), fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -265,8 +273,16 @@ def pareto_plot(frontier: pl.DataFrame, title: str = ""):
             # efficient points on top: a budget that buys nothing more lands on the same spot
             ax.plot([x], [y], marker="o", ms=4, color=col, mfc=col if eff else "white", zorder=4 if eff else 3)
     pos = [x for x in allx if x > 0]
-    if pos and max(pos) / min(pos) > 8:
-        ax.set_xscale("symlog", linthresh=min(pos))
+    if spent and pos and max(pos) / min(pos) > 8:
+        # spent overhead spans decades and includes 0 (methods that never exceed λ): symlog
+        lo, hi = math.floor(math.log10(min(pos))), math.ceil(math.log10(max(pos)))
+        ax.set_xscale("symlog", linthresh=10.0 ** lo)
+        ticks = ([0.0] if min(allx) <= 0 else []) + [10.0 ** k for k in range(lo, hi + 1)]
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([f"{t:g}" for t in ticks])
+        ax.minorticks_off()
+    elif pos and max(pos) / min(pos) > 8:
+        ax.set_xscale("log")
     if not spent and pos:
         ticks = sorted(set(pos))
         ax.set_xticks(ticks)
@@ -279,6 +295,6 @@ def pareto_plot(frontier: pl.DataFrame, title: str = ""):
     ax.grid(alpha=0.25, lw=0.5)
     ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     if title:
-        ax.set_title(title, fontsize=9)
+        ax.set_title(_wrap(title), fontsize=8)
     fig.tight_layout()
     return fig
