@@ -49,3 +49,12 @@ def test_representative_episodes_pick_one_per_category():
     eps = ["gaussian_noise", "shot_noise", "defocus_blur", "snow", "fog", "contrast", "pixelate", an.POOLED]
     assert an.representative_episodes(eps) == ["gaussian_noise", "defocus_blur", "snow", "contrast"]
     assert an.representative_episodes(["b", "a", "c", "d", "e"]) == ["a", "b", "c", "d"]
+
+
+def test_report_modules_never_import_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, tempora_sim.analyses, tempora_sim.figures, tempora_sim.report, tempora_sim.cli_report; "
+            "sys.exit('torch' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
