@@ -212,7 +212,7 @@ def warm_kernels() -> float:
 
     t0 = time.perf_counter()
     a = np.array([0.5, 0.25]); off = np.array([0, 2], np.int64); lam = np.array([1.0]); v = np.array([1.0, 2.0])
-    K.discrete_kernel(a, a + 1, off, lam, v, 1, False, 0, lam)
+    K.discrete_kernel(a, a + 1, off, lam, v, 1, False, 0, lam, lam, lam)
     d = K.response_delays(a, a, off, lam)
     K.continuous_kernel(a, d, off, lam, v + 1)
     pa_, _ = K.amortised_prefixes(a, a, off, lam)
@@ -235,9 +235,10 @@ def _replay_numba(series: Series, protocols, rho, T, B, opts) -> dict:
     if "discrete" in protocols:
         K.use_threads(total * len(rho))
         mode = K.SKIP_FALLBACK if opts["fallback"] else (K.SKIP_RANDOM if opts["skipped"] == "random" else K.SKIP_NULL)
+        max_delta = np.maximum.reduceat(s.delta, s.offsets[:-1]) if total else np.zeros(0)
         served, served_sum, score = K.discrete_kernel(
             s.a, s.delta, s.offsets, s.lam, np.asarray(rho, np.float64), int(opts["queue"]),
-            opts["sync"] == "strict", mode, s.skip_value,
+            opts["sync"] == "strict", mode, s.skip_value, max_delta, K.offline_kernel(s.a, s.offsets),
         )
         out["discrete"] = {"served": served, "served_sum": served_sum, "score_sum": score}
     if "continuous" in protocols:
@@ -400,27 +401,28 @@ def _frame(series: Series, protocol: str, values, stats: dict, pooled: bool) -> 
             cols["utility"] = util_sum / NN
             cols["frozen_gap"] = np.where(gap >= 0, gap, np.nan)
 
-    trace_meta = [s.traces[i].meta for i in owner]
-    base = {
-        "dataset": [m["dataset"] for m in trace_meta], "model": [m["model"] for m in trace_meta],
-        "device": [m["device"] for m in trace_meta], "batch_size": [int(m["batch_size"]) for m in trace_meta],
-        "seed": [int(m["seed"]) for m in trace_meta], "stream": [m["stream"] for m in trace_meta],
-        "method": [m["method"] for m in trace_meta], "episode": list(episodes),
-    }
-    data: dict[str, object] = {k: np.repeat(np.asarray(v, dtype=object if isinstance(v[0], str) else None), n_vals)
-                               if v else np.asarray([]) for k, v in base.items()}
-    data["protocol"] = [protocol] * (rows * n_vals)
-    data["param"] = [grids.PARAM_OF[protocol]] * (rows * n_vals)
-    data["value"] = np.tile(np.asarray(values, np.float64), rows) if values else np.full(rows, np.nan)
-    data["lambda_ms"] = np.repeat(lam, n_vals)
-    for name in COLUMNS:
-        if name in cols:
-            data[name] = np.asarray(cols[name], np.float64).reshape(-1)
-        elif name not in data and name != "num_batches":
-            data[name] = nan.reshape(-1)
-    data["num_batches"] = np.repeat(N, n_vals).astype(np.int64)
-    frame = pl.DataFrame({k: data[k] for k in COLUMNS}, nan_to_null=True, strict=False)
-    return frame.cast(COLUMNS)
+    # identity columns: one small frame per row owner, gathered once per grid value
+    metas = [t.meta for t in s.traces]
+    ident = pl.DataFrame({
+        "dataset": [metas[i]["dataset"] for i in owner], "model": [metas[i]["model"] for i in owner],
+        "device": [metas[i]["device"] for i in owner], "batch_size": [int(metas[i]["batch_size"]) for i in owner],
+        "seed": [int(metas[i]["seed"]) for i in owner], "stream": [metas[i]["stream"] for i in owner],
+        "method": [metas[i]["method"] for i in owner], "episode": list(episodes),
+    }, schema={k: COLUMNS[k] for k in ("dataset", "model", "device", "batch_size", "seed", "stream", "method", "episode")})
+    total = rows * n_vals
+    frame = ident[np.repeat(np.arange(rows), n_vals)] if rows else ident.clear()
+    columns = [
+        pl.Series("protocol", [protocol], pl.Utf8).extend_constant(protocol, total - 1) if total else pl.Series("protocol", [], pl.Utf8),
+        pl.Series("param", [grids.PARAM_OF[protocol]] * min(total, 1), pl.Utf8).extend_constant(grids.PARAM_OF[protocol], max(total - 1, 0)),
+        pl.Series("value", np.tile(np.asarray(values, np.float64), rows) if values else np.full(rows, np.nan), nan_to_null=True),
+        pl.Series("lambda_ms", np.repeat(lam, n_vals)),
+    ]
+    for name in list(COLUMNS)[12:-1]:
+        data = cols.get(name)
+        values_ = np.asarray(data, np.float64).reshape(-1) if data is not None else nan.reshape(-1)
+        columns.append(pl.Series(name, values_, nan_to_null=True).cast(COLUMNS[name]))
+    columns.append(pl.Series("num_batches", np.repeat(N, n_vals).astype(np.int64)))
+    return frame.with_columns(columns).select(list(COLUMNS))
 
 
 # --------------------------------------------------------------------------------------
