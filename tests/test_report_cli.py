@@ -169,3 +169,9 @@ def test_episode_selection_for_the_utility_curves(report_from_traces, tmp_path):
     res = runner.invoke(main, ["report", str(out), "--out", str(tmp_path / "all"), "--all-episodes"])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "all" / "figures" / "curves.png").is_file()
+
+
+def test_report_refuses_to_write_inside_the_trace_directory(synthetic_traces):
+    res = CliRunner().invoke(main, ["report", str(synthetic_traces), "--out", str(synthetic_traces / "report")])
+    assert res.exit_code == 2 and "inside the trace directory" in res.output
+    assert not (synthetic_traces / "report").exists()

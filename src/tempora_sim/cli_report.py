@@ -34,13 +34,13 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
-def _load(rp, source, options):
+def _load(rp, source, options, out=None):
     """Load results, or sweep traces, echoing the simulator's warnings as one line each."""
     import warnings
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        inputs = rp.load_inputs(list(source), options)
+        inputs = rp.load_inputs(list(source), options, out)
     for w in caught:
         if w.category.__name__ == "SimWarning":
             click.echo(f"tempora-sim: warning: {w.message}", err=True)
@@ -86,7 +86,7 @@ def report_command(source, out, all_episodes, episodes, protocol, rho, T, B, lam
 
     t0 = time.perf_counter()
     try:
-        inputs = _load(rp, source, _sweep_options(protocol, rho, T, B, lambda_ms))
+        inputs = _load(rp, source, _sweep_options(protocol, rho, T, B, lambda_ms), out)
         swept = time.perf_counter() - t0
         eps = [e.strip() for e in episodes.split(",") if e.strip()] if episodes else None
         result = rp.build_report(inputs, out, all_episodes=all_episodes, episodes=eps)

@@ -55,8 +55,10 @@ def results_path(source: str | Path) -> Path | None:
     return None
 
 
-def load_inputs(sources: str | Path | Sequence[str | Path], sweep_options: dict | None = None) -> ReportInputs:
-    """Read results, or load traces and sweep them (``sweep_options`` go to ``tempora_sim.sweep``)."""
+def load_inputs(sources: str | Path | Sequence[str | Path], sweep_options: dict | None = None,
+                out: str | Path | None = None) -> ReportInputs:
+    """Read results, or load traces and sweep them (``sweep_options`` go to ``tempora_sim.sweep``).
+    ``out``, the report directory to be written, must not lie inside a trace directory."""
     items = [sources] if isinstance(sources, (str, Path)) else list(sources)
     if not items:
         raise ReportError("no results or traces given")
@@ -88,6 +90,13 @@ def load_inputs(sources: str | Path | Sequence[str | Path], sweep_options: dict 
     except ImportError:
         raise ReportError("this build of tempora_sim has no sweep; give sweep results (utility.parquet)") from None
     traces = load_traces(items if len(items) > 1 else items[0])
+    if out is not None:
+        dest = Path(out).resolve()
+        for item in items:
+            src = Path(item).resolve()
+            if src.is_dir() and (dest == src or src in dest.parents):
+                raise ReportError(f"--out {out} is inside the trace directory {item}; the report's own Parquet "
+                                  "files would be read as traces next time: write it elsewhere")
     utility = sweep(traces, **(sweep_options or {}))
     rows = an.align_group_dtypes(an.trace_rows(traces.traces), utility)
     return ReportInputs(utility=utility, trace_rows=rows, source=", ".join(map(str, items)), from_traces=True)
@@ -552,6 +561,9 @@ def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
             lines.append(sent)
         else:
             lines.append("No method ever falls below standard inference.")
+    par = g("pareto")
+    if par is not None and par.height:
+        lines.append(_budget_sentence(par))
     lat = g("latency")
     if lat is not None and lat.height:
         slow = lat.sort("slowdown", descending=True).row(0, named=True)
@@ -562,6 +574,21 @@ def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
     elif inp.trace_rows is None:
         lines.append("The latency breakdown needs the traces: run `tempora-sim report TRACES` to include it.")
     return lines
+
+
+def _budget_sentence(par: pl.DataFrame) -> str:
+    """Who is best at each budget, consecutive budgets with the same best merged into ranges."""
+    best = (par.filter(pl.col("best_at_B")).group_by("B_ms").agg(pl.col("method").sort().str.join(" = "))
+            .sort("B_ms").rows())
+    runs: list[list] = []
+    for b, m in best:
+        if runs and runs[-1][0] == m:
+            runs[-1][2] = b
+        else:
+            runs.append([m, b, b])
+    fmt = lambda b: an.format_value("amortised", b).removeprefix("B=")  # noqa: E731
+    parts = [f"{m} at B = {fmt(lo)}" if lo == hi else f"{m} for B = {fmt(lo)}–{fmt(hi)}" for m, lo, hi in runs]
+    return "**What a budget buys** (pooled amortised utility): best is " + "; ".join(parts) + "."
 
 
 def _cell_wins(w: pl.DataFrame, protocol: str) -> tuple[str, str, list[tuple[str, int]]] | None:
