@@ -1,4 +1,7 @@
-"""Figures for the report (matplotlib, Agg backend, PNG + PDF).
+"""Figures for the report (matplotlib, PNG + PDF).
+
+Figures are plain ``matplotlib.figure.Figure`` objects rendered by the Agg/PDF canvases, never
+through pyplot: no global backend switch, no display needed, nothing left open.
 
 Each method keeps one colour in every figure (a fixed palette keyed by the method's name,
 with a stable hash-based fallback for unknown names), so a reader who learns "ETA is red"
@@ -13,17 +16,15 @@ import zlib
 from pathlib import Path
 from typing import Sequence
 
-import matplotlib
+import polars as pl
+from matplotlib.collections import LineCollection
+from matplotlib.colors import to_rgb
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch, Rectangle
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import polars as pl  # noqa: E402
-from matplotlib.collections import LineCollection  # noqa: E402
-from matplotlib.colors import to_rgb  # noqa: E402
-from matplotlib.patches import Patch, Rectangle  # noqa: E402
-
-from tempora_sim import analyses as an  # noqa: E402
-from tempora_sim.analyses import episode_order  # noqa: E402
+from tempora_sim import analyses as an
+from tempora_sim.analyses import episode_order
 
 DPI = 150
 _PALETTE = {
@@ -57,6 +58,11 @@ def method_label(method: str, width: int = 8) -> str:
     return method if len(method) <= width else method[: width - 1] + "."
 
 
+def _subplots(*args, figsize, **kwargs):
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(*args, **kwargs)
+
+
 def save(fig, out_dir: Path, name: str) -> list[Path]:
     """Write ``name``.png (dpi 150) and ``name``.pdf without timestamps (reproducible bytes)."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -65,7 +71,6 @@ def save(fig, out_dir: Path, name: str) -> list[Path]:
     # redraw every figure once more per file, doubling the report's plotting time.
     fig.savefig(png, dpi=DPI, metadata={"Software": None})
     fig.savefig(pdf, metadata={"CreationDate": None, "Producer": None, "Creator": None})
-    plt.close(fig)
     return [png, pdf]
 
 
@@ -90,7 +95,7 @@ def winners_grid(winners: pl.DataFrame, counts: pl.DataFrame, title: str = ""):
     episodes = episode_order(winners.get_column("episode").unique().to_list())
     lookup = {(r["episode"], r["scenario"]): r for r in winners.iter_rows(named=True)}
     ncol, nrow = len(scenarios), len(episodes)
-    fig, ax = plt.subplots(figsize=(2.6 + 0.62 * ncol, 1.6 + 0.34 * nrow))
+    fig, ax = _subplots(figsize=(2.6 + 0.62 * ncol, 1.6 + 0.34 * nrow))
     for i, ep in enumerate(episodes):
         for j, sc in enumerate(scenarios):
             r = lookup.get((ep, sc))
@@ -154,7 +159,7 @@ def utility_curves(df: pl.DataFrame, episodes: Sequence[str], order: Sequence[st
     Green band: between standard inference and the best method (the winner's lead); grey band:
     below standard inference, where methods are drawn grey; winners are named along the top."""
     protos = [p for p in an.TEMPORAL_PROTOCOLS if df.filter(pl.col("protocol") == p).height]
-    fig, axes = plt.subplots(len(protos), len(episodes), figsize=(3.1 * len(episodes) + 0.4, 2.5 * len(protos) + 0.9),
+    fig, axes = _subplots(len(protos), len(episodes), figsize=(3.1 * len(episodes) + 0.4, 2.5 * len(protos) + 0.9),
                              squeeze=False)
     for i, proto in enumerate(protos):
         for j, ep in enumerate(episodes):
@@ -166,7 +171,7 @@ def utility_curves(df: pl.DataFrame, episodes: Sequence[str], order: Sequence[st
             if j == 0:
                 ax.set_ylabel(f"{proto}\nutility (%)", fontsize=8)
             ax.set_xlabel(_XLABEL[proto], fontsize=7)
-    handles = [plt.Line2D([], [], color=method_colour(m), lw=2, ls="--" if m == an.BASELINE else "-", label=m)
+    handles = [Line2D([], [], color=method_colour(m), lw=2, ls="--" if m == an.BASELINE else "-", label=m)
                for m in order]
     handles += [Patch(facecolor=WIN_GREEN, alpha=0.15, label="lead of the best method"),
                 Patch(facecolor=BELOW_GREY, alpha=0.6, label="worse than standard")]
@@ -229,7 +234,7 @@ def latency_bars(latency: pl.DataFrame, title: str = ""):
     """Stacked horizontal bars per method: ē (pickup → prediction) then ℓ̄ (prediction →
     pipeline free), with λ marked; the label is the slowdown δ̄/λ (paper Table 2)."""
     rows = list(latency.iter_rows(named=True))
-    fig, ax = plt.subplots(figsize=(6.4, 0.9 + 0.36 * len(rows)))
+    fig, ax = _subplots(figsize=(6.4, 0.9 + 0.36 * len(rows)))
     lam = rows[0]["lambda_ms"] if rows else 0.0
     for i, r in enumerate(rows):
         col = method_colour(r["method"])
@@ -259,7 +264,7 @@ def pareto_plot(frontier: pl.DataFrame, title: str = ""):
     unknown), per method; filled markers are the method's efficient points."""
     spent = frontier.get_column("spent_ms").is_not_null().all()
     xcol = "spent_ms" if spent else "B_ms"
-    fig, ax = plt.subplots(figsize=(6.0, 3.6))
+    fig, ax = _subplots(figsize=(6.0, 3.6))
     methods = list(dict.fromkeys(frontier.get_column("method").to_list()))
     allx = []
     for m in methods:

@@ -125,7 +125,6 @@ FORMATS: dict[str, Callable[[object], str]] = {
     "mib": lambda x: "–" if x is None else f"{x:,.0f}",
     "gain": lambda x: "–" if x is None else f"{x:.2f}",
     "cov": lambda x: "–" if x is None else f"{x:.4f}",
-    "scen": lambda x: str(x),
 }
 
 
