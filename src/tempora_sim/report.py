@@ -623,7 +623,7 @@ def _strict_sentences(inp: ReportInputs, group: dict, w: pl.DataFrame, n_ep: int
                       f"{_pc(o['required_served_acc'])} served accuracy (it reaches {_pc(o['served_acc'])})"
                       + (" — insolvent: no accuracy gain can close the gap." if o["insolvent"] else "."))
         elif proto == "continuous":
-            s = f"{head}: responsiveness κ̄ = {_pc(r['kappa'])} keeps most of its {_pc(r['acc'])} accuracy, U = {_pc(r['utility'])}."
+            s = f"{head}: its {_pc(r['acc'])} accuracy, discounted by responsiveness κ̄ = {_pc(r['kappa'])}, gives U = {_pc(r['utility'])}."
             if o:
                 s += (f" {other}'s {_pc(o['acc'])} accuracy is discounted to U = {_pc(o['utility'])} (κ̄ = "
                       f"{_pc(o['kappa'])}); it would need {_pc(o['required_acc'])} accuracy to match"
@@ -642,7 +642,8 @@ def _strict_sentences(inp: ReportInputs, group: dict, w: pl.DataFrame, n_ep: int
             rest = below.filter(~pl.col("method").is_in(frozen_worse.get_column("method").to_list()))
             if rest.height:
                 names = rest.get_column("method").to_list()
-                s += f" {_count_phrase(names)} {'is' if len(names) == 1 else 'are'} below standard inference too."
+                too = " too" if frozen_worse.height else ""
+                s += f" {_count_phrase(names)} {'is' if len(names) == 1 else 'are'} below standard inference{too}."
         out.append(s)
     return out
 
