@@ -300,3 +300,14 @@ def test_amortised_untouched_model_uses_adapt_rows_as_frozen():
     a = [0.2, 0.4, 0.6, 0.8]
     m, asum, facc, gap = kernel_amortised(a, [50.0] * 4, 40.0, 10.0, {}, frozen_from_adapt=True)
     assert m == 1 and gap == 0 and facc == pytest.approx(0.6)
+
+
+@pytest.mark.parametrize("queue,sync", [(0, "buffered"), (1, "buffered"), (2, "strict"), (1, "strict")])
+def test_latency_equal_to_interval_goes_through_the_event_loop(queue, sync):
+    """δ = γ exactly (a non-representable 39.9 ms): the shortcut must not decide it."""
+    n = 500
+    a = list(np.linspace(0, 1, n))
+    delta = [39.9] * n
+    ref = R.discrete_reference(a, delta, 39.9, queue, sync)
+    served, ssum, _ = kernel_discrete(a, delta, 39.9, 1.0, queue, sync)
+    assert served == ref.served and ssum == pytest.approx(ref.served_sum, abs=1e-9)

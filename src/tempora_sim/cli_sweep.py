@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import tempfile
 import warnings
 from pathlib import Path

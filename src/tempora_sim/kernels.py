@@ -147,8 +147,10 @@ def discrete_kernel(a, delta, offsets, lam, rho, queue, strict, skip_mode, skip_
     """All series × ρ values. Returns (served[S,K], served_sum[S,K], score_sum[S,K]).
 
     ``max_delta``/``sum_a`` per series give an O(1) answer when no event can outlast an
-    inter-arrival time (every batch served, whatever the queue): max δ ≤ γ (buffered) or
-    max δ < γ (strict, where finishing exactly at an arrival already forfeits it).
+    inter-arrival time: then every event starts at its batch's arrival j·γ and ends before
+    (j+1)·γ, so every batch is served whatever the queue or synchronisation. The bound keeps
+    a margin of ~10 ulp per batch so float rounding of j·γ + δ_j can never reach the next
+    arrival; cases inside the margin (e.g. δ exactly γ) go through the event loop.
     """
     n_series = offsets.shape[0] - 1
     n_vals = rho.shape[0]
@@ -161,7 +163,7 @@ def discrete_kernel(a, delta, offsets, lam, rho, queue, strict, skip_mode, skip_
         lo = offsets[s]
         hi = offsets[s + 1]
         gamma = lam[s] / rho[v]
-        if max_delta[s] < gamma or (max_delta[s] == gamma and not strict):
+        if max_delta[s] < gamma * (1.0 - 1e-15 * (hi - lo + 1)):
             served[s, v] = hi - lo
             served_sum[s, v] = sum_a[s]
             score_sum[s, v] = sum_a[s]

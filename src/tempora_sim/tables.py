@@ -73,11 +73,13 @@ def utility_tables(group: pl.DataFrame, latency: dict[str, float]) -> list[Table
                 grid[(row["method"], row["value"])] = row["utility"]
             ranks = {}
             for v in values:
-                col = sorted(((u, m) for (m, vv), u in grid.items() if _same(vv, v) and u is not None), reverse=True)
-                if col:
-                    ranks[(col[0][1], _key(v))] = 1
-                if len(col) > 1 and col[1][0] < col[0][0]:
-                    ranks[(col[1][1], _key(v))] = 2
+                col = [(u, m) for (m, vv), u in grid.items() if _same(vv, v) and u is not None]
+                distinct = sorted({u for u, _ in col}, reverse=True)
+                for u, m in col:  # ties share the mark
+                    if u == distinct[0]:
+                        ranks[(m, _key(v))] = 1
+                    elif len(distinct) > 1 and u == distinct[1]:
+                        ranks[(m, _key(v))] = 2
             for method in _method_order(part, latency):
                 cells = [method]
                 for v in values:

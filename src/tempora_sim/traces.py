@@ -129,7 +129,7 @@ def read_trace(path: str | os.PathLike) -> Trace:
     """Read and validate one trace file; any problem becomes a one-line TraceFileError."""
     path = Path(path)
     try:
-        table = pq.read_table(path)
+        table = pq.read_table(path, use_threads=False)  # per-file thread pools cost more than they save here
     except (pa.ArrowException, OSError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TraceFileError(path, f"not a readable Parquet file ({first})") from None
