@@ -1,0 +1,660 @@
+"""Analyses over a sweep's ``utility.parquet``: who wins where, and why the others lose.
+
+Every public function takes the sweep's utility table (DESIGN §6 columns) and returns one
+polars table. They answer the practitioner's questions behind the paper's findings:
+which method wins each (episode, scenario) cell (Table 15 / Figure 1), how far the offline
+ranking predicts the temporal one (Table 25), what losing costs (Table 23), how often a
+method does worse than not adapting at all (Table 24), why it loses under the strictest
+pressure of each protocol (Tables 3–5, 14, insolvency), and what each extra second of
+adaptation budget buys (the amortised Pareto frontier). The latency breakdown (Table 2)
+needs the traces' per-batch times, so it takes trace rows instead.
+
+Conventions, stated once and used everywhere:
+
+* A *scenario* is (protocol, parameter value); ``offline`` is one scenario. A *cell* is one
+  (group, episode, scenario); pooled ``episode == "__all__"`` rows are not cells, they feed
+  the aggregate decompositions only.
+* *Winner* of a cell: every method whose utility is within ``tol`` (default 1e-12, absolute)
+  of the cell's best utility. Tied methods share the cell and each is credited one win.
+* Losses and deficits (Table 23) and below-standard counts (Table 24) are over *temporal*
+  cells (offline excluded), as in the paper; a tied winner has not lost. The mean deficit is
+  the mean of ``best − utility`` over the cells a method lost (the paper's "upon losing").
+* Spearman r_s: ranks with ties averaged, then the Pearson correlation of the two rank
+  vectors. If either ranking is constant (or fewer than 2 methods), r_s is undefined → null.
+  Across episodes we report the mean and the *sample* standard deviation (ddof = 1), which
+  reproduces the paper's Table 25 (e.g. its ρ = 100 % column: std 0.51 from the listed cells).
+* "Best competitor" of a method = the best *other* method in the same cell. Insolvent means
+  the method would need more than 100 % served accuracy (discrete: best competitor / α) or
+  accuracy (continuous: best competitor / κ̄, zero alignment) to match it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Sequence
+
+import polars as pl
+
+#: Columns that identify a comparison group (same as the trace metadata group keys).
+GROUP_COLUMNS = ("dataset", "model", "device", "batch_size", "seed", "stream")
+POOLED = "__all__"
+PROTOCOLS = ("offline", "discrete", "continuous", "amortised")
+TEMPORAL_PROTOCOLS = PROTOCOLS[1:]
+BASELINE = "standard"
+DEFAULT_TOL = 1e-12
+PARAM_OF = {"discrete": "rho", "continuous": "T_ms", "amortised": "B_ms"}
+
+#: ImageNet-C / CIFAR-10-C corruption categories (Hendrycks & Dietterich, 2019): episodes are
+#: listed in this canonical order, and one per category represents it in the utility curves
+#: (like the paper's Figure 3).
+CATEGORIES = {
+    "noise": ("gaussian_noise", "shot_noise", "impulse_noise"),
+    "blur": ("defocus_blur", "glass_blur", "motion_blur", "zoom_blur"),
+    "weather": ("snow", "frost", "fog", "brightness"),
+    "digital": ("contrast", "elastic_transform", "pixelate", "jpeg_compression"),
+}
+CANONICAL_EPISODES = [c for cs in CATEGORIES.values() for c in cs]
+
+REQUIRED_COLUMNS = ("method", "episode", "protocol", "param", "value", "utility")
+
+
+class AnalysisError(ValueError):
+    """The utility table cannot support the requested analysis (message says why)."""
+
+
+# ----------------------------------------------------------------------------- helpers
+def group_columns(df: pl.DataFrame) -> list[str]:
+    """The group-key columns present in ``df`` (hand-built tables may omit some)."""
+    return [c for c in GROUP_COLUMNS if c in df.columns]
+
+
+def check_utility_table(df: pl.DataFrame) -> None:
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise AnalysisError(f"utility table lacks column(s) {', '.join(missing)} (DESIGN §6)")
+    unknown = set(df.get_column("protocol").unique().to_list()) - set(PROTOCOLS)
+    if unknown:
+        raise AnalysisError(f"unknown protocol(s) {sorted(unknown)}; expected {PROTOCOLS}")
+
+
+def format_value(protocol: str, value: float | None) -> str:
+    """Human label of a scenario parameter: ρ in %, T in ms, B in s (or ms below 1 s)."""
+    if protocol == "offline" or value is None:
+        return "offline"
+    if protocol == "discrete":
+        return f"ρ={_g(value * 100)}%"
+    if protocol == "continuous":
+        return f"T={_g(value)}ms"
+    if value >= 1000:
+        return f"B={_g(value / 1000)}s"
+    return f"B={_g(value)}ms"
+
+
+def _g(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def pressure_order(protocol: str, value: float | None) -> tuple[int, float]:
+    """Sort key: offline first, then each protocol from its strictest value to its most relaxed
+    (ρ descending, T ascending, B ascending), in the paper's column order."""
+    p = PROTOCOLS.index(protocol)
+    if value is None:
+        return (p, 0.0)
+    return (p, -value if protocol == "discrete" else value)
+
+
+def with_scenario(df: pl.DataFrame) -> pl.DataFrame:
+    """Add ``scenario`` (label) and ``scenario_order`` (int, strict → relaxed) columns."""
+    pairs = df.select("protocol", "value").unique()
+    pairs = sorted(
+        pairs.iter_rows(), key=lambda r: pressure_order(r[0], None if r[0] == "offline" else r[1])
+    )
+    keys = pl.DataFrame(
+        {
+            "protocol": [p for p, _ in pairs],
+            "value": [None if p == "offline" else v for p, v in pairs],
+            "scenario": [format_value(p, None if p == "offline" else v) for p, v in pairs],
+            "scenario_order": list(range(len(pairs))),
+        },
+        schema={
+            "protocol": pl.String,
+            "value": df.schema["value"] if df.schema["value"] != pl.Null else pl.Float64,
+            "scenario": pl.String,
+            "scenario_order": pl.Int64,
+        },
+    )
+    base = df.drop([c for c in ("scenario", "scenario_order") if c in df.columns])
+    if base.schema["value"] == pl.Null:
+        base = base.with_columns(pl.col("value").cast(pl.Float64))
+    base = base.with_columns(
+        pl.when(pl.col("protocol") == "offline").then(None).otherwise(pl.col("value")).alias("value")
+    )
+    return base.join(keys, on=["protocol", "value"], how="left", nulls_equal=True)
+
+
+def episode_order(episodes: Sequence[str]) -> list[str]:
+    """Canonical corruption order where the names are known, then the rest by name (pooled
+    rows excluded)."""
+    known = [e for e in CANONICAL_EPISODES if e in episodes]
+    return known + sorted(e for e in set(episodes) if e not in known and e != POOLED)
+
+
+def representative_episodes(episodes: Sequence[str], k: int = 4) -> list[str]:
+    """One episode per corruption category (the first present, in canonical order), topped up
+    with the first other episodes up to ``k``."""
+    eps = set(episodes) - {POOLED}
+    picked = [next(e for e in cs if e in eps) for cs in CATEGORIES.values() if any(e in eps for e in cs)]
+    for e in episode_order(list(eps)):
+        if len(picked) >= k:
+            break
+        if e not in picked:
+            picked.append(e)
+    return episode_order(picked)[:k]
+
+
+def cells(df: pl.DataFrame, temporal_only: bool = False) -> pl.DataFrame:
+    """Per-episode rows with a utility, labelled by scenario (pooled rows dropped)."""
+    check_utility_table(df)
+    out = df.filter((pl.col("episode") != POOLED) & pl.col("utility").is_not_null())
+    if temporal_only:
+        out = out.filter(pl.col("protocol") != "offline")
+    return with_scenario(out)
+
+
+def cell_keys(df: pl.DataFrame) -> list[str]:
+    return group_columns(df) + ["episode", "scenario"]
+
+
+def method_order(df: pl.DataFrame, baseline: str = BASELINE) -> list[str]:
+    """Methods in reading order: the baseline first, then fastest to slowest as measured by
+    pooled availability α at the strictest ρ (ties and missing α: by name). This puts
+    gradient-free methods before gradient-based ones, like the paper's tables."""
+    methods = sorted(set(df.get_column("method").to_list()))
+    alpha: dict[str, float] = {}
+    disc = df.filter(
+        (pl.col("protocol") == "discrete") & (pl.col("episode") == POOLED) & pl.col("value").is_not_null()
+    )
+    if disc.height and "alpha" in disc.columns:
+        strict = disc.get_column("value").max()
+        for m, a in disc.filter(pl.col("value") == strict).group_by("method").agg(pl.col("alpha").mean()).iter_rows():
+            if a is not None:
+                alpha[m] = a
+    rest = sorted((m for m in methods if m != baseline), key=lambda m: (-alpha.get(m, -1.0), m))
+    return ([baseline] if baseline in methods else []) + rest
+
+
+def _sort_methods(df: pl.DataFrame, order: Sequence[str], extra: Sequence[str] = ()) -> pl.DataFrame:
+    rank = pl.DataFrame({"method": list(order), "_m": list(range(len(order)))})
+    by = [c for c in extra if c in df.columns] + ["_m"]
+    return df.join(rank, on="method", how="left").sort(by, nulls_last=True).drop("_m")
+
+
+def _with_best(c: pl.DataFrame, tol: float) -> pl.DataFrame:
+    """Add the cell's best utility ``best`` and ``is_winner`` (within ``tol`` of it)."""
+    keys = cell_keys(c)
+    return c.with_columns(pl.col("utility").max().over(keys).alias("best")).with_columns(
+        (pl.col("utility") >= pl.col("best") - tol).alias("is_winner")
+    )
+
+
+def _with_best_other(c: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Add ``best_other`` / ``best_other_method``: the best *other* method in the same cell."""
+    ranked = c.sort(keys + ["utility", "method"], descending=[False] * len(keys) + [True, False], nulls_last=True)
+    ranked = ranked.with_columns(pl.int_range(pl.len()).over(keys).alias("_pos"))
+    top = ranked.filter(pl.col("_pos") <= 1).select(
+        keys + [pl.col("_pos"), pl.col("method").alias("_bm"), pl.col("utility").alias("_bu")]
+    )
+    first = top.filter(pl.col("_pos") == 0).drop("_pos").rename({"_bm": "_m0", "_bu": "_u0"})
+    second = top.filter(pl.col("_pos") == 1).drop("_pos").rename({"_bm": "_m1", "_bu": "_u1"})
+    out = ranked.join(first, on=keys, how="left", nulls_equal=True).join(second, on=keys, how="left", nulls_equal=True)
+    is_top = pl.col("method") == pl.col("_m0")
+    return out.with_columns(
+        pl.when(is_top).then(pl.col("_u1")).otherwise(pl.col("_u0")).alias("best_other"),
+        pl.when(is_top).then(pl.col("_m1")).otherwise(pl.col("_m0")).alias("best_other_method"),
+    ).drop("_pos", "_m0", "_u0", "_m1", "_u1")
+
+
+# ----------------------------------------------------------------------------- winners
+def winners(df: pl.DataFrame, tol: float = DEFAULT_TOL) -> pl.DataFrame:
+    """One row per (group, episode, scenario) cell, offline included (paper Table 15).
+
+    ``winner`` is the winning method, or the tied methods joined by " = " (sorted by name);
+    ``n_winners`` > 1 marks a tie; ``margin`` is the lead over the best non-winner (null if
+    every method tied)."""
+    c = _with_best(cells(df), tol)
+    keys = cell_keys(c)
+    out = (
+        c.group_by(keys + ["protocol", "param", "value", "scenario_order"])
+        .agg(
+            pl.col("method").filter(pl.col("is_winner")).sort().alias("winners"),
+            pl.col("utility").max().alias("best_utility"),
+            pl.col("utility").filter(~pl.col("is_winner")).max().alias("_runner_up"),
+            pl.len().alias("n_methods"),
+        )
+        .with_columns(
+            pl.col("winners").list.join(" = ").alias("winner"),
+            pl.col("winners").list.len().alias("n_winners"),
+            (pl.col("best_utility") - pl.col("_runner_up")).alias("margin"),
+        )
+        .drop("_runner_up")
+    )
+    return out.sort(group_columns(c) + ["episode", "scenario_order"]).select(
+        keys + ["protocol", "param", "value", "scenario_order", "winner", "winners", "n_winners",
+                "best_utility", "margin", "n_methods"]
+    )
+
+
+def win_counts(df: pl.DataFrame, tol: float = DEFAULT_TOL) -> pl.DataFrame:
+    """Wins per method over episodes × scenarios (the legend of the paper's Table 15):
+    ``wins`` over all cells including offline, then per protocol; tied winners each get one."""
+    w = winners(df, tol)
+    g = group_columns(w)
+    exploded = w.explode("winners").rename({"winners": "method"})
+    methods = df.select(g + ["method"]).unique()
+    n_cells = w.group_by(g).agg(pl.len().alias("cells")) if g else pl.DataFrame({"cells": [w.height]})
+    aggs = [pl.len().alias("wins")] + [
+        (pl.col("protocol") == p).sum().alias(p) for p in PROTOCOLS
+    ]
+    counts = exploded.group_by(g + ["method"]).agg(aggs) if exploded.height else None
+    out = methods
+    if counts is not None:
+        out = out.join(counts, on=g + ["method"], how="left")
+    else:
+        out = out.with_columns([pl.lit(0, pl.UInt32).alias(c) for c in ("wins",) + PROTOCOLS])
+    out = out.with_columns([pl.col(c).fill_null(0) for c in ("wins",) + PROTOCOLS])
+    out = out.join(n_cells, on=g, how="left") if g else out.with_columns(pl.lit(w.height).alias("cells"))
+    out = out.with_columns((pl.col("wins") / pl.col("cells")).alias("share"))
+    return out.sort(g + ["wins", "method"], descending=[False] * len(g) + [True, False]).select(
+        g + ["method", "wins", "cells", "share", *PROTOCOLS]
+    )
+
+
+# ----------------------------------------------------------------------------- Spearman
+def _pearson(x: pl.Expr, y: pl.Expr) -> pl.Expr:
+    """Population Pearson correlation; null when either side is constant."""
+    dx, dy = x - x.mean(), y - y.mean()
+    sxx, syy = (dx * dx).sum(), (dy * dy).sum()
+    return pl.when((sxx > 0) & (syy > 0)).then((dx * dy).sum() / (sxx * syy).sqrt()).otherwise(None)
+
+
+def rank_correlation_cells(df: pl.DataFrame) -> pl.DataFrame:
+    """Spearman r_s per temporal cell between the episode's offline ranking of methods and the
+    cell's utility ranking (methods present in both; average ranks for ties)."""
+    c = cells(df)
+    g = group_columns(c)
+    off = c.filter(pl.col("protocol") == "offline").select(g + ["episode", "method", pl.col("utility").alias("offline")])
+    tmp = c.filter(pl.col("protocol") != "offline").join(off, on=g + ["episode", "method"], how="inner")
+    keys = cell_keys(c)
+    tmp = tmp.with_columns(
+        pl.col("utility").rank("average").over(keys).alias("_r"),
+        pl.col("offline").rank("average").over(keys).alias("_ro"),
+    )
+    out = tmp.group_by(keys + ["protocol", "param", "value", "scenario_order"]).agg(
+        _pearson(pl.col("_ro"), pl.col("_r")).alias("spearman"), pl.len().alias("n_methods")
+    )
+    out = out.with_columns(
+        pl.when(pl.col("n_methods") >= 2).then(pl.col("spearman")).otherwise(None).alias("spearman")
+    )
+    return out.sort(g + ["scenario_order", "episode"])
+
+
+def rank_correlation(df: pl.DataFrame) -> pl.DataFrame:
+    """Per temporal scenario: mean and sample std (ddof=1) across episodes of r_s (Table 25);
+    ``episodes`` counts the defined r_s, ``undefined`` the episodes where it is null."""
+    return summarise_rank_correlation(rank_correlation_cells(df))
+
+
+def summarise_rank_correlation(per: pl.DataFrame) -> pl.DataFrame:
+    """Mean / sample std / range of per-cell r_s (from :func:`rank_correlation_cells`)."""
+    g = group_columns(per)
+    return (
+        per.group_by(g + ["protocol", "param", "value", "scenario", "scenario_order"])
+        .agg(
+            pl.col("spearman").mean().alias("mean"),
+            pl.col("spearman").std(ddof=1).alias("std"),
+            pl.col("spearman").min().alias("min"),
+            pl.col("spearman").max().alias("max"),
+            pl.col("spearman").count().alias("episodes"),
+            pl.col("spearman").null_count().alias("undefined"),
+        )
+        .sort(g + ["scenario_order"])
+    )
+
+
+# ----------------------------------------------------------------------------- deficits
+def _per_protocol_columns(
+    frame: pl.DataFrame, by: list[str], aggs: dict[str, pl.Expr]
+) -> pl.DataFrame:
+    """Aggregate ``aggs`` overall and per temporal protocol, side by side (``<protocol>_<name>``)."""
+    out = frame.group_by(by).agg([e.alias(n) for n, e in aggs.items()])
+    for p in TEMPORAL_PROTOCOLS:
+        part = frame.filter(pl.col("protocol") == p)
+        if part.height == 0:
+            continue
+        agg = part.group_by(by).agg([e.alias(f"{p}_{n}") for n, e in aggs.items()])
+        out = out.join(agg, on=by, how="left")
+    return out
+
+
+def deficits(df: pl.DataFrame, tol: float = DEFAULT_TOL) -> pl.DataFrame:
+    """Losses and mean utility deficit to the cell winner per method over temporal cells,
+    overall and per protocol (paper Table 23). ``mean_deficit`` averages ``best − utility``
+    over lost cells only (null if never lost); utilities stay fractions."""
+    c = _with_best(cells(df, temporal_only=True), tol)
+    g = group_columns(c)
+    lost = ~pl.col("is_winner")
+    out = _per_protocol_columns(
+        c,
+        g + ["method"],
+        {
+            "cells": pl.len(),
+            "losses": lost.sum(),
+            "mean_deficit": (pl.col("best") - pl.col("utility")).filter(lost).mean(),
+        },
+    )
+    return _sort_methods(out, method_order(df), g)
+
+
+def below_standard(df: pl.DataFrame, baseline: str = BASELINE) -> pl.DataFrame:
+    """Temporal cells where a method's utility is strictly below the baseline's (Table 24):
+    ``below`` over all temporal cells, ``<protocol>_below`` and ``<protocol>_share`` (the
+    fraction of this method's misses that fall in that protocol)."""
+    c = cells(df, temporal_only=True)
+    if c.height == 0:
+        raise AnalysisError("no temporal results to compare with standard inference")
+    if baseline not in set(c.get_column("method").to_list()):
+        raise AnalysisError(f"no '{baseline}' method in the results: cannot compare to standard inference")
+    keys = cell_keys(c)
+    base = c.filter(pl.col("method") == baseline).select(keys + [pl.col("utility").alias("_base")])
+    c = c.filter(pl.col("method") != baseline).join(base, on=keys, how="inner")
+    below = pl.col("utility") < pl.col("_base")
+    g = group_columns(c)
+    out = _per_protocol_columns(c, g + ["method"], {"cells": pl.len(), "below": below.sum()})
+    for p in TEMPORAL_PROTOCOLS:
+        if f"{p}_below" in out.columns:
+            out = out.with_columns(
+                pl.when(pl.col("below") > 0).then(pl.col(f"{p}_below").fill_null(0) / pl.col("below"))
+                .otherwise(None).alias(f"{p}_share")
+            )
+    return _sort_methods(out, method_order(df), g)
+
+
+# ----------------------------------------------------------------------------- decompositions
+def _pooled(df: pl.DataFrame, protocol: str) -> pl.DataFrame:
+    check_utility_table(df)
+    part = df.filter((pl.col("protocol") == protocol) & (pl.col("episode") == POOLED))
+    if part.height == 0:
+        raise AnalysisError(f"no pooled ('{POOLED}') {protocol} rows in the results")
+    return part
+
+
+def strictest_value(df: pl.DataFrame, protocol: str) -> pl.DataFrame:
+    """Per group, the strictest parameter value of ``protocol`` (max ρ, min T, min B)."""
+    part = df.filter((pl.col("protocol") == protocol) & pl.col("value").is_not_null())
+    g = group_columns(part)
+    agg = pl.col("value").max() if protocol == "discrete" else pl.col("value").min()
+    if not g:
+        return pl.DataFrame({"value": [part.select(agg).item()]})
+    return part.group_by(g).agg(agg)
+
+
+def _at(df: pl.DataFrame, protocol: str, value: float | None) -> pl.DataFrame:
+    part = _pooled(df, protocol)
+    g = group_columns(part)
+    if value is None:
+        sel = strictest_value(part, protocol)
+        part = part.join(sel, on=g + ["value"], how="inner") if g else part.filter(pl.col("value") == sel.item())
+    else:
+        part = part.filter((pl.col("value") - value).abs() <= 1e-9 * max(1.0, abs(value)))
+        if part.height == 0:
+            raise AnalysisError(f"no {protocol} results at {format_value(protocol, value)}")
+    return _with_best_other(part, g + ["value"])
+
+
+def _required(utility_col: str, factor: str) -> pl.Expr:
+    """best competitor / factor: the accuracy needed to match the best other method."""
+    need = pl.col(utility_col) / pl.col(factor)
+    return (
+        pl.when(pl.col(utility_col).is_null() | pl.col(factor).is_null()).then(None)
+        .when(pl.col(factor) > 0).then(need)
+        .when(pl.col(utility_col) > 0).then(float("inf"))
+        .otherwise(0.0)
+    )
+
+
+def discrete_decomposition(df: pl.DataFrame, rho: float | None = None) -> pl.DataFrame:
+    """Table 3 at ρ (default: the strictest): α, |Q|, ā_served, U, and insolvency: the served
+    accuracy needed to match the best competitor (best other U / α); insolvent if > 1."""
+    part = _at(df, "discrete", rho).with_columns(_required("best_other", "alpha").alias("required_served_acc"))
+    part = part.with_columns((pl.col("required_served_acc") > 1).alias("insolvent"))
+    g = group_columns(part)
+    cols = g + ["value", "method", "alpha", "served", "served_acc", "utility", "best_other_method",
+                "best_other", "required_served_acc", "insolvent"]
+    return _sort_methods(part.select(cols), method_order(df), g)
+
+
+def continuous_decomposition(df: pl.DataFrame, T_ms: float | None = None) -> pl.DataFrame:
+    """Table 4 at T (default: the strictest): ā, κ̄, Cov(a, κ), U, and the accuracy needed to
+    match the best competitor at zero alignment (best other U / κ̄); insolvent if > 1."""
+    part = _at(df, "continuous", T_ms).with_columns(_required("best_other", "kappa").alias("required_acc"))
+    part = part.with_columns((pl.col("required_acc") > 1).alias("insolvent"))
+    g = group_columns(part)
+    cols = g + ["value", "method", "acc", "kappa", "cov", "utility", "best_other_method", "best_other",
+                "required_acc", "insolvent"]
+    return _sort_methods(part.select(cols), method_order(df), g)
+
+
+def amortised_decomposition(df: pl.DataFrame, B_ms: float | None = None) -> pl.DataFrame:
+    """Table 5 at B (default: the strictest): β, m, ā_adapt, ā_frozen, U, and whether
+    adaptation was harmful (U below the baseline's U in the same scenario)."""
+    part = _at(df, "amortised", B_ms)
+    g = group_columns(part)
+    base = part.filter(pl.col("method") == BASELINE).select(g + ["value", pl.col("utility").alias("_base")])
+    if base.height:
+        part = part.join(base, on=g + ["value"], how="left").with_columns(
+            (pl.col("utility") < pl.col("_base")).alias("below_standard")
+        )
+    else:
+        part = part.with_columns(pl.lit(None, pl.Boolean).alias("below_standard"))
+    cols = g + ["value", "method", "beta", "m", "acc_adapt", "acc_frozen", "frozen_gap", "utility",
+                "below_standard"]
+    return _sort_methods(part.select([c for c in cols if c in part.columns]), method_order(df), g)
+
+
+def strict_terms(df: pl.DataFrame) -> pl.DataFrame:
+    """Table 14: the timing-derived terms under the strictest pressure of each protocol:
+    pooled α at max ρ, pooled κ̄ at min T, and the per-episode cut-off m at min B (mean, min,
+    max over episodes; ``exhausted`` = the budget ran out before the end in some episode)."""
+    parts = []
+    for proto, col in (("discrete", "alpha"), ("continuous", "kappa")):
+        try:
+            p = _at(df, proto, None)
+        except AnalysisError:
+            continue
+        g = group_columns(p)
+        parts.append(p.select(g + ["method", pl.col("value").alias(f"{col}_at"), pl.col(col)]))
+    g = group_columns(df)
+    am = df.filter((pl.col("protocol") == "amortised") & (pl.col("episode") != POOLED) & pl.col("value").is_not_null())
+    if am.height:
+        sel = strictest_value(am, "amortised")
+        am = am.join(sel, on=g + ["value"], how="inner") if g else am.filter(pl.col("value") == sel.item())
+        parts.append(
+            am.group_by(g + ["method"]).agg(
+                pl.col("value").first().alias("m_at"),
+                pl.col("m").mean().alias("m_mean"),
+                pl.col("m").min().alias("m_min"),
+                pl.col("m").max().alias("m_max"),
+                (pl.col("beta") < 1).any().alias("exhausted"),
+            )
+        )
+    if not parts:
+        raise AnalysisError("no temporal results to decompose")
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.join(p, on=g + ["method"], how="full", coalesce=True)
+    return _sort_methods(out, method_order(df), g)
+
+
+def insolvency(df: pl.DataFrame) -> pl.DataFrame:
+    """Across every per-episode discrete and continuous cell: how often each method is
+    insolvent (needs > 100 % served accuracy / accuracy to match the best competitor)."""
+    c = cells(df, temporal_only=True).filter(pl.col("protocol").is_in(["discrete", "continuous"]))
+    keys = cell_keys(c)
+    c = _with_best_other(c, keys)
+    factor = pl.when(pl.col("protocol") == "discrete").then(pl.col("alpha")).otherwise(pl.col("kappa"))
+    c = c.with_columns(factor.alias("_factor")).with_columns(_required("best_other", "_factor").alias("required"))
+    c = c.with_columns((pl.col("required") > 1).alias("insolvent"))
+    g = group_columns(c)
+    aggs = {"cells": pl.len(), "insolvent": pl.col("insolvent").sum(), "max_required": pl.col("required").max()}
+    out = c.group_by(g + ["method"]).agg([e.alias(n) for n, e in aggs.items()])
+    for p in ("discrete", "continuous"):
+        part = c.filter(pl.col("protocol") == p)
+        if part.height:
+            out = out.join(
+                part.group_by(g + ["method"]).agg(
+                    pl.len().alias(f"{p}_cells"), pl.col("insolvent").sum().alias(f"{p}_insolvent")
+                ),
+                on=g + ["method"], how="left",
+            )
+    return _sort_methods(out, method_order(df), g)
+
+
+# ----------------------------------------------------------------------------- Pareto
+def budget_spent(trace_rows: pl.DataFrame, utility: pl.DataFrame) -> pl.DataFrame:
+    """Overhead actually spent per amortised cell: Σ_{i≤m} c_i with c_i = max(0, δ_i − λ)
+    (DESIGN §4), from the traces' adapt rows and the cell's cut-off m; pooled rows get the
+    mean over episodes (the budget is per episode)."""
+    g = [c for c in group_columns(utility) if c in trace_rows.columns]
+    lam = utility.select(g + ["lambda_ms"]).unique(subset=g) if g else utility.select("lambda_ms").head(1)
+    rows = trace_rows.filter(pl.col("phase") == "adapt")
+    rows = rows.join(lam, on=g, how="inner") if g else rows.join(lam, how="cross")
+    rows = rows.sort(g + ["method", "episode", "step"]).with_columns(
+        (pl.col("delta_ms") - pl.col("lambda_ms")).clip(lower_bound=0).cum_sum().over(g + ["method", "episode"]).alias("_cum"),
+    )
+    am = utility.filter((pl.col("protocol") == "amortised") & (pl.col("episode") != POOLED))
+    am = am.with_columns((pl.col("m") - 1).cast(pl.Int64).alias("_last"))
+    spent = am.join(
+        rows.select(g + ["method", "episode", pl.col("step").cast(pl.Int64).alias("_last"), "_cum"]),
+        on=g + ["method", "episode", "_last"], how="left",
+    ).with_columns(pl.when(pl.col("m") <= 0).then(0.0).otherwise(pl.col("_cum")).alias("spent_ms"))
+    per_episode = spent.select(g + ["method", "episode", "value", "spent_ms"])
+    pooled = per_episode.group_by(g + ["method", "value"]).agg(pl.col("spent_ms").mean()).with_columns(
+        pl.lit(POOLED).alias("episode")
+    )
+    return pl.concat([per_episode, pooled.select(per_episode.columns)], how="vertical_relaxed")
+
+
+def pareto(df: pl.DataFrame, spent: pl.DataFrame | None = None, tol: float = DEFAULT_TOL) -> pl.DataFrame:
+    """The amortised Pareto frontier per method over the budget, on pooled utilities.
+
+    x is the overhead actually spent (``spent_ms``, when :func:`budget_spent` could compute it
+    from traces) or else the budget B itself. A point is ``efficient`` if it beats every point
+    of the same method with less x; ``gain_pp_per_s`` is the utility gained (pp) per extra
+    second of x since the previous efficient point; ``best_at_B`` marks the method(s) with
+    the highest utility at that budget."""
+    part = _pooled(df, "amortised").filter(pl.col("utility").is_not_null())
+    g = group_columns(part)
+    if spent is not None:
+        part = part.join(spent.filter(pl.col("episode") == POOLED).drop("episode"), on=g + ["method", "value"], how="left")
+    else:
+        part = part.with_columns(pl.lit(None, pl.Float64).alias("spent_ms"))
+    part = part.with_columns(pl.coalesce("spent_ms", "value").alias("_x"))
+    part = part.with_columns(
+        (pl.col("utility") >= pl.col("utility").max().over(g + ["value"]) - tol).alias("best_at_B")
+    )
+    rows = []
+    for key, sub in part.sort(g + ["method", "_x", "utility"], descending=[False] * (len(g) + 2) + [True]).group_by(
+        g + ["method"], maintain_order=True
+    ):
+        best_u, best_x = -math.inf, None
+        for r in sub.iter_rows(named=True):
+            eff = r["utility"] > best_u + tol
+            gain = None
+            if eff and best_x is not None and r["_x"] > best_x:
+                gain = (r["utility"] - best_u) * 100 / ((r["_x"] - best_x) / 1000)
+            if eff:
+                best_u, best_x = r["utility"], r["_x"]
+            rows.append({**{k: r[k] for k in g}, "method": r["method"], "B_ms": r["value"],
+                         "spent_ms": r["spent_ms"], "m": r.get("m"), "beta": r.get("beta"),
+                         "utility": r["utility"], "efficient": eff, "gain_pp_per_s": gain,
+                         "best_at_B": r["best_at_B"]})
+    out = pl.DataFrame(rows, schema_overrides={"spent_ms": pl.Float64, "gain_pp_per_s": pl.Float64})
+    return _sort_methods(out, method_order(df), g).sort(g, maintain_order=True) if out.height else out
+
+
+# ----------------------------------------------------------------------------- latency
+def latency_breakdown(trace_rows: pl.DataFrame, lambdas: pl.DataFrame) -> pl.DataFrame:
+    """Per-batch latency decomposition per method over the adapt rows (paper Table 2):
+    δ̄, ē, ē − λ (intrinsic overhead), ℓ̄ (extrinsic), δ̄/λ (slowdown), the fraction of batches
+    that updated parameters, and the peak device memory (MiB; null where unmeasured).
+
+    ``trace_rows``: adapt/frozen rows with the group columns and ``method`` (see
+    :func:`trace_rows`); ``lambdas``: group columns + ``lambda_ms``."""
+    g = [c for c in group_columns(lambdas) if c in trace_rows.columns]
+    lam = lambdas.select(g + ["lambda_ms"]).unique(subset=g) if g else lambdas.select("lambda_ms").head(1)
+    rows = trace_rows.filter(pl.col("phase") == "adapt")
+    rows = rows.join(lam, on=g, how="inner") if g else rows.join(lam, how="cross")
+    out = rows.group_by(g + ["method"]).agg(
+        pl.len().alias("batches"),
+        pl.col("lambda_ms").first(),
+        pl.col("delta_ms").mean().alias("delta_mean"),
+        pl.col("e_ms").mean().alias("e_mean"),
+        pl.col("l_ms").mean().alias("l_mean"),
+        pl.col("updated").cast(pl.Float64).mean().alias("update_rate"),
+        (pl.col("peak_mem_bytes").max() / 2**20).alias("peak_mem_mib"),
+    ).with_columns(
+        (pl.col("e_mean") - pl.col("lambda_ms")).alias("e_minus_lambda"),
+        (pl.col("delta_mean") / pl.col("lambda_ms")).alias("slowdown"),
+    )
+    # the baseline first, then fastest to slowest
+    out = out.with_columns((pl.col("method") != BASELINE).alias("_b")).sort(g + ["_b", "delta_mean", "method"]).drop("_b")
+    return out.select(g + ["method", "lambda_ms", "batches", "delta_mean", "e_mean", "e_minus_lambda", "l_mean",
+                           "slowdown", "update_rate", "peak_mem_mib"])
+
+
+def trace_rows(traces: Iterable, columns: Sequence[str] = ("phase", "episode", "step", "e_ms", "l_ms", "delta_ms",
+                                                            "updated", "peak_mem_bytes")) -> pl.DataFrame:
+    """Adapt rows of every trace with its group-key metadata and method name as columns.
+
+    ``traces`` is any iterable of objects with ``.meta`` (dict) and ``.rows`` (polars frame),
+    e.g. ``tempora_sim.traces.load_traces(path).traces``."""
+    frames = []
+    for t in traces:
+        meta = t.meta
+        rows = t.rows.filter(pl.col("phase") == "adapt").select(list(columns))
+        lits = [pl.lit(meta[k]).alias(k) for k in GROUP_COLUMNS if k in meta]
+        frames.append(rows.with_columns(*lits, pl.lit(meta["method"]).alias("method")))
+    if not frames:
+        raise AnalysisError("no traces given")
+    return pl.concat(frames, how="diagonal_relaxed")
+
+
+def align_group_dtypes(frame: pl.DataFrame, like: pl.DataFrame) -> pl.DataFrame:
+    """Cast ``frame``'s group columns to ``like``'s dtypes so the two can be joined."""
+    casts = [pl.col(c).cast(like.schema[c]) for c in group_columns(frame) if c in like.columns]
+    return frame.with_columns(casts) if casts else frame
+
+
+# ----------------------------------------------------------------------------- overviews
+def offline_table(df: pl.DataFrame) -> pl.DataFrame:
+    """Offline accuracy per episode and method, with the rank within the episode (1 = best,
+    ties share the best rank), plus pooled (paper Tables 1 and 10)."""
+    check_utility_table(df)
+    off = df.filter((pl.col("protocol") == "offline") & pl.col("utility").is_not_null())
+    g = group_columns(off)
+    off = off.with_columns(pl.col("utility").rank("min", descending=True).over(g + ["episode"]).cast(pl.Int64).alias("rank"))
+    out = off.select(g + ["episode", "method", "utility", "rank"])
+    return _sort_methods(out, method_order(df), g + ["episode"])
+
+
+def sweep_table(df: pl.DataFrame) -> pl.DataFrame:
+    """Pooled utility of every method in every scenario (paper Tables 11–13), long format
+    with the winner(s) of each pooled scenario flagged."""
+    check_utility_table(df)
+    p = with_scenario(df.filter((pl.col("episode") == POOLED) & pl.col("utility").is_not_null()))
+    g = group_columns(p)
+    p = p.with_columns(
+        (pl.col("utility") >= pl.col("utility").max().over(g + ["scenario"]) - DEFAULT_TOL).alias("best")
+    )
+    out = p.select(g + ["protocol", "param", "value", "scenario", "scenario_order", "method", "utility", "best"])
+    return _sort_methods(out, method_order(df), g + ["scenario_order"])
