@@ -43,7 +43,9 @@ def report_from_traces(synthetic_traces, tmp_path_factory) -> tuple[Path, str]:
     return out, res.output
 
 
-def _check_report(out: Path, expect_latency: bool) -> str:
+def _check_report(out: Path, expect_latency: bool, groups: tuple[str, ...] = ("",)) -> str:
+    """Every table and figure is there; ``groups`` are the figure-name prefixes (one per
+    comparison group when there are several, e.g. ``1-demo-resnet-``)."""
     md = (out / "report.md").read_text(encoding="utf-8")
     for spec in rp.TABLES.values():
         assert f"# {spec.title}" in md
@@ -53,7 +55,7 @@ def _check_report(out: Path, expect_latency: bool) -> str:
         else:
             assert csv.is_file() and pl.read_csv(csv).height > 0, spec.name
     figures = ["winners", "curves", "pareto"] + (["latency"] if expect_latency else [])
-    for name in figures:
+    for name in (prefix + fig for prefix in groups for fig in figures):
         png, pdf = out / "figures" / f"{name}.png", out / "figures" / f"{name}.pdf"
         assert png.read_bytes()[:8] == PNG_MAGIC and pdf.read_bytes()[:5] == b"%PDF-"
         assert f"](figures/{name}.png)" in md
@@ -146,17 +148,25 @@ def test_report_on_results_rejects_sweep_options(report_from_traces, tmp_path):
     assert res.exit_code == 2 and "apply to traces" in res.output
 
 
-@pytest.mark.skipif(not any(DEMO_TRACES.rglob("*.parquet")) if DEMO_TRACES.is_dir() else True,
-                    reason="traces/demo/ is not in this checkout yet (the demo step commits it)")
-def test_report_from_committed_demo_traces(tmp_path):
-    import time
+def test_committed_demo_traces_are_complete_and_report(tmp_path):
+    """traces/demo/ is part of the repository: every method that fits each demo model, all 15
+    corruptions at severity 5, readable on a fresh clone and turned into a full report."""
+    from tempora_sim.traces import load_traces
+    from tempora_trace.cli import methods_for
+    from tempora_trace.data.demo import DEMO_CORRUPTIONS
 
-    t0 = time.perf_counter()
+    traces = load_traces(DEMO_TRACES).traces
+    found = {(t.meta["model"], t.method) for t in traces}
+    expected = {(model, m) for model in ("demo-resnet", "demo-resnet-gn") for m in methods_for(model)}
+    assert found == expected
+    for t in traces:
+        adapt = t.rows.filter(t.rows["phase"] == "adapt")
+        assert sorted(set(adapt["episode"].to_list())) == sorted(DEMO_CORRUPTIONS), t.path
+        assert t.meta["dataset"] == "demo" and t.meta["batch_size"] == 64 and t.meta["seed"] == 2025
+        assert set(adapt["severity"].to_list()) == {5}
     res = CliRunner().invoke(main, ["report", str(DEMO_TRACES), "--out", str(tmp_path)])
-    elapsed = time.perf_counter() - t0
     assert res.exit_code == 0, res.output
-    _check_report(tmp_path, expect_latency=True)
-    assert elapsed < 60, f"demo report took {elapsed:.1f} s"
+    _check_report(tmp_path, expect_latency=True, groups=("1-demo-resnet-", "2-demo-resnet-gn-"))
 
 
 def test_episode_selection_for_the_utility_curves(report_from_traces, tmp_path):
