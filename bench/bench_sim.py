@@ -33,7 +33,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from tempora_sim.sweep import run_sweep  # noqa: E402
+from tempora_sim.replay import run_sweep  # noqa: E402
 from tempora_sim.synthetic import CORRUPTIONS, PROFILES, write_trace, write_trace_set  # noqa: E402
 from tempora_sim.traces import load_traces  # noqa: E402
 

@@ -18,7 +18,7 @@ import tempora_sim
 from tempora_schema import METADATA_KEY
 from tempora_sim.cli import main
 from tempora_sim.errors import GridError, GroupError, ProtocolError, TraceFileError
-from tempora_sim.sweep import ALL_EPISODES, COLUMNS, run_sweep, sweep
+from tempora_sim.replay import ALL_EPISODES, COLUMNS, run_sweep, sweep
 from tempora_sim.synthetic import make_trace, write_trace, write_trace_set
 from tempora_sim.traces import lambda_from_standard, load_traces
 
@@ -120,10 +120,9 @@ def test_lambda_is_mean_plus_six_population_std(traceset):
 
 
 def test_python_api_is_the_package_attribute(trace_dir):
-    module = sys.modules["tempora_sim.sweep"]
+    assert tempora_sim.sweep is sweep and tempora_sim.run_sweep is run_sweep
     df = tempora_sim.sweep(trace_dir, protocols="offline")
-    assert df.height == module.sweep(trace_dir, protocols="offline").height == 4 * 4
-    assert module(trace_dir, protocols="offline").height == df.height  # the module forwards calls
+    assert df.height == sweep(trace_dir, protocols="offline").height == 4 * 4
 
 
 def test_default_T_at_or_below_lambda_is_skipped_with_warning(trace_dir):
@@ -265,7 +264,7 @@ def test_loader_errors_are_sim_errors(tmp_path):
 
 def test_simulator_never_imports_torch():
     code = (
-        "import sys, tempora_sim, tempora_sim.sweep, tempora_sim.traces, tempora_sim.kernels, "
+        "import sys, tempora_sim, tempora_sim.replay, tempora_sim.traces, tempora_sim.kernels, "
         "tempora_sim.tables, tempora_sim.cli, tempora_sim.synthetic, tempora_sim.reference, tempora_schema; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )

@@ -80,7 +80,7 @@ def write_outputs(frame, out: Path) -> None:
               help="json prints the aggregated rows as JSON on stdout instead of tables.")
 def sweep_command(traces, protocol, out, rho, T, B, lambda_ms, queue, sync, skipped, fallback, budget_rule, fmt):
     """Replay TRACES (files or directories of *.parquet) under temporal grids."""
-    from .sweep import ALL_EPISODES, SimWarning, run_sweep
+    from .replay import ALL_EPISODES, SimWarning, run_sweep
 
     try:
         with warnings.catch_warnings(record=True) as caught:

@@ -16,7 +16,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from .sweep import ALL_EPISODES, SweepResult
+from .replay import ALL_EPISODES, SweepResult
 
 _TITLES = {
     "offline": "Offline utility (%): mean accuracy, no time pressure",

@@ -579,17 +579,3 @@ def sweep(
     """
     return run_sweep(source, protocols, rho, T_ms, B_ms, lambda_ms, queue, budget_rule, skipped, sync,
                      fallback, engine).frame
-
-
-class _CallableModule(__import__("types").ModuleType):
-    """``tempora_sim.sweep`` names both this module and the API function; make both work.
-
-    Importing the submodule ``tempora_sim.sweep`` rebinds the package attribute to the module,
-    so the module itself forwards calls to :func:`sweep`.
-    """
-
-    def __call__(self, *args, **kwargs):
-        return sweep(*args, **kwargs)
-
-
-__import__("sys").modules[__name__].__class__ = _CallableModule
