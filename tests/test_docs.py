@@ -150,3 +150,20 @@ def test_methods_reference_covers_every_registered_method():
     # the page asks for both blocks
     page = (DOCS / "methods.md").read_text(encoding="utf-8")
     assert "<!-- generated: methods-table -->" in page and "<!-- generated: method-details -->" in page
+
+
+def test_license_and_citation_match_the_package():
+    from importlib.metadata import version
+
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    static = re.search(r'^version = "([^"]+)"', pyproject, re.MULTILINE)
+    project = {
+        "license": re.search(r'^license = "([^"]+)"', pyproject, re.MULTILINE).group(1),
+        "version": static.group(1) if static else version("tempora"),
+    }
+    assert project["license"] == "MIT"
+    assert (ROOT / "LICENSE").read_text(encoding="utf-8").startswith("MIT License")
+    citation = yaml.safe_load((ROOT / "CITATION.cff").read_text(encoding="utf-8"))
+    assert citation["license"] == project["license"]
+    assert str(citation["version"]) == project["version"], "bump CITATION.cff's version with the package's"
+    assert citation["preferred-citation"]["year"] == 2026
