@@ -1,6 +1,6 @@
-"""The sweep: replay every trace under every requested ρ / T / B value (DESIGN §4, §6).
+"""The sweep: replay every trace under every requested ρ / T / B value (docs/design.md §4, §6).
 
-``sweep(...)`` is the notebook API (a polars DataFrame with the DESIGN §6 columns);
+``sweep(...)`` is the notebook API (a polars DataFrame with the docs/design.md §6 columns);
 ``run_sweep(...)`` also returns timings, warnings and λ per group, which the CLI prints.
 
 Aggregation and meaning of the columns, per protocol (fractions in [0, 1], times in ms):
@@ -40,7 +40,7 @@ from .traces import Trace, TraceSet, group_lambdas, load_traces
 
 ALL_EPISODES = "__all__"
 
-#: Output columns, in order (DESIGN §6 plus seed, stream, num_batches).
+#: Output columns, in order (docs/design.md §6 plus seed, stream, num_batches).
 COLUMNS = {
     "dataset": pl.Utf8, "model": pl.Utf8, "device": pl.Utf8, "batch_size": pl.Int64,
     "seed": pl.Int64, "stream": pl.Utf8, "method": pl.Utf8, "episode": pl.Utf8,
