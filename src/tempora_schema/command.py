@@ -40,7 +40,9 @@ MAX_GRID_VALUES = 1_000_000
 
 
 def _one_line(text: str) -> str:
-    return " ".join(part.strip() for part in str(text).strip().splitlines() if part.strip())
+    """Newlines joined; undecodable file-name bytes (surrogates) shown as \\xNN, never a crash."""
+    text = str(text).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return " ".join(part.strip() for part in text.strip().splitlines() if part.strip())
 
 
 def echo_error(prog: str, message: str) -> None:

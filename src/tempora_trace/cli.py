@@ -204,6 +204,9 @@ def make_config(method: str, opts: dict[str, Any], **extra: Any) -> TraceConfig:
     ).resolved()
     if opts["resume"] and opts["force"]:
         raise ConfigError("--resume and --force contradict each other; pass one")
+    from tempora_schema.outputs import check_output_dir
+
+    check_output_dir(cfg.out if cfg.out is not None else "traces")  # writable, before any work
     if opts["threads"] is not None:
         import torch
 

@@ -30,15 +30,20 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import multiprocessing
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 from numpy.lib.format import open_memmap
+
+from tempora_schema.errors import OutputError, describe_os_error
+from tempora_schema.outputs import to_bytes, write_file
+
+from ..errors import DataError
 
 #: Bump on any change to drawing or corruption so old caches are never read.
 DEMO_VERSION = "v2"
@@ -292,26 +297,28 @@ def _locked(path: Path):
 
 
 def _atomic_save(path: Path, array: np.ndarray) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.save(fh, array)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    write_file(path, to_bytes(lambda fh: np.save(fh, array)))
 
 
 def _atomic_write_json(path: Path, obj) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(obj, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    write_file(path, json.dumps(obj).encode("utf-8"))
+
+
+def _cache_errors(fn):
+    """A cache that cannot be written (read-only or full TEMPORA_HOME) is one line that says
+    where and what to do, never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except OSError as exc:
+            raise DataError(describe_os_error(exc, action="cannot write the demo data cache at")
+                            + "; or set TEMPORA_HOME to a writable folder") from None
+        except OutputError as exc:
+            raise DataError(f"demo data cache: {exc}; or set TEMPORA_HOME to a writable folder") from None
+
+    return wrapper
 
 
 def _check_corruption(corruption: str, severity: int) -> None:
@@ -321,6 +328,7 @@ def _check_corruption(corruption: str, severity: int) -> None:
         raise ValueError(f"severity must be an integer 1..5, got {severity!r}")
 
 
+@_cache_errors
 def ensure_demo_clean(home: str | os.PathLike | None = None, split: str = "test", workers: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The clean ``split`` (``"test"`` or ``"train"``): uint8 Nx32x32x3 images, int64 labels.
 
@@ -352,6 +360,7 @@ def completed_severities(corruption: str, home: str | os.PathLike | None = None)
     return sorted(json.loads(path.read_text())["severities"])
 
 
+@_cache_errors
 def ensure_demo_corrupted(corruption: str, severity: int, home: str | os.PathLike | None = None, workers: int | None = None) -> Path:
     """Directory in CIFAR-10-C layout whose ``<corruption>.npy`` has ``severity`` filled.
 
