@@ -116,7 +116,9 @@ def check_output_dir(out: str | os.PathLike, option: str = "--out") -> Path:
     """Refuse an output folder that can never be written, before any work starts.
 
     ``out`` must be non-empty, must not be (or lie below) a regular file, must not be a symlink
-    loop, and the nearest existing folder must be writable. Nothing is created."""
+    loop, and a file must be creatable in it (or in its nearest existing ancestor): a probe file
+    is created and removed at once, so permissions, ACLs and read-only mounts all answer as the
+    real write would. Nothing is left behind."""
     text = os.fspath(out)
     if not str(text).strip():
         raise OutputError(f"{option} is empty; give a folder")
@@ -134,15 +136,24 @@ def check_output_dir(out: str | os.PathLike, option: str = "--out") -> Path:
             probe = parent
             continue
         except OSError as exc:
-            raise OutputError(f"{option} " + describe_os_error(exc, path, "cannot use")) from None
+            raise OutputError(describe_os_error(exc, path, option)) from None
         if not stat.S_ISDIR(st.st_mode):
             where = "is a file" if probe == path else f"lies below the file {probe}"
             raise OutputError(f"{option} {path} {where}, not a folder; choose another {option}")
-        if not os.access(probe, os.W_OK | os.X_OK):
-            raise OutputError(f"{option} " + describe_os_error(OSError(errno.EACCES, "Permission denied"), path,
-                                                               "cannot write"))
+        _probe_write(probe, path, option)
         break
     return path
+
+
+def _probe_write(folder: Path, out: Path, option: str) -> None:
+    name = folder / f".tempora-probe{TMP_MARK}{os.getpid()}-{secrets.token_hex(3)}"
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        raise OutputError(describe_os_error(exc, out, option)) from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(name)
 
 
 # ------------------------------------------------------------------------ locks

@@ -35,7 +35,7 @@ def write_outputs(frame, out: Path, traces=()) -> None:
 
 @main.command("sweep")
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--out", "out", type=click.Path(path_type=Path), default=None,
+@click.option("--out", "out", type=click.Path(path_type=str), default=None,
               help="Directory for utility.parquet and utility.csv (omit to only print).")
 @sweep_options
 @click.option("--format", "fmt", default="table", show_default=True, type=click.Choice(["table", "json"]),
@@ -50,7 +50,7 @@ def sweep_command(traces, out, fmt, **options):
 
         from .traces import check_out_outside
 
-        check_output_dir(out)  # refused before anything is read or replayed
+        out = check_output_dir(out)  # refused before anything is read or replayed
         check_out_outside(traces, out)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SimWarning)
