@@ -13,12 +13,22 @@ several subcommands are declared once in :data:`RUN_OPTIONS` / :func:`run_option
 
 from __future__ import annotations
 
+import os as _os
+import signal as _signal
 import sys
 
-from tempora_schema.command import guard_startup_interrupt, is_tool_process
 
-if is_tool_process(__name__, "tempora-trace"):
-    guard_startup_interrupt("tempora-trace")  # before torch is imported (seconds)
+def _interrupted_at_start_up(signum, frame):  # noqa: ARG001 - signal handler signature
+    _os.write(2, b"tempora-trace: interrupted\n")
+    _os._exit(130)
+
+
+# Ctrl-C while the heavy modules import (seconds) is one line, not a KeyboardInterrupt traceback.
+# Only in the tool's own process (script or `python -m`), never when a library imports this
+# module; OneLineGroup.run restores Python's handler once the command starts. Nothing but the
+# standard library may be imported before this line.
+if __name__ == "__main__" or _os.path.basename(sys.argv[0] if sys.argv else "") == "tempora-trace":
+    _signal.signal(_signal.SIGINT, _interrupted_at_start_up)
 
 import json  # noqa: E402
 import math  # noqa: E402

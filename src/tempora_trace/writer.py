@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import tempora_schema as schema
+from tempora_schema.errors import OutputError as AnyOutputError
 from tempora_schema.errors import output_error
 from tempora_schema.outputs import check_output_dir, output_lock, to_bytes, write_file
 
@@ -64,18 +65,26 @@ class TraceWriter:
         self.completed: dict[int, Path] = {}
         self._lock = None
         check_output_dir(final_path.parent)
+        if resume and not self.partial_dir.exists():
+            raise OutputError(f"nothing to resume: no interrupted run at {self.partial_dir}")
+        missing = [p for p in (final_path.parent, *final_path.parent.parents) if not p.exists()]
         try:
             final_path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise output_error(exc, final_path.parent) from None
-        # Held until close(): a second run on the same output is refused with the holder's PID
-        # before it can look at (let alone delete) this run's partial folder.
-        self._lock = output_lock(final_path, "trace")
-        self._lock.__enter__()
         try:
+            # Held until close(): a second run on the same output is refused with the holder's
+            # PID before it can look at (let alone delete) this run's partial folder.
+            self._lock = output_lock(final_path, "trace")
+            self._lock.__enter__()
             self._claim(resume, force)
         except BaseException:
             self.close()
+            for folder in missing:  # folders this run made for an output it never wrote
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
             raise
 
     def _claim(self, resume: bool, force: bool) -> None:
@@ -92,10 +101,16 @@ class TraceWriter:
                     raise OutputError(f"an interrupted run exists at {self.partial_dir}; pass --resume to continue it or --force to start over")
             elif resume:
                 raise OutputError(f"nothing to resume: no interrupted run at {self.partial_dir}")
+            created = not self.partial_dir.exists()
             self.partial_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise output_error(exc, self.partial_dir) from None
-        self._write_json(self.partial_dir / "config.json", self.identity)
+        try:
+            self._write_json(self.partial_dir / "config.json", self.identity)
+        except AnyOutputError:
+            if created:  # nothing of this run may stay behind when it could not even start
+                shutil.rmtree(self.partial_dir, ignore_errors=True)
+            raise
 
     def close(self) -> None:
         """Release the output lock (idempotent)."""
@@ -116,10 +131,11 @@ class TraceWriter:
         for path in sorted(self.partial_dir.glob("episode-*.rows")):
             try:
                 index = int(path.stem.split("-")[1])
-                pq.read_metadata(path)  # a damaged file (e.g. truncated by a full disk) is run again
             except (ValueError, IndexError):
                 continue
-            except (pa.ArrowException, OSError):
+            try:
+                pq.read_metadata(path)  # a damaged file (e.g. truncated by a full disk) is run again
+            except (pa.ArrowException, OSError, ValueError):
                 warnings.warn(f"{path} is damaged (not a complete Parquet file); its episode is traced again",
                               stacklevel=2)
                 try:
