@@ -172,3 +172,113 @@ def test_rho_to_zero_gives_mean_a_kappa_of_e():
     expect = sum(x / (1 + max(0.0, y - lam) / (T - lam)) for x, y in zip(a, e))
     assert ak[0] == pytest.approx(expect)
     assert math.isfinite(ak[0])
+
+
+# ------------------------------------------------------------------ through the sweep
+import polars as pl  # noqa: E402
+
+from tempora_sim.replay import ALL_EPISODES, run_sweep  # noqa: E402
+from tempora_sim.synthetic import write_trace_set  # noqa: E402
+
+METHODS = ("standard", "tent", "eta", "shot-im", "neo")
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    d = tmp_path_factory.mktemp("scen")
+    write_trace_set(d, METHODS, num_batches=60, frozen_eval="all", checkpoints=range(0, 60, 3))
+    return d
+
+
+def _pooled(frame, protocol):
+    return frame.filter((pl.col("episode") == ALL_EPISODES) & (pl.col("protocol") == protocol)).sort(
+        "method", "value", "value2", nulls_last=True)
+
+
+def test_huge_patience_reduces_to_discrete(traces):
+    f = run_sweep(traces, "discrete,discrete-continuous", rho="1,0.5", T_ms="1e12").frame
+    d, dc = _pooled(f, "discrete"), _pooled(f, "discrete-continuous")
+    assert d["utility"].to_list() == pytest.approx(dc["utility"].to_list(), rel=1e-9)
+    assert d["alpha"].to_list() == dc["alpha"].to_list()
+    assert dc["param2"].unique().to_list() == ["T_ms"]
+
+
+def test_unlimited_budget_reduces_to_discrete_and_zero_budget_to_the_frozen_model(traces):
+    f = run_sweep(traces, "discrete,discrete-amortised", rho="1,0.5", B_ms="0,1e15", budget_rule="strict").frame
+    d = _pooled(f, "discrete")
+    da = _pooled(f, "discrete-amortised")
+    inf = da.filter(pl.col("value2") == 1e15)
+    assert inf["utility"].to_list() == pytest.approx(d["utility"].to_list(), rel=1e-12)
+    assert (inf["m"] == inf["served"]).all()
+    # B = 0: a gradient method whose every step costs more than λ freezes at once, so the
+    # frozen model serves the whole stream under the same arrivals
+    zero = f.filter((pl.col("protocol") == "discrete-amortised") & (pl.col("value2") == 0)
+                    & (pl.col("method") == "tent") & (pl.col("episode") != ALL_EPISODES))
+    am = run_sweep(traces, "amortised", B_ms="0", budget_rule="strict").frame.filter(
+        (pl.col("method") == "tent") & (pl.col("episode") != ALL_EPISODES))
+    assert (am["m"] == 0).all()
+    from tempora_sim.traces import load_traces
+    ts = load_traces(traces)
+    tent = next(t for t in ts.traces if t.method == "tent")
+    lam = float(zero["lambda_ms"][0])
+    for row in zero.iter_rows(named=True):
+        fr = tent.frozen.filter((pl.col("episode") == row["episode"]) & (pl.col("checkpoint") == 0))
+        f_delta = float(fr["delta_ms"].mean())
+        f_acc = float(fr["correct"].sum() / fr["n"].sum())
+        n = row["num_batches"]
+        ref = discrete_reference([f_acc] * n, [f_delta] * n, lam / row["value"], 1)
+        assert row["served"] == ref.served and row["m"] == 0
+        assert row["utility"] == pytest.approx(ref.score_sum / n, rel=1e-9)
+
+
+def test_scenarios_agree_with_the_python_engine(traces):
+    kw = dict(protocols="discrete,discrete-continuous,discrete-amortised", rho="1,0.35", T_ms="150,400",
+              B_ms="500,4000", arrivals="burst:2,6:4", arrival_seeds=2, queue=2, fallback=True)
+    a = run_sweep(traces, **kw).frame.sort("method", "episode", "protocol", "value", "value2", "arrival_seed")
+    b = run_sweep(traces, engine="python", **kw).frame.sort("method", "episode", "protocol", "value", "value2",
+                                                              "arrival_seed")
+    assert a.height == b.height > 0
+    for col in ("served", "m", "arrival_seed"):
+        assert a[col].to_list() == b[col].to_list()
+    for col in ("utility", "served_acc", "kappa", "acc_frozen"):
+        assert a[col].fill_null(-1).to_list() == pytest.approx(b[col].fill_null(-1).to_list(), rel=1e-9)
+
+
+def test_arrival_seeds_pool_like_episodes(traces):
+    f = run_sweep(traces, "discrete", rho="0.7", arrivals="poisson:5", arrival_seeds=3).frame
+    tent = f.filter(pl.col("method") == "tent")
+    per = tent.filter(pl.col("episode") != ALL_EPISODES)
+    assert sorted(per["arrival_seed"].unique().to_list()) == [5, 6, 7]
+    pooled = tent.filter(pl.col("episode") == ALL_EPISODES)
+    assert pooled["arrival_seed"].is_null().all() and pooled["arrivals"].to_list() == ["poisson"]
+    assert pooled["served"][0] == per["served"].sum()
+    expect = (per["utility"] * per["num_batches"]).sum() / per["num_batches"].sum()
+    assert pooled["utility"][0] == pytest.approx(expect)
+
+
+def test_recorded_periodic_file_equals_periodic(traces, tmp_path):
+    path = tmp_path / "even.csv"
+    path.write_text("t_ms\n" + "\n".join(str(i * 7) for i in range(200)) + "\n")
+    a = _pooled(run_sweep(traces, "discrete", rho="1,0.6").frame, "discrete")
+    b = _pooled(run_sweep(traces, "discrete", rho="1,0.6", arrivals=f"file:{path}").frame, "discrete")
+    assert a["served"].to_list() == b["served"].to_list()
+    assert a["utility"].to_list() == pytest.approx(b["utility"].to_list(), rel=1e-12)
+
+
+def test_absolute_recorded_times_report_the_effective_load(traces, tmp_path):
+    path = tmp_path / "cam.csv"
+    path.write_text("t_ms\n" + "\n".join(str(i * 50.0) for i in range(100)) + "\n")
+    f = run_sweep(traces, "discrete", arrivals=f"file:{path}", arrivals_absolute=True).frame
+    row = _pooled(f, "discrete").row(0, named=True)
+    assert row["value"] == pytest.approx(row["lambda_ms"] / 50.0)
+    with pytest.raises(GridError, match="no effect"):
+        run_sweep(traces, "discrete", rho="0.5", arrivals=f"file:{path}", arrivals_absolute=True)
+    with pytest.raises(GridError, match="random arrival process"):
+        run_sweep(traces, "discrete", arrival_seeds=3)
+
+
+def test_defaults_unchanged_by_the_scenario_columns(traces):
+    f = run_sweep(traces, "all", rho="1", T_ms="400", B_ms="1s").frame
+    assert set(f["protocol"].unique()) == {"offline", "discrete", "continuous", "amortised"}
+    assert f.filter(pl.col("protocol") == "discrete")["arrivals"].unique().to_list() == ["periodic"]
+    assert f["param2"].is_null().all() and f["arrival_seed"].is_null().all()

@@ -442,9 +442,12 @@ def discrete_general_one(a, e, delta, t, queue, strict, skip_mode, skip_value, l
 
 
 @njit(cache=True, parallel=True)
-def discrete_general_kernel(a, e, delta, t, offsets, lam, queue, strict, skip_mode, skip_value, h,
+def discrete_general_kernel(a, e, delta, u, scale, offsets, lam, queue, strict, skip_mode, skip_value, h,
                             n_adapt, f_delta, f_acc):
-    """All series for one arrival realisation (``t`` flattened like ``a``) and one budget.
+    """All series for one arrival realisation and one budget.
+
+    ``u`` holds unit-mean-gap arrival times flattened like ``a``; series ``s`` replays
+    ``u · scale[s]`` (scale = γ, or 1 for absolute times), so one realisation serves every ρ.
 
     ``h[s, k]`` are the patience margins ``T_k − λ`` of series ``s`` (zero columns: no decay);
     ``n_adapt``/``f_delta``/``f_acc`` per series configure the budget freeze. Returns
@@ -463,7 +466,7 @@ def discrete_general_kernel(a, e, delta, t, offsets, lam, queue, strict, skip_mo
         if hi <= lo:
             continue
         cnt, ssum, skip, fz = discrete_general_one(
-            a[lo:hi], e[lo:hi], delta[lo:hi], t[lo:hi], queue, strict, skip_mode, skip_value[s], lam[s],
+            a[lo:hi], e[lo:hi], delta[lo:hi], u[lo:hi] * scale[s], queue, strict, skip_mode, skip_value[s], lam[s],
             h[s], n_adapt[s], f_delta[s], f_acc[s], ak[s],
         )
         served[s] = cnt
