@@ -1,6 +1,6 @@
-"""The sweep: replay every trace under every requested ρ / T / B value (DESIGN §4, §6).
+"""The sweep: replay every trace under every requested ρ / T / B value (docs/design.md §4, §6).
 
-``sweep(...)`` is the notebook API (a polars DataFrame with the DESIGN §6 columns);
+``sweep(...)`` is the notebook API (a polars DataFrame with the docs/design.md §6 columns);
 ``run_sweep(...)`` also returns timings, warnings and λ per group, which the CLI prints.
 
 Aggregation and meaning of the columns, per protocol (fractions in [0, 1], times in ms):
@@ -43,7 +43,7 @@ SKIPPED_MODES = ("null", "random")
 SYNC_MODES = ("buffered", "strict")
 ENGINES = ("numba", "python")
 
-#: Output columns, in order (DESIGN §6 plus seed, stream, num_batches), then the scenario
+#: Output columns, in order (docs/design.md §6 plus seed, stream, num_batches), then the scenario
 #: columns of docs/design.md §9 (``param2``/``value2`` of a 2-D grid, the arrival process).
 BASE_COLUMNS = {
     "dataset": pl.Utf8, "model": pl.Utf8, "device": pl.Utf8, "batch_size": pl.Int64,

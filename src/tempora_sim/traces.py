@@ -1,6 +1,6 @@
 """Reading, validating and grouping schema-v1 traces (polars + pyarrow, no torch).
 
-A *group* is what makes traces comparable (DESIGN §3 ``GROUP_KEYS``: dataset, model, device,
+A *group* is what makes traces comparable (docs/design.md §3 ``GROUP_KEYS``: dataset, model, device,
 batch size, seed, stream). All traces of a group share one λ, taken from its ``standard``
 trace; a group may hold at most one trace per method.
 """
