@@ -35,6 +35,8 @@ from typing import Iterable, Sequence
 
 import polars as pl
 
+from .errors import SimError
+
 #: Columns that identify a comparison group (same as the trace metadata group keys).
 GROUP_COLUMNS = ("dataset", "model", "device", "batch_size", "seed", "stream")
 POOLED = "__all__"
@@ -58,7 +60,7 @@ CANONICAL_EPISODES = [c for cs in CATEGORIES.values() for c in cs]
 REQUIRED_COLUMNS = ("method", "episode", "protocol", "param", "value", "utility")
 
 
-class AnalysisError(ValueError):
+class AnalysisError(SimError, ValueError):
     """The utility table cannot support the requested analysis (message says why)."""
 
 

@@ -34,14 +34,11 @@ import polars as pl
 from tempora_schema import GroupKey
 
 from . import grids
-from .errors import GridError, ProtocolError
+from .errors import GridError, ProtocolError  # noqa: F401  (GridError re-exported)
+from .options import BUDGET_RULES, ENGINES, SKIPPED_MODES, SYNC_MODES, SweepOptions  # noqa: F401
 from .traces import Trace, TraceSet, group_lambdas, load_traces
 
 ALL_EPISODES = "__all__"
-BUDGET_RULES = ("strict", "overshoot")
-SKIPPED_MODES = ("null", "random")
-SYNC_MODES = ("buffered", "strict")
-ENGINES = ("numba", "python")
 
 #: Output columns, in order (docs/design.md §6 plus seed, stream, num_batches), then the scenario
 #: columns of docs/design.md §9 (``param2``/``value2`` of a 2-D grid, the arrival process).
@@ -443,53 +440,19 @@ def _frame(series: Series, protocol: str, values, stats: dict, pooled: bool) -> 
 # --------------------------------------------------------------------------------------
 
 
-def _check_options(queue, budget_rule, skipped, sync, fallback, engine):
-    if isinstance(queue, bool) or not isinstance(queue, (int, np.integer)) or queue < 0:
-        raise GridError(f"--queue: capacity must be an integer >= 0 (got {queue!r})")
-    for name, value, allowed in (("budget-rule", budget_rule, BUDGET_RULES), ("skipped", skipped, SKIPPED_MODES),
-                                 ("sync", sync, SYNC_MODES), ("engine", engine, ENGINES)):
-        if value not in allowed:
-            raise GridError(f"--{name}: '{value}' is not one of {', '.join(allowed)}")
-    if fallback and skipped == "random":
-        raise GridError("--fallback and --skipped random both score skipped batches; choose one")
+def run_sweep(source, options: SweepOptions | None = None, /, **changes) -> SweepResult:
+    """Replay ``source`` (path(s) or a TraceSet) and return rows, timings, λ and warnings.
 
-
-def run_sweep(
-    source,
-    protocols="all",
-    rho=None,
-    T_ms=None,
-    B_ms=None,
-    lambda_ms=None,
-    queue=1,
-    budget_rule="strict",
-    skipped="null",
-    sync="buffered",
-    fallback=False,
-    engine="numba",
-    arrivals=None,
-    arrival_seeds=1,
-    arrivals_absolute=False,
-) -> SweepResult:
-    """Replay ``source`` (path(s) or a TraceSet) and return rows, timings, λ and warnings."""
-    from .arrivals import parse_arrivals
-    from .scenarios import check_scenario_options, replay_scenarios, scenario_frame
-
+    ``options`` is a :class:`~tempora_sim.options.SweepOptions`; keyword arguments (its field
+    names) override it. Every option is checked before a trace is read."""
     t_start = time.perf_counter()
-    _check_options(queue, budget_rule, skipped, sync, fallback, engine)
-    protos = grids.parse_protocols(protocols)
-    spec = parse_arrivals(arrivals)
-    if isinstance(arrival_seeds, bool) or not isinstance(arrival_seeds, (int, np.integer)) or not 1 <= arrival_seeds <= 10_000:
-        raise GridError(f"--arrival-seeds: a count from 1 to 10000 (got {arrival_seeds!r})")
-    seeds = [spec.seed + k for k in range(int(arrival_seeds))]
-    check_scenario_options(protos, spec, seeds, bool(arrivals_absolute), rho is not None)
-    rho_v = grids.parse_rho(rho) if rho is not None else grids.DEFAULT_RHO
-    T_v = grids.parse_T(T_ms) if T_ms is not None else grids.DEFAULT_T_MS
-    B_v = grids.parse_B(B_ms) if B_ms is not None else grids.DEFAULT_B_MS
-    if lambda_ms is not None:
-        lambda_ms = grids.parse_time_ms(lambda_ms, "lambda-ms")
-        if lambda_ms <= 0:
-            raise GridError(f"--lambda-ms: λ must be > 0 ms (got {lambda_ms:g})")
+    opt = SweepOptions.build(options, **changes).resolve()
+    protos, rho_v, T_v, B_v, lambda_ms = opt.protocols, opt.rho, opt.T_ms, opt.B_ms, opt.lambda_ms
+    queue, budget_rule, skipped, sync, fallback, engine = (opt.queue, opt.budget_rule, opt.skipped, opt.sync,
+                                                           opt.fallback, opt.engine)
+    spec, seeds, absolute = opt.arrivals, list(opt.arrival_seeds), opt.arrivals_absolute
+    from .scenarios import replay_scenarios, scenario_frame
+
     traceset = source if isinstance(source, TraceSet) else load_traces(source)
     lambdas = group_lambdas(traceset, lambda_ms)
     notes: list[str] = []
@@ -497,7 +460,7 @@ def run_sweep(
     if "continuous" in protos or "discrete-continuous" in protos:
         for key, lam in lambdas.items():
             bad = [t for t in T_v if t <= lam]
-            if bad and T_ms is not None:
+            if bad and opt.explicit_T:
                 raise GridError(
                     f"--T {', '.join(f'{t:g}' for t in bad)} ms must exceed λ = {lam:.2f} ms of group {key.label()} "
                     "(continuous utility needs T > λ)"
@@ -522,7 +485,7 @@ def run_sweep(
     raw = replay(series, paper_protos, rho_v, T_v, B_v, opts)
     if "amortised" in raw:
         _check_frozen(series, raw["amortised"], B_v)
-    scen = replay_scenarios(series, protos, rho_v, T_v, B_v, opts, spec, seeds, bool(arrivals_absolute), engine,
+    scen = replay_scenarios(series, protos, rho_v, T_v, B_v, opts, spec, seeds, absolute, engine,
                             raw.get("amortised"))
     stats.kernel_s = time.perf_counter() - t0
 
@@ -532,7 +495,7 @@ def run_sweep(
     for proto in protos:
         for pooled in (False, True):
             if proto in scen:
-                frame = scenario_frame(series, proto, scen[proto], pooled, spec, seeds, bool(arrivals_absolute), _frame)
+                frame = scenario_frame(series, proto, scen[proto], pooled, spec, seeds, absolute, _frame)
             else:
                 frame = _frame(series, proto, values_of[proto], raw[proto], pooled)
                 if proto == "continuous":
@@ -579,39 +542,23 @@ def _check_frozen(series: Series, raw: dict, budgets) -> None:
     )
 
 
-def sweep(
-    source,
-    protocols="all",
-    rho=None,
-    T_ms=None,
-    B_ms=None,
-    lambda_ms=None,
-    queue=1,
-    budget_rule="strict",
-    skipped="null",
-    sync="buffered",
-    fallback=False,
-    engine="numba",
-    arrivals=None,
-    arrival_seeds=1,
-    arrivals_absolute=False,
-) -> pl.DataFrame:
+def sweep(source, options: SweepOptions | None = None, /, **changes) -> pl.DataFrame:
     """Replay traces under ρ / T / B grids; one row per (trace, episode|__all__, protocol, value).
 
     ``source``: a trace file, a directory (searched recursively for ``*.parquet``), a list of
-    them, or a loaded :class:`~tempora_sim.traces.TraceSet`. ``rho`` (fractions or ``'70%'``),
-    ``T_ms`` and ``B_ms`` (ms, or strings with ``ms``/``s`` suffixes) take a comma-separated
-    string or a sequence; ``None`` means the paper's grids (default T values ≤ λ are dropped
-    with a :class:`SimWarning`; explicit ones raise). ``lambda_ms`` overrides λ for every group.
-    ``queue`` is the discrete queue capacity b; ``sync='strict'`` is Alfarra et al.'s +2
-    synchronisation; ``skipped='random'`` scores skipped batches 1/C; ``fallback=True`` scores
-    them with the dual-model fallback; ``budget_rule`` is ``strict`` or ``overshoot``.
-    ``engine='python'`` runs the plain-Python reference instead of the kernels (slow; tests).
-    ``arrivals`` (``periodic`` | ``poisson[:SEED]`` | ``burst:ON,OFF[:SEED]`` | ``file:PATH``),
-    ``arrival_seeds`` (seeds SEED … SEED+k−1, pooled like episodes) and ``arrivals_absolute``
-    (recorded times as they are) choose the arrival process; ``protocols`` may also name the
-    combined ``discrete-continuous`` (ρ × T) and ``discrete-amortised`` (ρ × B) grids
-    (docs/design.md §9).
+    them, or a loaded :class:`~tempora_sim.traces.TraceSet`. The options are the fields of
+    :class:`~tempora_sim.options.SweepOptions` (given as ``options`` and/or keywords): ``rho``
+    (fractions or ``'70%'``), ``T_ms`` and ``B_ms`` (ms, or strings with ``ms``/``s`` suffixes)
+    take a comma-separated string, ``'@file'``, ``'start:stop:step'`` or a sequence; ``None``
+    means the paper's grids (default T values ≤ λ are dropped with a :class:`SimWarning`;
+    explicit ones raise). ``lambda_ms`` overrides λ for every group. ``queue`` is the discrete
+    queue capacity b; ``sync='strict'`` is Alfarra et al.'s +2 synchronisation;
+    ``skipped='random'`` scores skipped batches 1/C; ``fallback=True`` scores them with the
+    dual-model fallback; ``budget_rule`` is ``strict`` or ``overshoot``. ``engine='python'``
+    runs the plain-Python reference instead of the kernels (slow; tests). ``arrivals``
+    (``periodic`` | ``poisson[:SEED]`` | ``burst:ON,OFF[:SEED]`` | ``file:PATH``), ``arrival_seeds``
+    (seeds SEED … SEED+k−1, pooled like episodes) and ``arrivals_absolute`` (recorded times as
+    they are) choose the arrival process; ``protocols`` may also name the combined
+    ``discrete-continuous`` (ρ × T) and ``discrete-amortised`` (ρ × B) grids (docs/design.md §9).
     """
-    return run_sweep(source, protocols, rho, T_ms, B_ms, lambda_ms, queue, budget_rule, skipped, sync,
-                     fallback, engine, arrivals, arrival_seeds, arrivals_absolute).frame
+    return run_sweep(source, options, **changes).frame

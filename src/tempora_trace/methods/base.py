@@ -26,13 +26,15 @@ from typing import Any, ClassVar, Iterator
 import torch
 import torch.nn as nn
 
+from ..errors import TraceError
+
 #: Normalisation families a model can be built on; methods declare which they support.
 NORM_KINDS = ("bn", "gn", "ln")
 BN_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 NORM_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.GroupNorm, nn.LayerNorm)
 
 
-class MethodError(ValueError):
+class MethodError(TraceError, ValueError):
     """A method cannot be built as asked (unknown option, incompatible model)."""
 
 
