@@ -196,7 +196,7 @@ def _pooled(frame, protocol):
 
 
 def test_huge_patience_reduces_to_discrete(traces):
-    f = run_sweep(traces, "discrete,discrete-continuous", rho="1,0.5", T_ms="1e12").frame
+    f = run_sweep(traces, protocols="discrete,discrete-continuous", rho="1,0.5", T_ms="1e12").frame
     d, dc = _pooled(f, "discrete"), _pooled(f, "discrete-continuous")
     assert d["utility"].to_list() == pytest.approx(dc["utility"].to_list(), rel=1e-9)
     assert d["alpha"].to_list() == dc["alpha"].to_list()
@@ -204,7 +204,7 @@ def test_huge_patience_reduces_to_discrete(traces):
 
 
 def test_unlimited_budget_reduces_to_discrete_and_zero_budget_to_the_frozen_model(traces):
-    f = run_sweep(traces, "discrete,discrete-amortised", rho="1,0.5", B_ms="0,1e15", budget_rule="strict").frame
+    f = run_sweep(traces, protocols="discrete,discrete-amortised", rho="1,0.5", B_ms="0,1e15", budget_rule="strict").frame
     d = _pooled(f, "discrete")
     da = _pooled(f, "discrete-amortised")
     inf = da.filter(pl.col("value2") == 1e15)
@@ -214,7 +214,7 @@ def test_unlimited_budget_reduces_to_discrete_and_zero_budget_to_the_frozen_mode
     # frozen model serves the whole stream under the same arrivals
     zero = f.filter((pl.col("protocol") == "discrete-amortised") & (pl.col("value2") == 0)
                     & (pl.col("method") == "tent") & (pl.col("episode") != ALL_EPISODES))
-    am = run_sweep(traces, "amortised", B_ms="0", budget_rule="strict").frame.filter(
+    am = run_sweep(traces, protocols="amortised", B_ms="0", budget_rule="strict").frame.filter(
         (pl.col("method") == "tent") & (pl.col("episode") != ALL_EPISODES))
     assert (am["m"] == 0).all()
     from tempora_sim.traces import load_traces
@@ -245,7 +245,7 @@ def test_scenarios_agree_with_the_python_engine(traces):
 
 
 def test_arrival_seeds_pool_like_episodes(traces):
-    f = run_sweep(traces, "discrete", rho="0.7", arrivals="poisson:5", arrival_seeds=3).frame
+    f = run_sweep(traces, protocols="discrete", rho="0.7", arrivals="poisson:5", arrival_seeds=3).frame
     tent = f.filter(pl.col("method") == "tent")
     per = tent.filter(pl.col("episode") != ALL_EPISODES)
     assert sorted(per["arrival_seed"].unique().to_list()) == [5, 6, 7]
@@ -259,8 +259,8 @@ def test_arrival_seeds_pool_like_episodes(traces):
 def test_recorded_periodic_file_equals_periodic(traces, tmp_path):
     path = tmp_path / "even.csv"
     path.write_text("t_ms\n" + "\n".join(str(i * 7) for i in range(200)) + "\n")
-    a = _pooled(run_sweep(traces, "discrete", rho="1,0.6").frame, "discrete")
-    b = _pooled(run_sweep(traces, "discrete", rho="1,0.6", arrivals=f"file:{path}").frame, "discrete")
+    a = _pooled(run_sweep(traces, protocols="discrete", rho="1,0.6").frame, "discrete")
+    b = _pooled(run_sweep(traces, protocols="discrete", rho="1,0.6", arrivals=f"file:{path}").frame, "discrete")
     assert a["served"].to_list() == b["served"].to_list()
     assert a["utility"].to_list() == pytest.approx(b["utility"].to_list(), rel=1e-12)
 
@@ -268,17 +268,50 @@ def test_recorded_periodic_file_equals_periodic(traces, tmp_path):
 def test_absolute_recorded_times_report_the_effective_load(traces, tmp_path):
     path = tmp_path / "cam.csv"
     path.write_text("t_ms\n" + "\n".join(str(i * 50.0) for i in range(100)) + "\n")
-    f = run_sweep(traces, "discrete", arrivals=f"file:{path}", arrivals_absolute=True).frame
+    f = run_sweep(traces, protocols="discrete", arrivals=f"file:{path}", arrivals_absolute=True).frame
     row = _pooled(f, "discrete").row(0, named=True)
     assert row["value"] == pytest.approx(row["lambda_ms"] / 50.0)
     with pytest.raises(GridError, match="no effect"):
-        run_sweep(traces, "discrete", rho="0.5", arrivals=f"file:{path}", arrivals_absolute=True)
+        run_sweep(traces, protocols="discrete", rho="0.5", arrivals=f"file:{path}", arrivals_absolute=True)
     with pytest.raises(GridError, match="random arrival process"):
-        run_sweep(traces, "discrete", arrival_seeds=3)
+        run_sweep(traces, protocols="discrete", arrival_seeds=3)
 
 
 def test_defaults_unchanged_by_the_scenario_columns(traces):
-    f = run_sweep(traces, "all", rho="1", T_ms="400", B_ms="1s").frame
+    f = run_sweep(traces, protocols="all", rho="1", T_ms="400", B_ms="1s").frame
     assert set(f["protocol"].unique()) == {"offline", "discrete", "continuous", "amortised"}
     assert f.filter(pl.col("protocol") == "discrete")["arrivals"].unique().to_list() == ["periodic"]
     assert f["param2"].is_null().all() and f["arrival_seed"].is_null().all()
+
+
+def test_cli_sweeps_scenarios_and_prints_winners_maps(traces, tmp_path):
+    from click.testing import CliRunner
+
+    from tempora_sim.cli import main
+
+    out = tmp_path / "res"
+    r = CliRunner().invoke(main, ["sweep", str(traces), "--protocol", "discrete-continuous,discrete-amortised",
+                                  "--rho", "1,0.5", "--T", "200ms,1s", "--B", "1s", "--arrivals", "poisson:2",
+                                  "--arrival-seeds", "2", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "Deadline + patience: winner" in r.output and "Deadline + budget: winner" in r.output
+    frame = pl.read_parquet(out / "utility.parquet")
+    assert set(frame["protocol"].unique()) == {"discrete-continuous", "discrete-amortised"}
+    assert set(frame["arrival_seed"].drop_nulls().unique()) == {2, 3}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--arrivals", "weibull"], "--arrivals"),
+    (["--arrivals", "burst:1"], "burst:ON,OFF"),
+    (["--arrival-seeds", "3"], "random arrival process"),
+    (["--arrivals-absolute"], "file:PATH"),
+])
+def test_cli_bad_scenario_options_are_one_line(traces, args, message):
+    from click.testing import CliRunner
+
+    from tempora_sim.cli import main
+
+    r = CliRunner().invoke(main, ["sweep", str(traces), "--protocol", "discrete", *args])
+    assert r.exit_code == 2
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and message in lines[0], r.output
