@@ -43,7 +43,8 @@ class SweepOptions:
     sequence of numbers, ``'@file'`` or ``'start:stop:step'``; ``None`` means the paper's grid."""
 
     protocols: str | Sequence[str] = _opt(
-        "all", "Protocols: all, or a comma-separated list of offline, discrete, continuous, amortised.", "--protocol")
+        "all", "Protocols: all (offline, discrete, continuous, amortised), or a comma-separated list of those and "
+               "the combined discrete-continuous (ρ × T) and discrete-amortised (ρ × B).", "--protocol")
     rho: str | Sequence[float] | None = _opt(
         None, "Utilisations ρ = λ/γ as fractions or %: a comma list (1,0.7,50%), @FILE of values, or a range "
               "START:STOP:STEP (0.05:1:0.001).", "--rho", default_text=_fmt(grids.DEFAULT_RHO))
@@ -65,6 +66,14 @@ class SweepOptions:
                                  "prediction.", "--fallback")
     budget_rule: str = _opt("strict", "strict: m = max{j: Σc ≤ B} (paper); overshoot: adapt while spent < B "
                                       "(reference code).", "--budget-rule", BUDGET_RULES)
+    arrivals: str = _opt(
+        "periodic", "Arrival process of the discrete protocols: periodic, poisson[:SEED], burst:ON,OFF[:SEED] "
+                    "(mean on/off lengths in units of γ) or file:PATH (recorded timestamps); mean gap γ = λ/ρ.",
+        "--arrivals")
+    arrival_seeds: int = _opt(1, "Replay this many arrival seeds (SEED, SEED+1, …), pooled like episodes.",
+                              "--arrival-seeds")
+    arrivals_absolute: bool = _opt(False, "With --arrivals file:PATH, use the recorded times as they are "
+                                          "(no rescaling; ρ is then the recording's own load).", "--arrivals-absolute")
     engine: str = _opt("numba", "numba kernels, or the plain-Python reference (slow; for tests).", None, ENGINES)
 
     @classmethod
@@ -102,13 +111,24 @@ class SweepOptions:
             lam = grids.parse_time_ms(self.lambda_ms, "lambda-ms")
             if lam <= 0:
                 raise GridError(f"--lambda-ms: λ must be > 0 ms (got {lam:g})")
+        from .arrivals import parse_arrivals
+        from .scenarios import check_scenario_options
+
+        protocols = grids.parse_protocols(self.protocols)
+        spec = parse_arrivals(self.arrivals)
+        n_seeds = self.arrival_seeds
+        if isinstance(n_seeds, bool) or not hasattr(n_seeds, "__index__") or not 1 <= int(n_seeds) <= 10_000:
+            raise GridError(f"--arrival-seeds: a count from 1 to 10000 (got {n_seeds!r})")
+        seeds = tuple(spec.seed + k for k in range(int(n_seeds)))
+        check_scenario_options(protocols, spec, seeds, bool(self.arrivals_absolute), self.rho is not None)
         return ResolvedOptions(
-            protocols=grids.parse_protocols(self.protocols),
+            protocols=protocols,
             rho=grids.parse_rho(self.rho) if self.rho is not None else grids.DEFAULT_RHO,
             T_ms=grids.parse_T(self.T_ms) if self.T_ms is not None else grids.DEFAULT_T_MS,
             B_ms=grids.parse_B(self.B_ms) if self.B_ms is not None else grids.DEFAULT_B_MS,
             explicit_T=self.T_ms is not None, lambda_ms=lam, queue=queue, sync=self.sync, skipped=self.skipped,
             fallback=bool(self.fallback), budget_rule=self.budget_rule, engine=self.engine,
+            arrivals=spec, arrival_seeds=seeds, arrivals_absolute=bool(self.arrivals_absolute),
         )
 
 
@@ -128,6 +148,9 @@ class ResolvedOptions:
     fallback: bool
     budget_rule: str
     engine: str
+    arrivals: Any = None  # tempora_sim.arrivals.ArrivalSpec
+    arrival_seeds: tuple[int, ...] = (0,)
+    arrivals_absolute: bool = False
 
 
 def click_options(fn: Callable) -> Callable:
@@ -151,6 +174,9 @@ def click_options(fn: Callable) -> Callable:
                                   help=help_text)
         elif f.name == "queue":
             option = click.option(meta["flag"], f.name, type=click.IntRange(0, INT32_MAX), default=None,
+                                  help=help_text)
+        elif f.name == "arrival_seeds":
+            option = click.option(meta["flag"], f.name, type=click.IntRange(1, 10_000), default=None,
                                   help=help_text)
         else:
             option = click.option(meta["flag"], f.name, default=None, help=help_text)
