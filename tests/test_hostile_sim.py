@@ -167,8 +167,11 @@ FAULTS = {
 }
 
 
+COMMANDS = ["sweep", "report"]
+
+
 @pytest.mark.parametrize("case", list(FAULTS))
-@pytest.mark.parametrize("command", ["sweep", "report"])
+@pytest.mark.parametrize("command", COMMANDS)
 def test_filesystem_faults_are_one_line_and_keep_what_was_there(case, command, ws, monkeypatch):
     code, out, below, needle = FAULTS[case]
     out, below = out.replace("{ws}", str(ws)), below.replace("{ws}", str(ws))
@@ -201,7 +204,7 @@ def _deny(path, parent, real, *args, **kwargs):
     return real(path, *args, **kwargs)
 
 
-@pytest.mark.parametrize("command", ["sweep", "report"])
+@pytest.mark.parametrize("command", COMMANDS)
 def test_an_output_in_use_is_refused_naming_the_holder(command, ws):
     out = ws / "busy"
     with output_lock(out, "report"):

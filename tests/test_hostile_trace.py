@@ -141,8 +141,15 @@ def test_refused_in_one_line_and_nothing_changes(case, ws, monkeypatch):
     assert_refused(invoke(cli, _argv(case, ws)), PROG, needle, before, ws)
 
 
-@pytest.mark.parametrize("code,needle", [(errno.EACCES, "permission denied"), (errno.EROFS, "read-only file system"),
-                                         (errno.ENOSPC, "no space left")])
+FAULTS = [(errno.EACCES, "permission denied"), (errno.EROFS, "read-only file system"), (errno.ENOSPC, "no space left")]
+IN_USE = ([], ["--resume"], ["--force"])  # --force must not delete the holder's partial run
+START_UP = [
+    (["-m", "tempora_trace.cli", "--method", "tent", "--domains", "fog", "--max-batches", "1"], "tempora-trace"),
+    (["-m", "tempora_sim.cli", "sweep", str(ROOT / "traces" / "demo")], "tempora-sim"),
+]
+
+
+@pytest.mark.parametrize("code,needle", FAULTS)
 def test_unwritable_output_is_one_line_and_leaves_nothing(code, needle, ws, monkeypatch):
     (ws / "out").mkdir()
     before = snapshot(ws)
@@ -155,7 +162,7 @@ def test_an_output_in_use_is_refused_naming_the_holder(ws):
     _partial(ws)  # the holder's run in progress
     with output_lock(ws / "out" / "tent-bs8.parquet", "trace"):
         before = snapshot(ws)
-        for extra in ([], ["--resume"], ["--force"]):  # --force must not delete the holder's partial run
+        for extra in IN_USE:
             line = assert_refused(invoke(cli, ["run", "--method", "tent", *tiny(ws, *extra)]), PROG,
                                   "is being written by process", before, ws)
             assert str(os.getpid()) in line
@@ -230,10 +237,7 @@ def _env() -> dict:
     return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), *sys.path]))
 
 
-@pytest.mark.parametrize("argv,prog", [
-    (["-m", "tempora_trace.cli", "--method", "tent", "--domains", "fog", "--max-batches", "1"], "tempora-trace"),
-    (["-m", "tempora_sim.cli", "sweep", str(ROOT / "traces" / "demo")], "tempora-sim"),
-])
+@pytest.mark.parametrize("argv,prog", START_UP)
 def test_ctrl_c_during_start_up_is_one_line(argv, prog, tmp_path):
     proc = subprocess.Popen([sys.executable, *argv], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -243,3 +247,13 @@ def test_ctrl_c_during_start_up_is_one_line(argv, prog, tmp_path):
     assert proc.returncode == 130, (proc.returncode, err)
     assert "Traceback" not in err and len(err.splitlines()) == 1, err
     assert err.startswith(f"{prog}: interrupted"), err
+
+
+def test_the_documented_case_count_is_the_suite():
+    """docs/errors.md states how many hostile cases the suite covers; keep it true."""
+    import test_hostile_sim as sim
+
+    sim_cases = len(sim.CASES) + len(sim.FAULTS) * len(sim.COMMANDS) + len(sim.COMMANDS)  # + one held output each
+    trace_cases = len(CASES) + len(FAULTS) + len(IN_USE) + 1 + len(START_UP)  # + full disk mid-run
+    text = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
+    assert f"**{sim_cases + trace_cases} cases**: {sim_cases}" in text and f"and {trace_cases} against" in text
