@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 
 from ..errors import ConfigError, WeightsError
-from ..methods.base import norm_kind
+from ..norms import MODEL_NORMS, compatible_models, norm_kind
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -210,25 +210,8 @@ MODELS: dict[str, Callable] = {
 }
 
 
-#: Each built-in model's normalisation family, known without building it, so a refusal can
-#: name the models a method does run on. ``get_model`` checks the built network agrees.
-MODEL_NORMS: dict[str, str] = {
-    "demo-resnet": "bn",
-    "demo-resnet-gn": "gn",
-    "resnet18": "bn",
-    "resnet50": "bn",
-    "vit_base_patch16_224": "ln",
-    "cifar-resnet18": "bn",
-}
-
-
 def available_models() -> list[str]:
     return list(MODELS)
-
-
-def compatible_models(norms) -> list[str]:
-    """Built-in models whose normalisation family is in ``norms``."""
-    return [name for name, norm in MODEL_NORMS.items() if norm in norms]
 
 
 def get_model(name: str, weights: str | os.PathLike | None = None, num_classes: int | None = None) -> tuple[nn.Module, ModelSpec]:
@@ -243,4 +226,4 @@ def get_model(name: str, weights: str | os.PathLike | None = None, num_classes: 
     return net, spec
 
 
-__all__ = ["ModelSpec", "Normalized", "available_models", "get_model", "tempora_home"]
+__all__ = ["MODEL_NORMS", "ModelSpec", "Normalized", "available_models", "compatible_models", "get_model", "tempora_home"]
