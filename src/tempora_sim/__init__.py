@@ -3,7 +3,12 @@
 ``tempora_sim.sweep(...)`` is the notebook API (defined in :mod:`tempora_sim.replay`).
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("tempora")  # the one place it is declared: pyproject.toml
+except PackageNotFoundError:  # a source tree on sys.path that was never installed
+    __version__ = "0+unknown"
 
 from .replay import run_sweep, sweep  # noqa: E402  (numba itself is only imported on first replay)
 
