@@ -74,8 +74,23 @@ def wheel(tmp_path_factory) -> Path:
     shutil.copytree(ROOT / "src", tree / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     for name in ["pyproject.toml", "README.md", *(p.name for p in ROOT.glob("LICEN[CS]E*"))]:
         shutil.copy(ROOT / name, tree / name)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-                    "-w", str(work / "dist"), str(tree)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-w",
+            str(work / "dist"),
+            str(tree),
+        ],
+        check=True,
+        capture_output=True,
+    )
     (built,) = (work / "dist").glob("tempora-*.whl")
     return built
 
@@ -104,8 +119,11 @@ def test_sim_extra_installs_and_sweeps_without_torch(wheel, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
-    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], check=True, capture_output=True, text=True
+        ).stdout.strip()
+    )
     deps = _closure(_requirements(_wheel_metadata(wheel)), "sim")
     assert not set(deps) & {"torch", "torchvision", "timm"}
     _link_distributions(deps, tmp_path / "deps")
@@ -124,16 +142,36 @@ def test_sim_extra_installs_and_sweeps_without_torch(wheel, tmp_path):
     assert "pip install 'tempora[trace]'" in tracer.stderr
 
     traces = tmp_path / "traces"
-    subprocess.run([str(py), "-c", "import sys; from tempora_sim.synthetic import write_trace_set; "
-                    "write_trace_set(sys.argv[1], ['standard', 'tent'], num_batches=12, episodes=['gaussian_noise'])",
-                    str(traces)], check=True, env=env)
-    sweep = subprocess.run([str(venv / "bin" / "tempora-sim"), "sweep", str(traces), "--protocol", "offline,discrete",
-                            "--rho", "1,0.5", "--format", "json"], capture_output=True, text=True, env=env)
+    subprocess.run(
+        [
+            str(py),
+            "-c",
+            "import sys; from tempora_sim.synthetic import write_trace_set; "
+            "write_trace_set(sys.argv[1], ['standard', 'tent'], num_batches=12, episodes=['gaussian_noise'])",
+            str(traces),
+        ],
+        check=True,
+        env=env,
+    )
+    sweep = subprocess.run(
+        [str(venv / "bin" / "tempora-sim"), "sweep", str(traces), "--protocol", "offline,discrete", "--rho", "1,0.5", "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert sweep.returncode == 0, sweep.stderr
     rows = json.loads(sweep.stdout)
     assert {r["method"] for r in rows} == {"standard", "tent"}
-    assert "torch" not in subprocess.run([str(py), "-c", "import sys, tempora_sim.cli, tempora_sim.replay; print(sorted(sys.modules))"],
-                                         check=True, capture_output=True, text=True, env=env).stdout
+    assert (
+        "torch"
+        not in subprocess.run(
+            [str(py), "-c", "import sys, tempora_sim.cli, tempora_sim.replay; print(sorted(sys.modules))"],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=env,
+        ).stdout
+    )
 
 
 def test_version_comes_from_the_package_metadata():
