@@ -22,7 +22,7 @@ SIM    := $(PY) -m tempora_sim.cli
 TRACES  ?= traces
 RESULTS ?= results
 
-.PHONY: install test bench demo demo-run demo-traces demo-trace-files demo-models lint clean \
+.PHONY: install test bench docs demo demo-run demo-traces demo-trace-files demo-models lint clean \
         paper paper-vit paper-cifar paper-traces paper-vit-traces paper-cifar-traces
 
 install: $(INSTALL)
@@ -49,6 +49,17 @@ lint: install
 	$(PY) -m ruff check src tests bench
 	$(dir $(PY))lint-imports --no-cache --no-logo
 	$(if $(strip $(FORMATTED)),$(PY) -m ruff format --check $(FORMATTED))
+
+# The documentation site (mkdocs.yml) into site/, warnings as errors. Generated parts (CLI
+# reference, methods table) are written from the code at build time, so they never go stale.
+DOCS_STAMP := $(VENV)/.docs-installed
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[$(EXTRAS),docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(if $(INSTALL),$(DOCS_STAMP))
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+	@echo "documentation: site/index.html"
 
 # ------------------------------------------------------------------ demo (no download)
 # `make demo`: trace every method that fits each demo model on one corruption per category,
@@ -77,7 +88,7 @@ DEMO_MODELS_OPTS    ?=
 # each demo model (asked of the tracer, so the lists never go stale). Expanded in recipes
 # only, after `install` made the tracer importable.
 demo_files = $(foreach model,$(DEMO_MODELS),\
-    $(addprefix $(1)/$(model)/$(DEMO_DEVICE)/,$(addsuffix .parquet,$(or $(DEMO_METHODS),$(shell $(TRACE) --methods-for $(model))))))
+    $(addprefix $(1)/$(model)/$(DEMO_DEVICE)/,$(addsuffix .parquet,$(or $(DEMO_METHODS),$(shell $(TRACE) list --methods-for $(model))))))
 
 demo: install
 	@$(MAKE) --no-print-directory -j$(DEMO_JOBS) --output-sync=line demo-run \
@@ -96,7 +107,7 @@ demo-run: $(DEMO_FILES)
 
 # <root>/<model>/<device>/<method>.parquet; the model is the stem's first path component.
 $(DEMO_TRACES)/%.parquet:
-	$(TRACE) --dataset demo --model $(firstword $(subst /, ,$*)) --method $(basename $(notdir $@)) \
+	$(TRACE) run --dataset demo --model $(firstword $(subst /, ,$*)) --method $(basename $(notdir $@)) \
 	    --device $(DEMO_DEVICE) --domains $(DEMO_DOMAINS) --out $(@D) --name $(basename $(notdir $@)) \
 	    $(DEMO_TRACE_OPTS) $(if $(wildcard $(@D)/$(basename $(notdir $@)).partial),--resume)
 
@@ -126,6 +137,8 @@ CIFAR_B                ?=
 PAPER_SWEEP_OPTS       ?= --budget-rule overshoot
 PAPER_VIT_SWEEP_OPTS   ?= --budget-rule overshoot --T 200,400,1000,2000 --B 2.5s,5s,10s,20s,40s,80s
 PAPER_CIFAR_SWEEP_OPTS ?= --budget-rule overshoot --protocol offline,discrete,amortised $(CIFAR_B)
+# Further sweep options for every study, after the paper's (e.g. `SWEEP_OPTS='--lambda-ms 40ms'`).
+SWEEP_OPTS ?=
 
 # $(call study,NAME,DATASET,MODEL,METHODS,SWEEP_OPTS): the study's traces are file targets
 # named by method; the study itself sweeps them into $(RESULTS)/NAME and reports that sweep.
@@ -133,11 +146,11 @@ define study
 $(1)_DIR := $(TRACES)/$(2)/$(3)/$(DEVICE)
 $(1)-traces: $$(addprefix $$($(1)_DIR)/,$$(addsuffix .parquet,$(4)))
 $(1): install $(1)-traces
-	$$(SIM) sweep $$($(1)_DIR) --out $(RESULTS)/$(1) $(5)
+	$$(SIM) sweep $$($(1)_DIR) --out $(RESULTS)/$(1) $(5) $$(SWEEP_OPTS)
 	$$(SIM) report $(RESULTS)/$(1) --out $(RESULTS)/$(1)/report
 	@echo "report: $(RESULTS)/$(1)/report/report.md"
 $$($(1)_DIR)/%.parquet: | install
-	$$(TRACE) --dataset $(2) --model $(3) --method $$* --device $$(DEVICE) --out $$(@D) --name $$* \
+	$$(TRACE) run --dataset $(2) --model $(3) --method $$* --device $$(DEVICE) --out $$(@D) --name $$* \
 	    --domains $$(PAPER_DOMAINS) $$(if $$(MAX_BATCHES),--max-batches $$(MAX_BATCHES)) \
 	    $$(if $$(DATA),--data-root $$(DATA)) $$(if $$(WEIGHTS),--weights $$(WEIGHTS)) $$(TRACE_OPTS) \
 	    $$(if $$(wildcard $$(@D)/$$*.partial),--resume)
@@ -147,4 +160,4 @@ $(eval $(call study,paper-vit,imagenet-c,vit_base_patch16_224,$(PAPER_VIT_METHOD
 $(eval $(call study,paper-cifar,cifar10-c,cifar-resnet18,$(PAPER_CIFAR_METHODS),$(PAPER_CIFAR_SWEEP_OPTS)))
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache
+	rm -rf $(VENV) build dist site src/*.egg-info .pytest_cache
