@@ -75,7 +75,7 @@ def study_variables(tmp_path: Path, data: Path) -> dict[str, str]:
         DEVICE="cpu",
         PAPER_DOMAINS=CORRUPTION,
         MAX_BATCHES="2",
-        TRACE_OPTS="--batch-size 2 --frozen-sample 1 --threads 1 --quiet",
+        TRACE_OPTS="--batch-size 2 --frozen-sample 1 --warmup-batches 0 --threads 1 --quiet",
         # λ of an untrained network on a loaded CPU can exceed the paper's explicit T grid
         # (an error by design): fix λ, so the recipe's own grids are what is tested.
         SWEEP_OPTS="--lambda-ms 50ms",
@@ -130,7 +130,7 @@ def test_demo_and_demo_traces_run_end_to_end(tmp_path, demo_env):
                 **common,
                 DEMO_DOMAINS=CORRUPTION,
                 DEMO_OUT=str(tmp_path / "demo"),
-                DEMO_TRACE_OPTS="--batch-size 16 --frozen-sample 1 --threads 1 --quiet",
+                DEMO_TRACE_OPTS="--batch-size 16 --frozen-sample 1 --warmup-batches 0 --threads 1 --quiet",
             ),
             start_make(
                 "demo-traces",
@@ -138,7 +138,7 @@ def test_demo_and_demo_traces_run_end_to_end(tmp_path, demo_env):
                 **common,
                 DEMO_SET=str(tmp_path / "set"),
                 DEMO_SET_DOMAINS=CORRUPTION,
-                DEMO_SET_TRACE_OPTS="--batch-size 16 --frozen-sample 1 --threads 1 --quiet",
+                DEMO_SET_TRACE_OPTS="--batch-size 16 --frozen-sample 1 --warmup-batches 0 --threads 1 --quiet",
             ),
         ]
     )

@@ -7,9 +7,8 @@ polars and numba.
 
 from __future__ import annotations
 
-from typing import Any
-
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 try:
     __version__ = version("tempora")  # the one place it is declared: pyproject.toml
