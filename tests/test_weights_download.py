@@ -80,8 +80,22 @@ def test_offline_refuses_and_explains_without_downloading(online, monkeypatch, h
 
 def test_cli_offline_flag_is_one_line_exit_2(online, monkeypatch, capsys):
     monkeypatch.setattr(torch.hub, "download_url_to_file", lambda *a, **k: pytest.fail("downloaded while offline"))
-    code = main(["run", "--method", "standard", "--dataset", "imagenet-c", "--model", "resnet18", "--data-root",
-                 str(online), "--offline", "--out", str(online / "out")])
+    code = main(
+        [
+            "run",
+            "--method",
+            "standard",
+            "--dataset",
+            "imagenet-c",
+            "--model",
+            "resnet18",
+            "--data-root",
+            str(online),
+            "--offline",
+            "--out",
+            str(online / "out"),
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
     assert err[0].startswith("tempora-trace: error: no weights for 'resnet18' and downloads are off")
