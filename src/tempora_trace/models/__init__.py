@@ -20,7 +20,7 @@ import torch.nn as nn
 from ..errors import ConfigError, WeightsError
 from ..norms import MODEL_NORMS, compatible_models, norm_kind
 from ..paths import tempora_home
-from .pretrained import fetch_hf, fetch_torchvision, timm_pretrained_cfg, torchvision_weights
+from .pretrained import fetch_hf, fetch_torchvision, offline_mode, timm_pretrained_cfg, torchvision_weights
 
 # Tempora's own CIFAR ResNet-18 normalises with the CIFAR training-set statistics. The
 # ImageNet models take theirs from the weights' publisher (torchvision enum, timm config).
@@ -118,11 +118,11 @@ def _existing(path: Path, hint: str) -> Callable[[], Path]:
 
 
 # ------------------------------------------------------------------------ builders
-def _torchvision_resnet(arch: str, weights, num_classes: int | None, offline: bool | None):
+def _torchvision_resnet(arch: str, weights, num_classes: int | None):
     from torchvision import models as tvm
 
     classes = num_classes or 1000
-    path = _resolve(weights, lambda: fetch_torchvision(arch, offline))
+    path = _resolve(weights, lambda: fetch_torchvision(arch))
     net = getattr(tvm, arch)(weights=None, num_classes=classes)
     if path is not None:
         _load_into(net, path, arch)
@@ -130,14 +130,14 @@ def _torchvision_resnet(arch: str, weights, num_classes: int | None, offline: bo
     return Normalized(net, tuple(preprocess.mean), tuple(preprocess.std)), ModelSpec(arch, "bn", classes, 224, "imagenet")
 
 
-def _vit(weights, num_classes: int | None, offline: bool | None):
+def _vit(weights, num_classes: int | None):
     try:
         import timm
     except ImportError:
         raise WeightsError("model 'vit_base_patch16_224' needs the 'timm' package (pip install 'tempora[trace]')") from None
     classes = num_classes or 1000
     cfg = timm_pretrained_cfg(VIT_PRETRAINED)
-    path = _resolve(weights, lambda: fetch_hf(cfg.hf_hub_id, "model.safetensors", "vit_base_patch16_224", offline))
+    path = _resolve(weights, lambda: fetch_hf(cfg.hf_hub_id, "model.safetensors", "vit_base_patch16_224"))
     net = timm.create_model("vit_base_patch16_224", pretrained=False, num_classes=classes)
     if path is not None:
         _load_into(net, path, "vit_base_patch16_224")
@@ -145,7 +145,7 @@ def _vit(weights, num_classes: int | None, offline: bool | None):
     return Normalized(net, tuple(cfg.mean), tuple(cfg.std)), ModelSpec("vit_base_patch16_224", "ln", classes, size, "imagenet")
 
 
-def _cifar_resnet18(weights, num_classes: int | None, offline: bool | None):
+def _cifar_resnet18(weights, num_classes: int | None):
     from .cifar_resnet import build_cifar_resnet18
 
     classes = num_classes or 10
@@ -164,7 +164,7 @@ def _cifar_resnet18(weights, num_classes: int | None, offline: bool | None):
 
 
 def _demo(norm: str):
-    def build(weights, num_classes: int | None, offline: bool | None):
+    def build(weights, num_classes: int | None):
         from .demo import build_demo_resnet  # imported lazily: only the demo needs it
 
         name = "demo-resnet" if norm == "bn" else "demo-resnet-gn"
@@ -183,8 +183,8 @@ def _demo(norm: str):
 MODELS: dict[str, Callable] = {
     "demo-resnet": _demo("bn"),
     "demo-resnet-gn": _demo("gn"),
-    "resnet18": lambda w, c, o: _torchvision_resnet("resnet18", w, c, o),
-    "resnet50": lambda w, c, o: _torchvision_resnet("resnet50", w, c, o),
+    "resnet18": lambda w, c: _torchvision_resnet("resnet18", w, c),
+    "resnet50": lambda w, c: _torchvision_resnet("resnet50", w, c),
     "vit_base_patch16_224": _vit,
     "cifar-resnet18": _cifar_resnet18,
 }
@@ -201,7 +201,8 @@ def get_model(
     ``offline``: never download (default: ``TEMPORA_OFFLINE`` / ``HF_HUB_OFFLINE``)."""
     if name not in MODELS:
         raise ConfigError(f"unknown model '{name}'; available: {', '.join(MODELS)}")
-    net, spec = MODELS[name](weights, num_classes, offline)
+    with offline_mode(offline):
+        net, spec = MODELS[name](weights, num_classes)
     net.eval()
     found = norm_kind(net)
     if found is not None and found != spec.norm:

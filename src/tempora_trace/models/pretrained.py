@@ -15,16 +15,34 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from urllib.parse import urlparse
 
 from ..errors import WeightsError
 
 _TRUE = {"1", "true", "yes", "on"}
+_OFFLINE: ContextVar[bool | None] = ContextVar("tempora_offline", default=None)
+
+
+@contextmanager
+def offline_mode(offline: bool | None) -> Iterator[None]:
+    """Within the block, downloads are off (True), on (False) or as the environment says (None).
+    ``get_model(offline=…)`` uses it, so model builders keep their two-argument signature."""
+    token = _OFFLINE.set(offline)
+    try:
+        yield
+    finally:
+        _OFFLINE.reset(token)
 
 
 def downloads_off(offline: bool | None = None) -> bool:
-    """``offline`` if given, else whether ``TEMPORA_OFFLINE`` or ``HF_HUB_OFFLINE`` is set true."""
+    """``offline`` if given, else the enclosing :func:`offline_mode`, else whether
+    ``TEMPORA_OFFLINE`` or ``HF_HUB_OFFLINE`` is set true."""
+    if offline is None:
+        offline = _OFFLINE.get()
     if offline is not None:
         return offline
     return any(os.environ.get(var, "").strip().lower() in _TRUE for var in ("TEMPORA_OFFLINE", "HF_HUB_OFFLINE"))
