@@ -27,7 +27,6 @@ from tempora_schema import (
     decode_metadata,
     validate_table,
 )
-
 from tempora_schema.provision import LAMBDA_SIGMAS, lambda_provision  # noqa: F401  (re-exported)
 
 from .errors import GroupError, SimError, TraceFileError
