@@ -1,4 +1,4 @@
-"""``tempora-trace``: measure one TTA method once on this device and write a schema-v1 trace.
+"""``tempora-trace``: measure one TTA method once on this device and write a schema-v2 trace.
 
     tempora-trace --method tent --device cuda                 # demo data, demo model
     tempora-trace --method tent --dataset imagenet-c --data-root ~/data/ImageNet-C --device cuda
@@ -82,7 +82,7 @@ def _common_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="tempora-trace", description="Trace a TTA method once on this device (writes a schema-v1 Parquet trace).",
+    p = _Parser(prog="tempora-trace", description="Trace a TTA method once on this device (writes a schema-v2 Parquet trace).",
                 epilog="`tempora-trace calibrate [options]` traces `standard` and prints λ = mean + 6σ of its per-batch latency.")
     p.add_argument("--method", default=None, help="TTA method name (see --list)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="override a method hyperparameter (repeatable)")
@@ -116,17 +116,11 @@ def _method_params(pairs: Sequence[str]) -> dict:
 
 
 def _config(args: argparse.Namespace, method: str, **extra) -> TraceConfig:
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ConfigError("--threads must be ≥ 1")
-        import torch
-
-        torch.set_num_threads(args.threads)
     return TraceConfig(
         method=method, dataset=args.dataset, model=args.model, weights=args.weights, data_root=args.data_root,
         device=args.device, out=args.out, name=args.name, domains=args.domains, severity=args.severity,
         max_batches=args.max_batches, batch_size=args.batch_size, seed=args.seed, stream=args.stream,
-        workers=args.workers, resume=args.resume, force=args.force, quiet=args.quiet, **extra,
+        workers=args.workers, threads=args.threads, resume=args.resume, force=args.force, quiet=args.quiet, **extra,
     )
 
 

@@ -8,6 +8,7 @@ ever downloaded: a missing file raises :class:`WeightsError` naming the file and
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,8 @@ class ModelSpec:
     num_classes: int
     input_size: int  # square side in pixels
     family: str  # imagenet | cifar (the dataset family it was trained on)
+    #: the weights file loaded, or None for random weights (its hash is part of the trace identity)
+    weights_file: str | None = None
 
 
 class Normalized(nn.Module):
@@ -118,6 +121,10 @@ def _resolve(weights: str | os.PathLike | None, default: Path | None, hint: str)
     raise WeightsError(hint)
 
 
+def _file(path: Path | None) -> str | None:
+    return None if path is None else str(path)
+
+
 # ------------------------------------------------------------------------ builders
 def _torchvision_resnet(arch: str, weights, num_classes: int | None):
     from torchvision import models as tvm
@@ -132,7 +139,7 @@ def _torchvision_resnet(arch: str, weights, num_classes: int | None):
     net = getattr(tvm, arch)(weights=None, num_classes=classes)
     if path is not None:
         _load_into(net, path, arch)
-    return Normalized(net, IMAGENET_MEAN, IMAGENET_STD), ModelSpec(arch, "bn", classes, 224, "imagenet")
+    return Normalized(net, IMAGENET_MEAN, IMAGENET_STD), ModelSpec(arch, "bn", classes, 224, "imagenet", _file(path))
 
 
 def _hf_cached_file(repo: str, filename: str) -> Path | None:
@@ -162,7 +169,7 @@ def _vit(weights, num_classes: int | None):
     net = timm.create_model("vit_base_patch16_224", pretrained=False, num_classes=classes)
     if path is not None:
         _load_into(net, path, "vit_base_patch16_224")
-    return Normalized(net, VIT_MEAN, VIT_STD), ModelSpec("vit_base_patch16_224", "ln", classes, 224, "imagenet")
+    return Normalized(net, VIT_MEAN, VIT_STD), ModelSpec("vit_base_patch16_224", "ln", classes, 224, "imagenet", _file(path))
 
 
 def _cifar_resnet18(weights, num_classes: int | None):
@@ -180,7 +187,7 @@ def _cifar_resnet18(weights, num_classes: int | None):
     if path is not None:
         _load_into(net, path, "cifar-resnet18")
     mean, std = (CIFAR100_MEAN, CIFAR100_STD) if classes == 100 else (CIFAR10_MEAN, CIFAR10_STD)
-    return Normalized(net, mean, std), ModelSpec("cifar-resnet18", "bn", classes, 32, "cifar")
+    return Normalized(net, mean, std), ModelSpec("cifar-resnet18", "bn", classes, 32, "cifar", _file(path))
 
 
 def _demo(norm: str):
@@ -195,7 +202,7 @@ def _demo(norm: str):
         net = build_demo_resnet(norm=norm, num_classes=classes)
         if path is not None:
             _load_into(net, path, name)
-        return net, ModelSpec(name, norm, classes, 32, "cifar")
+        return net, ModelSpec(name, norm, classes, 32, "cifar", _file(path))
 
     return build
 
@@ -239,7 +246,7 @@ def get_model(name: str, weights: str | os.PathLike | None = None, num_classes: 
     net.eval()
     found = norm_kind(net)
     if found is not None and found != spec.norm:
-        spec = ModelSpec(spec.name, found, spec.num_classes, spec.input_size, spec.family)
+        spec = dataclasses.replace(spec, norm=found)
     return net, spec
 
 
