@@ -47,9 +47,10 @@ def _load(rp, source, options, out=None):
     return inputs
 
 
-def _sweep_options(protocol, rho, T, B, lambda_ms) -> dict:
+def _sweep_options(protocol, rho, T, B, lambda_ms, lambda_rule=None) -> dict:
     """Sweep options as typed, so the simulator parses units (70%, 1s) exactly as ``sweep`` does."""
-    opts = {"protocols": protocol, "rho": rho, "T_ms": T, "B_ms": B, "lambda_ms": lambda_ms}
+    opts = {"protocols": protocol, "rho": rho, "T_ms": T, "B_ms": B, "lambda_ms": lambda_ms,
+            "lambda_rule": lambda_rule}  # lambda-rule option
     return {k: v for k, v in opts.items() if v is not None}
 
 
@@ -62,6 +63,9 @@ _GRID = [
     click.option("--B", "B", default=None, help="Overhead budgets, ms by default or with ms/s suffix, e.g. 1s,8s."),
     click.option("--lambda-ms", "lambda_ms", default=None,
                  help="Use this λ instead of mean + 6σ of the standard trace (ms, or with a suffix)."),
+    # lambda-rule option (docs/trace-schema.md, "λ rules")
+    click.option("--lambda-rule", "lambda_rule", default=None, type=click.Choice(["paper", "robust"]),
+                 help="λ from standard's δ: paper = mean + 6σ, robust = median + 6·1.4826·MAD [default: paper]."),
 ]
 
 
@@ -77,7 +81,7 @@ def _grid(fn):
 @click.option("--all-episodes", is_flag=True, help="Utility curves for every episode (default: one per category).")
 @click.option("--episodes", default=None, help="Utility curves for these episodes, comma-separated.")
 @_grid
-def report_command(source, out, all_episodes, episodes, protocol, rho, T, B, lambda_ms):
+def report_command(source, out, all_episodes, episodes, protocol, rho, T, B, lambda_ms, lambda_rule):
     """Analyse RESULTS_OR_TRACES and write DIR/report.md with tables, CSVs and figures.
 
     SOURCE is a sweep's results (a directory holding utility.parquet) or trace files /
@@ -86,7 +90,7 @@ def report_command(source, out, all_episodes, episodes, protocol, rho, T, B, lam
 
     t0 = time.perf_counter()
     try:
-        inputs = _load(rp, source, _sweep_options(protocol, rho, T, B, lambda_ms), out)
+        inputs = _load(rp, source, _sweep_options(protocol, rho, T, B, lambda_ms, lambda_rule), out)
         swept = time.perf_counter() - t0
         eps = [e.strip() for e in episodes.split(",") if e.strip()] if episodes else None
         result = rp.build_report(inputs, out, all_episodes=all_episodes, episodes=eps)
@@ -101,7 +105,7 @@ def report_command(source, out, all_episodes, episodes, protocol, rho, T, B, lam
 @click.argument("table", required=False)
 @click.argument("source", nargs=-1, type=click.Path(exists=True))
 @_grid
-def show_command(table, source, protocol, rho, T, B, lambda_ms):
+def show_command(table, source, protocol, rho, T, B, lambda_ms, lambda_rule):
     """Print TABLE computed from SOURCE (results, traces or a report directory).
 
     Without arguments, list the tables."""
@@ -115,7 +119,7 @@ def show_command(table, source, protocol, rho, T, B, lambda_ms):
     if table not in rp.TABLES:
         _fail(f"unknown table '{table}'; tables: {', '.join(rp.TABLES)}")
     try:
-        inputs = _load(rp, source, _sweep_options(protocol, rho, T, B, lambda_ms))
+        inputs = _load(rp, source, _sweep_options(protocol, rho, T, B, lambda_ms, lambda_rule))
         frame = rp.compute_table(table, inputs)
     except _user_errors() as exc:
         _fail(str(exc))

@@ -66,6 +66,9 @@ def write_outputs(frame, out: Path) -> None:
 @click.option("--B", "B", default=None, help="Overhead budgets, ms by default or with ms/s suffix. [default: 1s,2s,4s,8s,16s,32s]")
 @click.option("--lambda-ms", "lambda_ms", default=None,
               help="Use this λ for every group instead of mean+6σ of its standard trace (ms, or with a suffix).")
+# lambda-rule option (docs/trace-schema.md, "λ rules")
+@click.option("--lambda-rule", "lambda_rule", default="paper", show_default=True, type=click.Choice(["paper", "robust"]),
+              help="λ from standard's δ: paper = mean + 6σ, robust = median + 6·1.4826·MAD (recorded per row).")
 @click.option("--queue", default=1, show_default=True, type=int, help="Discrete queue capacity b (0 = drop while busy).")
 @click.option("--sync", default="buffered", show_default=True, type=click.Choice(["buffered", "strict"]),
               help="strict: Alfarra et al.'s +2 synchronisation (pickup only at arrivals, no drain).")
@@ -78,7 +81,7 @@ def write_outputs(frame, out: Path) -> None:
               help="strict: m = max{j: Σc ≤ B} (paper); overshoot: adapt while spent < B (reference code).")
 @click.option("--format", "fmt", default="table", show_default=True, type=click.Choice(["table", "json"]),
               help="json prints the aggregated rows as JSON on stdout instead of tables.")
-def sweep_command(traces, protocol, out, rho, T, B, lambda_ms, queue, sync, skipped, fallback, budget_rule, fmt):
+def sweep_command(traces, protocol, out, rho, T, B, lambda_ms, lambda_rule, queue, sync, skipped, fallback, budget_rule, fmt):
     """Replay TRACES (files or directories of *.parquet) under temporal grids."""
     from .replay import ALL_EPISODES, SimWarning, run_sweep
 
@@ -88,6 +91,7 @@ def sweep_command(traces, protocol, out, rho, T, B, lambda_ms, queue, sync, skip
             result = run_sweep(
                 [str(p) for p in traces], protocols=protocol, rho=rho, T_ms=T, B_ms=B, lambda_ms=lambda_ms,
                 queue=queue, budget_rule=budget_rule, skipped=skipped, sync=sync, fallback=fallback,
+                lambda_rule=lambda_rule,  # lambda-rule option
             )
         for w in caught:
             if issubclass(w.category, SimWarning):
