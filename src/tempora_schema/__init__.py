@@ -7,7 +7,7 @@ functions that build or take Arrow objects, so a reader that uses polars never l
 
 What is here: the column set, the metadata keys, the *trace identity* (one definition that
 drives the file stem, the metadata, the tracer's ``--resume`` check and the simulator's
-comparison groups), validation, reading of schema-v1 files, λ (:mod:`.latency`) and the
+comparison groups), validation, reading of schema-v1 files, λ (:mod:`.provision`) and the
 machine-speed probe.
 """
 
@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from .latency import LAMBDA_RULES, LAMBDA_SIGMAS, MAD_TO_SIGMA, lambda_ms  # noqa: F401  (re-exported)
+from .errors import TemporaError
+from .provision import LAMBDA_RULES, LAMBDA_SIGMAS, MAD_TO_SIGMA, lambda_ms  # noqa: F401  (re-exported)
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -101,7 +102,7 @@ METADATA_FIELDS_V1 = METADATA_FIELDS[:15]
 PROBE_NOT_MEASURED = "none"
 
 
-class TraceSchemaError(ValueError):
+class TraceSchemaError(TemporaError, ValueError):
     """A trace file breaks the schema; the message names the file and the rule."""
 
     def __init__(self, path: object, rule: str):

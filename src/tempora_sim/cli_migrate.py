@@ -25,24 +25,19 @@ def migrate_command(traces, weights, threads, max_batches):
     empty (not measured). v2 files are left alone. Each file is checked against the v2 rules
     and replaced atomically.
     """
-    from tempora_schema import TraceSchemaError
+    from tempora_schema.errors import output_error
     from tempora_schema.migrate import migrate_file
 
-    from .cli_sweep import UserInputError
-    from .errors import SimError
     from .traces import find_trace_files
 
-    try:
-        files = find_trace_files([str(p) for p in traces])
-        changed = 0
-        for path in files:
-            if migrate_file(path, weights=weights, threads=threads, max_batches=max_batches):
-                changed += 1
-                click.echo(f"migrated {path}")
-        click.echo(f"{changed} of {len(files)} file(s) rewritten as schema v2")
-    except TraceSchemaError as exc:
-        raise UserInputError(str(exc)) from None
-    except SimError as exc:
-        raise UserInputError(str(exc)) from None
-    except OSError as exc:
-        raise UserInputError(f"{getattr(exc, 'filename', '') or ''}: {exc.strerror or exc}") from None
+    files = find_trace_files([str(p) for p in traces])  # errors are TemporaError: one line, exit 2
+    changed = 0
+    for path in files:
+        try:
+            done = migrate_file(path, weights=weights, threads=threads, max_batches=max_batches)
+        except OSError as exc:
+            raise output_error(exc, path, "cannot rewrite") from None
+        if done:
+            changed += 1
+            click.echo(f"migrated {path}")
+    click.echo(f"{changed} of {len(files)} file(s) rewritten as schema v2")

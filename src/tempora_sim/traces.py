@@ -42,7 +42,7 @@ from tempora_schema import (
     validate_metadata,
     validate_rows,
 )
-from tempora_schema.latency import LAMBDA_RULES
+from tempora_schema.provision import LAMBDA_RULES, LAMBDA_SIGMAS, lambda_provision  # noqa: F401  (re-exported)
 
 from .errors import GridError, GroupError, SimError, SimWarning, TraceFileError
 

@@ -1,18 +1,21 @@
-"""λ, the time provision every temporal scenario is built on, computed in one place.
+"""λ, the latency provision of a comparison group, computed in one place for both tools.
 
 The tracer's ``calibrate`` and the simulator both call :func:`lambda_ms` (docs/trace-schema.md,
-"λ rules"). Torch-free and pyarrow-free: numpy only.
+"λ rules"): ``paper`` = mean(δ) + 6·σ(δ) over the adapt rows of the group's ``standard``
+trace (paper §4: a 6σ provision; the default), ``robust`` = median + 6 × 1.4826 × MAD.
+Torch-free and pyarrow-free: numpy only.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
 #: ``paper``: mean + 6σ (population σ), the paper's §4 provision and the default.
 #: ``robust``: median + 6 × 1.4826 × MAD, which one hiccup cannot inflate.
 LAMBDA_RULES = ("paper", "robust")
+#: λ = mean(δ) + LAMBDA_SIGMAS · σ(δ).
 LAMBDA_SIGMAS = 6.0
 #: MAD × 1.4826 estimates σ for normally distributed data.
 MAD_TO_SIGMA = 1.4826
@@ -39,3 +42,12 @@ def lambda_ms(deltas: Iterable[float] | np.ndarray, rule: str = "paper") -> floa
     med = float(np.median(d))
     mad = float(np.median(np.abs(d - med)))
     return med + LAMBDA_SIGMAS * MAD_TO_SIGMA * mad
+
+
+def lambda_provision(delta_ms: Sequence[float] | np.ndarray, rule: str = "paper") -> tuple[float, float, float]:
+    """``(λ, mean, σ)`` in ms of the per-batch latencies ``delta_ms`` of standard inference
+    (λ by :func:`lambda_ms` under ``rule``; mean and population σ for the dispersion line)."""
+    delta = np.asarray(delta_ms, dtype=float)
+    if delta.size == 0:
+        raise ValueError("λ needs at least one adapt row of the standard trace")
+    return lambda_ms(delta, rule), float(np.mean(delta)), float(np.std(delta, ddof=0))
