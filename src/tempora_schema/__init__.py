@@ -439,18 +439,22 @@ def validate_rows(cols: RowArrays, path: object = "<trace>") -> RowLayout:
         row = _first(over)
         raise TraceSchemaError(path, f"correct > n on row {row} ({correct[row]} > {n[row]})")
     e, l, d = cols.e_ms, cols.l_ms, cols.delta_ms
+    residual = d - (e + l)  # non-finite if any of the three is; one pass for the common case
+    if not np.isfinite(residual).all():
+        for name, t in (("e_ms", e), ("l_ms", l), ("delta_ms", d)):
+            ok = np.isfinite(t)
+            if not ok.all():
+                row = _first(~ok)
+                what = "NaN" if np.isnan(t[row]) else "an infinite time"
+                raise TraceSchemaError(path, f"column '{name}' contains {what} (row {row})")
     for name, t in (("e_ms", e), ("l_ms", l), ("delta_ms", d)):
-        ok = np.isfinite(t)
-        if not ok.all():
-            row = _first(~ok)
-            what = "NaN" if np.isnan(t[row]) else "an infinite time"
-            raise TraceSchemaError(path, f"column '{name}' contains {what} (row {row})")
-        if (t < 0).any():
+        if t.min() < 0:
             raise TraceSchemaError(path, f"column '{name}' contains a negative time (row {_first(t < 0)})")
-    mismatch = np.abs(d - (e + l)) > 1e-6 * np.maximum(1.0, np.abs(d))
-    if mismatch.any():
-        row = _first(mismatch)
-        raise TraceSchemaError(path, f"delta_ms != e_ms + l_ms on row {row} ({d[row]} vs {e[row] + l[row]})")
+    if np.abs(residual).max() > 1e-6:  # else within the tolerance below, whatever |d| is
+        mismatch = np.abs(residual) > 1e-6 * np.maximum(1.0, np.abs(d))
+        if mismatch.any():
+            row = _first(mismatch)
+            raise TraceSchemaError(path, f"delta_ms != e_ms + l_ms on row {row} ({d[row]} vs {e[row] + l[row]})")
 
     code, step, ck, adapt = cols.episode_code, cols.step, cols.checkpoint, cols.adapt
     n_ep = len(cols.episode_names)
@@ -508,14 +512,19 @@ def _is_canonical(code: np.ndarray, adapt: np.ndarray, ck: np.ndarray, step: np.
     (episode, checkpoint, step): one pass over adjacent row pairs."""
     if code.size < 2:
         return True
-    # rows sort by (episode code, phase, checkpoint, step), all strictly increasing pairwise;
-    # adapt rows (checkpoint -1) come before frozen ones of the same episode automatically.
+    # rows sort by (episode code, checkpoint, step), strictly increasing pairwise; adapt rows
+    # (checkpoint -1) come before the frozen ones of their episode automatically, and codes
+    # number episodes by first appearance, so non-decreasing codes mean one block each.
+    ck_lo, ck_hi = int(ck.min()), int(ck.max())
+    st_lo, st_hi = int(step.min()), int(step.max())
+    ck_span, st_span = ck_hi - ck_lo + 1, st_hi - st_lo + 1
+    if (int(code.max()) + 1) * ck_span * st_span < 2**62:  # one int64 key: a single pass
+        key = (code * ck_span + (ck.astype(np.int64) - ck_lo)) * st_span + (step.astype(np.int64) - st_lo)
+        return bool((key[1:] > key[:-1]).all())
     c0, c1 = code[:-1], code[1:]
     k0, k1 = ck[:-1], ck[1:]
     s0, s1 = step[:-1], step[1:]
-    later = (c1 > c0) | ((c1 == c0) & ((k1 > k0) | ((k1 == k0) & (s1 > s0))))
-    # codes number episodes by first appearance, so non-decreasing codes mean one block each
-    return bool(later.all())
+    return bool(((c1 > c0) | ((c1 == c0) & ((k1 > k0) | ((k1 == k0) & (s1 > s0))))).all())
 
 
 def _arrow_kind_ok(typ: "pa.DataType", kind: str) -> bool:

@@ -209,16 +209,18 @@ def rows_from_polars(df: pl.DataFrame, path: object = "<trace>") -> RowArrays:
     phase_values = df["phase"].cast(pl.String).gather(ph_starts).unique().to_list()
 
     def num(name, dtype):
-        return df[name].to_numpy().astype(dtype, copy=False)
+        # integers keep their file width (int32): comparisons need no int64 copies
+        arr = df[name].to_numpy()
+        return arr if arr.dtype.kind == dtype else arr.astype(np.int64 if dtype == "i" else np.float64)
 
     return RowArrays(
         episode_names=names.to_list(),
         episode_code=run_code[ep_run] if ep_run.size else np.zeros(0, np.int64),
         phase_values=[str(v) for v in phase_values],
         adapt=(df["phase"].cast(pl.String) == PHASE_ADAPT).to_numpy(),
-        checkpoint=num("checkpoint", np.int64), step=num("step", np.int64), n=num("n", np.int64),
-        correct=num("correct", np.int64), e_ms=num("e_ms", np.float64), l_ms=num("l_ms", np.float64),
-        delta_ms=num("delta_ms", np.float64),
+        checkpoint=num("checkpoint", "i"), step=num("step", "i"), n=num("n", "i"),
+        correct=num("correct", "i"), e_ms=num("e_ms", "f"), l_ms=num("l_ms", "f"),
+        delta_ms=num("delta_ms", "f"),
     )
 
 
