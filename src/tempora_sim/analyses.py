@@ -37,8 +37,9 @@ import polars as pl
 
 from .errors import SimError
 
-#: Columns that identify a comparison group (same as the trace metadata group keys).
-GROUP_COLUMNS = ("dataset", "model", "device", "batch_size", "seed", "stream")
+#: Columns that identify a comparison group: the readable v1 keys plus ``group``, the label of
+#: the full group key (severity, domains, weights, threads … : tempora_schema.GroupKey).
+GROUP_COLUMNS = ("dataset", "model", "device", "batch_size", "seed", "stream", "group")
 POOLED = "__all__"
 PROTOCOLS = ("offline", "discrete", "continuous", "amortised")
 TEMPORAL_PROTOCOLS = PROTOCOLS[1:]
@@ -625,6 +626,8 @@ def trace_rows(traces: Iterable, columns: Sequence[str] = ("phase", "episode", "
         meta = t.meta
         rows = t.rows.filter(pl.col("phase") == "adapt").select(list(columns))
         lits = [pl.lit(meta[k]).alias(k) for k in GROUP_COLUMNS if k in meta]
+        if hasattr(t, "group"):
+            lits.append(pl.lit(t.group.label()).alias("group"))
         frames.append(rows.with_columns(*lits, pl.lit(meta["method"]).alias("method")))
     if not frames:
         raise AnalysisError("no traces given")

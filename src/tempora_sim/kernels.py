@@ -17,35 +17,9 @@ With capacity 0 a batch is only taken if it arrives when the pipeline is free.
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
-
-
-def _import_numba_without_scipy_blas():
-    """Import numba without its start-up probe of SciPy's BLAS (~0.3 s of a 1.6 s CLI run).
-
-    ``numba.np.arraymath`` imports ``scipy.linalg.cython_blas`` at import time only to learn
-    whether ``np.dot`` & co. can be compiled. These kernels use no linear algebra, so unless
-    SciPy is already loaded, the probe is answered "absent" and the blocker removed again:
-    a later ``import scipy.linalg`` works normally; only numba-compiled ``np.dot`` in this
-    process would be unavailable (nothing in Tempora compiles one).
-    """
-    probe = "scipy.linalg.cython_blas"
-    if "scipy" in sys.modules or probe in sys.modules:
-        import numba.np.arraymath  # noqa: F401
-        return
-    sys.modules[probe] = None  # makes `import scipy.linalg.cython_blas` fail fast
-    try:
-        import numba.np.arraymath  # noqa: F401
-    finally:
-        if sys.modules.get(probe, 0) is None:
-            del sys.modules[probe]
-
-
-_import_numba_without_scipy_blas()
-
-from numba import njit, prange  # noqa: E402
+from numba import njit, prange
 
 #: Below this many per-batch operations a kernel call runs on one thread: waking a thread
 #: pool costs more than it saves (tens of ms on a loaded 2-core machine, where OpenMP

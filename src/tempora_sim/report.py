@@ -433,6 +433,9 @@ def filter_group(t: pl.DataFrame, group: dict) -> pl.DataFrame:
 
 
 def group_label(group: dict) -> str:
+    """The group's own label when the table carries one (it names every identity field)."""
+    if group.get("group"):
+        return str(group["group"])
     return " · ".join(f"{k}={v}" for k, v in group.items()) or "all traces"
 
 
@@ -701,7 +704,8 @@ def _build_report(inp: ReportInputs, out: Path, all_episodes: bool, episodes: Se
     seconds["tables"] = time.perf_counter() - t0
     groups = groups_of(inp.utility)
     multi = len(groups) > 1
-    varying = [k for k in (groups[0] if groups else {}) if len({str(g[k]) for g in groups}) > 1]
+    # ("group" is the full label: named in headings, too long for file names)
+    varying = [k for k in (groups[0] if groups else {}) if k != "group" and len({str(g[k]) for g in groups}) > 1]
     fig_paths: list[Path] = []
     md = ["# Tempora report", "",
           f"Source: `{inp.source}` ({'traces, swept for this report' if inp.from_traces else 'sweep results'}). "
@@ -710,7 +714,7 @@ def _build_report(inp: ReportInputs, out: Path, all_episodes: bool, episodes: Se
     t1 = time.perf_counter()
     for gi, group in enumerate(groups):
         # figure names: the group values that tell the groups apart, e.g. "cpu-other-winners.png"
-        prefix = f"{gi + 1}-{slug('-'.join(str(group[k]) for k in varying))}-" if multi else ""
+        prefix = (f"{gi + 1}-" + (f"{slug('-'.join(str(group[k]) for k in varying))}-" if varying else "")) if multi else ""
         hx = "##" if not multi else "###"
         if multi:
             md += [f"## Group {gi + 1}: {group_label(group)}", ""]

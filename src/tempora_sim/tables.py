@@ -47,10 +47,9 @@ def _method_order(frame: pl.DataFrame, latency: dict) -> list[str]:
 
 
 def _groups(frame: pl.DataFrame) -> Iterable[tuple[str, pl.DataFrame]]:
-    keys = ["dataset", "model", "device", "batch_size", "seed", "stream"]
-    for key, part in frame.group_by(keys, maintain_order=True):
-        label = f"{key[0]} · {key[1]} · {key[2]} · bs {key[3]} · seed {key[4]} · {key[5]}"
-        yield label, part
+    """One part per comparison group, named by its label (tempora_schema.GroupKey.label)."""
+    for key, part in frame.group_by(["group"], maintain_order=True):
+        yield key[0], part
 
 
 #: A terminal table shows at most this many grid values (columns); larger grids are summarised.

@@ -224,6 +224,7 @@ def make_config(method: str, opts: dict[str, Any], **extra: Any) -> TraceConfig:
         data_root=opts["data_root"], device=opts["device"], out=opts["out"], name=opts["name"],
         domains=_domains(opts["domains"]), severity=opts["severity"], max_batches=opts["max_batches"],
         batch_size=opts["batch_size"], seed=opts["seed"], stream=opts["stream"], workers=opts["workers"],
+        threads=opts["threads"],  # part of the trace identity; the run applies it
         resume=opts["resume"], force=opts["force"], quiet=opts["quiet"], warmup_batches=opts["warmup_batches"], **extra,
     ).resolved()
     if opts["resume"] and opts["force"]:
@@ -233,10 +234,6 @@ def make_config(method: str, opts: dict[str, Any], **extra: Any) -> TraceConfig:
     check_output_dir(cfg.out if cfg.out is not None else "traces")  # writable, before any work
     if opts["offline"]:
         os.environ["TEMPORA_OFFLINE"] = "1"  # read where weights are fetched (models.pretrained)
-    if opts["threads"] is not None:
-        import torch
-
-        torch.set_num_threads(opts["threads"])
     return cfg
 
 

@@ -203,6 +203,11 @@ class TraceRun:
             )
         if self.model_spec.norm not in self.method_cls.compatible_norms:
             raise ConfigError(incompatibility_message(self.method_cls, f"model '{cfg.model}' uses {NORM_NAMES[self.model_spec.norm]}"))
+        torch.set_num_threads(cfg.threads)  # part of the trace identity (resolved() fills the default)
+        self.identity = cfg.trace_identity(schema.weights_identity(self.model_spec.weights_file), describe_device(self.device))
+        #: machine-speed probe written to the metadata (docs/trace-schema.md); empty = not measured
+        self.speed_probe: list[dict] = []
+        self.speed_probe_kind = schema.PROBE_NOT_MEASURED
         root = self.dataset.root(cfg.data_root)
         self.episodes = build_episodes([self.dataset.open(d, cfg.severity, root) for d in cfg.domains], cfg)
         self.clock = DeviceClock(self.device)
@@ -219,7 +224,7 @@ class TraceRun:
         )
         self.method: TTAMethod = self.method_cls(model, context, **cfg.method_params)
         # Last, once every input is known to be good: claim the output path.
-        self.writer = TraceWriter(self.out_path, cfg.identity(), cfg.resume, cfg.force)
+        self.writer = TraceWriter(self.out_path, cfg.identity(self.identity), cfg.resume, cfg.force)
         self.budgets = BudgetCutoffs(cfg.budgets_ms, cfg.lambda_ms) if cfg.budgets_ms else None
         self.masks = {}
         for ep in self.episodes:
@@ -313,15 +318,11 @@ class TraceRun:
         cfg = self.cfg
         return {
             "schema_version": schema.SCHEMA_VERSION,
-            "method": cfg.method,
+            **self.identity.as_metadata(),
             "method_params": self.method.hparams(),
-            "model": cfg.model,
-            "dataset": cfg.dataset,
-            "stream": cfg.stream,
-            "batch_size": cfg.batch_size,
-            "seed": cfg.seed,
             "num_classes": self.dataset.num_classes,
-            "device": describe_device(self.device),
+            "speed_probe": list(self.speed_probe),
+            "speed_probe_kind": self.speed_probe_kind,
             "torch_version": torch.__version__,
             "tracer_version": __version__,
             "warmup_batches": cfg.warmup_batches,
