@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .config import DEFAULT_BATCH_SIZE, DEFAULT_FROZEN_SAMPLE, DEFAULT_SEED, DEFAULT_SEVERITY, TraceConfig
+from .config import DEFAULT_BATCH_SIZE, DEFAULT_FROZEN_SAMPLE, DEFAULT_SEED, DEFAULT_SEVERITY, DEFAULT_STAGE_MB, TraceConfig
 from .errors import ConfigError, TraceError
 from .methods.base import MethodError
 
@@ -74,7 +74,10 @@ def _common_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help=f"default {DEFAULT_BATCH_SIZE}")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"default {DEFAULT_SEED}")
     p.add_argument("--stream", choices=["episodic", "continual"], default="episodic", help="episodic: reset per domain (default); continual: never reset")
-    p.add_argument("--workers", type=int, default=None, help="loader threads (default 0 on CPU, min(8, cores) on CUDA)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="parallel decode workers, active only between staged chunks, never during a timed event (default min(8, cores))")
+    p.add_argument("--stage-mb", type=float, default=DEFAULT_STAGE_MB,
+                   help=f"host memory for one staged chunk of batches, MiB (default {DEFAULT_STAGE_MB:g})")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run after its last complete episode")
     p.add_argument("--force", action="store_true", help="overwrite an existing trace or discard an interrupted run")
@@ -126,7 +129,7 @@ def _config(args: argparse.Namespace, method: str, **extra) -> TraceConfig:
         method=method, dataset=args.dataset, model=args.model, weights=args.weights, data_root=args.data_root,
         device=args.device, out=args.out, name=args.name, domains=args.domains, severity=args.severity,
         max_batches=args.max_batches, batch_size=args.batch_size, seed=args.seed, stream=args.stream,
-        workers=args.workers, resume=args.resume, force=args.force, quiet=args.quiet, **extra,
+        workers=args.workers, stage_mb=args.stage_mb, resume=args.resume, force=args.force, quiet=args.quiet, **extra,
     )
 
 

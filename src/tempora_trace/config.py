@@ -19,9 +19,10 @@ DEFAULT_SEED = 2025
 DEFAULT_SEVERITY = 5
 DEFAULT_FROZEN_SAMPLE = 32
 WARMUP_BATCHES = 5
+DEFAULT_STAGE_MB = 1024.0
 
 #: Fields that change the rows a run writes: a resumed run must match them exactly.
-_IDENTITY_EXCLUDE = {"resume", "force", "quiet", "workers", "out", "name"}
+_IDENTITY_EXCLUDE = {"resume", "force", "quiet", "workers", "stage_mb", "out", "name"}
 
 
 @dataclass
@@ -49,8 +50,10 @@ class TraceConfig:
     checkpoints: list[int] = field(default_factory=list)
     budgets_ms: list[float] = field(default_factory=list)
     lambda_ms: float | None = None
-    #: DataLoader worker processes; None = 0 on CPU (workers would steal the measured cores), min(8, cores) on CUDA.
+    #: parallel decode threads, active only between staged chunks; None = min(8, cores).
     workers: int | None = None
+    #: host-memory cap of one staged chunk of batches, MiB (docs/timing.md).
+    stage_mb: float = DEFAULT_STAGE_MB
     warmup_batches: int = WARMUP_BATCHES
     resume: bool = False
     force: bool = False
@@ -91,6 +94,8 @@ class TraceConfig:
             raise ConfigError("warm-up batches must be ≥ 0")
         if cfg.workers is not None and cfg.workers < 0:
             raise ConfigError("--workers must be ≥ 0")
+        if not cfg.stage_mb > 0:
+            raise ConfigError(f"--stage-mb must be > 0, not {cfg.stage_mb}")
         if cfg.name is not None and not re.fullmatch(r"[A-Za-z0-9._+-]+", cfg.name):
             raise ConfigError(f"--name '{cfg.name}' may only use letters, digits and . _ + -")
         cfg.checkpoints = sorted(set(cfg.checkpoints))
