@@ -209,6 +209,9 @@ def calibrate(args: argparse.Namespace) -> int:
         print(f"wrote {path}")
     lam, mean, std, count = lambda_ms_of(path)
     print(f"λ = {lam:.3f} ms  (mean {mean:.3f} ms + 6 × σ {std:.3f} ms over {count} batches of standard inference)")
+    from .calibration import print_dispersion
+
+    print_dispersion(path)
     return 0
 
 
