@@ -70,7 +70,13 @@ class BatchStager:
         self.pin_memory = pin_memory
         self.stage_bytes = int(stage_mb * 2**20)
         self.observer = observer
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tempora-decode") if workers > 0 else None
+        self._pool = None
+        if workers > 0:
+            # Each decode thread gets the caller's intra-op thread count (OpenMP's is per
+            # thread): no decode thread leaves a wider thread team spinning after its work.
+            threads = torch.get_num_threads()
+            self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tempora-decode",
+                                            initializer=torch.set_num_threads, initargs=(threads,))
 
     def _load(self, episode: Episode, step: int) -> StagedBatch:
         domain, indices = episode.locate(step)
