@@ -32,13 +32,13 @@ bench: install
 # caller gave): traces of one comparison group are compared with each other, so none may be
 # measured while another runs beside it. Trace files are Make targets, so an interrupted demo
 # resumes (`--resume` picks up the last complete episode) and finished traces are kept.
-# The workload (3 corruptions × 64 batches, one thread) fits ~10 minutes on 2 cores.
+# The workload (3 corruptions × 50 batches, one thread; docs/timing.md) fits ~10 minutes on 2 cores.
 DEMO_DOMAINS ?= gaussian_noise fog contrast
 DEMO_MODELS  ?= demo-resnet demo-resnet-gn
 DEMO_DEVICE  ?= cpu
 DEMO_OUT     ?= results/demo
 DEMO_TRACES  ?= $(DEMO_OUT)/traces
-DEMO_TRACE_OPTS ?= --max-batches 64 --frozen-sample 4 --threads 1
+DEMO_TRACE_OPTS ?= --max-batches 50 --frozen-sample 4 --threads 1
 
 # $(call demo_files,ROOT): ROOT/<model>/<device>/<method>.parquet for every method that fits
 # each demo model (asked of the tracer, so the lists never go stale). Expanded in recipes

@@ -8,7 +8,11 @@
       that decodes each batch serially between forwards. Targets: tracer δ̄ within 2 % of
       the bare loop's, tracer λ = mean + 6σ within 5 % of the bare loop's mean + 6σ. This is
       the comparison that exposes any loading that overlaps a timed event.
-2. Frozen-checkpoint cost with the default schedule and ``--frozen-sample 32``: extra
+2. Warm device: is the first event after a pause slower than steady state? Pauses of
+   0.05–5 s, idle (sleeping) or busy (decoding into fresh memory, as staging does), each
+   followed by two events, with and without the tracer's untimed warm-up forward, in
+   shuffled order; ratios to the median of the events just before the pause.
+3. Frozen-checkpoint cost with the default schedule and ``--frozen-sample 32``: extra
    forward passes as a multiple of the adapt pass's (target ≤ 1.5× at the paper's N = 781),
    plus the measured time of the frozen evaluations relative to the adapt pass for ``tent``.
 
@@ -234,7 +238,8 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=None, help="tracer decode workers in the JPEG runs (default: the tracer's)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--skip", default="", help="comma-separated parts to skip: paired, jpeg, checkpoints")
+    p.add_argument("--warm-repeats", type=int, default=6, help="repeats of each pause in the warm-device part")
+    p.add_argument("--skip", default="", help="comma-separated parts to skip: paired, jpeg, warm, checkpoints")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     names = args.devices.split(",") if args.devices else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -262,8 +267,64 @@ def main() -> None:
                       f"{100 * harness / 1e3 / statistics.median(bare_p):.4f} % of a bare forward")
             if "jpeg" not in skip:
                 jpeg_runs(args, device, tmp)
+            if "warm" not in skip:
+                warm_device(args, weights, data, device)
             if "checkpoints" not in skip:
                 checkpoint_cost(args, weights, data, tmp, device)
+
+
+def warm_device(args, weights, data: Path, device: torch.device) -> None:
+    """Part 2: the first forward after a pause, relative to the steady forwards just before it."""
+    import gc
+    import random
+
+    model, batches = _model_and_batches(args.model, weights, data, args.batch_size, device, 4)
+    clock = DeviceClock(device)
+
+    def event(x) -> float:
+        clock.sync()
+        t0 = time.perf_counter_ns()
+        with torch.no_grad():
+            model(x)
+        clock.sync()
+        return (time.perf_counter_ns() - t0) / 1e6
+
+    def busy(seconds: float) -> None:  # decode-like work into fresh host memory
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            a = np.random.randint(0, 255, (16 * 2**20,), dtype=np.uint8)
+            torch.from_numpy(a).float().div_(255.0)
+
+    pauses = [0.0, 0.05, 0.5, 2.0, 5.0]
+    cases = [(p, kind, rewarm) for p in pauses for kind in ("idle", "busy") for rewarm in (False, True)
+             if not (p == 0.0 and (kind == "busy" or rewarm))]
+    cases = cases * args.warm_repeats
+    random.Random(0).shuffle(cases)
+    results: dict[tuple, list[tuple[float, float]]] = {}
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(20):
+            event(batches[0])
+        for p, kind, rewarm in cases:
+            steady = [event(batches[k % 4]) for k in range(8)][-5:]
+            (time.sleep if kind == "idle" else busy)(p)
+            if rewarm:
+                event(batches[3])  # untimed in the tracer: one frozen forward
+            first, second = event(batches[0]), event(batches[1])
+            base = statistics.median(steady)
+            results.setdefault((p, kind, rewarm), []).append((first / base, second / base))
+    finally:
+        if gc_was:
+            gc.enable()
+    print(f"[warm device] {args.model}, batch {args.batch_size}: median ratio of the 1st / 2nd event after a pause to the "
+          f"steady events before it ({args.warm_repeats} repeats each, shuffled)")
+    for key in sorted(results):
+        p, kind, rewarm = key
+        r = results[key]
+        label = "none (control)" if p == 0 else f"{p:g} s {kind}" + (" + warm-up forward" if rewarm else "")
+        print(f"    {label:<32} 1st {100 * (statistics.median(a for a, _ in r) - 1):+6.1f} %   "
+              f"2nd {100 * (statistics.median(b for _, b in r) - 1):+6.1f} %")
 
 
 def checkpoint_cost(args, weights, data: Path, tmp: Path, device: torch.device) -> None:
