@@ -155,6 +155,27 @@ def test_rows_do_not_depend_on_chunking_or_workers(cifar_c_root, tmp_path):
     assert rows(workers=3, stage_mb=0.07) == reference  # chunks of 3 over 4 steps: a partial last chunk
 
 
+def test_the_untimed_warm_up_forward_changes_no_row(cifar_c_root, tmp_path, monkeypatch):
+    """With a warm-up forward before every chunk (threshold 0 s, chunks of one batch) the
+    rows — adapt and frozen, accuracy included — equal those of a run that never warms up."""
+    cols = ("phase", "episode", "checkpoint", "step", "n", "correct", "updated")
+    calls = []
+    original = runner_mod.TraceRun._rewarm
+
+    def counted(self, x):
+        calls.append(self.method.frozen)
+        return original(self, x)
+
+    monkeypatch.setattr(runner_mod.TraceRun, "_rewarm", counted)
+    results = {}
+    for label, threshold in (("never", float("inf")), ("always", 0.0)):
+        monkeypatch.setattr(runner_mod, "REWARM_AFTER_S", threshold)
+        d = pq.read_table(trace_run(_cfg(cifar_c_root, tmp_path / label, stage_mb=0.03, frozen_sample=None))).to_pydict()
+        results[label] = sorted(zip(*(d[c] for c in cols)))
+    assert results["always"] == results["never"]
+    assert True in calls and False in calls  # inside frozen evaluations and on the adapt stream
+
+
 def test_stager_keeps_order_and_its_memory_cap(cifar_c_root):
     source = get_dataset("cifar10-c").open("fog", 5, cifar_c_root).source
     order = batch_order(len(source), 2, 2025, "fog")  # 16 batches of 2 images

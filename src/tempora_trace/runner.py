@@ -236,6 +236,7 @@ class TraceRun:
     def _rewarm(self, x: torch.Tensor) -> None:
         """One untimed frozen forward on ``x``, every state and RNG restored after it (the
         frozen-evaluation discipline), so the next timed event finds weights and kernels hot."""
+        was_frozen = self.method.frozen  # inside a frozen evaluation: stay frozen after
         saved_method = host_snapshot(self.method)
         saved_rng = capture_rng(self.device)
         self.method.freeze()
@@ -244,7 +245,8 @@ class TraceRun:
                 self.method.predict(x.to(self.device))
             self.clock.sync()
         finally:
-            self.method.unfreeze()
+            if not was_frozen:
+                self.method.unfreeze()
             self.method.restore(saved_method)
             restore_rng(saved_rng, self.device)
         self._last_event_end = time.perf_counter()
