@@ -179,7 +179,7 @@ class TraceRun:
         self.episodes = build_episodes([self.dataset.open(d, cfg.severity, root) for d in cfg.domains], cfg)
         self.clock = DeviceClock(self.device)
         self.out_path = cfg.output_dir(device_slug(self.device)) / f"{cfg.file_stem()}.parquet"
-        workers = cfg.workers if cfg.workers is not None else default_workers(self.device, os.cpu_count())
+        workers = cfg.workers if cfg.workers is not None else default_workers(os.cpu_count())
         self.stager = BatchStager(workers, pin_memory=self.device.type == "cuda", stage_mb=cfg.stage_mb)
         self.probe = SpeedProbe(self.device)
         self.probes: dict[int, list[dict[str, Any]]] = {}

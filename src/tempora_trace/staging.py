@@ -46,7 +46,7 @@ class StagedBatch:
         return self.x.numel() * self.x.element_size() + self.y.numel() * self.y.element_size()
 
 
-def default_workers(device: torch.device, cpu_count: int | None) -> int:
+def default_workers(cpu_count: int | None) -> int:
     """Decode workers when ``--workers`` is not given: every core, up to 8. Decoding only
     runs between chunks, never beside a timed event, so it may use the cores the events use."""
     return max(0, min(8, cpu_count or 1))
