@@ -56,6 +56,7 @@ from .config import (  # noqa: E402
     DEFAULT_FROZEN_SAMPLE,
     DEFAULT_SEED,
     DEFAULT_SEVERITY,
+    DEFAULT_STAGE_MB,
     WARMUP_BATCHES,
     TraceConfig,
 )
@@ -169,7 +170,9 @@ RUN_OPTIONS: list[Callable] = [
     _opt("--stream", type=click.Choice(["episodic", "continual"]), default="episodic",
          help="episodic: reset per domain; continual: never reset."),
     _opt("--workers", type=click.IntRange(0, 1024), default=None,
-         help="Loader threads [default: 0 on CPU, min(8, cores) on CUDA]."),
+         help="Parallel decode workers, active only between staged chunks, never during a timed event [default: min(8, cores)]."),
+    _opt("--stage-mb", type=click.FloatRange(0, None, min_open=True), default=DEFAULT_STAGE_MB, metavar="MIB",
+         help="Host memory for one staged chunk of batches, MiB (docs/timing.md)."),
     _opt("--threads", type=click.IntRange(1, 4096), default=None, help="Torch intra-op threads [default: torch's choice]."),
     _opt("--warmup-batches", type=click.IntRange(0, 1000), default=WARMUP_BATCHES,
          help="Untimed noise-perturbed copies of the first batch run before the clock starts, so lazy "
@@ -225,7 +228,8 @@ def make_config(method: str, opts: dict[str, Any], **extra: Any) -> TraceConfig:
         domains=_domains(opts["domains"]), severity=opts["severity"], max_batches=opts["max_batches"],
         batch_size=opts["batch_size"], seed=opts["seed"], stream=opts["stream"], workers=opts["workers"],
         threads=opts["threads"],  # part of the trace identity; the run applies it
-        resume=opts["resume"], force=opts["force"], quiet=opts["quiet"], warmup_batches=opts["warmup_batches"], **extra,
+        stage_mb=opts["stage_mb"], resume=opts["resume"], force=opts["force"], quiet=opts["quiet"],
+        warmup_batches=opts["warmup_batches"], **extra,
     ).resolved()
     if opts["resume"] and opts["force"]:
         raise ConfigError("--resume and --force contradict each other; pass one")
@@ -239,8 +243,8 @@ def make_config(method: str, opts: dict[str, Any], **extra: Any) -> TraceConfig:
 
 def _common(opts: dict[str, Any]) -> dict[str, Any]:
     return {k: opts[k] for k in ("dataset", "model", "weights", "data_root", "device", "out", "name", "domains",
-                                 "severity", "max_batches", "batch_size", "seed", "stream", "workers", "threads",
-                                 "resume", "force", "quiet", "offline", "warmup_batches")}
+                                 "severity", "max_batches", "batch_size", "seed", "stream", "workers", "stage_mb",
+                                 "threads", "resume", "force", "quiet", "offline", "warmup_batches")}
 
 
 # ------------------------------------------------------------------------ subcommands
@@ -342,6 +346,9 @@ def calibrate(cfg: TraceConfig) -> None:
         click.echo(f"wrote {path}")
     lam, mean, std, count = lambda_ms_of(path)
     click.echo(f"λ = {lam:.3f} ms  (mean {mean:.3f} ms + 6 × σ {std:.3f} ms over {count} batches of standard inference)")
+    from .calibration import print_dispersion
+
+    print_dispersion(path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -25,11 +25,12 @@ DEFAULT_SEED = schema.DEFAULT_SEED
 DEFAULT_SEVERITY = schema.DEFAULT_SEVERITY
 DEFAULT_FROZEN_SAMPLE = 32
 WARMUP_BATCHES = 5
+DEFAULT_STAGE_MB = 1024.0
 
 #: Fields that do not change the rows a run writes; every other field (and the trace
 #: identity, which replaces ``weights`` by the file's hash and ``device`` by its name) must
 #: match exactly for ``--resume``.
-_IDENTITY_EXCLUDE = {"resume", "force", "quiet", "workers", "out", "name", "data_root"}
+_IDENTITY_EXCLUDE = {"resume", "force", "quiet", "workers", "stage_mb", "out", "name", "data_root"}
 
 
 def _check_finite(value: Any, option: str) -> None:
@@ -70,10 +71,12 @@ class TraceConfig:
     checkpoints: list[int] = field(default_factory=list)
     budgets_ms: list[float] = field(default_factory=list)
     lambda_ms: float | None = None
-    #: DataLoader worker processes; None = 0 on CPU (workers would steal the measured cores), min(8, cores) on CUDA.
+    #: parallel decode threads, active only between staged chunks; None = min(8, cores).
     workers: int | None = None
     #: torch intra-op threads; None = torch's choice, resolved to the actual count (identity).
     threads: int | None = None
+    #: host-memory cap of one staged chunk of batches, MiB (docs/timing.md).
+    stage_mb: float = DEFAULT_STAGE_MB
     warmup_batches: int = WARMUP_BATCHES
     resume: bool = False
     force: bool = False
@@ -125,6 +128,8 @@ class TraceConfig:
             cfg.threads = torch.get_num_threads()
         elif cfg.threads < 1:
             raise ConfigError(f"--threads must be ≥ 1, not {cfg.threads}")
+        if not cfg.stage_mb > 0:
+            raise ConfigError(f"--stage-mb must be > 0, not {cfg.stage_mb}")
         if cfg.name is not None and not re.fullmatch(r"[A-Za-z0-9._+-]+", cfg.name):
             raise ConfigError(f"--name '{cfg.name}' may only use letters, digits and . _ + -")
         cfg.checkpoints = sorted(set(cfg.checkpoints))
