@@ -34,7 +34,7 @@ def example(tmp_path_factory):
                       n=8, correct=correct, e_ms=e, l_ms=l, delta_ms=e + l, updated=phase == "adapt",
                       peak_mem_bytes=None)
         for name in rows:
-            rows[name].append(values[name])
+            rows[name].append(values.get(name))
 
     for i in range(4):
         add("adapt", -1, i, A_CORRECT[i], E_MS[i], L_MS[i])
