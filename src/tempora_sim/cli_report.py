@@ -18,7 +18,9 @@ from tempora_sim.cli import main
 def _user_errors() -> tuple[type[BaseException], ...]:
     from tempora_sim import analyses, report
 
-    errors: list[type[BaseException]] = [analyses.AnalysisError, report.ReportError]
+    from tempora_sim import stats
+
+    errors: list[type[BaseException]] = [analyses.AnalysisError, report.ReportError, stats.StatsError]
     try:
         from tempora_sim.errors import SimError
 
@@ -34,13 +36,13 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
-def _load(rp, source, options, out=None):
+def _load(rp, source, options, out=None, bootstrap=None):
     """Load results, or sweep traces, echoing the simulator's warnings as one line each."""
     import warnings
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        inputs = rp.load_inputs(list(source), options, out)
+        inputs = rp.load_inputs(list(source), options, out, bootstrap)
     for w in caught:
         if w.category.__name__ == "SimWarning":
             click.echo(f"tempora-sim: warning: {w.message}", err=True)
@@ -71,13 +73,18 @@ def _grid(fn):
     return fn
 
 
+# Bootstrap intervals (docs/statistics.md); `tempora-sim advise` takes the same options.
+from tempora_sim.stats import bootstrap_options, make_bootstrap  # noqa: E402
+
+
 @main.command("report")
 @_SOURCE
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False), help="Directory for the report.")
 @click.option("--all-episodes", is_flag=True, help="Utility curves for every episode (default: one per category).")
 @click.option("--episodes", default=None, help="Utility curves for these episodes, comma-separated.")
 @_grid
-def report_command(source, out, all_episodes, episodes, protocol, rho, T, B, lambda_ms):
+@bootstrap_options
+def report_command(source, out, all_episodes, episodes, protocol, rho, T, B, lambda_ms, ci_level, resamples, ci_seed):
     """Analyse RESULTS_OR_TRACES and write DIR/report.md with tables, CSVs and figures.
 
     SOURCE is a sweep's results (a directory holding utility.parquet) or trace files /
@@ -86,7 +93,8 @@ def report_command(source, out, all_episodes, episodes, protocol, rho, T, B, lam
 
     t0 = time.perf_counter()
     try:
-        inputs = _load(rp, source, _sweep_options(protocol, rho, T, B, lambda_ms), out)
+        boot = make_bootstrap(ci_level, resamples, ci_seed)
+        inputs = _load(rp, source, _sweep_options(protocol, rho, T, B, lambda_ms), out, boot)
         swept = time.perf_counter() - t0
         eps = [e.strip() for e in episodes.split(",") if e.strip()] if episodes else None
         result = rp.build_report(inputs, out, all_episodes=all_episodes, episodes=eps)
@@ -101,7 +109,8 @@ def report_command(source, out, all_episodes, episodes, protocol, rho, T, B, lam
 @click.argument("table", required=False)
 @click.argument("source", nargs=-1, type=click.Path(exists=True))
 @_grid
-def show_command(table, source, protocol, rho, T, B, lambda_ms):
+@bootstrap_options
+def show_command(table, source, protocol, rho, T, B, lambda_ms, ci_level, resamples, ci_seed):
     """Print TABLE computed from SOURCE (results, traces or a report directory).
 
     Without arguments, list the tables."""
@@ -115,7 +124,8 @@ def show_command(table, source, protocol, rho, T, B, lambda_ms):
     if table not in rp.TABLES:
         _fail(f"unknown table '{table}'; tables: {', '.join(rp.TABLES)}")
     try:
-        inputs = _load(rp, source, _sweep_options(protocol, rho, T, B, lambda_ms))
+        inputs = _load(rp, source, _sweep_options(protocol, rho, T, B, lambda_ms), None,
+                       make_bootstrap(ci_level, resamples, ci_seed))
         frame = rp.compute_table(table, inputs)
     except _user_errors() as exc:
         _fail(str(exc))
