@@ -16,7 +16,9 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from . import analyses as an
 from .replay import ALL_EPISODES, SweepResult
+from .stats import BootstrapOptions
 
 _TITLES = {
     "offline": "Offline utility (%): mean accuracy, no time pressure",
@@ -47,14 +49,37 @@ def _method_order(frame: pl.DataFrame, latency: dict) -> list[str]:
 
 
 def _groups(frame: pl.DataFrame) -> Iterable[tuple[str, pl.DataFrame]]:
-    keys = ["dataset", "model", "device", "batch_size", "seed", "stream"]
+    """Comparison groups of the seed-pooled rows (seeds are replicates, not groups)."""
+    keys = an.group_columns(frame)
     for key, part in frame.group_by(keys, maintain_order=True):
-        label = f"{key[0]} · {key[1]} · {key[2]} · bs {key[3]} · seed {key[4]} · {key[5]}"
+        seeds = ", ".join(sorted(set(", ".join(part.get_column(an.SEEDS).to_list()).split(", ")))) \
+            if an.SEEDS in part.columns else "?"
+        label = f"{key[0]} · {key[1]} · {key[2]} · bs {key[3]} · {key[4]} · seed{'s' if ',' in seeds else ''} {seeds}"
         yield label, part
 
 
-def utility_tables(group: pl.DataFrame, latency: dict[str, float]) -> list[Table]:
-    """Tables 11–13 for one group's pooled rows: utility (%) per method × grid value."""
+def _latency_of(latency: dict[str, dict[str, float]], group: pl.DataFrame) -> dict[str, float]:
+    """Mean δ per method over the seeds of this group (the sweep keys latency per seed)."""
+    r = group.row(0, named=True)
+    head = f"{r['dataset']} · {r['model']} · {r['device']} · bs {r['batch_size']} · seed "
+    merged: dict[str, list[float]] = {}
+    for label, per in latency.items():
+        if label.startswith(head) and label.endswith(f" · {r['stream']}"):
+            for m, d in per.items():
+                merged.setdefault(m, []).append(d)
+    return {m: sum(v) / len(v) for m, v in merged.items()}
+
+
+def utility_tables(group: pl.DataFrame, latency: dict[str, float], intervals=None,
+                   certain: dict | None = None) -> list[Table]:
+    """Tables 11–13 for one group's pooled rows: utility (%) per method × grid value, '?' after
+    the best value when its lead over the runner-up is uncertain (``certain``: value → bool),
+    and the typical and widest half-width of the bootstrap intervals in the caption."""
+    certain = certain or {}
+    ci = {}
+    if intervals is not None:
+        for r in an.attach_intervals(group, intervals).iter_rows(named=True):
+            ci[(r["method"], r["protocol"], _key(r["value"]))] = r
     tables = []
     if True:
         for protocol in ("offline", "discrete", "continuous", "amortised"):
@@ -63,8 +88,14 @@ def utility_tables(group: pl.DataFrame, latency: dict[str, float]) -> list[Table
                 continue
             values = part["value"].unique(maintain_order=True).to_list()
             param = part["param"][0]
+            widths = [(r["hi"] - r["lo"]) * 50 for (m, p, _), r in ci.items()
+                      if p == protocol and r.get("lo") is not None and r.get("hi") is not None]
+            spread = (f"; intervals over episodes: ±{sorted(widths)[len(widths) // 2]:.1f} pp typical, "
+                      f"±{max(widths):.1f} widest (`tempora-sim report` has each)") if widths else ""
             table = Table(title=_TITLES[protocol], box=box.SIMPLE_HEAD, title_justify="left", min_width=60,
-                          caption="* best per column (bold), underlined: second", caption_justify="left")
+                          caption="* best per column (bold), underlined: second; ? the best's lead over the "
+                                  "runner-up is uncertain (its paired bootstrap interval contains 0)" + spread,
+                          caption_justify="left")
             table.add_column("Method")
             for v in values:
                 table.add_column(value_label(param, v), justify="right")
@@ -87,7 +118,8 @@ def utility_tables(group: pl.DataFrame, latency: dict[str, float]) -> list[Table
                     text = _pct(u)
                     rank = ranks.get((method, _key(v)))
                     if rank == 1:
-                        text = f"[bold]{text}*[/bold]"
+                        unsure = certain.get((protocol, _key(v))) is False
+                        text = f"[bold]{text}*{'?' if unsure else ''}[/bold]"
                     elif rank == 2:
                         text = f"[underline]{text}[/underline]"
                     cells.append(text)
@@ -140,13 +172,25 @@ def decomposition_tables(group: pl.DataFrame, latency: dict[str, float]) -> list
     return tables
 
 
-def print_report(result: SweepResult, console: Console | None = None) -> None:
-    """Per group: a header with λ, the utility tables, then the decompositions."""
+def print_report(result: SweepResult, console: Console | None = None,
+                 bootstrap: BootstrapOptions | None = None) -> None:
+    """Per group (seeds pooled): a header with λ, the utility tables, then the decompositions."""
     console = console or Console()
-    pooled = result.frame.filter(pl.col("episode") == ALL_EPISODES)
+    frame = result.frame
+    intervals = an.utility_intervals(frame, None, bootstrap) if frame.height else None
+    certain = {}
+    if intervals is not None and frame.filter(pl.col("episode") == ALL_EPISODES).height:
+        pw = an.pooled_winners(frame, intervals)
+        g = an.group_columns(pw)
+        for r in pw.iter_rows(named=True):
+            certain[(tuple(r[c] for c in g), r["protocol"], _key(r["value"]))] = r["certain"]
+    pooled = an.pool_seeds(frame.filter(pl.col("episode") == ALL_EPISODES))
     for label, group in _groups(pooled):
-        lam = group["lambda_ms"][0]
-        console.rule(f"[bold]{label}[/bold] · λ = {lam:.2f} ms")
-        latency = result.latency.get(label, {})
-        for table in utility_tables(group, latency) + decomposition_tables(group, latency):
+        lams = sorted(set(group["lambda_ms"].to_list()))
+        lam = ", ".join(f"{x:.2f}" for x in lams)
+        console.rule(f"[bold]{label}[/bold] · λ = {lam} ms")
+        latency = _latency_of(result.latency, group)
+        gk = tuple(group.row(0, named=True)[c] for c in an.group_columns(group))
+        mine = {(p, v): c for (k, p, v), c in certain.items() if k == gk}
+        for table in utility_tables(group, latency, intervals, mine) + decomposition_tables(group, latency):
             console.print(table)
