@@ -48,7 +48,7 @@ demo_files = $(foreach model,$(DEMO_MODELS),\
 
 demo: install
 	@$(MAKE) --no-print-directory -j$(DEMO_JOBS) --output-sync=line demo-run \
-	    DEMO_FILES='$(call demo_files,$(DEMO_TRACES))'
+	    DEMO_FILES='$(call seed_files,$(call demo_files,$(DEMO_TRACES)))'
 
 # The committed set under traces/demo/: all methods, all 15 corruptions, severity 5.
 demo-traces: install
@@ -70,6 +70,22 @@ $(DEMO_TRACES)/%.parquet:
 
 demo-models: install
 	$(PY) -m tempora_trace.models.train_demo --out src/tempora_trace/models/weights
+
+# ------------------------------------------------------------------ seeds
+# `make demo SEEDS="2025 2026 2027"`: every demo trace once per seed, named <method>-seed<S>.parquet
+# beside each other; the simulator pools the seeds of a group like its episodes (per-seed rows
+# stay in utility.parquet) and the report says how stable the winners are across seeds.
+# Without SEEDS: one trace per method at the tracer's default seed, named <method>.parquet.
+SEEDS ?=
+seed_files = $(if $(strip $(SEEDS)),$(foreach s,$(SEEDS),$(patsubst %.parquet,%-seed$(s).parquet,$(1))),$(1))
+
+define demo_seed_rule
+$$(DEMO_TRACES)/%-seed$(1).parquet:
+	$$(TRACE) --dataset demo --model $$(firstword $$(subst /, ,$$*)) --method $$(notdir $$*) --seed $(1) \
+	    --name $$(notdir $$*)-seed$(1) --device $$(DEMO_DEVICE) --domains $$(DEMO_DOMAINS) --out $$(@D) $$(DEMO_TRACE_OPTS) \
+	    $$(if $$(wildcard $$(@D)/$$(notdir $$*)-seed$(1).partial),--resume)
+endef
+$(foreach s,$(SEEDS),$(eval $(call demo_seed_rule,$(s))))
 
 # ------------------------------------------------------------------ paper reproduction
 # `make paper DATA=/path/to/ImageNet-C [WEIGHTS=resnet50-0676ba61.pth] DEVICE=cuda`
