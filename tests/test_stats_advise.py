@@ -260,3 +260,20 @@ def test_advise_bad_constraints_are_one_line_and_exit_2(advise_traces, args, msg
 def test_advise_on_a_missing_path_is_one_line(tmp_path):
     res = CliRunner().invoke(main, ["advise", str(tmp_path / "nope"), "--rho", "0.5"])
     assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1
+
+
+def test_report_on_several_seeds_pools_them_and_measures_winner_stability(tmp_path):
+    traces = _synthetic(tmp_path / "t", ("standard", "adabn", "tent"), seeds=(2025, 2026, 2027))
+    out = tmp_path / "r"
+    res = CliRunner().invoke(main, ["report", str(traces), "--out", str(out), "--protocol", "offline,discrete",
+                                    "--rho", "1,0.5", "--resamples", "200"])
+    assert res.exit_code == 0, res.output
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "seeds 2025, 2026, 2027 (pooled)" in md and "## Group" not in md  # one comparison group
+    stab = pl.read_csv(out / "tables" / "seed_stability.csv")
+    pooled = stab.filter(pl.col("kind") == "pooled").sort("k")
+    assert pooled["k"].to_list() == [1, 2, 3] and pooled["share"][-1] == 1.0
+    assert stab.filter(pl.col("kind") == "single").height == 3
+    assert (pooled["cells"] == 3 * 3).all()
+    u = pl.read_parquet(out / "utility.parquet")
+    assert sorted(set(u["seed"].to_list())) == [2025, 2026, 2027]  # per-seed rows kept

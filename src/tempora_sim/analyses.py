@@ -903,3 +903,43 @@ def pooled_winners(df: pl.DataFrame, intervals: st.Intervals | None = None, tol:
                        (pl.col("best_utility") - pl.col("_ru")).alias("margin")).drop("_ru"))
     w = w.sort(group_columns(p) + ["scenario_order"])
     return with_certainty(w, p, keys, intervals)
+
+
+def seed_stability(df: pl.DataFrame, tol: float = DEFAULT_TOL, max_subsets: int = 10) -> pl.DataFrame:
+    """How often the winners from k seeds equal the winners from all of a group's seeds.
+
+    For every group with several seeds and each k from 1 to S (the number of seeds): the
+    share of (episode, scenario) cells whose winner, with k seeds pooled, is the winner with
+    all S pooled; averaged over the seed subsets of size k (at most ``max_subsets`` of them,
+    in seed order), with the lowest and highest subset share. Where the share reaches 1 one
+    seed earlier, more seeds would not have changed the grid. ``single`` rows give each seed
+    alone."""
+    from itertools import combinations
+
+    check_utility_table(df)
+    if SEED not in df.columns:
+        raise AnalysisError("these results are pooled over seeds already: seed stability needs the per-seed table")
+    g = group_columns(df)
+    rows = []
+    for key, part in (df.group_by(g, maintain_order=True) if g else [((), df)]):
+        seeds = sorted(set(part.get_column(SEED).to_list()))
+        if len(seeds) < 2:
+            continue
+        ref = _winners(part, tol).select("episode", "scenario", pl.col("winner").alias("_ref"))
+        cells_n = ref.height
+        ident = dict(zip(g, key if isinstance(key, tuple) else (key,)))
+        for k in range(1, len(seeds) + 1):
+            shares = []
+            for sub in list(combinations(seeds, k))[:max_subsets]:
+                w = _winners(part.filter(pl.col(SEED).is_in(list(sub))), tol)
+                same = w.join(ref, on=["episode", "scenario"], how="inner").filter(pl.col("winner") == pl.col("_ref"))
+                shares.append(same.height / cells_n if cells_n else math.nan)
+                if k == 1:
+                    rows.append({**ident, "kind": "single", "seeds": str(sub[0]), "k": 1, "subsets": 1,
+                                 "cells": cells_n, "share": shares[-1], "min": shares[-1], "max": shares[-1]})
+            rows.append({**ident, "kind": "pooled", "seeds": f"{k} of {len(seeds)}", "k": k, "subsets": len(shares),
+                         "cells": cells_n, "share": sum(shares) / len(shares), "min": min(shares), "max": max(shares)})
+    if not rows:
+        raise AnalysisError("one seed per group: trace several seeds (make demo SEEDS=\"2025 2026 2027\") to see "
+                            "how stable the winners are")
+    return pl.DataFrame(rows).sort(g + ["kind", "k"], descending=[False] * len(g) + [True, False], maintain_order=True)

@@ -567,9 +567,21 @@ _register(TableSpec(
      Column("undefined", "undefined", "int")),
 ))
 
+_register(TableSpec(
+    "seed_stability", "Winner stability across seeds", "—",
+    "With several seeds per group: the share of (episode, scenario) cells whose winner with k seeds "
+    "pooled equals the winner with all seeds pooled (mean over seed subsets of size k, with the "
+    "lowest and highest subset); 'single' rows are each seed alone. When the share is already 100 % "
+    "with fewer seeds, the extra seeds did not change the grid.",
+    _cached("seed_stability", lambda i: an.seed_stability(i.utility)),
+    (Column("kind", "rows"), Column("seeds", "seeds"), Column("subsets", "subsets", "int"),
+     Column("cells", "cells", "int"), Column("share", "same winner (%)", "pct"), Column("min", "min (%)", "pct"),
+     Column("max", "max (%)", "pct")),
+))
+
 #: Sections of report.md, in reading order (each lists table names).
 SECTIONS = (
-    ("Who wins where", ("win_counts", "winners", "offline", "sweep")),
+    ("Who wins where", ("win_counts", "winners", "offline", "sweep", "seed_stability")),
     ("Do offline rankings predict temporal ones?", ("rank_correlation", "rank_correlation_summary")),
     ("What losing costs", ("deficits", "below_standard")),
     ("Why: latency and decompositions under the strictest pressure",
