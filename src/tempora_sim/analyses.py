@@ -1,6 +1,6 @@
 """Analyses over a sweep's ``utility.parquet``: who wins where, and why the others lose.
 
-Every public function takes the sweep's utility table (DESIGN §6 columns) and returns one
+Every public function takes the sweep's utility table (docs/design.md §6 columns) and returns one
 polars table. They answer the practitioner's questions behind the paper's findings:
 which method wins each (episode, scenario) cell (Table 15 / Figure 1), how far the offline
 ranking predicts the temporal one (Table 25), what losing costs (Table 23), how often a
@@ -38,6 +38,8 @@ import polars as pl
 
 from tempora_sim import stats as st
 
+from .errors import SimError
+
 #: Columns that identify a comparison group. The seed is *not* one of them: traces of one
 #: setting taken with different seeds are replicates, pooled like episodes (each seed keeps
 #: its own λ from its own standard trace; see :func:`pool_seeds`).
@@ -66,7 +68,7 @@ CANONICAL_EPISODES = [c for cs in CATEGORIES.values() for c in cs]
 REQUIRED_COLUMNS = ("method", "episode", "protocol", "param", "value", "utility")
 
 
-class AnalysisError(ValueError):
+class AnalysisError(SimError, ValueError):
     """The utility table cannot support the requested analysis (message says why)."""
 
 
@@ -101,7 +103,9 @@ def pool_seeds(df: pl.DataFrame) -> pl.DataFrame:
     stays the sweep's output (``utility.parquet``)."""
     if SEED not in df.columns:
         return df
-    keys = [c for c in group_columns(df) + ["method", "episode", "protocol", "param", "value"] if c in df.columns]
+    scenario = ["param2", "value2", "arrivals", "arrival_seed"]  # docs/design.md §9 columns, where present
+    keys = [c for c in group_columns(df) + ["method", "episode", "protocol", "param", "value"] + scenario
+            if c in df.columns]
     n = pl.col("num_batches").cast(pl.Float64) if "num_batches" in df.columns else pl.lit(1.0)
     beta = pl.col("beta") if "beta" in df.columns else pl.lit(0.0)
     served = pl.col("served").cast(pl.Float64) if "served" in df.columns else pl.lit(0.0)
@@ -139,7 +143,7 @@ def pool_seeds(df: pl.DataFrame) -> pl.DataFrame:
 def check_utility_table(df: pl.DataFrame) -> None:
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
-        raise AnalysisError(f"utility table lacks column(s) {', '.join(missing)} (DESIGN §6)")
+        raise AnalysisError(f"utility table lacks column(s) {', '.join(missing)} (docs/design.md §6)")
     unknown = set(df.get_column("protocol").unique().to_list()) - set(PROTOCOLS)
     if unknown:
         raise AnalysisError(f"unknown protocol(s) {sorted(unknown)}; expected {PROTOCOLS}")
@@ -663,7 +667,7 @@ def insolvency(df: pl.DataFrame) -> pl.DataFrame:
 # ----------------------------------------------------------------------------- Pareto
 def budget_spent(trace_rows: pl.DataFrame, utility: pl.DataFrame) -> pl.DataFrame:
     """Overhead actually spent per amortised cell: Σ_{i≤m} c_i with c_i = max(0, δ_i − λ)
-    (DESIGN §4), from the traces' adapt rows and the cell's cut-off m; pooled rows get the
+    (docs/design.md §4), from the traces' adapt rows and the cell's cut-off m; pooled rows get the
     mean over episodes (the budget is per episode)."""
     g = _seed_keys(utility, trace_rows)
     lam = utility.select(g + ["lambda_ms"]).unique(subset=g) if g else utility.select("lambda_ms").head(1)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import warnings
 from dataclasses import dataclass
 
@@ -23,6 +22,7 @@ import click
 import numpy as np
 
 from tempora_sim.cli import main
+from tempora_sim.errors import SimError
 from tempora_sim.stats import bootstrap_options, make_bootstrap
 
 #: Fine-grid resolution of the boundary search (values per side), then the refinement.
@@ -34,7 +34,7 @@ RHO_MIN = 0.01
 SPAN = 64.0
 
 
-class AdviseError(ValueError):
+class AdviseError(SimError, ValueError):
     """A bad constraint (message is the whole story, shown as one line)."""
 
 
@@ -307,16 +307,10 @@ def text_lines(advice: list[dict], c: Constraint) -> list[str]:
 def advise_command(source, rho, gamma_ms, T, B, budget_rule, fmt, ci_level, resamples, ci_seed):
     """Recommend a method for each trace group at one constraint, with its certainty and
     how far the constraint can move before the recommendation changes."""
-    from tempora_sim.errors import SimError
-    from tempora_sim.stats import StatsError
-
-    try:
-        c = parse_constraint(rho, gamma_ms, T, B)
-        boot = make_bootstrap(ci_level, resamples, ci_seed)
-        advice = advise([str(s) for s in source], c, boot, {"budget_rule": budget_rule})
-    except (AdviseError, SimError, StatsError) as exc:
-        click.echo(f"tempora-sim: error: {exc}", err=True)
-        sys.exit(2)
+    # every error is a SimError: the command group prints it as one line, exit status 2
+    c = parse_constraint(rho, gamma_ms, T, B)
+    boot = make_bootstrap(ci_level, resamples, ci_seed)
+    advice = advise([str(s) for s in source], c, boot, {"budget_rule": budget_rule})
     if fmt == "json":
         click.echo(json.dumps(advice, default=_json_default))
     else:

@@ -34,12 +34,14 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from .errors import SimError
+
 DEFAULT_LEVEL = 0.95
 DEFAULT_RESAMPLES = 1000
 DEFAULT_SEED = 0
 
 
-class StatsError(ValueError):
+class StatsError(SimError, ValueError):
     """Bad bootstrap settings (message is the whole story, shown as one line)."""
 
 

@@ -22,7 +22,7 @@ from .stats import BootstrapOptions
 
 _TITLES = {
     "offline": "Offline utility (%): mean accuracy, no time pressure",
-    "discrete": "Discrete utility (%) across utilisation ρ",
+    "discrete": "Discrete utility (%) across utilisation ρ",  # + the arrival process, if not periodic
     "continuous": "Continuous utility (%) across HCI threshold T",
     "amortised": "Amortised utility (%) across overhead budget B",
 }
@@ -192,5 +192,8 @@ def print_report(result: SweepResult, console: Console | None = None,
         latency = _latency_of(result.latency, group)
         gk = tuple(group.row(0, named=True)[c] for c in an.group_columns(group))
         mine = {(p, v): c for (k, p, v), c in certain.items() if k == gk}
-        for table in utility_tables(group, latency, intervals, mine) + decomposition_tables(group, latency):
+        from .scenario_tables import scenario_tables
+
+        for table in (utility_tables(group, latency, intervals, mine) + decomposition_tables(group, latency)
+                      + scenario_tables(group)):
             console.print(table)
