@@ -177,10 +177,13 @@ def print_report(result: SweepResult, console: Console | None = None,
     """Per group (seeds pooled): a header with λ, the utility tables, then the decompositions."""
     console = console or Console()
     frame = result.frame
-    intervals = an.utility_intervals(frame, None, bootstrap) if frame.height else None
+    # intervals and certainty for the single-parameter protocols (the combined ρ × T / ρ × B
+    # grids have their own winners maps)
+    single = frame.filter(pl.col("protocol").is_in(an.PROTOCOLS))
+    intervals = an.utility_intervals(single, None, bootstrap) if single.height else None
     certain = {}
-    if intervals is not None and frame.filter(pl.col("episode") == ALL_EPISODES).height:
-        pw = an.pooled_winners(frame, intervals)
+    if intervals is not None and single.filter(pl.col("episode") == ALL_EPISODES).height:
+        pw = an.pooled_winners(single, intervals)
         g = an.group_columns(pw)
         for r in pw.iter_rows(named=True):
             certain[(tuple(r[c] for c in g), r["protocol"], _key(r["value"]))] = r["certain"]
