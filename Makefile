@@ -39,6 +39,7 @@ test: install
 bench: install
 	$(PY) bench/bench_sim.py
 	$(PY) bench/bench_trace.py
+	$(PY) bench/bench_stats.py
 
 # `make lint`: ruff's lint rules and the import contracts (pyproject.toml: the simulator never
 # imports torch, tracer and simulator meet only in tempora_schema, no import cycles), then
@@ -95,7 +96,7 @@ demo_files = $(foreach model,$(DEMO_MODELS),\
 
 demo: install
 	@$(MAKE) --no-print-directory -j1 demo-run \
-	    DEMO_FILES='$(call demo_files,$(DEMO_TRACES))'
+	    DEMO_FILES='$(call seed_files,$(call demo_files,$(DEMO_TRACES)))'
 
 # The committed set: all methods, all 15 corruptions, severity 5, one trace at a time.
 demo-traces: install
@@ -117,6 +118,22 @@ $(DEMO_TRACES)/%.parquet:
 
 demo-models: install
 	$(PY) -m tempora_trace.models.train_demo --out $(DEMO_MODELS_OUT) $(DEMO_MODELS_OPTS)
+
+# ------------------------------------------------------------------ seeds
+# `make demo SEEDS="2025 2026 2027"`: every demo trace once per seed, named <method>-seed<S>.parquet
+# beside each other; the simulator pools the seeds of a group like its episodes (per-seed rows
+# stay in utility.parquet) and the report says how stable the winners are across seeds.
+# Without SEEDS: one trace per method at the tracer's default seed, named <method>.parquet.
+SEEDS ?=
+seed_files = $(if $(strip $(SEEDS)),$(foreach s,$(SEEDS),$(patsubst %.parquet,%-seed$(s).parquet,$(1))),$(1))
+
+define demo_seed_rule
+$$(DEMO_TRACES)/%-seed$(1).parquet:
+	$$(TRACE) --dataset demo --model $$(firstword $$(subst /, ,$$*)) --method $$(notdir $$*) --seed $(1) \
+	    --name $$(notdir $$*)-seed$(1) --device $$(DEMO_DEVICE) --domains $$(DEMO_DOMAINS) --out $$(@D) $$(DEMO_TRACE_OPTS) \
+	    $$(if $$(wildcard $$(@D)/$$(notdir $$*)-seed$(1).partial),--resume)
+endef
+$(foreach s,$(SEEDS),$(eval $(call demo_seed_rule,$(s))))
 
 # ------------------------------------------------------------------ paper reproduction
 # `make paper DATA=/path/to/ImageNet-C [WEIGHTS=resnet50-0676ba61.pth] DEVICE=cuda`
