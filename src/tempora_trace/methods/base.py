@@ -131,8 +131,9 @@ class TTAMethod(metaclass=_MethodMeta):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if cls.departures and "departures" in cls.__dict__:
-            cls.__doc__ = (cls.__doc__ or cls.paper or cls.__name__).rstrip() + departures_docstring(cls.departures)
+        own = cls.__dict__.get("__doc__")
+        if cls.departures and "Departures (generated" not in (own or ""):
+            cls.__doc__ = (own or cls.paper or cls.__name__).rstrip() + departures_docstring(cls.departures)
 
     def __init__(self, model: nn.Module, context: MethodContext, **params: Any):
         self.model = model
