@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from .base import MethodContext, MethodError, TTAMethod
+from .base import Departure, MethodContext, MethodError, TTAMethod
 
 _REGISTRY: dict[str, type[TTAMethod]] = {}
 _DISCOVERED = False
@@ -50,4 +50,12 @@ def get_method(name: str) -> type[TTAMethod]:
         raise MethodError(f"unknown method '{name}'; available: {', '.join(sorted(_REGISTRY))}") from None
 
 
-__all__ = ["MethodContext", "MethodError", "TTAMethod", "available_methods", "get_method", "register"]
+def departures_markdown() -> str:
+    """Markdown tables of every method's departures from the Tempora reference and the authors'
+    code (the methods documentation renders these; see ``_parity``)."""
+    from ._parity import departures_markdown as render
+
+    return render()
+
+
+__all__ = ["Departure", "MethodContext", "MethodError", "TTAMethod", "available_methods", "departures_markdown", "get_method", "register"]

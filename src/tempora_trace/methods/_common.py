@@ -34,6 +34,7 @@ def auxiliary_view_statistics(view: str) -> Departure:
         point=f"BatchNorm buffers during the {view}",
         default="left alone (train-mode BN uses the view's batch statistics, the running buffers do not move)",
         reference="moved: the view runs in train mode like the clean pass, a second buffer update per adapted batch",
+        authors="nothing to move (running statistics are not tracked)",
         reason="the buffers frozen inference uses should describe the clean target stream, not a "
                "perturbed or filtered copy of it",
     )
@@ -44,6 +45,13 @@ NORM_NAMES = {"bn": "BatchNorm", "gn": "GroupNorm", "ln": "LayerNorm", None: "no
 
 def is_vit(context: MethodContext) -> bool:
     return "vit" in context.model_name.lower() or context.norm_kind == "ln"
+
+
+def selected(mask: torch.Tensor) -> torch.Tensor:
+    """Indices of the True entries of a 1-D mask. The one host synchronisation a sample filter
+    needs (what follows has a data-dependent size); gather with ``index_select`` afterwards
+    instead of indexing with the mask again, which would synchronise once per indexing."""
+    return mask.nonzero().squeeze(1)
 
 
 def default_lr(context: MethodContext) -> float:
@@ -188,7 +196,9 @@ class GradientMethod(TTAMethod):
 
     def build_optimizer(self, params: list[nn.Parameter]) -> torch.optim.Optimizer:
         """The published SGD over ``params``."""
-        return torch.optim.SGD(params, lr=self.params["lr"], momentum=self.params["momentum"])
+        # foreach: one call over the parameter list (on CUDA the default already; on a CPU the
+        # same per-tensor arithmetic, bit for bit, without the per-parameter Python loop)
+        return torch.optim.SGD(params, lr=self.params["lr"], momentum=self.params["momentum"], foreach=True)
 
     def loss(self, x: torch.Tensor, logits: torch.Tensor) -> torch.Tensor | None:
         """The objective for the batch ``x`` whose forward gave ``logits`` (graph attached);

@@ -114,6 +114,7 @@ class CMF(GradientMethod):
                       "with the adapted model (frozen ones with themselves); only the adapted "
                       "ones are blended back, so predictions are the same and the step costs "
                       "about 3x as much on a ViT-B/16",
+            authors="not compared",
             reason="a frozen parameter's hidden value never reaches the model",
         ),
         Departure(

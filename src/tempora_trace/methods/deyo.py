@@ -13,7 +13,7 @@ import torch.nn as nn
 
 from . import register
 from ._augment import MethodRNG, patch_shuffle
-from ._common import TRACKED_BN_STATISTICS, GradientMethod, auxiliary_view_statistics
+from ._common import TRACKED_BN_STATISTICS, GradientMethod, auxiliary_view_statistics, selected
 from .base import MethodContext, MethodError, entropy_margin, named_norm_affine_params, softmax_entropy
 
 #: DeYO leaves the top of the network untouched, as the authors' code does: ResNet ``layer4``,
@@ -92,24 +92,24 @@ class DeYO(GradientMethod):
     def _update(self, x: torch.Tensor, logits: torch.Tensor) -> bool:
         p = self.params
         entropy = softmax_entropy(logits)
-        keep = entropy < p["ent_threshold"]
-        self.last_counts = (int(keep.sum()), 0)
-        if not keep.any():
+        keep = selected(entropy < p["ent_threshold"])
+        self.last_counts = (int(keep.numel()), 0)
+        if keep.numel() == 0:
             return False
-        entropy, kept_logits = entropy[keep], logits[keep]
-        # the second, no-gradient forward on patch-shuffled copies (BN: batch statistics of the
-        # shuffled subset, tracked running statistics untouched)
-        shuffled = patch_shuffle(x[keep].detach(), int(p["patch_len"]), self.rng.get(x.device))
+        entropy, kept_logits = entropy.index_select(0, keep), logits.index_select(0, keep)
+        # the second, no-gradient forward on patch-shuffled copies (by default BN normalises
+        # with the shuffled subset's batch statistics and the tracked buffers do not move)
+        shuffled = patch_shuffle(x.detach().index_select(0, keep), int(p["patch_len"]), self.rng.get(x.device))
         with torch.no_grad():
             prob_shuffled = self.auxiliary_forward(shuffled).softmax(1)
         prob = kept_logits.detach().softmax(1)
         cls = prob.argmax(1, keepdim=True)
         plpd = (prob.gather(1, cls) - prob_shuffled.gather(1, cls)).squeeze(1)
-        grounded = plpd > p["plpd_threshold"]
-        self.last_counts = (self.last_counts[0], int(grounded.sum()))
-        if not grounded.any():
+        grounded = selected(plpd > p["plpd_threshold"])
+        self.last_counts = (self.last_counts[0], int(grounded.numel()))
+        if grounded.numel() == 0:
             return False
-        entropy, plpd = entropy[grounded], plpd[grounded]
+        entropy, plpd = entropy.index_select(0, grounded), plpd.index_select(0, grounded)
         weight = torch.exp(p["ent_margin"] - entropy.detach()) + torch.exp(plpd)
         self._step((entropy * weight).mean())
         return True

@@ -27,7 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import register
-from ._common import TRACKED_BN_STATISTICS, GradientMethod
+from ._common import TRACKED_BN_STATISTICS, GradientMethod, selected
 from .base import MethodContext, entropy_margin, softmax_entropy
 
 
@@ -72,14 +72,14 @@ class ETA(GradientMethod):
 
     def _update(self, x: torch.Tensor, logits: torch.Tensor) -> bool:
         entropy = softmax_entropy(logits)
-        reliable = entropy < self.params["e_margin"]
-        entropy, logits = entropy[reliable], logits[reliable]
+        reliable = selected(entropy < self.params["e_margin"])
+        entropy, logits = entropy.index_select(0, reliable), logits.index_select(0, reliable)
         probs = logits.detach().softmax(1)
         if self.mean_probs is not None and probs.size(0) > 0:
             cos = F.cosine_similarity(self.mean_probs.unsqueeze(0), probs, dim=1)
-            novel = cos.abs() < self.params["d_margin"]
-            entropy, probs = entropy[novel], probs[novel]
-        n_reliable, n_selected = int(reliable.sum()), int(entropy.size(0))
+            novel = selected(cos.abs() < self.params["d_margin"])
+            entropy, probs = entropy.index_select(0, novel), probs.index_select(0, novel)
+        n_reliable, n_selected = int(reliable.numel()), int(entropy.size(0))
         self.last_kept = (n_reliable, n_selected)
         self.num_reliable += n_reliable
         self.num_selected += n_selected

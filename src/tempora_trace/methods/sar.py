@@ -34,7 +34,7 @@ import torch
 import torch.nn as nn
 
 from . import register
-from ._common import TRACKED_BN_STATISTICS, GradientMethod, auxiliary_view_statistics
+from ._common import TRACKED_BN_STATISTICS, GradientMethod, auxiliary_view_statistics, selected
 from ._sam import SAM
 from .base import AS_DEFAULT, Departure, MethodContext, MethodError, entropy_margin, named_norm_affine_params, softmax_entropy
 
@@ -161,20 +161,20 @@ class SAR(GradientMethod):
         margin = self.params["e_margin"]
         sam.zero_grad()
         entropy = softmax_entropy(logits)
-        reliable = entropy < margin
-        if not paper and not bool(reliable.any()):
+        reliable = selected(entropy < margin)
+        if not paper and reliable.numel() == 0:
             return False
         # profile=paper, Tempora reference quirk: with no reliable sample this is the NaN mean of
         # an empty selection; its backward gives zero gradients and both passes still run.
-        entropy[reliable].mean(0).backward()
+        entropy.index_select(0, reliable).mean(0).backward()
         sam.first_step()
-        entropy2 = softmax_entropy(self.auxiliary_forward(x))[reliable]
-        still_reliable = entropy2 < margin
-        if not paper and not bool(still_reliable.any()):
+        entropy2 = softmax_entropy(self.auxiliary_forward(x)).index_select(0, reliable)
+        still_reliable = selected(entropy2 < margin)
+        if not paper and still_reliable.numel() == 0:
             sam.undo_perturbation()
             sam.zero_grad()
             return False
-        loss = entropy2[still_reliable].mean(0)
+        loss = entropy2.index_select(0, still_reliable).mean(0)
         value = loss.item()
         self.last_loss = value
         if not math.isnan(value):

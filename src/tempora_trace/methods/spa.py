@@ -117,13 +117,13 @@ class SPA(DetachedTargetMethod):
         return torch.optim.SGD(
             [{"params": params, "lr": p["lr"]},
              {"params": [self.view.projector.weight], "lr": p["projector_lr"]}],
-            momentum=p["momentum"])
+            momentum=p["momentum"], foreach=True)
 
     def __init__(self, model: nn.Module, context: MethodContext, **params: Any):
         super().__init__(model, context, **params)
         p = self.params
         self.trainable = [q for _, q in self.adapted]
-        self.noise_optimizer = torch.optim.SGD([self.noise.alpha], lr=p["noise_lr"], momentum=p["noise_momentum"])
+        self.noise_optimizer = torch.optim.SGD([self.noise.alpha], lr=p["noise_lr"], momentum=p["noise_momentum"], foreach=True)
         self.rng = MethodRNG()
 
     def predict(self, x: torch.Tensor) -> torch.Tensor:

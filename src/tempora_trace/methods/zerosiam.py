@@ -82,7 +82,7 @@ class ZeroSIAM(DetachedTargetMethod):
     def prepare(self, model: nn.Module) -> None:
         self.view = ProjectorView(model)
         self.projector_optimizer = torch.optim.SGD([self.view.projector.weight], lr=self.params["projector_lr"],
-                                                   momentum=self.params["momentum"])
+                                                   momentum=self.params["momentum"], foreach=True)
 
     def __init__(self, model: nn.Module, context: MethodContext, **params: Any):
         super().__init__(model, context, **params)
