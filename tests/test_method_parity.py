@@ -63,6 +63,15 @@ def test_docstring_lists_every_departure(name):
         assert d.point in (cls.__doc__ or "")
 
 
+def test_committed_parity_page_is_the_generated_one():
+    from pathlib import Path
+
+    from tempora_trace.methods._parity import splice
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "methods-parity.md").read_text(encoding="utf-8")
+    assert splice(page) == page, "regenerate: python -m tempora_trace.methods._parity --write docs/methods-parity.md"
+
+
 # ------------------------------------------------------------------ SHOT-IM
 def _vit_b16():
     timm = pytest.importorskip("timm")

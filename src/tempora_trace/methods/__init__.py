@@ -1,8 +1,8 @@
 """Registry of TTA methods by name.
 
 Each method is one module in this package that defines a :class:`TTAMethod` subclass
-decorated with :func:`register`. Modules are discovered automatically, so adding a method
-is adding one file.
+(usually a :class:`GradientMethod`) decorated with :func:`register`. Modules are discovered
+automatically, so adding a method is adding one file (docs/add-a-method.md).
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from .base import Departure, MethodContext, MethodError, TTAMethod
+from .base import AS_DEFAULT, Departure, MethodContext, MethodError, TTAMethod, entropy_margin, softmax_entropy
+from ._common import GradientMethod
 
 _REGISTRY: dict[str, type[TTAMethod]] = {}
 _DISCOVERED = False
@@ -58,4 +59,7 @@ def departures_markdown() -> str:
     return render()
 
 
-__all__ = ["Departure", "MethodContext", "MethodError", "TTAMethod", "available_methods", "departures_markdown", "get_method", "register"]
+__all__ = [
+    "AS_DEFAULT", "Departure", "GradientMethod", "MethodContext", "MethodError", "TTAMethod", "available_methods",
+    "departures_markdown", "entropy_margin", "get_method", "register", "softmax_entropy",
+]
