@@ -18,7 +18,7 @@ import torch.nn.functional as F
 import torchvision.transforms.functional as TF
 from torchvision.transforms import InterpolationMode
 
-from ._common import GradientMethod
+from ._common import GradientMethod, dense_nchw
 from .base import classifier_head
 
 
@@ -312,6 +312,7 @@ class DetachedTargetMethod(GradientMethod):
     def predict(self, x: torch.Tensor) -> torch.Tensor:
         self._pending = None
         self.last_updated = False
+        x = dense_nchw(x)
         if self.paper_profile and not self.frozen:
             # Tempora reference quirk: the clean forward records a graph nothing back-propagates through.
             with torch.enable_grad():

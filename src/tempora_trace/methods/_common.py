@@ -47,6 +47,20 @@ def is_vit(context: MethodContext) -> bool:
     return "vit" in context.model_name.lower() or context.norm_kind == "ln"
 
 
+def dense_nchw(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in the default (NCHW-contiguous) memory layout; the same tensor when it already is,
+    as every batch from the tracer's loaders is.
+
+    A batch permuted from NHWC storage (``torch.from_numpy(hwc).permute(0, 3, 1, 2)``) is
+    channels-last strided, which sends convolution and GroupNorm through their channels-last
+    CPU kernels, backward included. On torch 2.11.0 (CPU) ZeroSIAM's projector-view backward
+    on demo-resnet-gn died with a segmentation fault on exactly such batches; it did not
+    reproduce with torch 2.14.1, and the channels-last GroupNorm backward has a history of
+    edge cases (pytorch/pytorch#115940). Gradient methods therefore learn from dense NCHW
+    batches only: the values are the same, only the memory layout differs."""
+    return x if x.is_contiguous() else x.contiguous()
+
+
 def selected(mask: torch.Tensor) -> torch.Tensor:
     """Indices of the True entries of a 1-D mask. The one host synchronisation a sample filter
     needs (what follows has a data-dependent size); gather with ``index_select`` afterwards
@@ -209,6 +223,7 @@ class GradientMethod(TTAMethod):
     def predict(self, x: torch.Tensor) -> torch.Tensor:
         self._pending = None
         self.last_updated = False
+        x = dense_nchw(x)
         if self.frozen:
             with torch.no_grad():
                 return self.model(x)
