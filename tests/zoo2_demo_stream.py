@@ -21,7 +21,6 @@ import numpy as np
 import torch
 
 from tempora_trace.data.cifar import to_float_nchw
-
 from tempora_trace.data.demo import ensure_demo_corrupted
 from tempora_trace.methods import MethodContext, get_method
 from tempora_trace.models import get_model
