@@ -1,4 +1,4 @@
-"""Numba kernels: one call per protocol replays every episode × grid value (DESIGN §4).
+"""Numba kernels: one call per protocol replays every episode × grid value (docs/design.md §4).
 
 Layout: all episodes ("series") of all traces are concatenated into flat float64 arrays
 (``a``, ``e``, ``l``, ``delta``) with ``offsets[s]:offsets[s+1]`` delimiting series ``s``; λ is
@@ -340,3 +340,137 @@ def offline_kernel(a, offsets):
             acc += a[i]
         out[s] = acc
     return out
+
+
+# --------------------------------------------------------------------------------------
+# General arrivals and combined pressures (docs/design.md §9)
+# --------------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def discrete_general_one(a, e, delta, t, queue, strict, skip_mode, skip_value, lam, h, n_adapt, f_delta, f_acc,
+                         ak_out):
+    """Replay one episode against arbitrary arrival times ``t`` (nondecreasing, ms).
+
+    The same rules as :func:`discrete_one` with ``t[i]`` in place of ``i·γ``; at one instant,
+    completions come first, then every arrival at that instant is enqueued (evicting the
+    oldest when full), then a free pipeline picks up. Two pressures can be layered on:
+
+    * deadline + patience: served event ``j`` scores ``a_j · κ(r_j)`` into ``ak_out[k]`` for
+      every ``h[k] = T_k − λ``, with the response time ``r_j = (pickup − arrival) + e_j`` and
+      ``κ(r) = h / (h + max(0, r − λ))``;
+    * budget: events ``j >= n_adapt`` are served by the frozen model, taking ``f_delta`` and
+      scoring ``f_acc`` (its intrinsic time is its whole latency).
+
+    Returns (served, Σ score of served events, Σ skipped scores, served frozen events).
+    """
+    n = t.shape[0]
+    nh = h.shape[0]
+    # first pickup: all arrivals at t[0] are enqueued, then the oldest left is taken
+    q = 0
+    while q + 1 < n and t[q + 1] == t[0]:
+        q += 1
+    p = 0 if queue == 0 else max(0, q - queue + 1)
+    skipped_score = 0.0
+    if p > 0:
+        if skip_mode == SKIP_RANDOM:
+            skipped_score += p * skip_value
+    start = t[p]
+    k = q  # last arrival index with t[k] <= current time
+    j = 0
+    served_sum = 0.0
+    frozen_served = 0
+    while True:
+        if j < n_adapt:
+            lat = delta[j]
+            acc = a[j]
+            ej = e[j]
+        else:
+            lat = f_delta
+            acc = f_acc
+            ej = f_delta
+            frozen_served += 1
+        served_sum += acc
+        if nh > 0:
+            r = start - t[p] + ej
+            over = max(0.0, r - lam)
+            for v in range(nh):
+                ak_out[v] += acc * (h[v] / (h[v] + over))
+        f = start + lat
+        while k + 1 < n and t[k + 1] <= f:
+            k += 1
+        nxt = n
+        start_next = 0.0
+        if strict:
+            first = k + 1  # first arrival strictly after f
+            if first < n:
+                last = first
+                while last + 1 < n and t[last + 1] == t[first]:
+                    last += 1
+                nxt = first if queue == 0 else max(p + 1, last - queue + 1)
+                start_next = t[first]
+        elif queue == 0:
+            first = k + 1
+            while first - 1 > p and t[first - 1] >= f:
+                first -= 1
+            cand = max(p + 1, first)
+            if cand < n:
+                nxt = cand
+                start_next = t[cand]
+        elif k > p:
+            nxt = max(p + 1, k - queue + 1)
+            start_next = f
+        elif p + 1 < n:
+            last = p + 1
+            while last + 1 < n and t[last + 1] == t[p + 1]:
+                last += 1
+            nxt = max(p + 1, last - queue + 1)
+            start_next = t[p + 1]
+            if last > k:
+                k = last
+        skipped = nxt - p - 1
+        if skip_mode == SKIP_FALLBACK:
+            skipped_score += skipped * acc
+        elif skip_mode == SKIP_RANDOM:
+            skipped_score += skipped * skip_value
+        j += 1
+        if nxt >= n:
+            break
+        p = nxt
+        start = start_next
+    return j, served_sum, skipped_score, frozen_served
+
+
+@njit(cache=True, parallel=True)
+def discrete_general_kernel(a, e, delta, u, scale, offsets, lam, queue, strict, skip_mode, skip_value, h,
+                            n_adapt, f_delta, f_acc):
+    """All series for one arrival realisation and one budget.
+
+    ``u`` holds unit-mean-gap arrival times flattened like ``a``; series ``s`` replays
+    ``u · scale[s]`` (scale = γ, or 1 for absolute times), so one realisation serves every ρ.
+
+    ``h[s, k]`` are the patience margins ``T_k − λ`` of series ``s`` (zero columns: no decay);
+    ``n_adapt``/``f_delta``/``f_acc`` per series configure the budget freeze. Returns
+    (served[S], served_sum[S], score_sum[S], ak_sum[S, K], frozen_served[S]).
+    """
+    n_series = offsets.shape[0] - 1
+    nh = h.shape[1]
+    served = np.zeros(n_series, np.int64)
+    served_sum = np.zeros(n_series)
+    score_sum = np.zeros(n_series)
+    ak = np.zeros((n_series, nh))
+    frozen = np.zeros(n_series, np.int64)
+    for s in prange(n_series):
+        lo = offsets[s]
+        hi = offsets[s + 1]
+        if hi <= lo:
+            continue
+        cnt, ssum, skip, fz = discrete_general_one(
+            a[lo:hi], e[lo:hi], delta[lo:hi], u[lo:hi] * scale[s], queue, strict, skip_mode, skip_value[s], lam[s],
+            h[s], n_adapt[s], f_delta[s], f_acc[s], ak[s],
+        )
+        served[s] = cnt
+        served_sum[s] = ssum
+        score_sum[s] = ssum + skip
+        frozen[s] = fz
+    return served, served_sum, score_sum, ak, frozen

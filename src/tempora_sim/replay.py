@@ -1,6 +1,6 @@
-"""The sweep: replay every trace under every requested ρ / T / B value (DESIGN §4, §6).
+"""The sweep: replay every trace under every requested ρ / T / B value (docs/design.md §4, §6).
 
-``sweep(...)`` is the notebook API (a polars DataFrame with the DESIGN §6 columns);
+``sweep(...)`` is the notebook API (a polars DataFrame with the docs/design.md §6 columns);
 ``run_sweep(...)`` also returns timings, warnings and λ per group, which the CLI prints.
 
 Aggregation and meaning of the columns, per protocol (fractions in [0, 1], times in ms):
@@ -34,17 +34,15 @@ import polars as pl
 from tempora_schema import GroupKey
 
 from . import grids
-from .errors import GridError, ProtocolError
+from .errors import GridError, ProtocolError  # noqa: F401  (GridError re-exported)
+from .options import BUDGET_RULES, ENGINES, SKIPPED_MODES, SYNC_MODES, SweepOptions  # noqa: F401
 from .traces import Trace, TraceSet, group_lambdas, load_traces
 
 ALL_EPISODES = "__all__"
-BUDGET_RULES = ("strict", "overshoot")
-SKIPPED_MODES = ("null", "random")
-SYNC_MODES = ("buffered", "strict")
-ENGINES = ("numba", "python")
 
-#: Output columns, in order (DESIGN §6 plus seed, stream, num_batches).
-COLUMNS = {
+#: Output columns, in order (docs/design.md §6 plus seed, stream, num_batches), then the scenario
+#: columns of docs/design.md §9 (``param2``/``value2`` of a 2-D grid, the arrival process).
+BASE_COLUMNS = {
     "dataset": pl.Utf8, "model": pl.Utf8, "device": pl.Utf8, "batch_size": pl.Int64,
     "seed": pl.Int64, "stream": pl.Utf8, "method": pl.Utf8, "episode": pl.Utf8,
     "protocol": pl.Utf8, "param": pl.Utf8, "value": pl.Float64, "lambda_ms": pl.Float64,
@@ -55,6 +53,8 @@ COLUMNS = {
     "frozen_gap": pl.Int64,
     "num_batches": pl.Int64,
 }
+SCENARIO_COLUMNS = {"param2": pl.Utf8, "value2": pl.Float64, "arrivals": pl.Utf8, "arrival_seed": pl.Int64}
+COLUMNS = BASE_COLUMNS | SCENARIO_COLUMNS
 
 
 class SimWarning(UserWarning):
@@ -226,6 +226,9 @@ def warm_kernels(protocols=grids.PROTOCOLS) -> float:
         K.amortised_kernel(pa_, pa_, off, v, False, np.array([True]), np.array([0, 1], np.int64),
                            np.array([0], np.int64), np.array([0, 1], np.int64), np.array([1], np.int64),
                            np.array([1.0]), np.array([2.0]))
+    if any(p in todo for p in grids.COMBINED_PROTOCOLS + ("arrivals",)):
+        K.discrete_general_kernel(a, a, a + 1, a, lam, off, lam, 1, False, 0, lam, np.ones((1, 1)),
+                                  np.array([2], np.int64), lam, lam)
     _WARM.update(todo)
     return time.perf_counter() - t0
 
@@ -415,7 +418,7 @@ def _frame(series: Series, protocol: str, values, stats: dict, pooled: bool) -> 
         "device": [metas[i]["device"] for i in owner], "batch_size": [int(metas[i]["batch_size"]) for i in owner],
         "seed": [int(metas[i]["seed"]) for i in owner], "stream": [metas[i]["stream"] for i in owner],
         "method": [metas[i]["method"] for i in owner], "episode": list(episodes),
-    }, schema={k: COLUMNS[k] for k in ("dataset", "model", "device", "batch_size", "seed", "stream", "method", "episode")})
+    }, schema={k: BASE_COLUMNS[k] for k in ("dataset", "model", "device", "batch_size", "seed", "stream", "method", "episode")})
     total = rows * n_vals
     frame = ident[np.repeat(np.arange(rows), n_vals)] if rows else ident.clear()
     columns = [
@@ -424,12 +427,12 @@ def _frame(series: Series, protocol: str, values, stats: dict, pooled: bool) -> 
         pl.Series("value", np.tile(np.asarray(values, np.float64), rows) if values else np.full(rows, np.nan), nan_to_null=True),
         pl.Series("lambda_ms", np.repeat(lam, n_vals)),
     ]
-    for name in list(COLUMNS)[12:-1]:
+    for name in list(BASE_COLUMNS)[12:-1]:
         data = cols.get(name)
         values_ = np.asarray(data, np.float64).reshape(-1) if data is not None else nan.reshape(-1)
-        columns.append(pl.Series(name, values_, nan_to_null=True).cast(COLUMNS[name]))
+        columns.append(pl.Series(name, values_, nan_to_null=True).cast(BASE_COLUMNS[name]))
     columns.append(pl.Series("num_batches", np.repeat(N, n_vals).astype(np.int64)))
-    return frame.with_columns(columns).select(list(COLUMNS))
+    return frame.with_columns(columns).select(list(BASE_COLUMNS))
 
 
 # --------------------------------------------------------------------------------------
@@ -437,50 +440,27 @@ def _frame(series: Series, protocol: str, values, stats: dict, pooled: bool) -> 
 # --------------------------------------------------------------------------------------
 
 
-def _check_options(queue, budget_rule, skipped, sync, fallback, engine):
-    if isinstance(queue, bool) or not isinstance(queue, (int, np.integer)) or queue < 0:
-        raise GridError(f"--queue: capacity must be an integer >= 0 (got {queue!r})")
-    for name, value, allowed in (("budget-rule", budget_rule, BUDGET_RULES), ("skipped", skipped, SKIPPED_MODES),
-                                 ("sync", sync, SYNC_MODES), ("engine", engine, ENGINES)):
-        if value not in allowed:
-            raise GridError(f"--{name}: '{value}' is not one of {', '.join(allowed)}")
-    if fallback and skipped == "random":
-        raise GridError("--fallback and --skipped random both score skipped batches; choose one")
+def run_sweep(source, options: SweepOptions | None = None, /, **changes) -> SweepResult:
+    """Replay ``source`` (path(s) or a TraceSet) and return rows, timings, λ and warnings.
 
-
-def run_sweep(
-    source,
-    protocols="all",
-    rho=None,
-    T_ms=None,
-    B_ms=None,
-    lambda_ms=None,
-    queue=1,
-    budget_rule="strict",
-    skipped="null",
-    sync="buffered",
-    fallback=False,
-    engine="numba",
-) -> SweepResult:
-    """Replay ``source`` (path(s) or a TraceSet) and return rows, timings, λ and warnings."""
+    ``options`` is a :class:`~tempora_sim.options.SweepOptions`; keyword arguments (its field
+    names) override it. Every option is checked before a trace is read."""
     t_start = time.perf_counter()
-    _check_options(queue, budget_rule, skipped, sync, fallback, engine)
-    protos = grids.parse_protocols(protocols)
-    rho_v = grids.parse_rho(rho) if rho is not None else grids.DEFAULT_RHO
-    T_v = grids.parse_T(T_ms) if T_ms is not None else grids.DEFAULT_T_MS
-    B_v = grids.parse_B(B_ms) if B_ms is not None else grids.DEFAULT_B_MS
-    if lambda_ms is not None:
-        lambda_ms = grids.parse_time_ms(lambda_ms, "lambda-ms")
-        if lambda_ms <= 0:
-            raise GridError(f"--lambda-ms: λ must be > 0 ms (got {lambda_ms:g})")
+    opt = SweepOptions.build(options, **changes).resolve()
+    protos, rho_v, T_v, B_v, lambda_ms = opt.protocols, opt.rho, opt.T_ms, opt.B_ms, opt.lambda_ms
+    queue, budget_rule, skipped, sync, fallback, engine = (opt.queue, opt.budget_rule, opt.skipped, opt.sync,
+                                                           opt.fallback, opt.engine)
+    spec, seeds, absolute = opt.arrivals, list(opt.arrival_seeds), opt.arrivals_absolute
+    from .scenarios import replay_scenarios, scenario_frame
+
     traceset = source if isinstance(source, TraceSet) else load_traces(source)
     lambdas = group_lambdas(traceset, lambda_ms)
     notes: list[str] = []
 
-    if "continuous" in protos:
+    if "continuous" in protos or "discrete-continuous" in protos:
         for key, lam in lambdas.items():
             bad = [t for t in T_v if t <= lam]
-            if bad and T_ms is not None:
+            if bad and opt.explicit_T:
                 raise GridError(
                     f"--T {', '.join(f'{t:g}' for t in bad)} ms must exceed λ = {lam:.2f} ms of group {key.label()} "
                     "(continuous utility needs T > λ)"
@@ -493,30 +473,41 @@ def run_sweep(
     opts = {"queue": int(queue), "budget_rule": budget_rule, "skipped": skipped, "sync": sync, "fallback": fallback}
     stats = SweepStats()
     if engine == "numba":
-        stats.jit_s = warm_kernels(protos)
+        extra = ("amortised",) if "discrete-amortised" in protos else ()
+        stats.jit_s = warm_kernels(tuple(protos) + extra + (() if spec.periodic else ("arrivals",)))
         replay = _replay_numba
     else:
         replay = _replay_python
     t0 = time.perf_counter()
-    raw = replay(series, protos, rho_v, T_v, B_v, opts)
-    stats.kernel_s = time.perf_counter() - t0
-
+    paper_protos = [p for p in protos if p in grids.PROTOCOLS and not (p == "discrete" and not spec.periodic)]
+    if "discrete-amortised" in protos and "amortised" not in paper_protos:
+        paper_protos.append("amortised")  # its cut-offs and frozen accuracies drive the freeze
+    raw = replay(series, paper_protos, rho_v, T_v, B_v, opts)
     if "amortised" in raw:
         _check_frozen(series, raw["amortised"], B_v)
+    scen = replay_scenarios(series, protos, rho_v, T_v, B_v, opts, spec, seeds, absolute, engine,
+                            raw.get("amortised"))
+    stats.kernel_s = time.perf_counter() - t0
 
     frames = []
     values_of = {"offline": (), "discrete": rho_v, "continuous": T_v, "amortised": B_v}
     total_n = int(series.n.sum())
     for proto in protos:
-        vals = values_of[proto]
         for pooled in (False, True):
-            frame = _frame(series, proto, vals, raw[proto], pooled)
-            if proto == "continuous":
-                frame = frame.filter(pl.col("value") > pl.col("lambda_ms"))
-            frames.append(frame)
+            if proto in scen:
+                frame = scenario_frame(series, proto, scen[proto], pooled, spec, seeds, absolute, _frame)
+            else:
+                frame = _frame(series, proto, values_of[proto], raw[proto], pooled)
+                if proto == "continuous":
+                    frame = frame.filter(pl.col("value") > pl.col("lambda_ms"))
+                frame = frame.with_columns(
+                    pl.lit(None, pl.Utf8).alias("param2"), pl.lit(None, pl.Float64).alias("value2"),
+                    pl.lit("periodic" if proto == "discrete" else None, pl.Utf8).alias("arrivals"),
+                    pl.lit(None, pl.Int64).alias("arrival_seed"))
+            frames.append(frame.select([pl.col(c).cast(t) for c, t in COLUMNS.items()]))
         kept = frames[-2].height
         stats.evaluations += kept
-        stats.batch_events += total_n * max(1, len(vals)) if proto != "continuous" else int(frames[-2]["num_batches"].sum())
+        stats.batch_events += int(frames[-2]["num_batches"].sum()) if proto != "offline" else total_n
     frame = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=COLUMNS)
     stats.total_s = time.perf_counter() - t_start
     for note in notes:
@@ -551,31 +542,23 @@ def _check_frozen(series: Series, raw: dict, budgets) -> None:
     )
 
 
-def sweep(
-    source,
-    protocols="all",
-    rho=None,
-    T_ms=None,
-    B_ms=None,
-    lambda_ms=None,
-    queue=1,
-    budget_rule="strict",
-    skipped="null",
-    sync="buffered",
-    fallback=False,
-    engine="numba",
-) -> pl.DataFrame:
+def sweep(source, options: SweepOptions | None = None, /, **changes) -> pl.DataFrame:
     """Replay traces under ρ / T / B grids; one row per (trace, episode|__all__, protocol, value).
 
     ``source``: a trace file, a directory (searched recursively for ``*.parquet``), a list of
-    them, or a loaded :class:`~tempora_sim.traces.TraceSet`. ``rho`` (fractions or ``'70%'``),
-    ``T_ms`` and ``B_ms`` (ms, or strings with ``ms``/``s`` suffixes) take a comma-separated
-    string or a sequence; ``None`` means the paper's grids (default T values ≤ λ are dropped
-    with a :class:`SimWarning`; explicit ones raise). ``lambda_ms`` overrides λ for every group.
-    ``queue`` is the discrete queue capacity b; ``sync='strict'`` is Alfarra et al.'s +2
-    synchronisation; ``skipped='random'`` scores skipped batches 1/C; ``fallback=True`` scores
-    them with the dual-model fallback; ``budget_rule`` is ``strict`` or ``overshoot``.
-    ``engine='python'`` runs the plain-Python reference instead of the kernels (slow; tests).
+    them, or a loaded :class:`~tempora_sim.traces.TraceSet`. The options are the fields of
+    :class:`~tempora_sim.options.SweepOptions` (given as ``options`` and/or keywords): ``rho``
+    (fractions or ``'70%'``), ``T_ms`` and ``B_ms`` (ms, or strings with ``ms``/``s`` suffixes)
+    take a comma-separated string, ``'@file'``, ``'start:stop:step'`` or a sequence; ``None``
+    means the paper's grids (default T values ≤ λ are dropped with a :class:`SimWarning`;
+    explicit ones raise). ``lambda_ms`` overrides λ for every group. ``queue`` is the discrete
+    queue capacity b; ``sync='strict'`` is Alfarra et al.'s +2 synchronisation;
+    ``skipped='random'`` scores skipped batches 1/C; ``fallback=True`` scores them with the
+    dual-model fallback; ``budget_rule`` is ``strict`` or ``overshoot``. ``engine='python'``
+    runs the plain-Python reference instead of the kernels (slow; tests). ``arrivals``
+    (``periodic`` | ``poisson[:SEED]`` | ``burst:ON,OFF[:SEED]`` | ``file:PATH``), ``arrival_seeds``
+    (seeds SEED … SEED+k−1, pooled like episodes) and ``arrivals_absolute`` (recorded times as
+    they are) choose the arrival process; ``protocols`` may also name the combined
+    ``discrete-continuous`` (ρ × T) and ``discrete-amortised`` (ρ × B) grids (docs/design.md §9).
     """
-    return run_sweep(source, protocols, rho, T_ms, B_ms, lambda_ms, queue, budget_rule, skipped, sync,
-                     fallback, engine).frame
+    return run_sweep(source, options, **changes).frame

@@ -20,7 +20,7 @@ from .replay import ALL_EPISODES, SweepResult
 
 _TITLES = {
     "offline": "Offline utility (%): mean accuracy, no time pressure",
-    "discrete": "Discrete utility (%) across utilisation ρ",
+    "discrete": "Discrete utility (%) across utilisation ρ",  # + the arrival process, if not periodic
     "continuous": "Continuous utility (%) across HCI threshold T",
     "amortised": "Amortised utility (%) across overhead budget B",
 }
@@ -148,5 +148,7 @@ def print_report(result: SweepResult, console: Console | None = None) -> None:
         lam = group["lambda_ms"][0]
         console.rule(f"[bold]{label}[/bold] · λ = {lam:.2f} ms")
         latency = result.latency.get(label, {})
-        for table in utility_tables(group, latency) + decomposition_tables(group, latency):
+        from .scenario_tables import scenario_tables
+
+        for table in utility_tables(group, latency) + decomposition_tables(group, latency) + scenario_tables(group):
             console.print(table)

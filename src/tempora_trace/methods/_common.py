@@ -140,7 +140,7 @@ class GradientMethod(TTAMethod):
     2. the model must have a compatible normalisation kind (``compatible_norms``);
     3. ``prepare(model)``: build method-owned modules (projectors, learnable augmentations);
     4. ``configure_norms(model)``: BatchNorm on batch statistics, source buffers discarded or
-       kept (option ``source_stats``), target statistics tracked for frozen mode (DESIGN §5);
+       kept (option ``source_stats``), target statistics tracked for frozen mode (docs/design.md §5);
     5. ``choose_parameters(model)``: the ``(name, parameter)`` pairs to adapt (default: the
        affine parameters of every normalisation layer); only they require gradients;
     6. ``build_optimizer(params)``: SGD with the options ``lr`` and ``momentum``.
@@ -150,7 +150,7 @@ class GradientMethod(TTAMethod):
     ``loss(x, logits)`` and steps (``None`` means "nothing to learn from this batch"). Nothing
     learnt from a batch can influence that batch's prediction, the predict-then-adapt order
     the papers evaluate. ``frozen`` predictions run under ``no_grad`` with BatchNorm in eval
-    mode on its running buffers (DESIGN §5).
+    mode on its running buffers (docs/design.md §5).
     """
 
     family = "gradient-based"
@@ -258,7 +258,7 @@ class GradientMethod(TTAMethod):
         """A forward pass that is not the prediction (an augmented, shuffled or perturbed view).
 
         By default it leaves the tracked BatchNorm running statistics alone: frozen inference
-        should see statistics of the clean stream only (DESIGN §5). ``profile=paper``
+        should see statistics of the clean stream only (docs/design.md §5). ``profile=paper``
         reproduces the Tempora reference quirk: the view runs in train mode like the clean
         pass, so it moves the BN buffers (a second update per adapted batch)."""
         if self.paper_profile or not self.bn_layers:

@@ -26,7 +26,7 @@ def departures_markdown() -> str:
     out: list[str] = []
     for name in available_methods():
         cls = get_method(name)
-        out += [f"### `{name}`", "", cls.paper, ""]
+        out += [f"### `{name}` {{ #parity-{name} }}", "", cls.paper, ""]
         if not cls.departures:
             out += ["No departures: the default behaves as the Tempora reference and the authors' code do.", ""]
             continue
