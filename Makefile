@@ -25,6 +25,7 @@ test: install
 bench: install
 	$(PY) bench/bench_sim.py
 	$(PY) bench/bench_trace.py
+	$(PY) bench/bench_arrivals.py
 
 # The documentation site (mkdocs.yml) into site/, warnings as errors. Generated parts (CLI
 # reference, methods table) are written from the code at build time, so they never go stale.
