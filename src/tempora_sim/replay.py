@@ -239,8 +239,8 @@ def warm_kernels(protocols=grids.PROTOCOLS) -> float:
                            np.array([0], np.int64), np.array([0, 1], np.int64), np.array([1], np.int64),
                            np.array([1.0]), np.array([2.0]))
     if any(p in todo for p in grids.COMBINED_PROTOCOLS + ("arrivals",)):
-        K.discrete_general_kernel(a, a, a + 1, a, lam, off, lam, 1, False, 0, lam, np.ones((1, 1)),
-                                  np.array([2], np.int64), lam, lam)
+        K.discrete_general_kernel(a, a, a + 1, a, np.ones((1, 1)), off, lam, 1, False, 0, lam, np.ones((1, 1)),
+                                  np.array([[2]], np.int64), np.ones((1, 1)), np.ones((1, 1)))
     _WARM.update(todo)
     return time.perf_counter() - t0
 
