@@ -298,6 +298,33 @@ def list_command(methods_for: str | None) -> None:
     click.echo("datasets: " + ", ".join(f"{n} (default model {d.default_model})" for n, d in DATASETS.items()))
 
 
+@cli.command("campaign")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: one trace at a time per device on this machine (one dispatcher per GPU); "
+                   "ray: every trace a Ray task holding a whole GPU (or its CPU cores).")
+@click.option("--address", default=None, help="Ray cluster to join (auto, or HOST:PORT); default: start a local one.")
+@click.option("--retries", type=click.IntRange(0, 100), default=3, show_default=True,
+              help="Ray: how often a lost trace is retried (each retry resumes after the last complete episode).")
+@click.option("--dry-run", is_flag=True, help="List the traces the campaign would run, then exit.")
+@click.option("--quiet", is_flag=True, help="No progress view, only the summary line.")
+def campaign_command(file: Path, engine: str, address: str | None, retries: int, dry_run: bool, quiet: bool) -> None:
+    """Run every trace of a campaign FILE (TOML): standard traces first, complete ones skipped."""
+    from .campaign import load_campaign, run_campaign, summary_line
+
+    if dry_run:
+        campaign = load_campaign(file)
+        for task in campaign.tasks:
+            click.echo(task.label)
+        click.echo(f"campaign {campaign.name}: {len(campaign.tasks)} traces under {campaign.out}")
+        return
+    campaign, results, seconds = run_campaign(file, engine, address, retries, quiet)
+    click.echo(summary_line(campaign, results, seconds))
+    failed = [r for r in results if r.status == "failed"]
+    if failed:
+        raise ConfigError(f"{len(failed)} trace(s) failed, e.g. {failed[0].task.label}: {failed[0].message}")
+
+
 def methods_for_model(model: str) -> list[str]:
     """Methods whose normalisation needs the built-in ``model`` meets (no model is built)."""
     from .methods import available_methods, get_method
