@@ -282,15 +282,17 @@ class TaskResult:
 
 def trace_location(task: TraceTask, out_root: Path) -> Path:
     """Where ``tempora-trace run`` puts this task's trace on the machine that runs it."""
-    from .cli import make_config
+    from .config import TraceConfig
     from .timing import device_slug, resolve_device
 
-    opts = {"dataset": task.dataset, "model": task.model, "weights": task.weights, "data_root": task.machine.data_root,
-            "device": task.machine.device, "out": None, "name": None,
-            "domains": ",".join(task.domains) if task.domains else None, "severity": task.severity,
-            "max_batches": dict(task.options).get("max_batches"), "batch_size": task.batch_size, "seed": task.seed,
-            "stream": task.stream, "workers": None, "threads": None, "resume": False, "force": False, "quiet": True}
-    cfg = make_config(task.method, opts, method_params=dict(task.params))
+    options = dict(task.options)
+    cfg = TraceConfig(
+        method=task.method, method_params=dict(task.params), dataset=task.dataset, model=task.model,
+        weights=task.weights, data_root=task.machine.data_root, device=task.machine.device,
+        domains=list(task.domains) if task.domains else None, severity=task.severity,
+        max_batches=options.get("max_batches"), batch_size=task.batch_size, seed=task.seed, stream=task.stream,
+        threads=options.get("threads"), quiet=True,
+    ).resolved()
     slug = device_slug(resolve_device(task.machine.device))
     return out_root / cfg.dataset / str(cfg.model) / slug / f"{cfg.file_stem()}.parquet"
 
