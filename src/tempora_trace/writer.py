@@ -4,8 +4,8 @@ Layout while a run is in progress (nothing here ends in ``.parquet``, so ``tempo
 never picks up half a run)::
 
     <dir>/<stem>.partial/config.json        the run's identity (resume refuses a mismatch)
-    <dir>/<stem>.partial/episode-0000.rows  Parquet rows of each completed episode
-    <dir>/<stem>.partial/episode-0000.probe.json  its machine-speed probes (docs/timing.md)
+    <dir>/<stem>.partial/episode-0000.rows  Parquet rows of each completed episode, its
+                                            machine-speed probes in the file's metadata
 
 When the last episode lands, all rows are written to a temporary name, fsynced and renamed to
 ``<stem>.parquet`` (``os.replace`` is atomic), then the partial folder is removed. The whole run
@@ -158,17 +158,19 @@ class TraceWriter:
 
     def episode_probes(self, episode_index: int) -> list[dict]:
         """The speed-probe records saved with a completed episode ([] if none were)."""
-        path = self.completed[episode_index].with_suffix(".probe.json")
+        meta = pq.read_schema(self.completed[episode_index]).metadata or {}
         try:
-            return json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
+            return json.loads(meta.get(_PROBE_KEY, b"[]"))
+        except json.JSONDecodeError:
             return []
 
     def write_episode(self, episode_index: int, rows: RowBuffer, probes: list[dict] | None = None) -> None:
+        """The episode's rows, with its speed probes (docs/timing.md) in the same file, so an
+        episode is complete — rows and probes — exactly when its one file landed."""
         path = self.partial_dir / f"episode-{episode_index:04d}.rows"
-        # the probes first: an episode counts as complete once its rows file exists
-        self._write_json(path.with_suffix(".probe.json"), list(probes or []))
         table = rows.table()
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                               _PROBE_KEY: json.dumps(list(probes or []), allow_nan=False).encode("utf-8")})
         write_file(path, to_bytes(lambda f: pq.write_table(table, f)))
         self.completed[episode_index] = path
 
@@ -182,6 +184,10 @@ class TraceWriter:
         self.close()
         return self.final_path
 
+
+#: Parquet metadata key of an episode file's speed-probe records (dropped from the final trace,
+#: whose metadata carries all of them under ``speed_probe``).
+_PROBE_KEY = b"tempora_speed_probe"
 
 #: Metadata that must match for an existing trace to stand in for a fresh run of ``cfg``.
 _REUSE_KEYS = ("method", "dataset", "model", "batch_size", "seed", "stream")
