@@ -55,7 +55,7 @@ def report_command(source, out, all_episodes, episodes, **options):
 
     from tempora_schema.outputs import check_output_dir
 
-    check_output_dir(out)  # an unwritable --out is refused before anything is swept
+    check_output_dir(out, folders=rp.REPORT_FOLDERS, files=rp.REPORT_FILES)  # before anything is swept
     t0 = time.perf_counter()
     inputs = _load(rp, source, from_click(options), out)
     swept = time.perf_counter() - t0
