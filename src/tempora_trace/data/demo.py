@@ -19,9 +19,9 @@ on corrupted data, with BatchNorm statistics that the shift moves). So:
   slices are listed in a JSON sidecar, written atomically after the data are flushed, under
   an exclusive lock file, so concurrent callers and crashes never expose half a slice.
 
-Cache: ``$TEMPORA_HOME/demo/<DEMO_VERSION>/`` (``TEMPORA_HOME`` defaults to
-``~/.cache/tempora``). Bump ``DEMO_VERSION`` whenever generation changes so stale data are
-never read. ``TEMPORA_DEMO_TEST_SIZE`` (tests only) shrinks the test split; reduced sets
+Cache: ``$TEMPORA_HOME/demo/<DEMO_VERSION>/`` (``TEMPORA_HOME`` defaults to the user cache
+folder, ``~/.cache/tempora`` on Linux: see :mod:`tempora_trace.paths`). Bump ``DEMO_VERSION``
+whenever generation changes so stale data are never read. ``TEMPORA_DEMO_TEST_SIZE`` (tests only) shrinks the test split; reduced sets
 live in their own directory (``<DEMO_VERSION>-n<size>``), and image ``i`` is identical in
 every size.
 """
@@ -29,7 +29,6 @@ every size.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import json
 import multiprocessing
@@ -38,12 +37,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from filelock import FileLock
 from numpy.lib.format import open_memmap
 
 from tempora_schema.errors import OutputError, describe_os_error
 from tempora_schema.outputs import to_bytes, write_file
 
 from ..errors import DataError
+from ..paths import tempora_home
 
 #: Bump on any change to drawing or corruption so old caches are never read.
 DEMO_VERSION = "v2"
@@ -73,14 +74,6 @@ _SHAPE_SCALE = {
 
 
 # ----------------------------------------------------------------------------- locations
-def tempora_home(home: str | os.PathLike | None = None) -> Path:
-    """The cache root: ``home`` if given, else ``$TEMPORA_HOME``, else ``~/.cache/tempora``."""
-    if home is not None:
-        return Path(home)
-    env = os.environ.get("TEMPORA_HOME")
-    return Path(env) if env else Path.home() / ".cache" / "tempora"
-
-
 def demo_test_size() -> int:
     """Test-split size: ``DEMO_TEST_SIZE`` unless ``TEMPORA_DEMO_TEST_SIZE`` (tests) says less."""
     raw = os.environ.get("TEMPORA_DEMO_TEST_SIZE")
@@ -284,16 +277,10 @@ def corrupt_images(images: np.ndarray, corruption: str, severity: int, workers: 
 
 
 # ----------------------------------------------------------------------------- cache
-@contextlib.contextmanager
-def _locked(path: Path):
-    """Exclusive advisory lock on ``path`` (created if needed) for the duration."""
+def _locked(path: Path) -> FileLock:
+    """Exclusive lock on ``path`` (created if needed), held across processes for a ``with``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    return FileLock(path)
 
 
 def _atomic_save(path: Path, array: np.ndarray) -> None:
