@@ -69,11 +69,7 @@ def migrate_file(path: str | os.PathLike, *, weights: str, threads: int, max_bat
                                 max_batches=max_batches)
     new_table = table.cast(arrow_schema(new_meta))
     validate_table(new_table, new_meta, path)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    try:
-        pq.write_table(new_table, tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    from .outputs import to_bytes, write_file
+
+    write_file(path, to_bytes(lambda f: pq.write_table(new_table, f)))  # atomic, fsynced, one-line errors
     return True
