@@ -620,6 +620,9 @@ SECTIONS = (
 TRACE_TIMES_FILE = "trace_times.parquet"
 #: Rows of the scenarios beyond the paper's (bursty arrivals, combined protocols), when present.
 SCENARIOS_FILE = "scenarios.parquet"
+#: What a report writes into its folder (checked for clashes before any work).
+REPORT_FOLDERS = ("tables", "figures")
+REPORT_FILES = ("report.md", RESULTS_FILE, TRACE_TIMES_FILE, SCENARIOS_FILE)
 
 
 # ----------------------------------------------------------------------------- summary
@@ -847,10 +850,15 @@ def build_report(inp: ReportInputs, out: str | Path, all_episodes: bool = False,
     ``episodes`` to choose, ``all_episodes`` for every episode."""
     from tempora_schema.outputs import check_output_dir, staged_dir
 
-    final = check_output_dir(out)
+    final = check_output_dir(out, folders=REPORT_FOLDERS, files=REPORT_FILES)
+    if episodes:  # refused before anything is drawn
+        known = an.episode_order([e for e in inp.utility.get_column("episode").unique().to_list() if e != an.POOLED])
+        missing = [e for e in episodes if e not in known]
+        if missing:
+            raise ReportError(f"episode(s) {', '.join(missing)} not in the results; episodes: {', '.join(known)}")
     # Built in a staging folder and published whole (report.md last): a failure anywhere leaves
     # the previous report, if any, exactly as it was.
-    with staged_dir(final, what="report", last=("report.md",)) as stage:
+    with staged_dir(final, what="report", last=("report.md",), folders=REPORT_FOLDERS, files=REPORT_FILES) as stage:
         result = _build_report(inp, stage, all_episodes, episodes, figures)
     moved = lambda p: final / p.relative_to(stage)  # noqa: E731
     return ReportResult(moved(result.report), [moved(p) for p in result.tables], [moved(p) for p in result.figures],

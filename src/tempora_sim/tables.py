@@ -84,6 +84,20 @@ def _latency_of(latency: dict[str, dict[str, float]], group: pl.DataFrame) -> di
     return {m: sum(v) / len(v) for m, v in merged.items()}
 
 
+def _shown_rows(frame: pl.DataFrame) -> pl.DataFrame:
+    """The rows of the grid values the tables show: intervals are bootstrapped for those only,
+    so printing a 100,000-value grid costs what printing the paper's grid does."""
+    keep = []
+    for protocol in frame.get_column("protocol").unique(maintain_order=True).to_list():
+        part = frame.filter(pl.col("protocol") == protocol)
+        values = part.get_column("value").unique(maintain_order=True).to_list()
+        shown = shown_values(values)
+        if len(shown) < len(values):
+            part = part.filter(pl.col("value").is_in([v for v in shown if v is not None]))
+        keep.append(part)
+    return pl.concat(keep, how="vertical") if keep else frame
+
+
 def utility_tables(group: pl.DataFrame, latency: dict[str, float], intervals=None,
                    certain: dict | None = None) -> list[Table]:
     """Tables 11–13 for one group's pooled rows: utility (%) per method × grid value, '?' after
@@ -198,7 +212,7 @@ def print_report(result: SweepResult, console: Console | None = None,
     frame = result.frame
     # intervals and certainty for the single-parameter protocols (the combined ρ × T / ρ × B
     # grids have their own winners maps)
-    single = frame.filter(pl.col("protocol").is_in(an.PROTOCOLS))
+    single = _shown_rows(frame.filter(pl.col("protocol").is_in(an.PROTOCOLS)))
     intervals = an.utility_intervals(single, None, bootstrap) if single.height else None
     certain = {}
     if intervals is not None and single.filter(pl.col("episode") == ALL_EPISODES).height:
