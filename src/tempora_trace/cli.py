@@ -61,6 +61,7 @@ from .config import (  # noqa: E402
     TraceConfig,
 )
 from .errors import ConfigError  # noqa: E402
+from .provision import lambda_ms_of  # noqa: E402
 
 PROG = "tempora-trace"
 
@@ -344,19 +345,6 @@ methods_for = methods_for_model
 
 
 # ------------------------------------------------------------------------ calibration
-def lambda_ms_of(path: Path) -> tuple[float, float, float, int]:
-    """λ = mean + 6σ (population σ) of the adapt-row δ of a `standard` trace: (λ, mean, σ, batches)."""
-    import numpy as np
-    import pyarrow.parquet as pq
-
-    from tempora_schema.provision import lambda_provision
-
-    table = pq.read_table(path, columns=["phase", "delta_ms"]).to_pydict()
-    deltas = np.array([d for p, d in zip(table["phase"], table["delta_ms"]) if p == "adapt"], dtype=float)
-    lam, mean, std = lambda_provision(deltas)
-    return lam, mean, std, len(deltas)
-
-
 def calibrate(cfg: TraceConfig) -> None:
     """Trace `standard` (or reuse its complete, matching trace) and print λ."""
     from .runner import TraceRun
