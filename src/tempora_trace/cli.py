@@ -61,6 +61,7 @@ from .config import (  # noqa: E402
     TraceConfig,
 )
 from .errors import ConfigError  # noqa: E402
+from .calibration import lambda_ms_of  # noqa: E402
 
 PROG = "tempora-trace"
 

@@ -41,8 +41,17 @@ from .methods._common import NORM_NAMES, incompatibility_message
 from .methods.base import MethodContext, TTAMethod
 from .models import get_model
 from .staging import BatchStager, StagedBatch, default_workers
-from .timing import (DeviceClock, SpeedProbe, collect_between_chunks, collect_between_events, collector_paused,
-                     describe_device, device_slug, resolve_device, timed_event)
+from .timing import (
+    DeviceClock,
+    SpeedProbe,
+    collect_between_chunks,
+    collect_between_events,
+    collector_paused,
+    describe_device,
+    device_slug,
+    resolve_device,
+    timed_event,
+)
 from .writer import RowBuffer, TraceWriter
 
 
@@ -349,8 +358,6 @@ class TraceRun:
             **self.identity.as_metadata(),
             "method_params": self.method.hparams(),
             "num_classes": self.dataset.num_classes,
-            "speed_probe": list(self.speed_probe),
-            "speed_probe_kind": self.speed_probe_kind,
             "torch_version": torch.__version__,
             "tracer_version": __version__,
             "warmup_batches": cfg.warmup_batches,
