@@ -52,46 +52,63 @@ def _groups(frame: pl.DataFrame) -> Iterable[tuple[str, pl.DataFrame]]:
         yield key[0], part
 
 
+#: A terminal table shows at most this many grid values (evenly spaced, ends included); a
+#: dense grid's every value is in the sweep's rows (--out, --format json).
+MAX_TABLE_VALUES = 12
+
+
+def _shown_values(values: list) -> list:
+    if len(values) <= MAX_TABLE_VALUES:
+        return values
+    idx = sorted({round(i * (len(values) - 1) / (MAX_TABLE_VALUES - 1)) for i in range(MAX_TABLE_VALUES)})
+    return [values[i] for i in idx]
+
+
 def utility_tables(group: pl.DataFrame, latency: dict[str, float]) -> list[Table]:
     """Tables 11–13 for one group's pooled rows: utility (%) per method × grid value."""
     tables = []
-    if True:
-        for protocol in ("offline", "discrete", "continuous", "amortised"):
-            part = group.filter(pl.col("protocol") == protocol)
-            if part.height == 0:
-                continue
-            values = part["value"].unique(maintain_order=True).to_list()
-            param = part["param"][0]
-            table = Table(title=_TITLES[protocol], box=box.SIMPLE_HEAD, title_justify="left", min_width=60,
-                          caption="* best per column (bold), underlined: second", caption_justify="left")
-            table.add_column("Method")
+    for protocol in ("offline", "discrete", "continuous", "amortised"):
+        part = group.filter(pl.col("protocol") == protocol)
+        if part.height == 0:
+            continue
+        all_values = part["value"].unique(maintain_order=True).to_list()
+        values = _shown_values(all_values)
+        param = part["param"][0]
+        caption = "* best per column (bold), underlined: second"
+        if len(values) < len(all_values):
+            caption += f"; {len(values)} of {len(all_values)} values shown (all are in the sweep's rows)"
+        table = Table(title=_TITLES[protocol], box=box.SIMPLE_HEAD, title_justify="left", min_width=60,
+                      caption=caption, caption_justify="left")
+        table.add_column("Method")
+        for v in values:
+            table.add_column(value_label(param, v), justify="right")
+        grid: dict[tuple, float | None] = {}
+        by_value: dict = {}
+        for method, value, utility in part.select("method", "value", "utility").iter_rows():
+            grid[(method, _key(value))] = utility
+            if utility is not None:
+                by_value.setdefault(_key(value), []).append((utility, method))
+        ranks = {}
+        for v in values:
+            col = by_value.get(_key(v), [])
+            distinct = sorted({u for u, _ in col}, reverse=True)
+            for u, m in col:  # ties share the mark
+                if u == distinct[0]:
+                    ranks[(m, _key(v))] = 1
+                elif len(distinct) > 1 and u == distinct[1]:
+                    ranks[(m, _key(v))] = 2
+        for method in _method_order(part, latency):
+            cells = [method]
             for v in values:
-                table.add_column(value_label(param, v), justify="right")
-            grid = {}
-            for row in part.iter_rows(named=True):
-                grid[(row["method"], row["value"])] = row["utility"]
-            ranks = {}
-            for v in values:
-                col = [(u, m) for (m, vv), u in grid.items() if _same(vv, v) and u is not None]
-                distinct = sorted({u for u, _ in col}, reverse=True)
-                for u, m in col:  # ties share the mark
-                    if u == distinct[0]:
-                        ranks[(m, _key(v))] = 1
-                    elif len(distinct) > 1 and u == distinct[1]:
-                        ranks[(m, _key(v))] = 2
-            for method in _method_order(part, latency):
-                cells = [method]
-                for v in values:
-                    u = next((u for (m, vv), u in grid.items() if m == method and _same(vv, v)), None)
-                    text = _pct(u)
-                    rank = ranks.get((method, _key(v)))
-                    if rank == 1:
-                        text = f"[bold]{text}*[/bold]"
-                    elif rank == 2:
-                        text = f"[underline]{text}[/underline]"
-                    cells.append(text)
-                table.add_row(*cells)
-            tables.append(table)
+                text = _pct(grid.get((method, _key(v))))
+                rank = ranks.get((method, _key(v)))
+                if rank == 1:
+                    text = f"[bold]{text}*[/bold]"
+                elif rank == 2:
+                    text = f"[underline]{text}[/underline]"
+                cells.append(text)
+            table.add_row(*cells)
+        tables.append(table)
     return tables
 
 
