@@ -143,9 +143,12 @@ class GroupKey:
         out["domains"] = list(self.domains)
         return out
 
-    def label(self) -> str:
-        """Compact one-line name: the v1 fields, then whatever else sets this group apart."""
-        parts = [self.dataset, self.model, self.device, f"bs{self.batch_size}", f"seed{self.seed}", self.stream]
+    def label(self, seed: bool = True) -> str:
+        """Compact one-line name: the v1 fields, then whatever else sets this group apart.
+
+        ``seed=False`` names the setting the group's seeds replicate (seeds pool like episodes)."""
+        parts = [self.dataset, self.model, self.device, f"bs{self.batch_size}"]
+        parts += [f"seed{self.seed}", self.stream] if seed else [self.stream]
         if self.severity is not None:
             parts.append(f"sev{self.severity}")
         if len(self.domains) <= 2:

@@ -418,33 +418,35 @@ def discrete_general_one(a, e, delta, t, queue, strict, skip_mode, skip_value, l
 @njit(cache=True, parallel=True)
 def discrete_general_kernel(a, e, delta, u, scale, offsets, lam, queue, strict, skip_mode, skip_value, h,
                             n_adapt, f_delta, f_acc):
-    """All series for one arrival realisation and one budget.
+    """All series × K cells for one arrival realisation.
 
-    ``u`` holds unit-mean-gap arrival times flattened like ``a``; series ``s`` replays
-    ``u · scale[s]`` (scale = γ, or 1 for absolute times), so one realisation serves every ρ.
-
-    ``h[s, k]`` are the patience margins ``T_k − λ`` of series ``s`` (zero columns: no decay);
-    ``n_adapt``/``f_delta``/``f_acc`` per series configure the budget freeze. Returns
-    (served[S], served_sum[S], score_sum[S], ak_sum[S, K], frozen_served[S]).
+    ``u`` holds unit-mean-gap arrival times flattened like ``a``; cell ``(s, k)`` replays
+    ``u · scale[s, k]`` (scale = γ, or 1 for absolute times), so one realisation serves every
+    ρ. ``h[s]`` are the patience margins ``T − λ`` of series ``s`` (no columns: no decay);
+    ``n_adapt``/``f_delta``/``f_acc`` [S, K] configure the budget freeze. Returns
+    (served, served_sum, score_sum, frozen_served) [S, K] and ak_sum [S, K, H].
     """
     n_series = offsets.shape[0] - 1
+    n_cells = scale.shape[1]
     nh = h.shape[1]
-    served = np.zeros(n_series, np.int64)
-    served_sum = np.zeros(n_series)
-    score_sum = np.zeros(n_series)
-    ak = np.zeros((n_series, nh))
-    frozen = np.zeros(n_series, np.int64)
-    for s in prange(n_series):
+    served = np.zeros((n_series, n_cells), np.int64)
+    served_sum = np.zeros((n_series, n_cells))
+    score_sum = np.zeros((n_series, n_cells))
+    ak = np.zeros((n_series, n_cells, nh))
+    frozen = np.zeros((n_series, n_cells), np.int64)
+    for task in prange(n_series * n_cells):
+        s = task // n_cells
+        k = task % n_cells
         lo = offsets[s]
         hi = offsets[s + 1]
         if hi <= lo:
             continue
         cnt, ssum, skip, fz = discrete_general_one(
-            a[lo:hi], e[lo:hi], delta[lo:hi], u[lo:hi] * scale[s], queue, strict, skip_mode, skip_value[s], lam[s],
-            h[s], n_adapt[s], f_delta[s], f_acc[s], ak[s],
+            a[lo:hi], e[lo:hi], delta[lo:hi], u[lo:hi] * scale[s, k], queue, strict, skip_mode, skip_value[s],
+            lam[s], h[s], n_adapt[s, k], f_delta[s, k], f_acc[s, k], ak[s, k],
         )
-        served[s] = cnt
-        served_sum[s] = ssum
-        score_sum[s] = ssum + skip
-        frozen[s] = fz
+        served[s, k] = cnt
+        served_sum[s, k] = ssum
+        score_sum[s, k] = ssum + skip
+        frozen[s, k] = fz
     return served, served_sum, score_sum, ak, frozen

@@ -42,9 +42,9 @@ ALL_EPISODES = "__all__"
 
 #: Output columns, in order (docs/design.md §6 plus seed, stream, severity, group, lambda_rule,
 #: num_batches), then the scenario columns of docs/design.md §9 (``param2``/``value2`` of a 2-D
-#: grid, the arrival process). ``group`` is the comparison group's label
+#: grid, the arrival process). ``group`` is the comparison group's label without its seed
 #: (tempora_schema.GroupKey.label): rows of two groups that differ only in severity, domains,
-#: weights or threads stay apart.
+#: weights or threads stay apart, and the seeds of one setting share it (they pool).
 BASE_COLUMNS = {
     "dataset": pl.Utf8, "model": pl.Utf8, "device": pl.Utf8, "batch_size": pl.Int64,
     "seed": pl.Int64, "stream": pl.Utf8, "severity": pl.Int64, "group": pl.Utf8,
@@ -239,8 +239,8 @@ def warm_kernels(protocols=grids.PROTOCOLS) -> float:
                            np.array([0], np.int64), np.array([0, 1], np.int64), np.array([1], np.int64),
                            np.array([1.0]), np.array([2.0]))
     if any(p in todo for p in grids.COMBINED_PROTOCOLS + ("arrivals",)):
-        K.discrete_general_kernel(a, a, a + 1, a, lam, off, lam, 1, False, 0, lam, np.ones((1, 1)),
-                                  np.array([2], np.int64), lam, lam)
+        K.discrete_general_kernel(a, a, a + 1, a, np.ones((1, 1)), off, lam, 1, False, 0, lam, np.ones((1, 1)),
+                                  np.array([[2]], np.int64), np.ones((1, 1)), np.ones((1, 1)))
     _WARM.update(todo)
     return time.perf_counter() - t0
 
@@ -471,7 +471,7 @@ def _frame(series: Series, protocol: str, values, stats: dict, pooled: bool) -> 
     ident_cols = ("dataset", "model", "device", "batch_size", "seed", "stream", "severity", "group", "method")
     per_trace = [
         (m["dataset"], m["model"], m["device"], int(m["batch_size"]), int(m["seed"]), m["stream"], m["severity"],
-         t.group.label(), m["method"])
+         t.group.label(seed=False), m["method"])
         for t in s.traces for m in (t.meta,)
     ]
     ident = pl.DataFrame(
