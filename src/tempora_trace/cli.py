@@ -167,8 +167,11 @@ RUN_OPTIONS: list[Callable] = [
     _opt("--max-batches", type=click.IntRange(1, INT32_MAX), default=None, help="At most this many batches per domain."),
     _opt("--batch-size", type=click.IntRange(1, INT32_MAX), default=DEFAULT_BATCH_SIZE, help="Images per batch."),
     _opt("--seed", type=click.IntRange(0, INT64_MAX), default=DEFAULT_SEED, help="Seed of the batch order and the method."),
-    _opt("--stream", type=click.Choice(["episodic", "continual"]), default="episodic",
-         help="episodic: reset per domain; continual: never reset."),
+    _opt("--stream", type=click.Choice(["episodic", "continual", "dirichlet"]), default="episodic",
+         help="episodic: reset per domain; continual: never reset; dirichlet: reset per domain, batches in a "
+              "label-shifted order (classes spread over time by Dirichlet(α))."),
+    _opt("--dirichlet-alpha", type=click.FloatRange(0, None, min_open=True), default=None, metavar="ALPHA",
+         help="Concentration α of --stream dirichlet: smaller α, longer single-class runs [e.g. 0.01]."),
     _opt("--workers", type=click.IntRange(0, 1024), default=None,
          help="Parallel decode workers, active only between staged chunks, never during a timed event [default: min(8, cores)]."),
     _opt("--stage-mb", type=click.FloatRange(0, None, min_open=True), default=DEFAULT_STAGE_MB, metavar="MIB",
@@ -226,7 +229,8 @@ def make_config(method: str, opts: dict[str, Any], **extra: Any) -> TraceConfig:
         method=method, dataset=opts["dataset"], model=opts["model"], weights=opts["weights"],
         data_root=opts["data_root"], device=opts["device"], out=opts["out"], name=opts["name"],
         domains=_domains(opts["domains"]), severity=opts["severity"], max_batches=opts["max_batches"],
-        batch_size=opts["batch_size"], seed=opts["seed"], stream=opts["stream"], workers=opts["workers"],
+        batch_size=opts["batch_size"], seed=opts["seed"], stream=opts["stream"],
+        dirichlet_alpha=opts["dirichlet_alpha"], workers=opts["workers"],
         threads=opts["threads"],  # part of the trace identity; the run applies it
         stage_mb=opts["stage_mb"], resume=opts["resume"], force=opts["force"], quiet=opts["quiet"],
         warmup_batches=opts["warmup_batches"], **extra,
@@ -243,7 +247,7 @@ def make_config(method: str, opts: dict[str, Any], **extra: Any) -> TraceConfig:
 
 def _common(opts: dict[str, Any]) -> dict[str, Any]:
     return {k: opts[k] for k in ("dataset", "model", "weights", "data_root", "device", "out", "name", "domains",
-                                 "severity", "max_batches", "batch_size", "seed", "stream", "workers", "stage_mb",
+                                 "severity", "max_batches", "batch_size", "seed", "stream", "dirichlet_alpha", "workers", "stage_mb",
                                  "threads", "resume", "force", "quiet", "offline", "warmup_batches")}
 
 

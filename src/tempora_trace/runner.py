@@ -34,7 +34,7 @@ from . import __version__
 from .checkpoints import BudgetCutoffs, default_schedule, sample_steps
 from .config import TraceConfig
 from .data import Episode, batch_order, get_dataset
-from .data.streams import domain_seed
+from .data.streams import dirichlet_order, domain_seed, source_labels
 from .errors import ConfigError, DataError
 from .methods import get_method
 from .methods._common import NORM_NAMES, incompatibility_message
@@ -48,12 +48,18 @@ from .writer import RowBuffer, TraceWriter
 
 # ------------------------------------------------------------------------ streams
 def build_episodes(domains, cfg: TraceConfig) -> list[Episode]:
-    """Episodic: one episode per domain. Continual: one episode over all domains in order."""
+    """Episodic: one episode per domain. Continual: one episode over all domains in order.
+    Dirichlet: one episode per domain, its batches in a label-shifted order."""
     orders = []
+    alpha = schema.stream_alpha(cfg.stream)
     for d in domains:
         if len(d.source) < cfg.batch_size:
             raise DataError(f"domain '{d.name}' has {len(d.source)} samples, fewer than one batch of {cfg.batch_size}")
-        orders.append(batch_order(len(d.source), cfg.batch_size, cfg.seed, d.name, cfg.max_batches))
+        if alpha is not None:
+            orders.append(dirichlet_order(source_labels(d.source), cfg.batch_size, cfg.seed, d.name, alpha,
+                                          cfg.max_batches))
+        else:
+            orders.append(batch_order(len(d.source), cfg.batch_size, cfg.seed, d.name, cfg.max_batches))
     if cfg.stream == "continual":
         return [Episode("continual", list(domains), orders)]
     return [Episode(d.name, [d], [o]) for d, o in zip(domains, orders)]
@@ -293,7 +299,7 @@ class TraceRun:
     def run_episode(self, index: int, episode: Episode, progress: _Progress) -> RowBuffer:
         cfg = self.cfg
         n_batches = episode.num_batches
-        if cfg.stream == "episodic" or index == 0:
+        if schema.resets_per_episode(cfg.stream) or index == 0:
             self.method.reset()
         seed_everything(domain_seed(cfg.seed, episode.name))
         schedule = set(default_schedule(n_batches) if cfg.default_checkpoints else []) | {m for m in cfg.checkpoints if m < n_batches}
