@@ -243,6 +243,7 @@ class TraceRun:
         timed_event(self.method, x, self.clock, adapt=False)
         self.method.unfreeze()
         self.method.reset()
+        self._last_event_end = time.perf_counter()
 
     def _staged(self, episode: Episode, steps: Sequence[int]):
         """``steps`` as staged chunks, each followed (before its first event) by a full garbage
