@@ -239,12 +239,27 @@ def test_advise_json_and_each_constraint_kind(advise_traces):
     assert res.exit_code == 0 and "use " in res.output and "stays best while the constraint moves" in res.output
 
 
+def test_advise_on_a_combined_protocol_moves_each_pressure_alone(advise_traces):
+    from tempora_sim import sweep
+
+    res = CliRunner().invoke(main, ["advise", str(advise_traces), "--rho", "0.3", "--T", "300ms", "--format", "json",
+                                    "--resamples", "200"])
+    assert res.exit_code == 0, res.output
+    a = json.loads(res.output)[0]
+    assert a["constraint"] == {"protocol": "discrete-continuous", "rho": 0.3, "T_ms": 300.0}
+    assert [m["moves"] for m in a["moves"]] == ["rho", "T_ms"]
+    p = an.pool_seeds(sweep(str(advise_traces), protocols="discrete-continuous", rho=[0.3], T_ms=[300.0]))
+    p = p.filter(pl.col("episode") == an.POOLED).sort("utility", descending=True)
+    assert a["recommended"] == p["method"][0] and a["utility"] == pytest.approx(p["utility"][0])
+
+
 @pytest.mark.parametrize("args, msg", [
     (["--rho", "1.5"], "--rho: utilisation must be in (0, 100%]"),
     (["--rho", "0"], "--rho: utilisation must be in (0, 100%]"),
     (["--rho", "fast"], "cannot read 'fast'"),
-    ([], "give exactly one constraint"),
-    (["--rho", "0.5", "--T", "100"], "give exactly one constraint"),
+    ([], "give one constraint"),
+    (["--T", "100", "--B", "1s"], "give one constraint"),
+    (["--gamma-ms", "80", "--T", "100"], "or a combined one (--rho with --T"),
     (["--T", "5ms"], "must exceed λ"),
     (["--B", "-1s"], "--B: budget must be >= 0"),
     (["--gamma-ms", "0"], "--gamma-ms: inter-arrival time must be > 0"),
