@@ -40,10 +40,12 @@ from tempora_sim import stats as st
 
 from .errors import SimError
 
-#: Columns that identify a comparison group. The seed is *not* one of them: traces of one
-#: setting taken with different seeds are replicates, pooled like episodes (each seed keeps
-#: its own λ from its own standard trace; see :func:`pool_seeds`).
-GROUP_COLUMNS = ("dataset", "model", "device", "batch_size", "stream")
+#: Columns that identify a comparison group: the readable keys plus ``group``, the label of the
+#: full group key without its seed (severity, domains, weights, threads …: tempora_schema.GroupKey).
+#: The seed is *not* one of them: traces of one setting taken with different seeds are
+#: replicates, pooled like episodes (each seed keeps its own λ from its own standard trace; see
+#: :func:`pool_seeds`).
+GROUP_COLUMNS = ("dataset", "model", "device", "batch_size", "stream", "group")
 SEED = "seed"
 #: Seed-pooled tables list the seeds they pooled here (e.g. "2025, 2026, 2027").
 SEEDS = "seeds"
@@ -714,7 +716,7 @@ def pareto(df: pl.DataFrame, spent: pl.DataFrame | None = None, tol: float = DEF
         (pl.col("utility") >= pl.col("utility").max().over(g + ["value"]) - tol).alias("best_at_B")
     )
     rows = []
-    for key, sub in part.sort(g + ["method", "_x", "utility"], descending=[False] * (len(g) + 2) + [True]).group_by(
+    for _key, sub in part.sort(g + ["method", "_x", "utility"], descending=[False] * (len(g) + 2) + [True]).group_by(
         g + ["method"], maintain_order=True
     ):
         best_u, best_x = -math.inf, None
@@ -776,6 +778,8 @@ def trace_rows(traces: Iterable, columns: Sequence[str] = ("phase", "episode", "
         meta = t.meta
         rows = t.rows.filter(pl.col("phase") == "adapt").select(list(columns))
         lits = [pl.lit(meta[k]).alias(k) for k in GROUP_COLUMNS + (SEED,) if k in meta]
+        if hasattr(t, "group"):
+            lits.append(pl.lit(t.group.label(seed=False)).alias("group"))
         frames.append(rows.with_columns(*lits, pl.lit(meta["method"]).alias("method")))
     if not frames:
         raise AnalysisError("no traces given")

@@ -120,14 +120,11 @@ def _load_inputs(sources, sweep_options, out) -> ReportInputs:
         from tempora_sim import sweep
     except ImportError:
         raise ReportError("this build of tempora_sim has no sweep; give sweep results (utility.parquet)") from None
-    traces = load_traces(items if len(items) > 1 else items[0])
     if out is not None:
-        dest = Path(out).resolve()
-        for item in items:
-            src = Path(item).resolve()
-            if src.is_dir() and (dest == src or src in dest.parents):
-                raise ReportError(f"--out {out} is inside the trace directory {item}; the report's own Parquet "
-                                  "files would be read as traces next time: write it elsewhere")
+        from tempora_sim.traces import check_out_outside
+
+        check_out_outside(items, out)
+    traces = load_traces(items if len(items) > 1 else items[0])
     utility = sweep(traces, sweep_options)
     rows = an.align_group_dtypes(an.trace_rows(traces.traces), utility)
     return ReportInputs(utility=utility, trace_rows=rows, source=", ".join(map(str, items)), from_traces=True)
@@ -508,6 +505,9 @@ def _seeds_of(pooled: pl.DataFrame, group: dict) -> str:
 
 
 def group_label(group: dict) -> str:
+    """The group's own label when the table carries one (it names every identity field)."""
+    if group.get("group"):
+        return str(group["group"])
     return " · ".join(f"{k}={v}" for k, v in group.items()) or "all traces"
 
 
@@ -822,26 +822,42 @@ def build_report(inp: ReportInputs, out: str | Path, all_episodes: bool = False,
 
     The utility curves show one episode per corruption category (four by default),
     ``episodes`` to choose, ``all_episodes`` for every episode."""
+    from tempora_schema.outputs import check_output_dir, staged_dir
+
+    final = check_output_dir(out)
+    # Built in a staging folder and published whole (report.md last): a failure anywhere leaves
+    # the previous report, if any, exactly as it was.
+    with staged_dir(final, what="report", last=("report.md",)) as stage:
+        result = _build_report(inp, stage, all_episodes, episodes, figures)
+    moved = lambda p: final / p.relative_to(stage)  # noqa: E731
+    return ReportResult(moved(result.report), [moved(p) for p in result.tables], [moved(p) for p in result.figures],
+                        result.seconds)
+
+
+def _build_report(inp: ReportInputs, out: Path, all_episodes: bool, episodes: Sequence[str] | None,
+                  figures: bool) -> ReportResult:
     import time
 
+    from tempora_schema.outputs import to_bytes, write_file
+
     t0 = time.perf_counter()
-    out = Path(out)
     (out / "tables").mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
     if inp.from_traces:
-        inp.utility.write_parquet(out / RESULTS_FILE)
-        inp.trace_rows.write_parquet(out / TRACE_TIMES_FILE)
+        write_file(out / RESULTS_FILE, to_bytes(inp.utility.write_parquet))
+        write_file(out / TRACE_TIMES_FILE, to_bytes(inp.trace_rows.write_parquet))
     computed: dict[str, pl.DataFrame | None] = {name: compute_table(name, inp) for name in TABLES}
     table_paths = []
     for name, t in computed.items():
         if t is not None:
             p = out / "tables" / f"{name}.csv"
-            csv_frame(t).write_csv(p)
+            write_file(p, csv_frame(t).write_csv().encode("utf-8"))
             table_paths.append(p)
     seconds["tables"] = time.perf_counter() - t0
     groups = groups_of(inp.utility)
     multi = len(groups) > 1
-    varying = [k for k in (groups[0] if groups else {}) if len({str(g[k]) for g in groups}) > 1]
+    # ("group" is the full label: named in headings, too long for file names)
+    varying = [k for k in (groups[0] if groups else {}) if k != "group" and len({str(g[k]) for g in groups}) > 1]
     fig_paths: list[Path] = []
     md = ["# Tempora report", "",
           f"Source: `{inp.source}` ({'traces, swept for this report' if inp.from_traces else 'sweep results'}). "
@@ -850,7 +866,7 @@ def build_report(inp: ReportInputs, out: str | Path, all_episodes: bool = False,
     t1 = time.perf_counter()
     for gi, group in enumerate(groups):
         # figure names: the group values that tell the groups apart, e.g. "cpu-other-winners.png"
-        prefix = f"{gi + 1}-{slug('-'.join(str(group[k]) for k in varying))}-" if multi else ""
+        prefix = (f"{gi + 1}-" + (f"{slug('-'.join(str(group[k]) for k in varying))}-" if varying else "")) if multi else ""
         hx = "##" if not multi else "###"
         seeds = _seeds_of(inp.pooled, group)
         if multi:
@@ -871,7 +887,7 @@ def build_report(inp: ReportInputs, out: str | Path, all_episodes: bool = False,
                 md += _table_markdown(name, computed[name], group, hx, why_missing(name, inp))
     seconds["figures+markdown"] = time.perf_counter() - t1
     report = out / "report.md"
-    report.write_text("\n".join(md).rstrip() + "\n", encoding="utf-8")
+    write_file(report, ("\n".join(md).rstrip() + "\n").encode("utf-8"))
     seconds["total"] = time.perf_counter() - t0
     return ReportResult(report, table_paths, fig_paths, seconds)
 

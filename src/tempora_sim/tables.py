@@ -49,13 +49,27 @@ def _method_order(frame: pl.DataFrame, latency: dict) -> list[str]:
 
 
 def _groups(frame: pl.DataFrame) -> Iterable[tuple[str, pl.DataFrame]]:
-    """Comparison groups of the seed-pooled rows (seeds are replicates, not groups)."""
+    """Comparison groups of the seed-pooled rows (seeds are replicates, not groups), named by
+    the group's label (tempora_schema.GroupKey.label without the seed) and the seeds pooled."""
     keys = an.group_columns(frame)
     for key, part in frame.group_by(keys, maintain_order=True):
         seeds = ", ".join(sorted(set(", ".join(part.get_column(an.SEEDS).to_list()).split(", ")))) \
             if an.SEEDS in part.columns else "?"
-        label = f"{key[0]} · {key[1]} · {key[2]} · bs {key[3]} · {key[4]} · seed{'s' if ',' in seeds else ''} {seeds}"
-        yield label, part
+        name = part["group"][0] if "group" in part.columns else " · ".join(str(k) for k in key)
+        yield f"{name} · seed{'s' if ',' in seeds else ''} {seeds}", part
+
+
+#: A terminal table shows at most this many grid values (columns); larger grids are summarised.
+MAX_TABLE_COLUMNS = 12
+
+
+def shown_values(values: list) -> list:
+    """All values, or :data:`MAX_TABLE_COLUMNS` evenly spaced ones (first and last included), so a
+    grid of 100,000 values prints as fast as the paper's."""
+    if len(values) <= MAX_TABLE_COLUMNS:
+        return values
+    step = (len(values) - 1) / (MAX_TABLE_COLUMNS - 1)
+    return [values[round(i * step)] for i in range(MAX_TABLE_COLUMNS)]
 
 
 def _latency_of(latency: dict[str, dict[str, float]], group: pl.DataFrame) -> dict[str, float]:
@@ -86,36 +100,41 @@ def utility_tables(group: pl.DataFrame, latency: dict[str, float], intervals=Non
             part = group.filter(pl.col("protocol") == protocol)
             if part.height == 0:
                 continue
-            values = part["value"].unique(maintain_order=True).to_list()
+            all_values = part["value"].unique(maintain_order=True).to_list()
+            values = shown_values(all_values)
             param = part["param"][0]
             widths = [(r["hi"] - r["lo"]) * 50 for (m, p, _), r in ci.items()
                       if p == protocol and r.get("lo") is not None and r.get("hi") is not None]
             spread = (f"; intervals over episodes: ±{sorted(widths)[len(widths) // 2]:.1f} pp typical, "
                       f"±{max(widths):.1f} widest (`tempora-sim report` has each)") if widths else ""
+            caption = ("* best per column (bold), underlined: second; ? the best's lead over the runner-up is "
+                       "uncertain (its paired bootstrap interval contains 0)" + spread)
+            if len(values) < len(all_values):
+                caption += (f"; {len(values)} of {len(all_values):,} grid values shown, evenly spaced "
+                            "(every value is in --out or --format json)")
             table = Table(title=_TITLES[protocol], box=box.SIMPLE_HEAD, title_justify="left", min_width=60,
-                          caption="* best per column (bold), underlined: second; ? the best's lead over the "
-                                  "runner-up is uncertain (its paired bootstrap interval contains 0)" + spread,
-                          caption_justify="left")
+                          caption=caption, caption_justify="left")
             table.add_column("Method")
             for v in values:
                 table.add_column(value_label(param, v), justify="right")
-            grid = {}
-            for row in part.iter_rows(named=True):
-                grid[(row["method"], row["value"])] = row["utility"]
+            grid: dict[tuple[str, object], float | None] = {}
+            for row in part.select("method", "value", "utility").iter_rows():
+                grid[(row[0], _key(row[1]))] = row[2]
             ranks = {}
+            methods = _method_order(part, latency)
             for v in values:
-                col = [(u, m) for (m, vv), u in grid.items() if _same(vv, v) and u is not None]
+                col = [(grid.get((m, _key(v))), m) for m in methods]
+                col = [(u, m) for u, m in col if u is not None]
                 distinct = sorted({u for u, _ in col}, reverse=True)
                 for u, m in col:  # ties share the mark
                     if u == distinct[0]:
                         ranks[(m, _key(v))] = 1
                     elif len(distinct) > 1 and u == distinct[1]:
                         ranks[(m, _key(v))] = 2
-            for method in _method_order(part, latency):
+            for method in methods:
                 cells = [method]
                 for v in values:
-                    u = next((u for (m, vv), u in grid.items() if m == method and _same(vv, v)), None)
-                    text = _pct(u)
+                    text = _pct(grid.get((method, _key(v))))
                     rank = ranks.get((method, _key(v)))
                     if rank == 1:
                         unsure = certain.get((protocol, _key(v))) is False
