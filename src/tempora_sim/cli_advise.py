@@ -205,8 +205,11 @@ def advise(source, constraint: Constraint, bootstrap=None, sweep_opts: dict | No
     traceset = source if isinstance(source, TraceSet) else load_traces(source)
     lambdas = group_lambdas(traceset)
     groups: dict[tuple, list] = {}
+    names = [k for k in an.GROUP_COLUMNS if k != "group"] + ["group"]
     for t in traceset.traces:
-        groups.setdefault(tuple(t.meta[k] for k in an.GROUP_COLUMNS), []).append(t)
+        # the comparison group: the setting without its seed (seeds pool like episodes)
+        key = tuple(t.meta[k] for k in names[:-1]) + (t.group.label(seed=False),)
+        groups.setdefault(key, []).append(t)
     out = []
     for key, members in groups.items():
         ts = TraceSet(members)
@@ -215,7 +218,7 @@ def advise(source, constraint: Constraint, bootstrap=None, sweep_opts: dict | No
         for a in c.axes:
             if a.kind == "T_ms" and a.value <= max(lams):
                 raise AdviseError(f"--T {a.value:g} ms must exceed λ = {max(lams):.2f} ms of group "
-                                  f"{'/'.join(map(str, key))} (continuous utility needs T > λ)")
+                                  f"{key[-1]} (continuous utility needs T > λ)")
         frame = _sweep(ts, c, [c.value], sweep_opts)
         # one scenario: label it as a single-parameter one so the interval machinery reads it
         frame = frame.with_columns(pl.lit(c.value).alias("value"), pl.lit("discrete" if c.second else c.protocol)
@@ -241,7 +244,7 @@ def advise(source, constraint: Constraint, bootstrap=None, sweep_opts: dict | No
         episodes = sorted({e for t in members for e in t.episodes})
         runner = rows.get(pw["runner_up"]) if pw["runner_up"] else (pooled.row(1, named=True) if len(methods) > 1 else None)
         out.append({
-            "group": {k: key[i] for i, k in enumerate(an.GROUP_COLUMNS)},
+            "group": dict(zip(names, key)),
             "seeds": seeds, "episodes": len(episodes), "lambda_ms": lams,
             "constraint": {"protocol": c.protocol, **{a.kind: a.value for a in c.axes}},
             "recommended": rec["method"],
