@@ -62,7 +62,7 @@ def _offline_cell(scores: dict[str, list[int]]):
                            "utility": sum(s) / len(s)} for m, s in scores.items()])
     util = util.with_columns(pl.lit(len(next(iter(scores.values())))).cast(pl.Int64).alias("num_batches"))
     rows = pl.DataFrame([{"method": m, "episode": "fog", "phase": "adapt", "step": i, "correct": c, "n": 1,
-                          "e_ms": 1.0, "l_ms": 0.0, "delta_ms": 1.0, **{k: util[k][0] for k in an.GROUP_COLUMNS},
+                          "e_ms": 1.0, "l_ms": 0.0, "delta_ms": 1.0, **{k: util[k][0] for k in an.group_columns(util)},
                           "seed": util["seed"][0]}
                          for m, s in scores.items() for i, c in enumerate(s)])
     return util, rows
