@@ -292,3 +292,17 @@ def test_report_on_several_seeds_pools_them_and_measures_winner_stability(tmp_pa
     assert (pooled["cells"] == 3 * 3).all()
     u = pl.read_parquet(out / "utility.parquet")
     assert sorted(set(u["seed"].to_list())) == [2025, 2026, 2027]  # per-seed rows kept
+
+
+def test_summary_says_when_pooled_seeds_were_timed_under_different_conditions(tmp_path):
+    from tempora_sim import sweep
+    from tempora_sim.traces import load_traces
+
+    d = tmp_path / "t"
+    for s, scale in ((2025, 1.0), (2026, 1.6)):  # the second seed ran on a slower (busier) machine
+        _synthetic(d, ("standard", "adabn"), seeds=(s,), time_scale=scale)
+    ts = load_traces(d)
+    u = sweep(ts, protocols="offline,discrete", rho="1,0.5")
+    inp = rp.ReportInputs(utility=u, trace_rows=an.align_group_dtypes(an.trace_rows(ts.traces), u))
+    text = " ".join(rp.summary_lines(inp, rp.groups_of(u)[0]))
+    assert "λ per seed 2025:" in text and "not timed under the same conditions" in text
