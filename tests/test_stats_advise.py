@@ -5,7 +5,6 @@ synthetic traces (recommendation, boundary search, one-line errors)."""
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 import polars as pl
@@ -17,7 +16,6 @@ from tempora_sim import analyses as an
 from tempora_sim import report as rp
 from tempora_sim import stats as st
 from tempora_sim.cli import main
-
 from test_analysis_tables import utility_frame
 
 

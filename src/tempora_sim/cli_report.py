@@ -15,6 +15,7 @@ import click
 from tempora_sim.cli import main
 from tempora_sim.options import click_options as sweep_options
 from tempora_sim.options import from_click
+
 # bootstrap intervals (docs/statistics.md): the same options as `tempora-sim advise`
 from tempora_sim.stats import bootstrap_options, make_bootstrap
 
@@ -54,9 +55,8 @@ def report_command(source, out, all_episodes, episodes, ci_level, resamples, ci_
 
     SOURCE is a sweep's results (a directory holding utility.parquet) or trace files /
     directories, which are swept first with the paper's grid (or --protocol/--rho/--T/--B)."""
-    from tempora_sim import report as rp
-
     from tempora_schema.outputs import check_output_dir
+    from tempora_sim import report as rp
 
     check_output_dir(out)  # an unwritable --out is refused before anything is swept
     t0 = time.perf_counter()

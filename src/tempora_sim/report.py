@@ -620,7 +620,7 @@ def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
     """Plain-language findings for one group, each sentence generated from the tables."""
     g = lambda name: (lambda t: None if t is None else filter_group(t, group))(compute_table(name, inp))  # noqa: E731
     u = filter_group(inp.pooled, group)
-    w, wc = g("winners"), g("win_counts")
+    w = g("winners")
     lines: list[str] = []
     episodes = an.episode_order(w.get_column("episode").unique().to_list())
     n_ep = len(episodes)
