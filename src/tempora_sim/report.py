@@ -654,8 +654,16 @@ def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
     temporal = w.filter(pl.col("protocol") != "offline")
     scope = (f" and {temporal.select('scenario').n_unique()} temporal scenarios ({temporal.height} temporal cells)"
              if temporal.height else " (offline only: no temporal scenarios in these results)")
-    lines.append(f"{len(methods)} methods over {n_ep} episode{'s' if n_ep != 1 else ''}{scope}, "
-                 f"λ = {u.get_column('lambda_ms').first():.2f} ms.")
+    per_seed = _seed_lambdas(inp.utility, group)
+    lam_text = (f"λ = {u.get_column('lambda_ms').first():.2f} ms" if len(per_seed) <= 1 else
+                "λ per seed " + ", ".join(f"{s}: {x:.2f} ms" for s, x in per_seed))
+    lines.append(f"{len(methods)} methods over {n_ep} episode{'s' if n_ep != 1 else ''}{scope}, {lam_text}.")
+    if len(per_seed) > 1:
+        lo, hi = min(x for _, x in per_seed), max(x for _, x in per_seed)
+        if hi > SEED_LAMBDA_SPREAD * lo:
+            lines.append(f"**The seeds were not timed under the same conditions**: their λ differ by {hi / lo - 1:.0%} "
+                         f"({lo:.1f} to {hi:.1f} ms), so pooling them mixes machine states; the pooled winners and "
+                         "intervals include that spread (re-trace on a quiet machine to measure the seeds alone).")
     # offline favourite vs temporal winners
     off = w.filter(pl.col("protocol") == "offline").explode("winners")
     fav = None
@@ -703,6 +711,18 @@ def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
     elif inp.trace_rows is None:
         lines.append("The latency breakdown needs the traces: run `tempora-sim report TRACES` to include it.")
     return lines
+
+
+#: Seeds whose λ differ by more than this factor were timed under different machine conditions.
+SEED_LAMBDA_SPREAD = 1.10
+
+
+def _seed_lambdas(utility: pl.DataFrame, group: dict) -> list[tuple[int, float]]:
+    """(seed, λ) of the seeds pooled in one comparison group (empty without a seed column)."""
+    if an.SEED not in utility.columns:
+        return []
+    t = filter_group(utility, group).group_by(an.SEED).agg(pl.col("lambda_ms").first()).sort(an.SEED)
+    return [(int(s), float(x)) for s, x in t.iter_rows() if x is not None]
 
 
 def _changed_cells(w: pl.DataFrame) -> pl.DataFrame:

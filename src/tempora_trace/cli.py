@@ -345,7 +345,6 @@ methods_for = methods_for_model
 
 
 # ------------------------------------------------------------------------ calibration
-from .calibration import lambda_ms_of  # noqa: E402,F401  (re-exported: the λ of a standard trace)
 
 
 def calibrate(cfg: TraceConfig) -> None:
