@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import torch
 import torch.nn as nn
 
+from ..norms import NORM_NAMES, compatible_models
 from .base import AS_DEFAULT, Departure, MethodContext, MethodError, TTAMethod, configure_batchnorm, named_norm_affine_params, no_stat_tracking, norm_kind
 
 #: Shared departure: BN buffers keep tracking the target stream so frozen inference is possible.
@@ -39,8 +40,6 @@ def auxiliary_view_statistics(view: str) -> Departure:
                "perturbed or filtered copy of it",
     )
 
-
-NORM_NAMES = {"bn": "BatchNorm", "gn": "GroupNorm", "ln": "LayerNorm", None: "no normalisation layers"}
 
 
 def is_vit(context: MethodContext) -> bool:
@@ -92,14 +91,11 @@ def require_norm(method: type[TTAMethod] | TTAMethod, model: nn.Module) -> str:
     kind = norm_kind(model)
     if kind in method.compatible_norms:
         return kind  # type: ignore[return-value]
-    wanted = sorted(method.compatible_norms)
     raise MethodError(incompatibility_message(method, NORM_NAMES[kind]))
 
 
 def incompatibility_message(method: type[TTAMethod] | TTAMethod, found: str) -> str:
     """One line: what the method needs, what it got, and which built-in models fit."""
-    from ..models import compatible_models  # lazy: the model zoo is not needed to build a method
-
     wanted = " or ".join(NORM_NAMES[k] for k in sorted(method.compatible_norms))
     models = ", ".join(compatible_models(method.compatible_norms))
     return f"method '{method.name}' needs {wanted} layers but {found}; compatible built-in models: {models}"
