@@ -56,6 +56,19 @@ def is_vit(context: MethodContext) -> bool:
     return "vit" in context.model_name.lower() or context.norm_kind == "ln"
 
 
+_REFERENCE_TOP_BLOCKS = {"9", "10", "11"}
+
+
+def reference_top_layer(name: str) -> bool:
+    """The Tempora reference's "top of the network" (DeYO; SAR under ``profile=paper``): a module
+    named ``layer4`` (ResNet-50), ``blocks.9``-``blocks.11`` or ``norm`` (ViT-B/16), matched on
+    whole name components so that it also holds inside wrappers (``net.blocks.9``, ``net.norm``)."""
+    parts = name.split(".")
+    if "layer4" in parts or "norm" in parts:
+        return True
+    return any(a == "blocks" and b in _REFERENCE_TOP_BLOCKS for a, b in zip(parts, parts[1:]))
+
+
 def dense_nchw(x: torch.Tensor) -> torch.Tensor:
     """``x`` in the default (NCHW-contiguous) memory layout; the same tensor when it already is,
     as every batch from the tracer's loaders is.
