@@ -32,11 +32,11 @@ from tempora_trace.checkpoints import default_schedule, sample_steps  # noqa: E4
 from tempora_trace.config import TraceConfig  # noqa: E402
 from tempora_trace.data import get_dataset  # noqa: E402
 from tempora_trace.data.streams import batch_order  # noqa: E402
+from tempora_trace.errors import WeightsError  # noqa: E402
+from tempora_trace.methods import MethodContext, TTAMethod, get_method  # noqa: E402
 from tempora_trace.models import get_model  # noqa: E402
 from tempora_trace.runner import trace_run  # noqa: E402
-from tempora_trace.methods import MethodContext, TTAMethod, get_method  # noqa: E402
 from tempora_trace.timing import DeviceClock, resolve_device, timed_event  # noqa: E402
-from tempora_trace.errors import WeightsError  # noqa: E402
 
 
 def make_data(root: Path, batches: int, batch_size: int) -> None:

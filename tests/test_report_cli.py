@@ -13,7 +13,6 @@ from click.testing import CliRunner
 from tempora_sim import analyses as an
 from tempora_sim import report as rp
 from tempora_sim.cli import main
-
 from test_analysis_tables import WIN, grid, utility_frame
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,9 +7,13 @@ polars and numba.
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-__version__ = "0.1.0"
+try:
+    __version__ = version("tempora")  # the one place it is declared: pyproject.toml
+except PackageNotFoundError:  # a source tree on sys.path that was never installed
+    __version__ = "0+unknown"
 
 __all__ = ["sweep", "run_sweep", "SweepOptions", "__version__"]
 

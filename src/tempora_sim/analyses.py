@@ -565,7 +565,7 @@ def pareto(df: pl.DataFrame, spent: pl.DataFrame | None = None, tol: float = DEF
         (pl.col("utility") >= pl.col("utility").max().over(g + ["value"]) - tol).alias("best_at_B")
     )
     rows = []
-    for key, sub in part.sort(g + ["method", "_x", "utility"], descending=[False] * (len(g) + 2) + [True]).group_by(
+    for _key, sub in part.sort(g + ["method", "_x", "utility"], descending=[False] * (len(g) + 2) + [True]).group_by(
         g + ["method"], maintain_order=True
     ):
         best_u, best_x = -math.inf, None

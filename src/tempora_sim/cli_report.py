@@ -53,6 +53,9 @@ def report_command(source, out, all_episodes, episodes, **options):
     directories, which are swept first with the paper's grid (or --protocol/--rho/--T/--B)."""
     from tempora_sim import report as rp
 
+    from tempora_schema.outputs import check_output_dir
+
+    check_output_dir(out)  # an unwritable --out is refused before anything is swept
     t0 = time.perf_counter()
     inputs = _load(rp, source, from_click(options), out)
     swept = time.perf_counter() - t0

@@ -65,12 +65,16 @@ def _subplots(*args, figsize, **kwargs):
 
 def save(fig, out_dir: Path, name: str) -> list[Path]:
     """Write ``name``.png (dpi 150) and ``name``.pdf without timestamps (reproducible bytes)."""
+    from tempora_schema.outputs import to_bytes, write_file
+
     out_dir.mkdir(parents=True, exist_ok=True)
     png, pdf = out_dir / f"{name}.png", out_dir / f"{name}.pdf"
     # Layouts are fixed by tight_layout when the figure is built; bbox_inches="tight" would
-    # redraw every figure once more per file, doubling the report's plotting time.
-    fig.savefig(png, dpi=DPI, metadata={"Software": None})
-    fig.savefig(pdf, metadata={"CreationDate": None, "Producer": None, "Creator": None})
+    # redraw every figure once more per file, doubling the report's plotting time. Rendered in
+    # memory, written atomically (as every Tempora output).
+    write_file(png, to_bytes(lambda f: fig.savefig(f, format="png", dpi=DPI, metadata={"Software": None})))
+    write_file(pdf, to_bytes(lambda f: fig.savefig(f, format="pdf", metadata={"CreationDate": None, "Producer": None,
+                                                                             "Creator": None})))
     return [png, pdf]
 
 

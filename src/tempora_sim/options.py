@@ -27,10 +27,11 @@ ENGINES = ("numba", "python")
 
 
 def _opt(default: Any, help: str, flag: str | None = None, choices: Sequence[str] | None = None,
-         default_text: str | None = None) -> Any:
-    """A field with its command-line declaration (``flag=None``: Python API only)."""
+         default_text: str | None = None, int_range: tuple[int, int] | None = None) -> Any:
+    """A field with its command-line declaration (``flag=None``: Python API only); ``choices``
+    and ``int_range`` become click's Choice / IntRange, so --help shows them."""
     return field(default=default, metadata={"flag": flag, "help": help, "choices": choices,
-                                            "default_text": default_text})
+                                            "default_text": default_text, "int_range": int_range})
 
 
 def _fmt(values: Sequence[float], unit: str = "") -> str:
@@ -57,7 +58,8 @@ class SweepOptions:
     lambda_ms: str | float | None = _opt(
         None, "Use this λ for every group instead of mean + 6σ of its standard trace (ms, or with ms/s).",
         "--lambda-ms", default_text="from each group's standard trace")
-    queue: int = _opt(1, "Discrete queue capacity b (0 = drop arrivals while busy).", "--queue")
+    queue: int = _opt(1, "Discrete queue capacity b (0 = drop arrivals while busy).", "--queue",
+                      int_range=(0, INT32_MAX))
     sync: str = _opt("buffered", "strict: Alfarra et al.'s +2 synchronisation (pickup only at arrivals, no drain).",
                      "--sync", SYNC_MODES)
     skipped: str = _opt("null", "Score of a skipped batch: 0 (null prediction) or 1/C (random prediction).",
@@ -71,7 +73,7 @@ class SweepOptions:
                     "(mean on/off lengths in units of γ) or file:PATH (recorded timestamps); mean gap γ = λ/ρ.",
         "--arrivals")
     arrival_seeds: int = _opt(1, "Replay this many arrival seeds (SEED, SEED+1, …), pooled like episodes.",
-                              "--arrival-seeds")
+                              "--arrival-seeds", int_range=(1, 10_000))
     arrivals_absolute: bool = _opt(False, "With --arrivals file:PATH, use the recorded times as they are "
                                           "(no rescaling; ρ is then the recording's own load).", "--arrivals-absolute")
     engine: str = _opt("numba", "numba kernels, or the plain-Python reference (slow; for tests).", None, ENGINES)
@@ -172,11 +174,8 @@ def click_options(fn: Callable) -> Callable:
         elif meta["choices"]:
             option = click.option(meta["flag"], f.name, type=click.Choice(list(meta["choices"])), default=None,
                                   help=help_text)
-        elif f.name == "queue":
-            option = click.option(meta["flag"], f.name, type=click.IntRange(0, INT32_MAX), default=None,
-                                  help=help_text)
-        elif f.name == "arrival_seeds":
-            option = click.option(meta["flag"], f.name, type=click.IntRange(1, 10_000), default=None,
+        elif meta["int_range"]:
+            option = click.option(meta["flag"], f.name, type=click.IntRange(*meta["int_range"]), default=None,
                                   help=help_text)
         else:
             option = click.option(meta["flag"], f.name, default=None, help=help_text)

@@ -124,7 +124,7 @@ class Series:
 
 def build_series(traces: Sequence[Trace], lambdas: dict[GroupKey, float]) -> Series:
     a_parts, e_parts, l_parts, d_parts = [], [], [], []
-    trace_of, episodes, lengths, lam, skip, from_adapt, has_frozen = [], [], [], [], [], [], [], 
+    trace_of, episodes, lengths, lam, skip, from_adapt, has_frozen = [], [], [], [], [], [], [],
     ck_counts, ck_vals, row_counts, f_steps, f_suf_c, f_suf_n = [], [], [], [], [], []
     for t_idx, trace in enumerate(traces):
         adapt = trace.adapt

@@ -96,14 +96,11 @@ def load_inputs(sources: str | Path | Sequence[str | Path], sweep_options=None,
         from tempora_sim import sweep
     except ImportError:
         raise ReportError("this build of tempora_sim has no sweep; give sweep results (utility.parquet)") from None
-    traces = load_traces(items if len(items) > 1 else items[0])
     if out is not None:
-        dest = Path(out).resolve()
-        for item in items:
-            src = Path(item).resolve()
-            if src.is_dir() and (dest == src or src in dest.parents):
-                raise ReportError(f"--out {out} is inside the trace directory {item}; the report's own Parquet "
-                                  "files would be read as traces next time: write it elsewhere")
+        from tempora_sim.traces import check_out_outside
+
+        check_out_outside(items, out)
+    traces = load_traces(items if len(items) > 1 else items[0])
     utility = sweep(traces, sweep_options)
     rows = an.align_group_dtypes(an.trace_rows(traces.traces), utility)
     return ReportInputs(utility=utility, trace_rows=rows, source=", ".join(map(str, items)), from_traces=True)
@@ -512,7 +509,7 @@ def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
     """Plain-language findings for one group, each sentence generated from the tables."""
     g = lambda name: (lambda t: None if t is None else filter_group(t, group))(compute_table(name, inp))  # noqa: E731
     u = filter_group(inp.utility, group)
-    w, wc = g("winners"), g("win_counts")
+    w = g("winners")
     lines: list[str] = []
     episodes = an.episode_order(w.get_column("episode").unique().to_list())
     n_ep = len(episodes)
@@ -670,21 +667,36 @@ def build_report(inp: ReportInputs, out: str | Path, all_episodes: bool = False,
 
     The utility curves show one episode per corruption category (four by default),
     ``episodes`` to choose, ``all_episodes`` for every episode."""
+    from tempora_schema.outputs import check_output_dir, staged_dir
+
+    final = check_output_dir(out)
+    # Built in a staging folder and published whole (report.md last): a failure anywhere leaves
+    # the previous report, if any, exactly as it was.
+    with staged_dir(final, what="report", last=("report.md",)) as stage:
+        result = _build_report(inp, stage, all_episodes, episodes, figures)
+    moved = lambda p: final / p.relative_to(stage)  # noqa: E731
+    return ReportResult(moved(result.report), [moved(p) for p in result.tables], [moved(p) for p in result.figures],
+                        result.seconds)
+
+
+def _build_report(inp: ReportInputs, out: Path, all_episodes: bool, episodes: Sequence[str] | None,
+                  figures: bool) -> ReportResult:
     import time
 
+    from tempora_schema.outputs import to_bytes, write_file
+
     t0 = time.perf_counter()
-    out = Path(out)
     (out / "tables").mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
     if inp.from_traces:
-        inp.utility.write_parquet(out / RESULTS_FILE)
-        inp.trace_rows.write_parquet(out / TRACE_TIMES_FILE)
+        write_file(out / RESULTS_FILE, to_bytes(inp.utility.write_parquet))
+        write_file(out / TRACE_TIMES_FILE, to_bytes(inp.trace_rows.write_parquet))
     computed: dict[str, pl.DataFrame | None] = {name: compute_table(name, inp) for name in TABLES}
     table_paths = []
     for name, t in computed.items():
         if t is not None:
             p = out / "tables" / f"{name}.csv"
-            csv_frame(t).write_csv(p)
+            write_file(p, csv_frame(t).write_csv().encode("utf-8"))
             table_paths.append(p)
     seconds["tables"] = time.perf_counter() - t0
     groups = groups_of(inp.utility)
@@ -718,7 +730,7 @@ def build_report(inp: ReportInputs, out: str | Path, all_episodes: bool = False,
                 md += _table_markdown(name, computed[name], group, hx, why_missing(name, inp))
     seconds["figures+markdown"] = time.perf_counter() - t1
     report = out / "report.md"
-    report.write_text("\n".join(md).rstrip() + "\n", encoding="utf-8")
+    write_file(report, ("\n".join(md).rstrip() + "\n").encode("utf-8"))
     seconds["total"] = time.perf_counter() - t0
     return ReportResult(report, table_paths, fig_paths, seconds)
 

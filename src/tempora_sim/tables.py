@@ -53,6 +53,19 @@ def _groups(frame: pl.DataFrame) -> Iterable[tuple[str, pl.DataFrame]]:
         yield label, part
 
 
+#: A terminal table shows at most this many grid values (columns); larger grids are summarised.
+MAX_TABLE_COLUMNS = 12
+
+
+def shown_values(values: list) -> list:
+    """All values, or :data:`MAX_TABLE_COLUMNS` evenly spaced ones (first and last included), so a
+    grid of 100,000 values prints as fast as the paper's."""
+    if len(values) <= MAX_TABLE_COLUMNS:
+        return values
+    step = (len(values) - 1) / (MAX_TABLE_COLUMNS - 1)
+    return [values[round(i * step)] for i in range(MAX_TABLE_COLUMNS)]
+
+
 def utility_tables(group: pl.DataFrame, latency: dict[str, float]) -> list[Table]:
     """Tables 11–13 for one group's pooled rows: utility (%) per method × grid value."""
     tables = []
@@ -61,30 +74,36 @@ def utility_tables(group: pl.DataFrame, latency: dict[str, float]) -> list[Table
             part = group.filter(pl.col("protocol") == protocol)
             if part.height == 0:
                 continue
-            values = part["value"].unique(maintain_order=True).to_list()
+            all_values = part["value"].unique(maintain_order=True).to_list()
+            values = shown_values(all_values)
             param = part["param"][0]
+            caption = "* best per column (bold), underlined: second"
+            if len(values) < len(all_values):
+                caption += (f"; {len(values)} of {len(all_values):,} grid values shown, evenly spaced "
+                            "(every value is in --out or --format json)")
             table = Table(title=_TITLES[protocol], box=box.SIMPLE_HEAD, title_justify="left", min_width=60,
-                          caption="* best per column (bold), underlined: second", caption_justify="left")
+                          caption=caption, caption_justify="left")
             table.add_column("Method")
             for v in values:
                 table.add_column(value_label(param, v), justify="right")
-            grid = {}
-            for row in part.iter_rows(named=True):
-                grid[(row["method"], row["value"])] = row["utility"]
+            grid: dict[tuple[str, object], float | None] = {}
+            for row in part.select("method", "value", "utility").iter_rows():
+                grid[(row[0], _key(row[1]))] = row[2]
             ranks = {}
+            methods = _method_order(part, latency)
             for v in values:
-                col = [(u, m) for (m, vv), u in grid.items() if _same(vv, v) and u is not None]
+                col = [(grid.get((m, _key(v))), m) for m in methods]
+                col = [(u, m) for u, m in col if u is not None]
                 distinct = sorted({u for u, _ in col}, reverse=True)
                 for u, m in col:  # ties share the mark
                     if u == distinct[0]:
                         ranks[(m, _key(v))] = 1
                     elif len(distinct) > 1 and u == distinct[1]:
                         ranks[(m, _key(v))] = 2
-            for method in _method_order(part, latency):
+            for method in methods:
                 cells = [method]
                 for v in values:
-                    u = next((u for (m, vv), u in grid.items() if m == method and _same(vv, v)), None)
-                    text = _pct(u)
+                    text = _pct(grid.get((method, _key(v))))
                     rank = ranks.get((method, _key(v)))
                     if rank == 1:
                         text = f"[bold]{text}*[/bold]"

@@ -7,6 +7,8 @@ trace; a group may hold at most one trace per method.
 
 from __future__ import annotations
 
+import errno
+import math
 import os
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -25,7 +27,6 @@ from tempora_schema import (
     decode_metadata,
     validate_table,
 )
-
 from tempora_schema.provision import LAMBDA_SIGMAS, lambda_provision  # noqa: F401  (re-exported)
 
 from .errors import GroupError, SimError, TraceFileError
@@ -104,8 +105,28 @@ class TraceSet:
         return len(self.traces)
 
 
+def _is_hidden(path: Path, root: Path) -> bool:
+    """Staging folders and temporary files of an interrupted writer start with a dot."""
+    return any(part.startswith(".") for part in path.relative_to(root).parts)
+
+
+def _check_link(path: Path) -> None:
+    """A ``*.parquet`` entry that cannot be followed is refused by name, never skipped."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        target = os.readlink(path) if path.is_symlink() else "?"
+        raise TraceFileError(path, f"dangling symbolic link (its target {target} does not exist); "
+                                   "fix or remove the link") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise TraceFileError(path, "symbolic link loop; fix or remove the link") from None
+        raise TraceFileError(path, f"cannot read ({exc.strerror or exc})") from None
+
+
 def find_trace_files(source: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
-    """Expand files and directories (recursively, ``*.parquet``) into a sorted file list."""
+    """Expand files and directories (recursively, ``*.parquet``, hidden entries skipped) into a
+    sorted file list. A link among them that leads nowhere is an error, not a silent skip."""
     items = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not items:
         raise SimError("no trace paths given")
@@ -113,30 +134,84 @@ def find_trace_files(source: str | os.PathLike | Sequence[str | os.PathLike]) ->
     for item in items:
         path = Path(item)
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*.parquet") if p.is_file())
+            found = []
+            for p in sorted(path.rglob("*.parquet")):
+                if _is_hidden(p, path):
+                    continue
+                _check_link(p)
+                if p.is_file():
+                    found.append(p)
             if not found:
                 raise TraceFileError(path, "no *.parquet trace files found in this directory")
             files += found
         elif path.is_file():
             files.append(path)
         else:
+            if path.is_symlink():
+                _check_link(path)
             raise TraceFileError(path, "no such file or directory")
     return list(dict.fromkeys(files))
+
+
+def check_out_outside(sources: Iterable[str | os.PathLike], out: str | os.PathLike) -> None:
+    """An output folder inside a trace folder would be read as traces by the next sweep: refuse
+    it. The trace folder of a file argument is the folder holding it."""
+    try:
+        dest = Path(out).expanduser().resolve()
+    except (OSError, RuntimeError):
+        return  # an unusable --out is reported by the writer with its reason
+    for item in sources:
+        src = Path(item)
+        try:
+            folder = (src if src.is_dir() else src.parent).resolve()
+        except (OSError, RuntimeError):
+            continue
+        if dest == folder or folder in dest.parents:
+            raise SimError(f"--out {out} is inside the trace directory {folder}; its Parquet files would be read as "
+                           "traces next time: write it elsewhere")
+
+
+#: Integer metadata that must fit the simulator's int64 columns.
+_INT_FIELDS = ("batch_size", "seed", "num_classes", "warmup_batches")
+
+
+def _check_metadata_values(meta: dict, path: Path) -> None:
+    """Metadata values the sweep turns into columns must be in range, and nothing may be NaN/∞."""
+    for key in _INT_FIELDS:
+        value = meta.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value < 2**63:
+            raise TraceFileError(path, f"metadata '{key}' = {value} is outside 0..2^63-1")
+    stack = [meta]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise TraceFileError(path, "metadata holds NaN or Infinity (not valid JSON for strict readers)")
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
 
 
 def read_trace(path: str | os.PathLike) -> Trace:
     """Read and validate one trace file; any problem becomes a one-line TraceFileError."""
     path = Path(path)
     try:
-        table = pq.read_table(path, use_threads=False)  # per-file thread pools cost more than they save here
+        try:
+            table = pq.read_table(path, use_threads=False)  # per-file thread pools cost more than they save here
+        except UnicodeEncodeError:  # a file name that is not UTF-8: read through an open file
+            with open(path, "rb") as fh:
+                table = pq.read_table(fh, use_threads=False)
     except (pa.ArrowException, OSError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TraceFileError(path, f"not a readable Parquet file ({first})") from None
     try:
         meta = decode_metadata(table.schema, path)
+        _check_metadata_values(meta, path)
         validate_table(table, meta, path)
     except TraceSchemaError as exc:
         raise TraceFileError.from_schema_error(exc) from None
+    except RecursionError:
+        raise TraceFileError(path, "metadata is nested too deeply to be a Tempora trace") from None
     return Trace(path=path, meta=meta, rows=pl.from_arrow(table))
 
 

@@ -13,15 +13,26 @@ several subcommands are declared once in :data:`RUN_OPTIONS` / :func:`run_option
 
 from __future__ import annotations
 
+import os as _os
+import signal as _signal
 import sys
 
-from tempora_schema.command import guard_startup_interrupt, is_tool_process
 
-if is_tool_process(__name__, "tempora-trace"):
-    guard_startup_interrupt("tempora-trace")  # before torch is imported (seconds)
+def _interrupted_at_start_up(signum, frame):  # noqa: ARG001 - signal handler signature
+    _os.write(2, b"tempora-trace: interrupted\n")
+    _os._exit(130)
+
+
+# Ctrl-C while the heavy modules import (seconds) is one line, not a KeyboardInterrupt traceback.
+# Only in the tool's own process (script or `python -m`), never when a library imports this
+# module; OneLineGroup.run restores Python's handler once the command starts. Nothing but the
+# standard library may be imported before this line.
+if __name__ == "__main__" or _os.path.basename(sys.argv[0] if sys.argv else "") == "tempora-trace":
+    _signal.signal(_signal.SIGINT, _interrupted_at_start_up)
 
 import json  # noqa: E402
 import math  # noqa: E402
+import os  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, Callable, Sequence  # noqa: E402
 
@@ -40,7 +51,14 @@ from tempora_schema.command import (  # noqa: E402
 from tempora_schema.errors import OptionError  # noqa: E402
 
 from . import __version__  # noqa: E402
-from .config import DEFAULT_BATCH_SIZE, DEFAULT_FROZEN_SAMPLE, DEFAULT_SEED, DEFAULT_SEVERITY, TraceConfig  # noqa: E402
+from .config import (  # noqa: E402
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_FROZEN_SAMPLE,
+    DEFAULT_SEED,
+    DEFAULT_SEVERITY,
+    WARMUP_BATCHES,
+    TraceConfig,
+)
 from .errors import ConfigError  # noqa: E402
 
 PROG = "tempora-trace"
@@ -133,6 +151,9 @@ RUN_OPTIONS: list[Callable] = [
          help="demo, cifar10-c, cifar100-c, imagenet-c, imagenet-r, imagenet-a or imagenet-v2 (see `tempora-trace list`)."),
     _opt("--model", default=None, help="Model name [default: the dataset's model: demo-resnet, cifar-resnet18, resnet50]."),
     _opt("--weights", default=None, help="Weight file (state_dict), or 'random' for an untrained model (timing only)."),
+    _opt("--offline", is_flag=True,
+         help="Never download weights: a missing file is an error naming where to put it "
+              "(also TEMPORA_OFFLINE=1 or HF_HUB_OFFLINE=1)."),
     _opt("--data-root", default=None, help="Dataset folder [default: $TEMPORA_DATA/<dataset folder>]."),
     _opt("--device", default="cpu", help="cpu, cuda or cuda:N."),
     _opt("--out", default=None, type=click.Path(path_type=str),
@@ -150,6 +171,9 @@ RUN_OPTIONS: list[Callable] = [
     _opt("--workers", type=click.IntRange(0, 1024), default=None,
          help="Loader threads [default: 0 on CPU, min(8, cores) on CUDA]."),
     _opt("--threads", type=click.IntRange(1, 4096), default=None, help="Torch intra-op threads [default: torch's choice]."),
+    _opt("--warmup-batches", type=click.IntRange(0, 1000), default=WARMUP_BATCHES,
+         help="Untimed noise-perturbed copies of the first batch run before the clock starts, so lazy "
+              "initialisation never lands in a timed row (0: none)."),
     _opt("--resume", is_flag=True, help="Continue an interrupted run after its last complete episode."),
     _opt("--force", is_flag=True, help="Overwrite an existing trace or discard an interrupted run."),
     _opt("--quiet", is_flag=True, help="No progress bars or episode summaries."),
@@ -200,10 +224,15 @@ def make_config(method: str, opts: dict[str, Any], **extra: Any) -> TraceConfig:
         data_root=opts["data_root"], device=opts["device"], out=opts["out"], name=opts["name"],
         domains=_domains(opts["domains"]), severity=opts["severity"], max_batches=opts["max_batches"],
         batch_size=opts["batch_size"], seed=opts["seed"], stream=opts["stream"], workers=opts["workers"],
-        resume=opts["resume"], force=opts["force"], quiet=opts["quiet"], **extra,
+        resume=opts["resume"], force=opts["force"], quiet=opts["quiet"], warmup_batches=opts["warmup_batches"], **extra,
     ).resolved()
     if opts["resume"] and opts["force"]:
         raise ConfigError("--resume and --force contradict each other; pass one")
+    from tempora_schema.outputs import check_output_dir
+
+    check_output_dir(cfg.out if cfg.out is not None else "traces")  # writable, before any work
+    if opts["offline"]:
+        os.environ["TEMPORA_OFFLINE"] = "1"  # read where weights are fetched (models.pretrained)
     if opts["threads"] is not None:
         import torch
 
@@ -214,7 +243,7 @@ def make_config(method: str, opts: dict[str, Any], **extra: Any) -> TraceConfig:
 def _common(opts: dict[str, Any]) -> dict[str, Any]:
     return {k: opts[k] for k in ("dataset", "model", "weights", "data_root", "device", "out", "name", "domains",
                                  "severity", "max_batches", "batch_size", "seed", "stream", "workers", "threads",
-                                 "resume", "force", "quiet")}
+                                 "resume", "force", "quiet", "offline", "warmup_batches")}
 
 
 # ------------------------------------------------------------------------ subcommands

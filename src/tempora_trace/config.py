@@ -7,10 +7,13 @@ and checks values, so the runner, the CLI and the resume check all see one canon
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tempora_schema.command import INT32_MAX, INT64_MAX
 
 from .errors import ConfigError
 
@@ -22,6 +25,19 @@ WARMUP_BATCHES = 5
 
 #: Fields that change the rows a run writes: a resumed run must match them exactly.
 _IDENTITY_EXCLUDE = {"resume", "force", "quiet", "workers", "out", "name"}
+
+
+def _check_finite(value: Any, option: str) -> None:
+    """NaN/∞ hyperparameters would collapse the model and write metadata strict JSON rejects."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ConfigError(f"{option}: {item} is not a finite number")
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
 
 
 @dataclass
@@ -72,19 +88,24 @@ class TraceConfig:
             cfg.domains = expand_domains(cfg.domains, spec.domains)
         if cfg.stream not in ("episodic", "continual"):
             raise ConfigError(f"--stream must be 'episodic' or 'continual', not '{cfg.stream}'")
-        if cfg.batch_size < 1:
-            raise ConfigError(f"--batch-size must be ≥ 1, not {cfg.batch_size}")
+        if not 1 <= cfg.batch_size <= INT32_MAX:
+            raise ConfigError(f"--batch-size must be in 1..{INT32_MAX}, not {cfg.batch_size}")
+        if not 0 <= cfg.seed <= INT64_MAX:
+            raise ConfigError(f"--seed must be in 0..{INT64_MAX}, not {cfg.seed}")
         if spec.has_severity and not 1 <= cfg.severity <= 5:
             raise ConfigError(f"--severity must be 1..5, not {cfg.severity}")
-        if cfg.max_batches is not None and cfg.max_batches < 1:
-            raise ConfigError(f"--max-batches must be ≥ 1, not {cfg.max_batches}")
+        if cfg.max_batches is not None and not 1 <= cfg.max_batches <= INT32_MAX:
+            raise ConfigError(f"--max-batches must be in 1..{INT32_MAX}, not {cfg.max_batches}")
         if cfg.frozen_sample is not None and cfg.frozen_sample < 1:
             raise ConfigError(f"--frozen-sample must be ≥ 1 or 'all', not {cfg.frozen_sample}")
-        if any(m < 0 for m in cfg.checkpoints):
-            raise ConfigError("--checkpoints must be non-negative step counts")
+        if any(not 0 <= m <= INT32_MAX for m in cfg.checkpoints):
+            raise ConfigError(f"--checkpoints must be step counts in 0..{INT32_MAX}")
+        _check_finite(cfg.method_params, "--param")
         if cfg.budgets_ms:
             if cfg.lambda_ms is None:
                 raise ConfigError("--budgets-ms needs --lambda-ms (λ, e.g. from `tempora-trace calibrate`)")
+            if not all(math.isfinite(b) for b in [*cfg.budgets_ms, cfg.lambda_ms]):
+                raise ConfigError("--budgets-ms and --lambda-ms must be finite")
             if any(b < 0 for b in cfg.budgets_ms) or cfg.lambda_ms <= 0:
                 raise ConfigError("--budgets-ms must be ≥ 0 and --lambda-ms > 0")
         if cfg.warmup_batches < 0:

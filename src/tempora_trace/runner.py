@@ -346,6 +346,7 @@ class TraceRun:
         finally:
             progress.close()
             self.fetch.close()
+            self.writer.close()  # releases the output lock, however the run ended
 
 
 def trace_run(config: TraceConfig, on_episode_end: Callable[[int, str], None] | None = None,

@@ -17,9 +17,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from ..norms import NORM_NAMES, compatible_models
 from .base import MethodContext, MethodError, TTAMethod, norm_kind
-
-NORM_NAMES = {"bn": "BatchNorm", "gn": "GroupNorm", "ln": "LayerNorm", None: "no normalisation layers"}
 
 
 def is_vit(context: MethodContext) -> bool:
@@ -37,14 +36,11 @@ def require_norm(method: type[TTAMethod] | TTAMethod, model: nn.Module) -> str:
     kind = norm_kind(model)
     if kind in method.compatible_norms:
         return kind  # type: ignore[return-value]
-    wanted = sorted(method.compatible_norms)
     raise MethodError(incompatibility_message(method, NORM_NAMES[kind]))
 
 
 def incompatibility_message(method: type[TTAMethod] | TTAMethod, found: str) -> str:
     """One line: what the method needs, what it got, and which built-in models fit."""
-    from ..models import compatible_models  # lazy: the model zoo is not needed to build a method
-
     wanted = " or ".join(NORM_NAMES[k] for k in sorted(method.compatible_norms))
     models = ", ".join(compatible_models(method.compatible_norms))
     return f"method '{method.name}' needs {wanted} layers but {found}; compatible built-in models: {models}"

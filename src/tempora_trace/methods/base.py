@@ -28,9 +28,10 @@ import torch.nn as nn
 
 from ..errors import TraceError
 
-#: Normalisation families a model can be built on; methods declare which they support.
-NORM_KINDS = ("bn", "gn", "ln")
-BN_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+# Normalisation families a model can be built on (methods declare which they support) live in
+# the leaf module ``norms``, shared with the model registry; norm_kind is re-exported here.
+from ..norms import BN_TYPES, NORM_KINDS, norm_kind  # noqa: F401
+
 NORM_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.GroupNorm, nn.LayerNorm)
 
 
@@ -168,22 +169,6 @@ class TTAMethod(ABC):
 
 
 # ---------------------------------------------------------------------- helpers
-def norm_kind(model: nn.Module) -> str | None:
-    """The normalisation family a model is built on (``bn`` > ``gn`` > ``ln``), or None."""
-    kinds = set()
-    for m in model.modules():
-        if isinstance(m, BN_TYPES):
-            kinds.add("bn")
-        elif isinstance(m, nn.GroupNorm):
-            kinds.add("gn")
-        elif isinstance(m, nn.LayerNorm):
-            kinds.add("ln")
-    for k in NORM_KINDS:
-        if k in kinds:
-            return k
-    return None
-
-
 def configure_batchnorm(model: nn.Module, source_stats: str = "discard", momentum: float = 0.1) -> list[nn.Module]:
     """Put every BatchNorm layer into train mode (batch statistics) with running-statistic
     tracking at ``momentum``; ``discard`` resets the source buffers first (docs/design.md §5).
