@@ -39,6 +39,8 @@ test: install
 bench: install
 	$(PY) bench/bench_sim.py
 	$(PY) bench/bench_trace.py
+	$(PY) bench/bench_stats.py
+	$(PY) bench/bench_arrivals.py
 
 # `make lint`: ruff's lint rules and the import contracts (pyproject.toml: the simulator never
 # imports torch, tracer and simulator meet only in tempora_schema, no import cycles), then
@@ -63,20 +65,22 @@ docs: $(if $(INSTALL),$(DOCS_STAMP))
 	@echo "documentation: site/index.html"
 
 # ------------------------------------------------------------------ demo (no download)
-# `make demo`: trace every method that fits each demo model on one corruption per category,
-# sweep all protocols and write the report. Trace files are Make targets, so an interrupted
-# demo resumes (`--resume` picks up the last complete episode) and finished traces are kept.
-DEMO_DOMAINS ?= gaussian_noise motion_blur fog contrast
+# `make demo`: trace every method that fits each demo model on three corruptions, sweep all
+# protocols and write the report. Traces are taken one at a time (`-j1` below, whatever -j the
+# caller gave): traces of one comparison group are compared with each other, so none may be
+# measured while another runs beside it. Trace files are Make targets, so an interrupted demo
+# resumes (`--resume` picks up the last complete episode) and finished traces are kept.
+# The workload (3 corruptions × 50 batches, one thread; docs/timing.md) fits ~10 minutes on 2 cores.
+DEMO_DOMAINS ?= gaussian_noise fog contrast
 DEMO_MODELS  ?= demo-resnet demo-resnet-gn
 # Empty: every method that fits each demo model (asked of the tracer). A list: just those.
 DEMO_METHODS ?=
 DEMO_DEVICE  ?= cpu
 DEMO_OUT     ?= $(RESULTS)/demo
 DEMO_TRACES  ?= $(DEMO_OUT)/traces
-# Two traces at a time, one core each, fit the demo into ~10 minutes on 2 cores; per-episode
-# summary lines stream as they finish (live bars need a terminal of their own: DEMO_JOBS=1).
-DEMO_JOBS    ?= 2
-DEMO_TRACE_OPTS ?= --frozen-sample 4 --threads 1
+# Traces of one comparison group are never taken concurrently: one trace at a time, whatever
+# -j the caller gives (two traces on two cores would time each other).
+DEMO_TRACE_OPTS ?= --max-batches 50 --frozen-sample 4 --threads 1
 # The committed set (`make demo-traces`): all methods, all 15 corruptions, severity 5.
 DEMO_SET            ?= $(TRACES)/demo
 DEMO_SET_DOMAINS    ?= all
@@ -92,11 +96,12 @@ demo_files = $(foreach model,$(DEMO_MODELS),\
     $(addprefix $(1)/$(model)/$(DEMO_DEVICE)/,$(addsuffix .parquet,$(or $(DEMO_METHODS),$(shell $(TRACE) list --methods-for $(model))))))
 
 demo: install
-	@$(MAKE) --no-print-directory -j$(DEMO_JOBS) --output-sync=line demo-run \
-	    DEMO_FILES='$(call demo_files,$(DEMO_TRACES))'
+	@$(MAKE) --no-print-directory -j1 demo-run \
+	    DEMO_FILES='$(call seed_files,$(call demo_files,$(DEMO_TRACES)))'
 
+# The committed set: all methods, all 15 corruptions, severity 5, one trace at a time.
 demo-traces: install
-	@$(MAKE) --no-print-directory -j$(DEMO_JOBS) --output-sync=line demo-trace-files \
+	@$(MAKE) --no-print-directory -j1 demo-trace-files \
 	    DEMO_TRACES='$(DEMO_SET)' DEMO_DOMAINS='$(DEMO_SET_DOMAINS)' DEMO_TRACE_OPTS='$(DEMO_SET_TRACE_OPTS)' \
 	    DEMO_FILES='$(call demo_files,$(DEMO_SET))'
 
@@ -114,6 +119,22 @@ $(DEMO_TRACES)/%.parquet:
 
 demo-models: install
 	$(PY) -m tempora_trace.models.train_demo --out $(DEMO_MODELS_OUT) $(DEMO_MODELS_OPTS)
+
+# ------------------------------------------------------------------ seeds
+# `make demo SEEDS="2025 2026 2027"`: every demo trace once per seed, named <method>-seed<S>.parquet
+# beside each other; the simulator pools the seeds of a group like its episodes (per-seed rows
+# stay in utility.parquet) and the report says how stable the winners are across seeds.
+# Without SEEDS: one trace per method at the tracer's default seed, named <method>.parquet.
+SEEDS ?=
+seed_files = $(if $(strip $(SEEDS)),$(foreach s,$(SEEDS),$(patsubst %.parquet,%-seed$(s).parquet,$(1))),$(1))
+
+define demo_seed_rule
+$$(DEMO_TRACES)/%-seed$(1).parquet:
+	$$(TRACE) --dataset demo --model $$(firstword $$(subst /, ,$$*)) --method $$(notdir $$*) --seed $(1) \
+	    --name $$(notdir $$*)-seed$(1) --device $$(DEMO_DEVICE) --domains $$(DEMO_DOMAINS) --out $$(@D) $$(DEMO_TRACE_OPTS) \
+	    $$(if $$(wildcard $$(@D)/$$(notdir $$*)-seed$(1).partial),--resume)
+endef
+$(foreach s,$(SEEDS),$(eval $(call demo_seed_rule,$(s))))
 
 # ------------------------------------------------------------------ paper reproduction
 # `make paper DATA=/path/to/ImageNet-C [WEIGHTS=resnet50-0676ba61.pth] DEVICE=cuda`

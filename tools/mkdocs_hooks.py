@@ -76,9 +76,16 @@ def methods_table() -> str:
     for cls in methods:
         row = [f"[`{cls.name}`](#{anchor(cls.name)})", cls.family, _cell(cls.updates), _cell(cls.overhead),
                _norms(cls), _models(cls), _cell(cls.paper)]
-        row += [_cell(getattr(cls, attr, "") or "–") for attr, _ in extra]
+        row += [_optional_cell(cls, attr) for attr, _ in extra]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
+
+
+def _optional_cell(cls: type, attr: str) -> str:
+    value = getattr(cls, attr, "")
+    if attr == "departures":  # declared as data; the full table is on the method-parity page
+        return f"[{len(value)}](methods-parity.md#parity-{cls.name})" if value else "–"
+    return _cell(value or "–")
 
 
 def anchor(name: str) -> str:

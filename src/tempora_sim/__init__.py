@@ -1,4 +1,4 @@
-"""tempora_sim: replay schema-v1 traces under any ρ / T / B grid. Never imports torch.
+"""tempora_sim: replay schema-v2 (and v1) traces under any ρ / T / B grid. Never imports torch.
 
 ``tempora_sim.sweep(...)`` is the notebook API (defined in :mod:`tempora_sim.replay`). It is
 imported on first use, so the command line starts (and answers ``--help``) without loading

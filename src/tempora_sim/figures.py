@@ -83,6 +83,12 @@ def _wrap(title: str, width: int = 80) -> str:
     return "\n".join(textwrap.wrap(title, width=width, break_long_words=False))
 
 
+def _pale(hex_colour: str, keep: float = 0.35) -> tuple[float, float, float]:
+    """The colour mixed with white (``keep`` of the colour): uncertain cells."""
+    r, g, b = to_rgb(hex_colour)
+    return (1 - keep + keep * r, 1 - keep + keep * g, 1 - keep + keep * b)
+
+
 def _text_colour(hex_colour: str) -> str:
     r, g, b = to_rgb(hex_colour)
     return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.55 else "white"
@@ -91,8 +97,10 @@ def _text_colour(hex_colour: str) -> str:
 # ----------------------------------------------------------------------------- winners grid
 def winners_grid(winners: pl.DataFrame, counts: pl.DataFrame, title: str = ""):
     """Episodes × scenarios, each cell coloured by its winner (paper Figure 1 / Table 15).
-    Tied cells are white, hatched and labelled 'tie'. ``winners`` and ``counts`` are one group's
-    :func:`analyses.winners` and :func:`analyses.win_counts`."""
+    Tied cells are white, hatched and labelled 'tie'; uncertain wins (``certain`` is False:
+    the lead's paired bootstrap interval contains 0) are pale, dotted and end in '?'.
+    ``winners`` and ``counts`` are one group's :func:`analyses.winners` and
+    :func:`analyses.win_counts`."""
     scen = winners.select("scenario", "scenario_order", "protocol").unique().sort("scenario_order")
     scenarios = scen.get_column("scenario").to_list()
     protocols = scen.get_column("protocol").to_list()
@@ -109,6 +117,12 @@ def winners_grid(winners: pl.DataFrame, counts: pl.DataFrame, title: str = ""):
             if r["n_winners"] > 1:
                 ax.add_patch(Rectangle((j, i), 1, 1, facecolor=TIE_COLOUR, edgecolor="#999999", hatch="///", lw=0.5))
                 ax.text(j + 0.5, i + 0.5, "tie", ha="center", va="center", fontsize=6.5)
+            elif r.get("certain") is False:
+                # uncertain win: the method's colour washed out, dotted, and a '?' after the name
+                col = _pale(method_colour(r["winner"]))
+                ax.add_patch(Rectangle((j, i), 1, 1, facecolor=col, edgecolor="#777777", hatch="....", lw=0.3))
+                ax.text(j + 0.5, i + 0.5, method_label(r["winner"], 7) + "?", ha="center", va="center", fontsize=6.5,
+                        color="black", style="italic")
             else:
                 col = method_colour(r["winner"])
                 ax.add_patch(Rectangle((j, i), 1, 1, facecolor=col, edgecolor="white", lw=1))
@@ -134,8 +148,16 @@ def winners_grid(winners: pl.DataFrame, counts: pl.DataFrame, title: str = ""):
     for s in ax.spines.values():
         s.set_visible(False)
     winners_with_counts = counts.filter(pl.col("wins") > 0)
-    handles = [Patch(facecolor=method_colour(m), label=f"{m} ({w})")
-               for m, w in winners_with_counts.select("method", "wins").iter_rows()]
+    assessed = "certain" in counts.columns and counts.get_column("certain").is_not_null().any()
+    if assessed:
+        handles = [Patch(facecolor=method_colour(m), label=f"{m} ({w}: {c} certain)")
+                   for m, w, c in winners_with_counts.select("method", "wins", "certain").iter_rows()]
+    else:
+        handles = [Patch(facecolor=method_colour(m), label=f"{m} ({w})")
+                   for m, w in winners_with_counts.select("method", "wins").iter_rows()]
+    if "certain" in winners.columns and winners.filter(pl.col("certain").eq(False) & (pl.col("n_winners") == 1)).height:
+        handles.append(Patch(facecolor=_pale("#777777"), edgecolor="#777777", hatch="....",
+                             label="uncertain (pale, '?'):\nlead's interval contains 0"))
     if winners.filter(pl.col("n_winners") > 1).height:
         handles.append(Patch(facecolor=TIE_COLOUR, edgecolor="#999999", hatch="///", label="tie"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False,

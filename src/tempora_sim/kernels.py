@@ -17,35 +17,9 @@ With capacity 0 a batch is only taken if it arrives when the pipeline is free.
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
-
-
-def _import_numba_without_scipy_blas():
-    """Import numba without its start-up probe of SciPy's BLAS (~0.3 s of a 1.6 s CLI run).
-
-    ``numba.np.arraymath`` imports ``scipy.linalg.cython_blas`` at import time only to learn
-    whether ``np.dot`` & co. can be compiled. These kernels use no linear algebra, so unless
-    SciPy is already loaded, the probe is answered "absent" and the blocker removed again:
-    a later ``import scipy.linalg`` works normally; only numba-compiled ``np.dot`` in this
-    process would be unavailable (nothing in Tempora compiles one).
-    """
-    probe = "scipy.linalg.cython_blas"
-    if "scipy" in sys.modules or probe in sys.modules:
-        import numba.np.arraymath  # noqa: F401
-        return
-    sys.modules[probe] = None  # makes `import scipy.linalg.cython_blas` fail fast
-    try:
-        import numba.np.arraymath  # noqa: F401
-    finally:
-        if sys.modules.get(probe, 0) is None:
-            del sys.modules[probe]
-
-
-_import_numba_without_scipy_blas()
-
-from numba import njit, prange  # noqa: E402
+from numba import njit, prange
 
 #: Below this many per-batch operations a kernel call runs on one thread: waking a thread
 #: pool costs more than it saves (tens of ms on a loaded 2-core machine, where OpenMP
@@ -444,33 +418,35 @@ def discrete_general_one(a, e, delta, t, queue, strict, skip_mode, skip_value, l
 @njit(cache=True, parallel=True)
 def discrete_general_kernel(a, e, delta, u, scale, offsets, lam, queue, strict, skip_mode, skip_value, h,
                             n_adapt, f_delta, f_acc):
-    """All series for one arrival realisation and one budget.
+    """All series × K cells for one arrival realisation.
 
-    ``u`` holds unit-mean-gap arrival times flattened like ``a``; series ``s`` replays
-    ``u · scale[s]`` (scale = γ, or 1 for absolute times), so one realisation serves every ρ.
-
-    ``h[s, k]`` are the patience margins ``T_k − λ`` of series ``s`` (zero columns: no decay);
-    ``n_adapt``/``f_delta``/``f_acc`` per series configure the budget freeze. Returns
-    (served[S], served_sum[S], score_sum[S], ak_sum[S, K], frozen_served[S]).
+    ``u`` holds unit-mean-gap arrival times flattened like ``a``; cell ``(s, k)`` replays
+    ``u · scale[s, k]`` (scale = γ, or 1 for absolute times), so one realisation serves every
+    ρ. ``h[s]`` are the patience margins ``T − λ`` of series ``s`` (no columns: no decay);
+    ``n_adapt``/``f_delta``/``f_acc`` [S, K] configure the budget freeze. Returns
+    (served, served_sum, score_sum, frozen_served) [S, K] and ak_sum [S, K, H].
     """
     n_series = offsets.shape[0] - 1
+    n_cells = scale.shape[1]
     nh = h.shape[1]
-    served = np.zeros(n_series, np.int64)
-    served_sum = np.zeros(n_series)
-    score_sum = np.zeros(n_series)
-    ak = np.zeros((n_series, nh))
-    frozen = np.zeros(n_series, np.int64)
-    for s in prange(n_series):
+    served = np.zeros((n_series, n_cells), np.int64)
+    served_sum = np.zeros((n_series, n_cells))
+    score_sum = np.zeros((n_series, n_cells))
+    ak = np.zeros((n_series, n_cells, nh))
+    frozen = np.zeros((n_series, n_cells), np.int64)
+    for task in prange(n_series * n_cells):
+        s = task // n_cells
+        k = task % n_cells
         lo = offsets[s]
         hi = offsets[s + 1]
         if hi <= lo:
             continue
         cnt, ssum, skip, fz = discrete_general_one(
-            a[lo:hi], e[lo:hi], delta[lo:hi], u[lo:hi] * scale[s], queue, strict, skip_mode, skip_value[s], lam[s],
-            h[s], n_adapt[s], f_delta[s], f_acc[s], ak[s],
+            a[lo:hi], e[lo:hi], delta[lo:hi], u[lo:hi] * scale[s, k], queue, strict, skip_mode, skip_value[s],
+            lam[s], h[s], n_adapt[s, k], f_delta[s, k], f_acc[s, k], ak[s, k],
         )
-        served[s] = cnt
-        served_sum[s] = ssum
-        score_sum[s] = ssum + skip
-        frozen[s] = fz
+        served[s, k] = cnt
+        served_sum[s, k] = ssum
+        score_sum[s, k] = ssum + skip
+        frozen[s, k] = fz
     return served, served_sum, score_sum, ak, frozen

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from tempora_schema.command import INT32_MAX
+from tempora_schema.provision import LAMBDA_RULES
 
 from . import grids
 from .errors import GridError
@@ -58,6 +59,9 @@ class SweepOptions:
     lambda_ms: str | float | None = _opt(
         None, "Use this λ for every group instead of mean + 6σ of its standard trace (ms, or with ms/s).",
         "--lambda-ms", default_text="from each group's standard trace")
+    lambda_rule: str = _opt(
+        "paper", "λ from the standard trace's δ: paper = mean + 6σ, robust = median + 6·1.4826·MAD "
+                 "(docs/trace-schema.md); recorded in every row.", "--lambda-rule", LAMBDA_RULES)
     queue: int = _opt(1, "Discrete queue capacity b (0 = drop arrivals while busy).", "--queue",
                       int_range=(0, INT32_MAX))
     sync: str = _opt("buffered", "strict: Alfarra et al.'s +2 synchronisation (pickup only at arrivals, no drain).",
@@ -102,6 +106,7 @@ class SweepOptions:
         if not 0 <= queue <= INT32_MAX:
             raise GridError(f"--queue: capacity must be an integer in 0..{INT32_MAX} (got {queue})")
         for name, value, allowed in (("budget-rule", self.budget_rule, BUDGET_RULES),
+                                     ("lambda-rule", self.lambda_rule, LAMBDA_RULES),
                                      ("skipped", self.skipped, SKIPPED_MODES),
                                      ("sync", self.sync, SYNC_MODES), ("engine", self.engine, ENGINES)):
             if value not in allowed:
@@ -128,7 +133,7 @@ class SweepOptions:
             rho=grids.parse_rho(self.rho) if self.rho is not None else grids.DEFAULT_RHO,
             T_ms=grids.parse_T(self.T_ms) if self.T_ms is not None else grids.DEFAULT_T_MS,
             B_ms=grids.parse_B(self.B_ms) if self.B_ms is not None else grids.DEFAULT_B_MS,
-            explicit_T=self.T_ms is not None, lambda_ms=lam, queue=queue, sync=self.sync, skipped=self.skipped,
+            explicit_T=self.T_ms is not None, lambda_ms=lam, lambda_rule=self.lambda_rule, queue=queue, sync=self.sync, skipped=self.skipped,
             fallback=bool(self.fallback), budget_rule=self.budget_rule, engine=self.engine,
             arrivals=spec, arrival_seeds=seeds, arrivals_absolute=bool(self.arrivals_absolute),
         )
@@ -144,6 +149,7 @@ class ResolvedOptions:
     B_ms: tuple[float, ...]
     explicit_T: bool
     lambda_ms: float | None
+    lambda_rule: str
     queue: int
     sync: str
     skipped: str

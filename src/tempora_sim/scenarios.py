@@ -69,33 +69,37 @@ def frozen_latency(series, amortised: dict) -> np.ndarray:
     return out
 
 
-def _one(series, u, scale, opts, h, n_adapt, f_delta, f_acc, engine):
-    """Replay every series once: (served, served_sum, score_sum, ak[S, K], frozen_served)."""
+def _replay(series, u, scale, opts, h, n_adapt, f_delta, f_acc, engine):
+    """Every series × cell once: (served, served_sum, score_sum, ak[S, K, H], frozen_served)."""
     from . import kernels as K
 
     mode = K.SKIP_FALLBACK if opts["fallback"] else (K.SKIP_RANDOM if opts["skipped"] == "random" else K.SKIP_NULL)
     strict = opts["sync"] == "strict"
     if engine == "numba":
+        K.use_threads(int(series.a.shape[0]) * scale.shape[1] * max(1, h.shape[1]))
         return K.discrete_general_kernel(
             series.a, series.e, series.delta, u, scale, series.offsets, series.lam, int(opts["queue"]), strict, mode,
             series.skip_value, h, n_adapt, f_delta, f_acc,
         )
     from .reference import discrete_reference
 
-    S = len(series.episode)
-    served = np.zeros(S, np.int64); ssum = np.zeros(S); score = np.zeros(S)
-    ak = np.zeros((S, h.shape[1])); frozen = np.zeros(S, np.int64)
+    S, C = scale.shape
+    served = np.zeros((S, C), np.int64); ssum = np.zeros((S, C)); score = np.zeros((S, C))
+    ak = np.zeros((S, C, h.shape[1])); frozen = np.zeros((S, C), np.int64)
     for s in range(S):
         sl = slice(series.offsets[s], series.offsets[s + 1])
         lam = float(series.lam[s])
-        res = discrete_reference(
-            series.a[sl].tolist(), series.delta[sl].tolist(), None, opts["queue"], opts["sync"], opts["skipped"],
-            int(round(1.0 / series.skip_value[s])), opts["fallback"], arrivals=(u[sl] * scale[s]).tolist(),
-            e=series.e[sl].tolist(), lam=lam, T=[lam + x for x in h[s]], n_adapt=int(n_adapt[s]),
-            f_delta=float(f_delta[s]), f_acc=float(f_acc[s]),
-        )
-        served[s], ssum[s], score[s], frozen[s] = res.served, res.served_sum, res.score_sum, res.frozen_served
-        ak[s] = res.ak_sums
+        for c in range(C):
+            res = discrete_reference(
+                series.a[sl].tolist(), series.delta[sl].tolist(), None, opts["queue"], opts["sync"],
+                opts["skipped"], int(round(1.0 / series.skip_value[s])), opts["fallback"],
+                arrivals=(u[sl] * scale[s, c]).tolist(), e=series.e[sl].tolist(), lam=lam,
+                T=[lam + x for x in h[s]], n_adapt=int(n_adapt[s, c]), f_delta=float(f_delta[s, c]),
+                f_acc=float(f_acc[s, c]),
+            )
+            served[s, c], ssum[s, c], score[s, c], frozen[s, c] = (res.served, res.served_sum, res.score_sum,
+                                                                     res.frozen_served)
+            ak[s, c] = res.ak_sums
     return served, ssum, score, ak, frozen
 
 
@@ -112,61 +116,49 @@ def replay_scenarios(series, protos, rho_v, T_v, B_v, opts, spec: ArrivalSpec, s
     units = unit_arrivals(series, spec, seeds, absolute)
     if absolute:
         rho_v = (float("nan"),)
-    full = series.n.astype(np.int64)
-    no_h = np.zeros((S, 0))
-    nan_s = np.full(S, np.nan)
+    rho_a = np.asarray(rho_v, np.float64)
+    gamma = np.ones((S, len(rho_a))) if absolute else series.lam[:, None] / rho_a[None, :]
     out = {}
 
-    def scales(rho):
-        return np.ones(S) if absolute else series.lam / rho
+    def run(scale, h, n_adapt, f_delta, f_acc):
+        """Stack the seeds' results into rows s·ns + k."""
+        parts = [_replay(series, u, scale, opts, h, n_adapt, f_delta, f_acc, engine) for u in units]
+        return [np.stack(p, axis=1).reshape((S * ns,) + p[0].shape[1:]) for p in zip(*parts)]
 
-    def collect(cells, run):
-        served = np.zeros((S * ns, cells), np.int64)
-        ssum = np.zeros((S * ns, cells)); score = np.zeros((S * ns, cells))
-        ak = np.zeros((S * ns, cells)); frozen = np.zeros((S * ns, cells), np.int64)
-        for k, u in enumerate(units):
-            rows = np.arange(S) * ns + k
-            run(u, rows, served, ssum, score, ak, frozen)
-        return {"served": served, "served_sum": ssum, "score_sum": score, "ak_sum": ak, "frozen_served": frozen}
+    def unlimited(cells):
+        return np.repeat(series.n.astype(np.int64)[:, None], cells, axis=1), np.full((S, cells), np.nan)
 
     if "discrete" in protos and not spec.periodic:
-        def run(u, rows, served, ssum, score, ak, frozen):
-            for i, rho in enumerate(rho_v):
-                r = _one(series, u, scales(rho), opts, no_h, full, nan_s, nan_s, engine)
-                served[rows, i], ssum[rows, i], score[rows, i] = r[0], r[1], r[2]
-        out["discrete"] = collect(len(rho_v), run) | {"values": rho_v, "values2": None}
+        n_adapt, nan = unlimited(len(rho_a))
+        served, ssum, score, _, _ = run(gamma, np.zeros((S, 0)), n_adapt, nan, nan)
+        out["discrete"] = {"served": served, "served_sum": ssum, "score_sum": score, "values": tuple(rho_v),
+                           "values2": None}
 
     if "discrete-continuous" in protos:
         h = np.asarray(T_v, np.float64)[None, :] - series.lam[:, None]
+        h = np.where(h > 0, h, 1.0)  # cells with T <= λ are dropped from the output
+        n_adapt, nan = unlimited(len(rho_a))
+        served, ssum, score, ak, _ = run(gamma, h, n_adapt, nan, nan)
         nT = len(T_v)
-        h_safe = np.where(h > 0, h, 1.0)  # cells with T <= λ are dropped from the output
-
-        def run(u, rows, served, ssum, score, ak, frozen):
-            for i, rho in enumerate(rho_v):
-                r = _one(series, u, scales(rho), opts, h_safe, full, nan_s, nan_s, engine)
-                cols = slice(i * nT, (i + 1) * nT)
-                served[rows, cols] = r[0][:, None]
-                ssum[rows, cols] = r[1][:, None]
-                score[rows, cols] = (r[2] - r[1])[:, None] + r[3]  # skipped scores + Σ a·κ
-                ak[rows, cols] = r[3]
-        out["discrete-continuous"] = collect(len(rho_v) * nT, run) | {
+        # cells flattened ρ-major: (ρ_i, T_k) -> i·nT + k
+        out["discrete-continuous"] = {
+            "served": np.repeat(served, nT, axis=1), "served_sum": np.repeat(ssum, nT, axis=1),
+            "score_sum": np.repeat(score - ssum, nT, axis=1) + ak.reshape(S * ns, -1),
+            "ak_sum": ak.reshape(S * ns, -1),
             "values": tuple(r for r in rho_v for _ in T_v), "values2": tuple(t for _ in rho_v for t in T_v)}
 
     if "discrete-amortised" in protos:
         m, facc = amortised["m"], amortised["frozen_acc"]
         fdelta = frozen_latency(series, amortised)
         nB = len(B_v)
-
-        def run(u, rows, served, ssum, score, ak, frozen):
-            for i, rho in enumerate(rho_v):
-                for b in range(nB):
-                    r = _one(series, u, scales(rho), opts, no_h, m[:, b].astype(np.int64), fdelta[:, b],
-                             facc[:, b], engine)
-                    c = i * nB + b
-                    served[rows, c], ssum[rows, c], score[rows, c], frozen[rows, c] = r[0], r[1], r[2], r[4]
-        out["discrete-amortised"] = collect(len(rho_v) * nB, run) | {
+        scale = np.repeat(gamma, nB, axis=1)  # (ρ_i, B_b) -> i·nB + b
+        tile = (1, len(rho_a))
+        served, ssum, score, _, frozen = run(scale, np.zeros((S, 0)), np.tile(m.astype(np.int64), tile),
+                                             np.tile(fdelta, tile), np.tile(facc, tile))
+        out["discrete-amortised"] = {
+            "served": served, "served_sum": ssum, "score_sum": score, "frozen_served": frozen,
             "values": tuple(r for r in rho_v for _ in B_v), "values2": tuple(b for _ in rho_v for b in B_v),
-            "frozen_acc": np.repeat(np.tile(facc, (1, len(rho_v))), ns, axis=0)}
+            "frozen_acc": np.repeat(np.tile(facc, tile), ns, axis=0)}
     return out
 
 

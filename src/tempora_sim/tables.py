@@ -16,7 +16,9 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from . import analyses as an
 from .replay import ALL_EPISODES, SweepResult
+from .stats import BootstrapOptions
 
 _TITLES = {
     "offline": "Offline utility (%): mean accuracy, no time pressure",
@@ -47,10 +49,14 @@ def _method_order(frame: pl.DataFrame, latency: dict) -> list[str]:
 
 
 def _groups(frame: pl.DataFrame) -> Iterable[tuple[str, pl.DataFrame]]:
-    keys = ["dataset", "model", "device", "batch_size", "seed", "stream"]
+    """Comparison groups of the seed-pooled rows (seeds are replicates, not groups), named by
+    the group's label (tempora_schema.GroupKey.label without the seed) and the seeds pooled."""
+    keys = an.group_columns(frame)
     for key, part in frame.group_by(keys, maintain_order=True):
-        label = f"{key[0]} · {key[1]} · {key[2]} · bs {key[3]} · seed {key[4]} · {key[5]}"
-        yield label, part
+        seeds = ", ".join(sorted(set(", ".join(part.get_column(an.SEEDS).to_list()).split(", ")))) \
+            if an.SEEDS in part.columns else "?"
+        name = part["group"][0] if "group" in part.columns else " · ".join(str(k) for k in key)
+        yield f"{name} · seed{'s' if ',' in seeds else ''} {seeds}", part
 
 
 #: A terminal table shows at most this many grid values (columns); larger grids are summarised.
@@ -66,8 +72,28 @@ def shown_values(values: list) -> list:
     return [values[round(i * step)] for i in range(MAX_TABLE_COLUMNS)]
 
 
-def utility_tables(group: pl.DataFrame, latency: dict[str, float]) -> list[Table]:
-    """Tables 11–13 for one group's pooled rows: utility (%) per method × grid value."""
+def _latency_of(latency: dict[str, dict[str, float]], group: pl.DataFrame) -> dict[str, float]:
+    """Mean δ per method over the seeds of this group (the sweep keys latency per seed)."""
+    r = group.row(0, named=True)
+    head = f"{r['dataset']} · {r['model']} · {r['device']} · bs {r['batch_size']} · seed "
+    merged: dict[str, list[float]] = {}
+    for label, per in latency.items():
+        if label.startswith(head) and label.endswith(f" · {r['stream']}"):
+            for m, d in per.items():
+                merged.setdefault(m, []).append(d)
+    return {m: sum(v) / len(v) for m, v in merged.items()}
+
+
+def utility_tables(group: pl.DataFrame, latency: dict[str, float], intervals=None,
+                   certain: dict | None = None) -> list[Table]:
+    """Tables 11–13 for one group's pooled rows: utility (%) per method × grid value, '?' after
+    the best value when its lead over the runner-up is uncertain (``certain``: value → bool),
+    and the typical and widest half-width of the bootstrap intervals in the caption."""
+    certain = certain or {}
+    ci = {}
+    if intervals is not None:
+        for r in an.attach_intervals(group, intervals).iter_rows(named=True):
+            ci[(r["method"], r["protocol"], _key(r["value"]))] = r
     tables = []
     if True:
         for protocol in ("offline", "discrete", "continuous", "amortised"):
@@ -77,7 +103,12 @@ def utility_tables(group: pl.DataFrame, latency: dict[str, float]) -> list[Table
             all_values = part["value"].unique(maintain_order=True).to_list()
             values = shown_values(all_values)
             param = part["param"][0]
-            caption = "* best per column (bold), underlined: second"
+            widths = [(r["hi"] - r["lo"]) * 50 for (m, p, _), r in ci.items()
+                      if p == protocol and r.get("lo") is not None and r.get("hi") is not None]
+            spread = (f"; intervals over episodes: ±{sorted(widths)[len(widths) // 2]:.1f} pp typical, "
+                      f"±{max(widths):.1f} widest (`tempora-sim report` has each)") if widths else ""
+            caption = ("* best per column (bold), underlined: second; ? the best's lead over the runner-up is "
+                       "uncertain (its paired bootstrap interval contains 0)" + spread)
             if len(values) < len(all_values):
                 caption += (f"; {len(values)} of {len(all_values):,} grid values shown, evenly spaced "
                             "(every value is in --out or --format json)")
@@ -106,7 +137,8 @@ def utility_tables(group: pl.DataFrame, latency: dict[str, float]) -> list[Table
                     text = _pct(grid.get((method, _key(v))))
                     rank = ranks.get((method, _key(v)))
                     if rank == 1:
-                        text = f"[bold]{text}*[/bold]"
+                        unsure = certain.get((protocol, _key(v))) is False
+                        text = f"[bold]{text}*{'?' if unsure else ''}[/bold]"
                     elif rank == 2:
                         text = f"[underline]{text}[/underline]"
                     cells.append(text)
@@ -159,15 +191,31 @@ def decomposition_tables(group: pl.DataFrame, latency: dict[str, float]) -> list
     return tables
 
 
-def print_report(result: SweepResult, console: Console | None = None) -> None:
-    """Per group: a header with λ, the utility tables, then the decompositions."""
+def print_report(result: SweepResult, console: Console | None = None,
+                 bootstrap: BootstrapOptions | None = None) -> None:
+    """Per group (seeds pooled): a header with λ, the utility tables, then the decompositions."""
     console = console or Console()
-    pooled = result.frame.filter(pl.col("episode") == ALL_EPISODES)
+    frame = result.frame
+    # intervals and certainty for the single-parameter protocols (the combined ρ × T / ρ × B
+    # grids have their own winners maps)
+    single = frame.filter(pl.col("protocol").is_in(an.PROTOCOLS))
+    intervals = an.utility_intervals(single, None, bootstrap) if single.height else None
+    certain = {}
+    if intervals is not None and single.filter(pl.col("episode") == ALL_EPISODES).height:
+        pw = an.pooled_winners(single, intervals)
+        g = an.group_columns(pw)
+        for r in pw.iter_rows(named=True):
+            certain[(tuple(r[c] for c in g), r["protocol"], _key(r["value"]))] = r["certain"]
+    pooled = an.pool_seeds(frame.filter(pl.col("episode") == ALL_EPISODES))
     for label, group in _groups(pooled):
-        lam = group["lambda_ms"][0]
-        console.rule(f"[bold]{label}[/bold] · λ = {lam:.2f} ms")
-        latency = result.latency.get(label, {})
+        lams = sorted(set(group["lambda_ms"].to_list()))
+        lam = ", ".join(f"{x:.2f}" for x in lams)
+        console.rule(f"[bold]{label}[/bold] · λ = {lam} ms")
+        latency = _latency_of(result.latency, group)
+        gk = tuple(group.row(0, named=True)[c] for c in an.group_columns(group))
+        mine = {(p, v): c for (k, p, v), c in certain.items() if k == gk}
         from .scenario_tables import scenario_tables
 
-        for table in utility_tables(group, latency) + decomposition_tables(group, latency) + scenario_tables(group):
+        for table in (utility_tables(group, latency, intervals, mine) + decomposition_tables(group, latency)
+                      + scenario_tables(group)):
             console.print(table)

@@ -56,6 +56,7 @@ from .config import (  # noqa: E402
     DEFAULT_FROZEN_SAMPLE,
     DEFAULT_SEED,
     DEFAULT_SEVERITY,
+    DEFAULT_STAGE_MB,
     WARMUP_BATCHES,
     TraceConfig,
 )
@@ -166,10 +167,15 @@ RUN_OPTIONS: list[Callable] = [
     _opt("--max-batches", type=click.IntRange(1, INT32_MAX), default=None, help="At most this many batches per domain."),
     _opt("--batch-size", type=click.IntRange(1, INT32_MAX), default=DEFAULT_BATCH_SIZE, help="Images per batch."),
     _opt("--seed", type=click.IntRange(0, INT64_MAX), default=DEFAULT_SEED, help="Seed of the batch order and the method."),
-    _opt("--stream", type=click.Choice(["episodic", "continual"]), default="episodic",
-         help="episodic: reset per domain; continual: never reset."),
+    _opt("--stream", type=click.Choice(["episodic", "continual", "dirichlet"]), default="episodic",
+         help="episodic: reset per domain; continual: never reset; dirichlet: reset per domain, batches in a "
+              "label-shifted order (classes spread over time by Dirichlet(α))."),
+    _opt("--dirichlet-alpha", type=click.FloatRange(0, None, min_open=True), default=None, metavar="ALPHA",
+         help="Concentration α of --stream dirichlet: smaller α, longer single-class runs [e.g. 0.01]."),
     _opt("--workers", type=click.IntRange(0, 1024), default=None,
-         help="Loader threads [default: 0 on CPU, min(8, cores) on CUDA]."),
+         help="Parallel decode workers, active only between staged chunks, never during a timed event [default: min(8, cores)]."),
+    _opt("--stage-mb", type=click.FloatRange(0, None, min_open=True), default=DEFAULT_STAGE_MB, metavar="MIB",
+         help="Host memory for one staged chunk of batches, MiB (docs/timing.md)."),
     _opt("--threads", type=click.IntRange(1, 4096), default=None, help="Torch intra-op threads [default: torch's choice]."),
     _opt("--warmup-batches", type=click.IntRange(0, 1000), default=WARMUP_BATCHES,
          help="Untimed noise-perturbed copies of the first batch run before the clock starts, so lazy "
@@ -223,8 +229,11 @@ def make_config(method: str, opts: dict[str, Any], **extra: Any) -> TraceConfig:
         method=method, dataset=opts["dataset"], model=opts["model"], weights=opts["weights"],
         data_root=opts["data_root"], device=opts["device"], out=opts["out"], name=opts["name"],
         domains=_domains(opts["domains"]), severity=opts["severity"], max_batches=opts["max_batches"],
-        batch_size=opts["batch_size"], seed=opts["seed"], stream=opts["stream"], workers=opts["workers"],
-        resume=opts["resume"], force=opts["force"], quiet=opts["quiet"], warmup_batches=opts["warmup_batches"], **extra,
+        batch_size=opts["batch_size"], seed=opts["seed"], stream=opts["stream"],
+        dirichlet_alpha=opts["dirichlet_alpha"], workers=opts["workers"],
+        threads=opts["threads"],  # part of the trace identity; the run applies it
+        stage_mb=opts["stage_mb"], resume=opts["resume"], force=opts["force"], quiet=opts["quiet"],
+        warmup_batches=opts["warmup_batches"], **extra,
     ).resolved()
     if opts["resume"] and opts["force"]:
         raise ConfigError("--resume and --force contradict each other; pass one")
@@ -233,17 +242,13 @@ def make_config(method: str, opts: dict[str, Any], **extra: Any) -> TraceConfig:
     check_output_dir(cfg.out if cfg.out is not None else "traces")  # writable, before any work
     if opts["offline"]:
         os.environ["TEMPORA_OFFLINE"] = "1"  # read where weights are fetched (models.pretrained)
-    if opts["threads"] is not None:
-        import torch
-
-        torch.set_num_threads(opts["threads"])
     return cfg
 
 
 def _common(opts: dict[str, Any]) -> dict[str, Any]:
     return {k: opts[k] for k in ("dataset", "model", "weights", "data_root", "device", "out", "name", "domains",
-                                 "severity", "max_batches", "batch_size", "seed", "stream", "workers", "threads",
-                                 "resume", "force", "quiet", "offline", "warmup_batches")}
+                                 "severity", "max_batches", "batch_size", "seed", "stream", "dirichlet_alpha", "workers", "stage_mb",
+                                 "threads", "resume", "force", "quiet", "offline", "warmup_batches")}
 
 
 # ------------------------------------------------------------------------ subcommands
@@ -297,6 +302,33 @@ def list_command(methods_for: str | None) -> None:
     click.echo("datasets: " + ", ".join(f"{n} (default model {d.default_model})" for n, d in DATASETS.items()))
 
 
+@cli.command("campaign")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: one trace at a time per device on this machine (one dispatcher per GPU); "
+                   "ray: every trace a Ray task holding a whole GPU (or its CPU cores).")
+@click.option("--address", default=None, help="Ray cluster to join (auto, or HOST:PORT); default: start a local one.")
+@click.option("--retries", type=click.IntRange(0, 100), default=3, show_default=True,
+              help="Ray: how often a lost trace is retried (each retry resumes after the last complete episode).")
+@click.option("--dry-run", is_flag=True, help="List the traces the campaign would run, then exit.")
+@click.option("--quiet", is_flag=True, help="No progress view, only the summary line.")
+def campaign_command(file: Path, engine: str, address: str | None, retries: int, dry_run: bool, quiet: bool) -> None:
+    """Run every trace of a campaign FILE (TOML): standard traces first, complete ones skipped."""
+    from .campaign import load_campaign, run_campaign, summary_line
+
+    if dry_run:
+        campaign = load_campaign(file)
+        for task in campaign.tasks:
+            click.echo(task.label)
+        click.echo(f"campaign {campaign.name}: {len(campaign.tasks)} traces under {campaign.out}")
+        return
+    campaign, results, seconds = run_campaign(file, engine, address, retries, quiet)
+    click.echo(summary_line(campaign, results, seconds))
+    failed = [r for r in results if r.status == "failed"]
+    if failed:
+        raise ConfigError(f"{len(failed)} trace(s) failed, e.g. {failed[0].task.label}: {failed[0].message}")
+
+
 def methods_for_model(model: str) -> list[str]:
     """Methods whose normalisation needs the built-in ``model`` meets (no model is built)."""
     from .methods import available_methods, get_method
@@ -345,6 +377,9 @@ def calibrate(cfg: TraceConfig) -> None:
         click.echo(f"wrote {path}")
     lam, mean, std, count = lambda_ms_of(path)
     click.echo(f"λ = {lam:.3f} ms  (mean {mean:.3f} ms + 6 × σ {std:.3f} ms over {count} batches of standard inference)")
+    from .calibration import print_dispersion
+
+    print_dispersion(path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,7 +1,9 @@
 """Everything one trace run needs, with the defaults that make a bare command work.
 
-``TraceConfig.resolved()`` fills dataset-dependent defaults (model, domains, output folder)
+``TraceConfig.resolved()`` fills dataset-dependent defaults (model, domains, thread count)
 and checks values, so the runner, the CLI and the resume check all see one canonical config.
+The trace identity (``tempora_schema.TraceIdentity``: file stem, metadata, resume check and
+the simulator's groups) is derived from it in :meth:`TraceConfig.trace_identity`.
 """
 
 from __future__ import annotations
@@ -14,17 +16,21 @@ from pathlib import Path
 from typing import Any
 
 from tempora_schema.command import INT32_MAX, INT64_MAX
+import tempora_schema as schema
 
 from .errors import ConfigError
 
-DEFAULT_BATCH_SIZE = 64
-DEFAULT_SEED = 2025
-DEFAULT_SEVERITY = 5
+DEFAULT_BATCH_SIZE = schema.DEFAULT_BATCH_SIZE
+DEFAULT_SEED = schema.DEFAULT_SEED
+DEFAULT_SEVERITY = schema.DEFAULT_SEVERITY
 DEFAULT_FROZEN_SAMPLE = 32
 WARMUP_BATCHES = 5
+DEFAULT_STAGE_MB = 1024.0
 
-#: Fields that change the rows a run writes: a resumed run must match them exactly.
-_IDENTITY_EXCLUDE = {"resume", "force", "quiet", "workers", "out", "name"}
+#: Fields that do not change the rows a run writes; every other field (and the trace
+#: identity, which replaces ``weights`` by the file's hash and ``device`` by its name) must
+#: match exactly for ``--resume``.
+_IDENTITY_EXCLUDE = {"resume", "force", "quiet", "workers", "stage_mb", "out", "name", "data_root"}
 
 
 def _check_finite(value: Any, option: str) -> None:
@@ -59,14 +65,20 @@ class TraceConfig:
     batch_size: int = DEFAULT_BATCH_SIZE
     seed: int = DEFAULT_SEED
     stream: str = "episodic"
+    #: Dirichlet concentration of a ``dirichlet`` stream (resolved into ``stream = dirichlet:<α>``).
+    dirichlet_alpha: float | None = None
     #: later batches scored per checkpoint; None = all of them (exact).
     frozen_sample: int | None = DEFAULT_FROZEN_SAMPLE
     default_checkpoints: bool = True
     checkpoints: list[int] = field(default_factory=list)
     budgets_ms: list[float] = field(default_factory=list)
     lambda_ms: float | None = None
-    #: DataLoader worker processes; None = 0 on CPU (workers would steal the measured cores), min(8, cores) on CUDA.
+    #: parallel decode threads, active only between staged chunks; None = min(8, cores).
     workers: int | None = None
+    #: torch intra-op threads; None = torch's choice, resolved to the actual count (identity).
+    threads: int | None = None
+    #: host-memory cap of one staged chunk of batches, MiB (docs/timing.md).
+    stage_mb: float = DEFAULT_STAGE_MB
     warmup_batches: int = WARMUP_BATCHES
     resume: bool = False
     force: bool = False
@@ -86,8 +98,16 @@ class TraceConfig:
             from .data import expand_domains
 
             cfg.domains = expand_domains(cfg.domains, spec.domains)
-        if cfg.stream not in ("episodic", "continual"):
-            raise ConfigError(f"--stream must be 'episodic' or 'continual', not '{cfg.stream}'")
+        if cfg.stream == "dirichlet":
+            if cfg.dirichlet_alpha is None or not (math.isfinite(cfg.dirichlet_alpha) and cfg.dirichlet_alpha > 0):
+                raise ConfigError(f"--dirichlet-alpha must be a finite number > 0, not {cfg.dirichlet_alpha}")
+            cfg.stream = f"{schema.DIRICHLET_PREFIX}{cfg.dirichlet_alpha:g}"
+        elif cfg.dirichlet_alpha is not None and schema.stream_alpha(cfg.stream) is None:
+            raise ConfigError("--dirichlet-alpha is for --stream dirichlet")
+        if not schema.is_stream(cfg.stream):
+            raise ConfigError(f"--stream must be episodic, continual or dirichlet (with --dirichlet-alpha), "
+                              f"not '{cfg.stream}'")
+        cfg.dirichlet_alpha = schema.stream_alpha(cfg.stream)
         if not 1 <= cfg.batch_size <= INT32_MAX:
             raise ConfigError(f"--batch-size must be in 1..{INT32_MAX}, not {cfg.batch_size}")
         if not 0 <= cfg.seed <= INT64_MAX:
@@ -112,6 +132,14 @@ class TraceConfig:
             raise ConfigError("warm-up batches must be ≥ 0")
         if cfg.workers is not None and cfg.workers < 0:
             raise ConfigError("--workers must be ≥ 0")
+        if cfg.threads is None:
+            import torch
+
+            cfg.threads = torch.get_num_threads()
+        elif cfg.threads < 1:
+            raise ConfigError(f"--threads must be ≥ 1, not {cfg.threads}")
+        if not cfg.stage_mb > 0:
+            raise ConfigError(f"--stage-mb must be > 0, not {cfg.stage_mb}")
         if cfg.name is not None and not re.fullmatch(r"[A-Za-z0-9._+-]+", cfg.name):
             raise ConfigError(f"--name '{cfg.name}' may only use letters, digits and . _ + -")
         cfg.checkpoints = sorted(set(cfg.checkpoints))
@@ -119,27 +147,37 @@ class TraceConfig:
         return cfg
 
     def file_stem(self) -> str:
-        """``<method>`` plus ``-bs<B>``, ``-seed<S>``, ``-sev<k>``, ``-continual`` where they
-        differ from the defaults, so variants never share a file (``--name`` overrides)."""
+        """``--name``, else the identity's stem (:func:`tempora_schema.file_stem`)."""
         if self.name:
             return self.name
-        stem = self.method
-        if self.batch_size != DEFAULT_BATCH_SIZE:
-            stem += f"-bs{self.batch_size}"
-        if self.seed != DEFAULT_SEED:
-            stem += f"-seed{self.seed}"
-        if self.severity != DEFAULT_SEVERITY:
-            stem += f"-sev{self.severity}"
-        if self.stream != "episodic":
-            stem += f"-{self.stream}"
-        return stem
+        return schema.file_stem(self.method, self.batch_size, self.seed, self._severity(), self.stream)
+
+    def _severity(self) -> int | None:
+        from .data import get_dataset
+
+        return self.severity if get_dataset(self.dataset).has_severity else None
 
     def output_dir(self, device_slug: str) -> Path:
         if self.out is not None:
             return Path(self.out).expanduser()
         return Path("traces") / self.dataset / str(self.model) / device_slug
 
-    def identity(self) -> dict[str, Any]:
-        """The JSON-ready fields that determine the rows (for the resume check)."""
+    def trace_identity(self, weights: str, device: str) -> schema.TraceIdentity:
+        """The identity of the trace this (resolved) config writes. ``weights``: the loaded
+        file's :func:`tempora_schema.weights_identity`; ``device``: the device's name as the
+        metadata records it (``cpu:<model>``, ``cuda:<name>``)."""
+        group = schema.GroupKey(
+            dataset=self.dataset, model=str(self.model), weights=weights, device=device, threads=self.threads,
+            batch_size=self.batch_size, seed=self.seed, stream=self.stream, severity=self._severity(),
+            domains=tuple(self.domains or ()), max_batches=self.max_batches,
+        )
+        return schema.TraceIdentity(self.method, group)
+
+    def identity(self, trace_identity: schema.TraceIdentity | None = None) -> dict[str, Any]:
+        """What ``--resume`` compares: the trace identity plus every other option that
+        changes the rows (frozen sample, checkpoints, budgets, method parameters …)."""
         d = dataclasses.asdict(self)
-        return {k: v for k, v in d.items() if k not in _IDENTITY_EXCLUDE}
+        out = {k: v for k, v in d.items() if k not in _IDENTITY_EXCLUDE}
+        if trace_identity is not None:
+            out.update(trace_identity.as_metadata())
+        return out

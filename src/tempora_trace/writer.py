@@ -5,6 +5,7 @@ never picks up half a run)::
 
     <dir>/<stem>.partial/config.json        the run's identity (resume refuses a mismatch)
     <dir>/<stem>.partial/episode-0000.rows  Parquet rows of each completed episode
+    <dir>/<stem>.partial/episode-0000.probe.json  its machine-speed probes (docs/timing.md)
 
 When the last episode lands, all rows are written to a temporary name, fsynced and renamed to
 ``<stem>.parquet`` (``os.replace`` is atomic), then the partial folder is removed. The whole run
@@ -155,8 +156,18 @@ class TraceWriter:
     def episode_rows(self, episode_index: int) -> pa.Table:
         return pq.read_table(self.completed[episode_index])
 
-    def write_episode(self, episode_index: int, rows: RowBuffer) -> None:
+    def episode_probes(self, episode_index: int) -> list[dict]:
+        """The speed-probe records saved with a completed episode ([] if none were)."""
+        path = self.completed[episode_index].with_suffix(".probe.json")
+        try:
+            return json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return []
+
+    def write_episode(self, episode_index: int, rows: RowBuffer, probes: list[dict] | None = None) -> None:
         path = self.partial_dir / f"episode-{episode_index:04d}.rows"
+        # the probes first: an episode counts as complete once its rows file exists
+        self._write_json(path.with_suffix(".probe.json"), list(probes or []))
         table = rows.table()
         write_file(path, to_bytes(lambda f: pq.write_table(table, f)))
         self.completed[episode_index] = path

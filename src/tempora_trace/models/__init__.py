@@ -9,6 +9,7 @@ folder, the Hugging Face cache; downloaded there when missing unless downloads a
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,8 @@ class ModelSpec:
     num_classes: int
     input_size: int  # square side in pixels
     family: str  # imagenet | cifar (the dataset family it was trained on)
+    #: the weights file loaded, or None for random weights (its hash is part of the trace identity)
+    weights_file: str | None = None
 
 
 class Normalized(nn.Module):
@@ -117,6 +120,10 @@ def _existing(path: Path, hint: str) -> Callable[[], Path]:
     return find
 
 
+def _file(path: Path | None) -> str | None:
+    return None if path is None else str(path)
+
+
 # ------------------------------------------------------------------------ builders
 def _torchvision_resnet(arch: str, weights, num_classes: int | None):
     from torchvision import models as tvm
@@ -127,7 +134,8 @@ def _torchvision_resnet(arch: str, weights, num_classes: int | None):
     if path is not None:
         _load_into(net, path, arch)
     preprocess = torchvision_weights(arch).transforms()
-    return Normalized(net, tuple(preprocess.mean), tuple(preprocess.std)), ModelSpec(arch, "bn", classes, 224, "imagenet")
+    return (Normalized(net, tuple(preprocess.mean), tuple(preprocess.std)),
+            ModelSpec(arch, "bn", classes, 224, "imagenet", _file(path)))
 
 
 def _vit(weights, num_classes: int | None):
@@ -142,7 +150,8 @@ def _vit(weights, num_classes: int | None):
     if path is not None:
         _load_into(net, path, "vit_base_patch16_224")
     size = cfg.input_size[-1]
-    return Normalized(net, tuple(cfg.mean), tuple(cfg.std)), ModelSpec("vit_base_patch16_224", "ln", classes, size, "imagenet")
+    return (Normalized(net, tuple(cfg.mean), tuple(cfg.std)),
+            ModelSpec("vit_base_patch16_224", "ln", classes, size, "imagenet", _file(path)))
 
 
 def _cifar_resnet18(weights, num_classes: int | None):
@@ -160,7 +169,7 @@ def _cifar_resnet18(weights, num_classes: int | None):
     if path is not None:
         _load_into(net, path, "cifar-resnet18")
     mean, std = (CIFAR100_MEAN, CIFAR100_STD) if classes == 100 else (CIFAR10_MEAN, CIFAR10_STD)
-    return Normalized(net, mean, std), ModelSpec("cifar-resnet18", "bn", classes, 32, "cifar")
+    return Normalized(net, mean, std), ModelSpec("cifar-resnet18", "bn", classes, 32, "cifar", _file(path))
 
 
 def _demo(norm: str):
@@ -175,7 +184,7 @@ def _demo(norm: str):
         net = build_demo_resnet(norm=norm, num_classes=classes)
         if path is not None:
             _load_into(net, path, name)
-        return net, ModelSpec(name, norm, classes, 32, "cifar")
+        return net, ModelSpec(name, norm, classes, 32, "cifar", _file(path))
 
     return build
 
@@ -206,7 +215,7 @@ def get_model(
     net.eval()
     found = norm_kind(net)
     if found is not None and found != spec.norm:
-        spec = ModelSpec(spec.name, found, spec.num_classes, spec.input_size, spec.family)
+        spec = dataclasses.replace(spec, norm=found)
     return net, spec
 
 
