@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 STAMP  := $(VENV)/.installed
 # Everything: the tracer, the simulator and the developer tools.
-EXTRAS ?= trace,sim,dev
+EXTRAS ?= trace,sim,cluster,dev
 # `make PY=/path/to/python …` runs the targets with that interpreter as it is: no venv, no
 # install step (the environment must already hold the project and its extras).
 ifeq ($(origin PY),command line)

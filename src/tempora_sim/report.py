@@ -914,6 +914,9 @@ def _build_report(inp: ReportInputs, out: Path, all_episodes: bool, episodes: Se
             from . import report_scenarios as rs
 
             md += rs.markdown(filter_group(inp.utility, group), filter_group(inp.scenarios, group), hx)
+    from . import report_devices
+
+    md += report_devices.markdown(inp.utility)
     seconds["figures+markdown"] = time.perf_counter() - t1
     report = out / "report.md"
     write_file(report, ("\n".join(md).rstrip() + "\n").encode("utf-8"))
