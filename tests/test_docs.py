@@ -193,3 +193,12 @@ def test_cli_reference_lists_every_command_and_option(target):
 
     walk(root, click.Context(root, info_name=root.name))
     assert "<dataset>" not in text.replace("`", "")  # angle brackets escaped outside code
+
+
+def test_readme_is_a_front_door():
+    readme = (ROOT / "README.md").read_bytes()
+    assert len(readme) <= 12 * 1024, f"README.md is {len(readme)} bytes; reference material belongs in docs/"
+    text = readme.decode("utf-8")
+    for needed in ("make install", "make demo", "make test", "tempora-trace", "tempora-sim", "docs/design.md",
+                   "docs/img/demo-winners.png"):
+        assert needed in text, needed
