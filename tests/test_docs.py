@@ -19,14 +19,17 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 
-#: Text that would send a reader to files outside this repository. Built from parts so this
-#: file does not match itself.
+#: Text that would send a reader to files outside this repository, or talk about where the
+#: project was built rather than about the product. Built from parts so this file does not
+#: match itself.
 FORBIDDEN = [
     re.compile(r"(?<![\w.-])" + "shared" + r"/"),
     re.compile("DESIGN" + r"\.md"),
     re.compile("design " + "of record", re.IGNORECASE),
     re.compile("steering " + "repo", re.IGNORECASE),
     re.compile(r"(?<![\w.])" + "DESIGN" + r" §"),
+    # the product speaks about itself, not about where it was built
+    re.compile("development " + r"(?:machine|VM|CPU)", re.IGNORECASE),
 ]
 #: Files allowed to mention history (a changelog may name what moved where).
 HISTORY_FILES = {"CHANGELOG.md"}
