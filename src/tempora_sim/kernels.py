@@ -67,8 +67,11 @@ def use_threads(work: int) -> int:
 
 
 @njit(cache=True, inline="always")
-def _last_arrival(f, gamma, inv_gamma):
-    """Largest i >= 0 with i * gamma <= f (exactly as arrivals are timed: i * gamma)."""
+def last_arrival(f, gamma, inv_gamma):
+    """Largest i >= 0 with i * gamma <= f (exactly as arrivals are timed: i * gamma).
+
+    Public because the live runner decides "has batch i arrived by f?" with this very
+    function, so a live run and its replay can only disagree where f and i·γ are equal."""
     q = f * inv_gamma
     if q > 4.0e18:
         return np.int64(4_000_000_000_000_000_000)
@@ -80,9 +83,28 @@ def _last_arrival(f, gamma, inv_gamma):
     return k
 
 
+_last_arrival = last_arrival
+
+
 @njit(cache=True)
 def discrete_one(a, delta, gamma, queue, strict, skip_mode, skip_value):
-    """Replay one episode at inter-arrival ``gamma``; return (served, Σa served, Σ skipped scores).
+    """Replay one episode at inter-arrival ``gamma``; return (served, Σa served, Σ skipped scores)."""
+    return _discrete_walk(a, delta, gamma, queue, strict, skip_mode, skip_value, np.empty(0, np.int64))
+
+
+@njit(cache=True)
+def discrete_served(delta, gamma, queue, strict):
+    """Batch index served by each event (−1 after the last) of one episode: the same walk as
+    :func:`discrete_one`, for checks that compare decisions batch by batch (``validate``)."""
+    out = np.full(delta.shape[0], -1, np.int64)
+    _discrete_walk(np.zeros(delta.shape[0]), delta, gamma, queue, strict, SKIP_NULL, 0.0, out)
+    return out
+
+
+@njit(cache=True)
+def _discrete_walk(a, delta, gamma, queue, strict, skip_mode, skip_value, served_out):
+    """The discrete replay of one episode; writes the batch of event j to ``served_out[j]``
+    when that array is non-empty.
 
     Event ``j`` (0-based) is served with latency ``delta[j]`` and accuracy ``a[j]``
     (step-indexed replay). ``p`` is the batch index served by the current event; after it
@@ -105,7 +127,10 @@ def discrete_one(a, delta, gamma, queue, strict, skip_mode, skip_value):
     start_next = 0.0
     served_sum = 0.0
     skipped_score = 0.0
+    record = served_out.shape[0] > 0
     while True:
+        if record:
+            served_out[j] = p
         f = start + delta[j]
         served_sum += a[j]
         k = _last_arrival(f, gamma, inv_gamma)

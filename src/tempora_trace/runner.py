@@ -186,8 +186,13 @@ class _Progress:
             self.bar.stop()
 
 
-class TraceRun:
-    """The mutable state of one run; :func:`trace_run` is the entry point."""
+class MethodRun:
+    """Device, data, model, method and clock of one run, built and checked once.
+
+    What the tracer (:class:`TraceRun`) and the live runner (:mod:`tempora_trace.live`) share,
+    so both time the same events the same way: the same episodes and batch order, the same
+    warm-up, the same scoring outside the timed regions.
+    """
 
     def __init__(self, cfg: TraceConfig, echo: Callable[[str], None]):
         self.cfg = cfg
@@ -206,7 +211,6 @@ class TraceRun:
         root = self.dataset.root(cfg.data_root)
         self.episodes = build_episodes([self.dataset.open(d, cfg.severity, root) for d in cfg.domains], cfg)
         self.clock = DeviceClock(self.device)
-        self.out_path = cfg.output_dir(device_slug(self.device)) / f"{cfg.file_stem()}.parquet"
         workers = cfg.workers if cfg.workers is not None else (min(8, os.cpu_count() or 1) if self.device.type == "cuda" else 0)
         self.fetch = Prefetcher(workers, pin_memory=self.device.type == "cuda")
         if self.device.type == "cuda":
@@ -218,9 +222,6 @@ class TraceRun:
             device=str(self.device), model_name=cfg.model, norm_kind=self.model_spec.norm,
         )
         self.method: TTAMethod = self.method_cls(model, context, **cfg.method_params)
-        # Last, once every input is known to be good: claim the output path.
-        self.writer = TraceWriter(self.out_path, cfg.identity(), cfg.resume, cfg.force)
-        self.budgets = BudgetCutoffs(cfg.budgets_ms, cfg.lambda_ms) if cfg.budgets_ms else None
         self.masks = {}
         for ep in self.episodes:
             for d in ep.domains:
@@ -250,6 +251,43 @@ class TraceRun:
         self.method.unfreeze()
         self.method.reset()
 
+    def start_episode(self, index: int, episode: Episode) -> None:
+        """Reset where the stream says so (each episodic episode, the first continual one) and
+        seed the RNGs from ``(seed, episode)``, so every run of an episode starts alike."""
+        if self.cfg.stream == "episodic" or index == 0:
+            self.method.reset()
+        seed_everything(domain_seed(self.cfg.seed, episode.name))
+
+    def run_metadata(self) -> dict[str, Any]:
+        """The metadata every Tempora file about this run carries (trace and live run alike)."""
+        cfg = self.cfg
+        return {
+            "method": cfg.method,
+            "method_params": self.method.hparams(),
+            "model": cfg.model,
+            "dataset": cfg.dataset,
+            "stream": cfg.stream,
+            "batch_size": cfg.batch_size,
+            "seed": cfg.seed,
+            "num_classes": self.dataset.num_classes,
+            "device": describe_device(self.device),
+            "torch_version": torch.__version__,
+            "tracer_version": __version__,
+            "warmup_batches": cfg.warmup_batches,
+            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+
+
+class TraceRun(MethodRun):
+    """The mutable state of one trace run; :func:`trace_run` is the entry point."""
+
+    def __init__(self, cfg: TraceConfig, echo: Callable[[str], None]):
+        super().__init__(cfg, echo)
+        self.out_path = cfg.output_dir(device_slug(self.device)) / f"{cfg.file_stem()}.parquet"
+        # Last, once every input is known to be good: claim the output path.
+        self.writer = TraceWriter(self.out_path, cfg.identity(), cfg.resume, cfg.force)
+        self.budgets = BudgetCutoffs(cfg.budgets_ms, cfg.lambda_ms) if cfg.budgets_ms else None
+
     def frozen_eval(self, episode: Episode, m: int, rows: RowBuffer, base: dict | None = None) -> bool:
         """Score the model frozen after ``m`` steps on later batches; leave every state as found.
         ``base`` is an earlier snapshot to freeze instead of the current state."""
@@ -278,9 +316,7 @@ class TraceRun:
     def run_episode(self, index: int, episode: Episode, progress: _Progress) -> RowBuffer:
         cfg = self.cfg
         n_batches = episode.num_batches
-        if cfg.stream == "episodic" or index == 0:
-            self.method.reset()
-        seed_everything(domain_seed(cfg.seed, episode.name))
+        self.start_episode(index, episode)
         schedule = set(default_schedule(n_batches) if cfg.default_checkpoints else []) | {m for m in cfg.checkpoints if m < n_batches}
         done: set[int] = set()
         if self.budgets is not None:
@@ -313,20 +349,8 @@ class TraceRun:
         cfg = self.cfg
         return {
             "schema_version": schema.SCHEMA_VERSION,
-            "method": cfg.method,
-            "method_params": self.method.hparams(),
-            "model": cfg.model,
-            "dataset": cfg.dataset,
-            "stream": cfg.stream,
-            "batch_size": cfg.batch_size,
-            "seed": cfg.seed,
-            "num_classes": self.dataset.num_classes,
-            "device": describe_device(self.device),
-            "torch_version": torch.__version__,
-            "tracer_version": __version__,
-            "warmup_batches": cfg.warmup_batches,
+            **self.run_metadata(),
             "frozen_eval": "all" if cfg.frozen_sample is None else int(cfg.frozen_sample),
-            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
 
     def run(self, on_episode_end: Callable[[int, str], None] | None = None) -> Path:
