@@ -16,7 +16,7 @@ def _register_subcommands() -> None:
     # but lets the sweep and the report grow independently.
     import importlib
 
-    for mod in ("tempora_sim.cli_sweep", "tempora_sim.cli_report"):
+    for mod in ("tempora_sim.cli_sweep", "tempora_sim.cli_report", "tempora_sim.cli_validate"):
         try:
             importlib.import_module(mod)
         except ModuleNotFoundError as exc:

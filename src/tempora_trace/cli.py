@@ -3,6 +3,7 @@
     tempora-trace --method tent --device cuda                 # demo data, demo model
     tempora-trace --method tent --dataset imagenet-c --data-root ~/data/ImageNet-C --device cuda
     tempora-trace calibrate --device cuda                     # trace `standard`, print λ
+    tempora-trace live --method tent --rho 1,0.5 --queue 1   # play it against a real clock
 
 Bad input is reported as one ``error: …`` line on stderr with exit status 2.
 """
@@ -105,6 +106,63 @@ def build_calibrate_parser() -> argparse.ArgumentParser:
     return p
 
 
+def build_live_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="tempora-trace live",
+                description="Play a method live against a real clock (discrete arrivals or an amortised budget) "
+                            "and write a live-run Parquet file for `tempora-sim validate`.")
+    p.add_argument("--method", default=None, help="TTA method name (see --list)")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="override a method hyperparameter (repeatable)")
+    _common_options(p)
+    p.add_argument("--protocol", default="discrete", help="discrete, amortised, or discrete,amortised (default discrete)")
+    p.add_argument("--rho", default=None, help="discrete: utilisations ρ = λ/γ, e.g. 1,0.5 or 100%%,50%%")
+    p.add_argument("--gamma-ms", default=None, help="discrete: inter-arrival times γ in ms instead of --rho")
+    p.add_argument("--queue", type=int, default=1, help="discrete: queue capacity b (0 = drop arrivals while busy; default 1)")
+    p.add_argument("--B", dest="budgets", default=None, help="amortised: overhead budgets, ms or with ms/s suffix, e.g. 1s,4s")
+    p.add_argument("--budget-rule", choices=["strict", "overshoot"], default="strict",
+                   help="amortised cut-off: strict m = max{j: Σc ≤ B} (default) or overshoot (adapt while spent < B)")
+    p.add_argument("--lambda-ms", default=None, help="λ in ms (default: mean + 6σ of the group's standard trace)")
+    p.add_argument("--standard", default=None, help="standard trace file or folder to take λ from (default: the tracer's output folder of this group)")
+    p.add_argument("--repeats", type=int, default=1, help="play every setting this many times (run-to-run spread; default 1)")
+    p.add_argument("--spin-us", type=float, default=500.0, help="busy-wait the last µs before an arrival instead of sleeping (default 500)")
+    p.add_argument("--stage-mb", type=float, default=1024.0, help="memory one staged chunk of an episode may take, MiB (default 1024)")
+    return p
+
+
+def _grid(text: str | None, parse, name: str) -> list[float] | None:
+    """A comma list through the simulator's own grid parsers (same syntax as `tempora-sim sweep`)."""
+    if text is None:
+        return None
+    from tempora_sim.errors import GridError
+
+    try:
+        return [parse(t, name) for t in text.split(",") if t.strip()]
+    except GridError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def live(args: argparse.Namespace) -> int:
+    """Play a method live and write the live-run file."""
+    from tempora_sim.grids import parse_ratio, parse_time_ms
+
+    from .live import LiveSettings, run_live
+
+    if args.method is None:
+        from .methods import available_methods
+
+        raise ConfigError(f"--method is required; available: {', '.join(available_methods())}")
+    lam = _grid(args.lambda_ms, parse_time_ms, "lambda-ms")
+    settings = LiveSettings(
+        protocols=args.protocol, rho=_grid(args.rho, parse_ratio, "rho"), gamma_ms=_grid(args.gamma_ms, parse_time_ms, "gamma-ms"),
+        queue=args.queue, budgets_ms=_grid(args.budgets, parse_time_ms, "B") or [], budget_rule=args.budget_rule,
+        lambda_ms=lam[0] if lam else None, standard=args.standard, repeats=args.repeats, spin_us=args.spin_us,
+        stage_mb=args.stage_mb,
+    )
+    cfg = _config(args, args.method, method_params=_method_params(args.param))
+    path = run_live(cfg, settings)
+    print(f"wrote {path}")
+    return 0
+
+
 def _method_params(pairs: Sequence[str]) -> dict:
     params = {}
     for pair in pairs:
@@ -156,6 +214,8 @@ def run_cli(argv: Sequence[str]) -> int:
     argv = list(argv)
     if argv and argv[0] == "calibrate":
         return calibrate(build_calibrate_parser().parse_args(argv[1:]))
+    if argv and argv[0] == "live":
+        return live(build_live_parser().parse_args(argv[1:]))
     args = build_parser().parse_args(argv)
     if args.list:
         _list()

@@ -61,11 +61,17 @@ PROTOCOLS = ("discrete", "amortised")
 DEFAULT_STAGE_MB = 1024.0
 
 
+_kernel_last_arrival = None
+
+
 def last_arrival(f_ms: float, gamma_ms: float) -> int:
     """Largest i ≥ 0 with i·γ ≤ f: the simulator kernels' own function (same float rules)."""
-    from tempora_sim.kernels import last_arrival as kernel_last_arrival
+    global _kernel_last_arrival
+    if _kernel_last_arrival is None:
+        from tempora_sim.kernels import last_arrival as kernel
 
-    return int(kernel_last_arrival(float(f_ms), float(gamma_ms), 1.0 / float(gamma_ms)))
+        _kernel_last_arrival = kernel
+    return int(_kernel_last_arrival(float(f_ms), float(gamma_ms), 1.0 / float(gamma_ms)))
 
 
 # ------------------------------------------------------------------------ settings
@@ -488,6 +494,7 @@ class LiveRun:
 
     def run(self) -> Path:
         try:
+            last_arrival(1.0, 1.0)  # compile / load the kernel function now, not at the first decision
             self.base.warm_up()
             for plan in self.plans:
                 self.play(plan)
