@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 TRACE  := $(PY) -m tempora_trace.cli
 SIM    := $(PY) -m tempora_sim.cli
 
-.PHONY: install test bench demo demo-run demo-traces demo-models lint clean \
+.PHONY: install test bench docs demo demo-run demo-traces demo-models lint clean \
         paper paper-vit paper-cifar paper-traces paper-vit-traces paper-cifar-traces
 
 install: $(STAMP)
@@ -25,6 +25,17 @@ test: install
 bench: install
 	$(PY) bench/bench_sim.py
 	$(PY) bench/bench_trace.py
+
+# The documentation site (mkdocs.yml) into site/, warnings as errors. Generated parts (CLI
+# reference, methods table) are written from the code at build time, so they never go stale.
+DOCS_STAMP := $(VENV)/.docs-installed
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[dev,docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+	@echo "documentation: site/index.html"
 
 # ------------------------------------------------------------------ demo (no download)
 # `make demo`: trace every method that fits each demo model on one corruption per category,
@@ -107,4 +118,4 @@ lint: install
 	@! grep -rEn '^\s*(import torch|from torch)' src/tempora_sim src/tempora_schema && echo "tempora_sim/tempora_schema are torch-free"
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache
+	rm -rf $(VENV) build dist site src/*.egg-info .pytest_cache

@@ -52,9 +52,11 @@ def test_representative_episodes_pick_one_per_category():
 
 
 def test_report_modules_never_import_torch():
+    import os
     import subprocess
     import sys
 
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))  # the same import path as this process
     code = ("import sys, tempora_sim.analyses, tempora_sim.figures, tempora_sim.report, tempora_sim.cli_report; "
             "sys.exit('torch' in sys.modules)")
-    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+    assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0

@@ -1,4 +1,4 @@
-"""Schema v1 validation: every DESIGN §3 rule is enforced with a message naming file and rule."""
+"""Schema v1 validation: every docs/design.md §3 rule is enforced with a message naming file and rule."""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -268,5 +269,7 @@ def test_simulator_never_imports_torch():
         "tempora_sim.tables, tempora_sim.cli, tempora_sim.synthetic, tempora_sim.reference, tempora_schema; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
-    env_path = str(Path(tempora_sim.__file__).resolve().parents[1])
-    subprocess.run([sys.executable, "-c", code], check=True, env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin"})
+    # The child sees the same import path as this process (installed or only on PYTHONPATH).
+    src = str(Path(tempora_sim.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, *sys.path]))
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)

@@ -47,9 +47,9 @@ def bad_cases(root, tmp):
                                 "--weights", "random"], "built for imagenet"),
         "unknown method option": (["--method", "tent", "--param", "lr_typo=1", *tiny_args(root, tmp)], "has no option"),
         "budget without lambda": (["--method", "tent", "--budgets-ms", "100", *tiny_args(root, tmp)], "needs --lambda-ms"),
-        "bad frozen sample": (["--method", "tent", "--frozen-sample", "many"], "expected a number or 'all'"),
-        "unknown flag": (["--method", "tent", "--bogus"], "unrecognized arguments"),
-        "bad severity": (["--method", "tent", "--severity", "9"], "--severity must be 1..5"),
+        "bad frozen sample": (["--method", "tent", "--frozen-sample", "many"], "expected a number ≥ 1 or 'all'"),
+        "unknown flag": (["--method", "tent", "--bogus"], "no such option '--bogus'"),
+        "bad severity": (["--method", "tent", "--severity", "9"], "'--severity': 9 is not in the range 1<=x<=5"),
         "nothing to resume": (["--method", "tent", "--resume", *tiny_args(root, tmp)], "nothing to resume"),
     }
 
@@ -65,7 +65,7 @@ def test_bad_input_is_one_line_and_exit_2(case, cifar_c_root, tmp_path, capsys, 
     code, out, err = run(argv, capsys)
     assert code == 2
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert len(lines) == 1 and lines[0].startswith("tempora-trace: error: "), err
     assert needle in lines[0]
     assert not list(tmp_path.rglob("*.partial")), "a rejected run must not leave a partial run behind"
 
@@ -75,7 +75,7 @@ def test_entry_point_reports_errors_without_traceback(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "tempora_trace.cli", "--method", "nope"], capture_output=True, text=True,
                           env=env, cwd=tmp_path, timeout=120)
     assert proc.returncode == 2
-    assert proc.stderr.strip().startswith("error: unknown method 'nope'") and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().startswith("tempora-trace: error: unknown method 'nope'") and "Traceback" not in proc.stderr
 
 
 def test_cli_writes_a_trace_the_simulator_reads_and_calibrate_prints_its_lambda(cifar_c_root, tmp_path, capsys):

@@ -49,6 +49,6 @@ def test_batchnorm_only_method_on_the_group_norm_demo_model_is_refused(capsys):
     assert main(["--method", "adabn", "--model", "demo-resnet-gn", "--device", "cpu"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == (
-        "error: method 'adabn' needs BatchNorm layers but model 'demo-resnet-gn' uses GroupNorm; "
+        "tempora-trace: error: method 'adabn' needs BatchNorm layers but model 'demo-resnet-gn' uses GroupNorm; "
         "compatible built-in models: demo-resnet, resnet18, resnet50, cifar-resnet18"
     )

@@ -1,6 +1,6 @@
 """Trace schema v1: the only contract shared by ``tempora_trace`` and ``tempora_sim``.
 
-Defined in ``shared/DESIGN.md`` §3. It lives in its own tiny package so the simulator can
+Defined in ``docs/design.md`` §3. It lives in its own tiny package so the simulator can
 import it without pulling in torch, and the tracer can check what it writes against the
 same definition the reader enforces. Nothing here imports torch.
 """
@@ -44,7 +44,7 @@ COLUMNS: dict[str, pa.DataType] = {
 #: Columns that may hold nulls; every other column must be fully populated.
 NULLABLE_COLUMNS = frozenset({"severity", "peak_mem_bytes"})
 
-#: Keys every trace's metadata must carry (DESIGN §3).
+#: Keys every trace's metadata must carry (docs/design.md §3).
 METADATA_FIELDS = (
     "schema_version",
     "method",
@@ -118,7 +118,7 @@ class GroupKey:
 
 
 # --------------------------------------------------------------------------------------
-# Validation (DESIGN §3). The reader calls these on every file; the tracer may call them on
+# Validation (docs/design.md §3). The reader calls these on every file; the tracer may call them on
 # what it is about to write. Each failure names the file and the one rule it breaks.
 # --------------------------------------------------------------------------------------
 
@@ -187,7 +187,7 @@ def _is_int(value: Any) -> bool:
 def validate_table(table: pa.Table, meta: Mapping[str, Any], path: object = "<trace>") -> None:
     """Raise :class:`TraceSchemaError` unless ``table`` + ``meta`` form a valid v1 trace.
 
-    Rules (DESIGN §3): known schema version and complete metadata; every column present with
+    Rules (docs/design.md §3): known schema version and complete metadata; every column present with
     the right kind; no nulls outside ``NULLABLE_COLUMNS``; ``phase`` in adapt/frozen; adapt
     rows have ``checkpoint = -1`` and steps 0..N-1 per episode with no gaps or repeats; frozen
     rows have ``0 <= checkpoint <= step < N`` for an episode that has adapt rows, at most one

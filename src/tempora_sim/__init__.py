@@ -1,10 +1,22 @@
 """tempora_sim: replay schema-v1 traces under any ρ / T / B grid. Never imports torch.
 
-``tempora_sim.sweep(...)`` is the notebook API (defined in :mod:`tempora_sim.replay`).
+``tempora_sim.sweep(...)`` is the notebook API (defined in :mod:`tempora_sim.replay`). It is
+imported on first use, so the command line starts (and answers ``--help``) without loading
+polars and numba.
 """
+
+from __future__ import annotations
+
+from typing import Any
 
 __version__ = "0.1.0"
 
-from .replay import run_sweep, sweep  # noqa: E402  (numba itself is only imported on first replay)
+__all__ = ["sweep", "run_sweep", "SweepOptions", "__version__"]
 
-__all__ = ["sweep", "run_sweep", "__version__"]
+
+def __getattr__(name: str) -> Any:
+    if name in ("sweep", "run_sweep", "SweepOptions"):
+        from . import replay
+
+        return getattr(replay, name)
+    raise AttributeError(f"module 'tempora_sim' has no attribute '{name}'")

@@ -1,6 +1,6 @@
 """Analyses over a sweep's ``utility.parquet``: who wins where, and why the others lose.
 
-Every public function takes the sweep's utility table (DESIGN §6 columns) and returns one
+Every public function takes the sweep's utility table (docs/design.md §6 columns) and returns one
 polars table. They answer the practitioner's questions behind the paper's findings:
 which method wins each (episode, scenario) cell (Table 15 / Figure 1), how far the offline
 ranking predicts the temporal one (Table 25), what losing costs (Table 23), how often a
@@ -35,6 +35,8 @@ from typing import Iterable, Sequence
 
 import polars as pl
 
+from .errors import SimError
+
 #: Columns that identify a comparison group (same as the trace metadata group keys).
 GROUP_COLUMNS = ("dataset", "model", "device", "batch_size", "seed", "stream")
 POOLED = "__all__"
@@ -58,7 +60,7 @@ CANONICAL_EPISODES = [c for cs in CATEGORIES.values() for c in cs]
 REQUIRED_COLUMNS = ("method", "episode", "protocol", "param", "value", "utility")
 
 
-class AnalysisError(ValueError):
+class AnalysisError(SimError, ValueError):
     """The utility table cannot support the requested analysis (message says why)."""
 
 
@@ -71,7 +73,7 @@ def group_columns(df: pl.DataFrame) -> list[str]:
 def check_utility_table(df: pl.DataFrame) -> None:
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
-        raise AnalysisError(f"utility table lacks column(s) {', '.join(missing)} (DESIGN §6)")
+        raise AnalysisError(f"utility table lacks column(s) {', '.join(missing)} (docs/design.md §6)")
     unknown = set(df.get_column("protocol").unique().to_list()) - set(PROTOCOLS)
     if unknown:
         raise AnalysisError(f"unknown protocol(s) {sorted(unknown)}; expected {PROTOCOLS}")
@@ -522,7 +524,7 @@ def insolvency(df: pl.DataFrame) -> pl.DataFrame:
 # ----------------------------------------------------------------------------- Pareto
 def budget_spent(trace_rows: pl.DataFrame, utility: pl.DataFrame) -> pl.DataFrame:
     """Overhead actually spent per amortised cell: Σ_{i≤m} c_i with c_i = max(0, δ_i − λ)
-    (DESIGN §4), from the traces' adapt rows and the cell's cut-off m; pooled rows get the
+    (docs/design.md §4), from the traces' adapt rows and the cell's cut-off m; pooled rows get the
     mean over episodes (the budget is per episode)."""
     g = [c for c in group_columns(utility) if c in trace_rows.columns]
     lam = utility.select(g + ["lambda_ms"]).unique(subset=g) if g else utility.select("lambda_ms").head(1)

@@ -13,25 +13,15 @@ import time
 import click
 
 from tempora_sim.cli import main
-
-
-def _user_errors() -> tuple[type[BaseException], ...]:
-    from tempora_sim import analyses, report
-
-    errors: list[type[BaseException]] = [analyses.AnalysisError, report.ReportError]
-    try:
-        from tempora_sim.errors import SimError
-
-        errors.append(SimError)
-    except ImportError:  # pragma: no cover - the simulator always ships errors.py
-        pass
-    return tuple(errors)
+from tempora_sim.options import click_options as sweep_options
+from tempora_sim.options import from_click
 
 
 def _fail(message: str) -> None:
-    """One line on stderr and exit status 2, the same convention as ``tempora-sim sweep``."""
-    click.echo(f"tempora-sim: error: {message}", err=True)
-    sys.exit(2)
+    """One line on stderr and exit status 2, the same convention as every Tempora command."""
+    from tempora_sim.report import ReportError
+
+    raise ReportError(message)
 
 
 def _load(rp, source, options, out=None):
@@ -47,37 +37,16 @@ def _load(rp, source, options, out=None):
     return inputs
 
 
-def _sweep_options(protocol, rho, T, B, lambda_ms) -> dict:
-    """Sweep options as typed, so the simulator parses units (70%, 1s) exactly as ``sweep`` does."""
-    opts = {"protocols": protocol, "rho": rho, "T_ms": T, "B_ms": B, "lambda_ms": lambda_ms}
-    return {k: v for k, v in opts.items() if v is not None}
-
-
-_SOURCE = click.argument("source", nargs=-1, required=True, type=click.Path(exists=True))
-# The same grid options, names and units as `tempora-sim sweep` (used when SOURCE is traces).
-_GRID = [
-    click.option("--protocol", default=None, help="Protocols to sweep: all (default) or a comma-separated list."),
-    click.option("--rho", default=None, help="Utilisations ρ, fractions or %, e.g. 1,0.7,50% [default: the paper's grid]."),
-    click.option("--T", "T", default=None, help="HCI thresholds, ms by default or with ms/s suffix."),
-    click.option("--B", "B", default=None, help="Overhead budgets, ms by default or with ms/s suffix, e.g. 1s,8s."),
-    click.option("--lambda-ms", "lambda_ms", default=None,
-                 help="Use this λ instead of mean + 6σ of the standard trace (ms, or with a suffix)."),
-]
-
-
-def _grid(fn):
-    for opt in reversed(_GRID):
-        fn = opt(fn)
-    return fn
+_SOURCE = click.argument("source", nargs=-1, required=True, type=click.Path(path_type=str))
 
 
 @main.command("report")
 @_SOURCE
-@click.option("--out", "out", required=True, type=click.Path(file_okay=False), help="Directory for the report.")
+@click.option("--out", "out", required=True, type=click.Path(path_type=str), help="Directory for the report.")
 @click.option("--all-episodes", is_flag=True, help="Utility curves for every episode (default: one per category).")
 @click.option("--episodes", default=None, help="Utility curves for these episodes, comma-separated.")
-@_grid
-def report_command(source, out, all_episodes, episodes, protocol, rho, T, B, lambda_ms):
+@sweep_options
+def report_command(source, out, all_episodes, episodes, **options):
     """Analyse RESULTS_OR_TRACES and write DIR/report.md with tables, CSVs and figures.
 
     SOURCE is a sweep's results (a directory holding utility.parquet) or trace files /
@@ -85,13 +54,10 @@ def report_command(source, out, all_episodes, episodes, protocol, rho, T, B, lam
     from tempora_sim import report as rp
 
     t0 = time.perf_counter()
-    try:
-        inputs = _load(rp, source, _sweep_options(protocol, rho, T, B, lambda_ms), out)
-        swept = time.perf_counter() - t0
-        eps = [e.strip() for e in episodes.split(",") if e.strip()] if episodes else None
-        result = rp.build_report(inputs, out, all_episodes=all_episodes, episodes=eps)
-    except _user_errors() as exc:
-        _fail(str(exc))
+    inputs = _load(rp, source, from_click(options), out)
+    swept = time.perf_counter() - t0
+    eps = [e.strip() for e in episodes.split(",") if e.strip()] if episodes else None
+    result = rp.build_report(inputs, out, all_episodes=all_episodes, episodes=eps)
     total = time.perf_counter() - t0
     click.echo(f"wrote {result.report} ({len(result.tables)} tables, {len(result.figures)} figure files) "
                f"in {total:.1f} s ({'sweep' if inputs.from_traces else 'read'} {swept:.1f} s)")
@@ -100,8 +66,8 @@ def report_command(source, out, all_episodes, episodes, protocol, rho, T, B, lam
 @main.command("show")
 @click.argument("table", required=False)
 @click.argument("source", nargs=-1, type=click.Path(exists=True))
-@_grid
-def show_command(table, source, protocol, rho, T, B, lambda_ms):
+@sweep_options
+def show_command(table, source, **options):
     """Print TABLE computed from SOURCE (results, traces or a report directory).
 
     Without arguments, list the tables."""
@@ -114,11 +80,8 @@ def show_command(table, source, protocol, rho, T, B, lambda_ms):
         return
     if table not in rp.TABLES:
         _fail(f"unknown table '{table}'; tables: {', '.join(rp.TABLES)}")
-    try:
-        inputs = _load(rp, source, _sweep_options(protocol, rho, T, B, lambda_ms))
-        frame = rp.compute_table(table, inputs)
-    except _user_errors() as exc:
-        _fail(str(exc))
+    inputs = _load(rp, source, from_click(options))
+    frame = rp.compute_table(table, inputs)
     spec = rp.TABLES[table]
     if frame is None:
         _fail(f"table '{table}' {rp.why_missing(table, inputs)}")

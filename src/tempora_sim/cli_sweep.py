@@ -20,15 +20,8 @@ import click
 
 from .cli import main
 from .errors import SimError
-
-
-class UserInputError(click.ClickException):
-    """One-line error for bad input (exit status 2, like click's usage errors)."""
-
-    exit_code = 2
-
-    def show(self, file=None) -> None:
-        click.echo(f"tempora-sim: error: {self.format_message()}", err=True)
+from .options import click_options as sweep_options
+from .options import from_click
 
 
 def write_outputs(frame, out: Path) -> None:
@@ -57,45 +50,24 @@ def write_outputs(frame, out: Path) -> None:
 
 @main.command("sweep")
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--protocol", "protocol", default="all", show_default=True,
-              help="all, offline, discrete, continuous, amortised (comma-separated list allowed).")
 @click.option("--out", "out", type=click.Path(path_type=Path), default=None,
               help="Directory for utility.parquet and utility.csv (omit to only print).")
-@click.option("--rho", default=None, help="Utilisations ρ = λ/γ, fractions or %, e.g. 1,0.7,50%. [default: 1,0.7,0.5,0.35,0.25]")
-@click.option("--T", "T", default=None, help="HCI thresholds, ms by default or with ms/s suffix. [default: 50,100,200,400,1000]")
-@click.option("--B", "B", default=None, help="Overhead budgets, ms by default or with ms/s suffix. [default: 1s,2s,4s,8s,16s,32s]")
-@click.option("--lambda-ms", "lambda_ms", default=None,
-              help="Use this λ for every group instead of mean+6σ of its standard trace (ms, or with a suffix).")
-@click.option("--queue", default=1, show_default=True, type=int, help="Discrete queue capacity b (0 = drop while busy).")
-@click.option("--sync", default="buffered", show_default=True, type=click.Choice(["buffered", "strict"]),
-              help="strict: Alfarra et al.'s +2 synchronisation (pickup only at arrivals, no drain).")
-@click.option("--skipped", default="null", show_default=True, type=click.Choice(["null", "random"]),
-              help="Score of a skipped batch: 0 (null prediction) or 1/C (random prediction).")
-@click.option("--fallback", is_flag=True, default=False,
-              help="Dual-model fallback: skipped batches get the adapting model's forward-only prediction.")
-@click.option("--budget-rule", "budget_rule", default="strict", show_default=True,
-              type=click.Choice(["strict", "overshoot"]),
-              help="strict: m = max{j: Σc ≤ B} (paper); overshoot: adapt while spent < B (reference code).")
+@sweep_options
 @click.option("--format", "fmt", default="table", show_default=True, type=click.Choice(["table", "json"]),
               help="json prints the aggregated rows as JSON on stdout instead of tables.")
-def sweep_command(traces, protocol, out, rho, T, B, lambda_ms, queue, sync, skipped, fallback, budget_rule, fmt):
+def sweep_command(traces, out, fmt, **options):
     """Replay TRACES (files or directories of *.parquet) under temporal grids."""
     from .replay import ALL_EPISODES, SimWarning, run_sweep
 
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", SimWarning)
-            result = run_sweep(
-                [str(p) for p in traces], protocols=protocol, rho=rho, T_ms=T, B_ms=B, lambda_ms=lambda_ms,
-                queue=queue, budget_rule=budget_rule, skipped=skipped, sync=sync, fallback=fallback,
-            )
-        for w in caught:
-            if issubclass(w.category, SimWarning):
-                click.echo(f"tempora-sim: warning: {w.message}", err=True)
-        if out is not None:
-            write_outputs(result.frame, out)
-    except SimError as exc:
-        raise UserInputError(str(exc)) from None
+    opts = from_click(options)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SimWarning)
+        result = run_sweep([str(p) for p in traces], opts)
+    for w in caught:
+        if issubclass(w.category, SimWarning):
+            click.echo(f"tempora-sim: warning: {w.message}", err=True)
+    if out is not None:
+        write_outputs(result.frame, out)
 
     import polars as pl
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import click
 
+from tempora_schema.errors import OptionError
+
 from .cli import main
 from .errors import SimError
 from .validation import (
@@ -30,15 +32,6 @@ from .validation import (
 
 #: Exit status when every input was fine but a tolerance is exceeded.
 EXIT_TOLERANCE = 1
-
-
-class UserInputError(click.ClickException):
-    """One-line error for bad input (exit status 2), as the other subcommands print it."""
-
-    exit_code = 2
-
-    def show(self, file=None) -> None:
-        click.echo(f"tempora-sim: error: {self.format_message()}", err=True)
 
 
 def write_frames(frames: dict, out: Path) -> list[Path]:
@@ -157,16 +150,12 @@ def validate_command(live, traces, out, abs_pp, slack_pp, amortised_pp, min_agre
     for name, value in (("--tol-pp", abs_pp), ("--spread-slack-pp", slack_pp), ("--amortised-tol-pp", amortised_pp),
                         ("--tie-us", tie_us)):
         if not (math.isfinite(value) and value >= 0):
-            raise UserInputError(f"{name} must be ≥ 0, got {value:g}")
+            raise OptionError(f"{name} must be ≥ 0, got {value:g}")
     if not 0 <= min_agreement <= 100:
-        raise UserInputError(f"--min-agreement must be a percentage in 0..100, got {min_agreement:g}")
-    try:
-        result = validate([str(p) for p in live], [str(traces)],
-                          Tolerances(abs_pp, slack_pp, amortised_pp, min_agreement, tie_us))
-        written = write_frames({"validation": result.settings, "validation-runs": result.runs,
-                                "validation-disagreements": result.disagreements}, out) if out is not None else []
-    except SimError as exc:
-        raise UserInputError(str(exc)) from None
+        raise OptionError(f"--min-agreement must be a percentage in 0..100, got {min_agreement:g}")
+    result = validate([str(p) for p in live], [str(traces)], Tolerances(abs_pp, slack_pp, amortised_pp, min_agreement, tie_us))
+    written = write_frames({"validation": result.settings, "validation-runs": result.runs,
+                            "validation-disagreements": result.disagreements}, out) if out is not None else []
     from rich.console import Console
 
     console = Console(width=None if sys.stdout.isatty() else 220)
@@ -176,5 +165,5 @@ def validate_command(live, traces, out, abs_pp, slack_pp, amortised_pp, min_agre
     if not result.passed:
         bad = result.settings.filter(~result.settings["pass"]).height + result.runs.filter(~result.runs["pass"]).height
         click.echo(f"tempora-sim: validate: {bad} check(s) beyond tolerance", err=True)
-        sys.exit(EXIT_TOLERANCE)
+        raise click.exceptions.Exit(EXIT_TOLERANCE)
     click.echo("validate: every check within tolerance")

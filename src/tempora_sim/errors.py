@@ -8,9 +8,10 @@ group, and which rule. Nothing else is allowed to escape the CLI as a traceback.
 from __future__ import annotations
 
 from tempora_schema import TraceSchemaError
+from tempora_schema.errors import OptionError, TemporaError
 
 
-class SimError(Exception):
+class SimError(TemporaError):
     """Base class: a problem with the user's input, reported as one line."""
 
 
@@ -31,7 +32,7 @@ class GroupError(SimError):
     """A comparison group is inconsistent (duplicate method, no λ available, ...)."""
 
 
-class GridError(SimError):
+class GridError(SimError, OptionError):
     """A ρ / T / B grid value or option is invalid."""
 
 

@@ -1,15 +1,17 @@
 """Parameter grids of the three protocols, with unit suffixes (paper §4.1 defaults).
 
 ρ is a fraction (``0.7``) or a percentage (``70%``); T and B are milliseconds by default and
-accept ``ms``/``s`` suffixes (``500ms``, ``1s``, ``1.5s``). Defaults are the paper's ResNet-50
+accept ``ms``/``s`` suffixes (``500ms``, ``1s``, ``1.5s``). A grid is a comma list, ``@file`` (values
+separated by commas, spaces or new lines) or a range ``start:stop:step``; values must be finite. Defaults are the paper's ResNet-50
 grids: ρ ∈ {100, 70, 50, 35, 25} %, T ∈ {50, 100, 200, 400, 1000} ms, B ∈ {1, 2, 4, 8, 16, 32} s.
 """
 
 from __future__ import annotations
 
-import math
-import re
-from typing import Iterable, Sequence
+from typing import Sequence
+
+from tempora_schema import command
+from tempora_schema.errors import OptionError
 
 from .errors import GridError
 
@@ -21,52 +23,32 @@ PROTOCOLS = ("offline", "discrete", "continuous", "amortised")
 #: ``param`` column value of each protocol's grid.
 PARAM_OF = {"offline": None, "discrete": "rho", "continuous": "T_ms", "amortised": "B_ms"}
 
-_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
-_TIME = re.compile(rf"^\s*({_NUMBER})\s*(ms|s)?\s*$")
-_RATIO = re.compile(rf"^\s*({_NUMBER})\s*(%)?\s*$")
-
-
-def _split(spec: str | float | Iterable) -> list:
-    if isinstance(spec, str):
-        parts = [p for p in spec.split(",") if p.strip()]
-        if not parts:
-            raise GridError(f"empty grid '{spec}'")
-        return parts
-    if isinstance(spec, (int, float)):
-        return [spec]
-    return list(spec)
+def _grid(spec, name: str, parse) -> tuple[float, ...]:
+    """A grid from a comma list, ``@file`` or ``start:stop:step`` (see :mod:`tempora_schema.command`)."""
+    try:
+        return tuple(command.expand_grid(spec, f"--{name}", parse))
+    except OptionError as exc:
+        raise GridError(str(exc)) from None
 
 
 def parse_time_ms(item: str | float, name: str) -> float:
     """``'1s'`` → 1000.0, ``'500ms'`` → 500.0, ``'250'`` → 250.0 (ms)."""
-    if isinstance(item, (int, float)) and not isinstance(item, bool):
-        value = float(item)
-    else:
-        match = _TIME.match(str(item))
-        if not match:
-            raise GridError(f"--{name}: cannot read '{item}' as a time (use e.g. 500, 500ms or 1.5s)")
-        value = float(match.group(1)) * (1000.0 if match.group(2) == "s" else 1.0)
-    if not math.isfinite(value):
-        raise GridError(f"--{name}: '{item}' is not a finite time")
-    return value
+    try:
+        return command.parse_time_ms(item, f"--{name}")
+    except OptionError as exc:
+        raise GridError(str(exc)) from None
 
 
 def parse_ratio(item: str | float, name: str = "rho") -> float:
     """``'70%'`` → 0.7, ``'0.7'`` → 0.7."""
-    if isinstance(item, (int, float)) and not isinstance(item, bool):
-        value = float(item)
-    else:
-        match = _RATIO.match(str(item))
-        if not match:
-            raise GridError(f"--{name}: cannot read '{item}' as a utilisation (use e.g. 0.7 or 70%)")
-        value = float(match.group(1)) / (100.0 if match.group(2) else 1.0)
-    if not math.isfinite(value):
-        raise GridError(f"--{name}: '{item}' is not finite")
-    return value
+    try:
+        return command.parse_ratio(item, f"--{name}")
+    except OptionError as exc:
+        raise GridError(str(exc)) from None
 
 
 def parse_rho(spec) -> tuple[float, ...]:
-    values = tuple(parse_ratio(x, "rho") for x in _split(spec))
+    values = _grid(spec, "rho", command.parse_ratio)
     for v in values:
         if v <= 0:
             raise GridError(f"--rho: utilisation must be > 0 (got {v:g}); ρ = λ/γ and γ must be finite")
@@ -74,7 +56,7 @@ def parse_rho(spec) -> tuple[float, ...]:
 
 
 def parse_T(spec) -> tuple[float, ...]:
-    values = tuple(parse_time_ms(x, "T") for x in _split(spec))
+    values = _grid(spec, "T", command.parse_time_ms)
     for v in values:
         if v <= 0:
             raise GridError(f"--T: threshold must be > 0 ms (got {v:g})")
@@ -82,7 +64,7 @@ def parse_T(spec) -> tuple[float, ...]:
 
 
 def parse_B(spec) -> tuple[float, ...]:
-    values = tuple(parse_time_ms(x, "B") for x in _split(spec))
+    values = _grid(spec, "B", command.parse_time_ms)
     for v in values:
         if v < 0:
             raise GridError(f"--B: budget must be >= 0 ms (got {v:g})")
@@ -91,6 +73,8 @@ def parse_B(spec) -> tuple[float, ...]:
 
 def parse_protocols(spec: str | Sequence[str]) -> tuple[str, ...]:
     items = [p.strip() for p in spec.split(",")] if isinstance(spec, str) else list(spec)
+    if not items or not all(items):
+        raise GridError(f"--protocol: empty item in '{spec}'")
     out: list[str] = []
     for p in items:
         if p == "all":

@@ -2,7 +2,7 @@
 
 Written independently of :mod:`tempora_sim.kernels` and on purpose in the most literal form:
 the discrete protocol is a discrete-event simulation with an explicit clock, a heap of
-arrival/completion events and a FIFO queue with eviction (DESIGN §4, paper Appendix B.2);
+arrival/completion events and a FIFO queue with eviction (docs/design.md §4, paper Appendix B.2);
 the other protocols are direct loops over the formulas of paper §3. Slow, obvious, and the
 baseline the benchmark measures the kernels against.
 

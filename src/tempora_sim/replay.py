@@ -1,6 +1,6 @@
-"""The sweep: replay every trace under every requested ρ / T / B value (DESIGN §4, §6).
+"""The sweep: replay every trace under every requested ρ / T / B value (docs/design.md §4, §6).
 
-``sweep(...)`` is the notebook API (a polars DataFrame with the DESIGN §6 columns);
+``sweep(...)`` is the notebook API (a polars DataFrame with the docs/design.md §6 columns);
 ``run_sweep(...)`` also returns timings, warnings and λ per group, which the CLI prints.
 
 Aggregation and meaning of the columns, per protocol (fractions in [0, 1], times in ms):
@@ -34,16 +34,13 @@ import polars as pl
 from tempora_schema import GroupKey
 
 from . import grids
-from .errors import GridError, ProtocolError
+from .errors import GridError, ProtocolError  # noqa: F401  (GridError re-exported)
+from .options import BUDGET_RULES, ENGINES, SKIPPED_MODES, SYNC_MODES, SweepOptions  # noqa: F401
 from .traces import Trace, TraceSet, group_lambdas, load_traces
 
 ALL_EPISODES = "__all__"
-BUDGET_RULES = ("strict", "overshoot")
-SKIPPED_MODES = ("null", "random")
-SYNC_MODES = ("buffered", "strict")
-ENGINES = ("numba", "python")
 
-#: Output columns, in order (DESIGN §6 plus seed, stream, num_batches).
+#: Output columns, in order (docs/design.md §6 plus seed, stream, num_batches).
 COLUMNS = {
     "dataset": pl.Utf8, "model": pl.Utf8, "device": pl.Utf8, "batch_size": pl.Int64,
     "seed": pl.Int64, "stream": pl.Utf8, "method": pl.Utf8, "episode": pl.Utf8,
@@ -437,42 +434,16 @@ def _frame(series: Series, protocol: str, values, stats: dict, pooled: bool) -> 
 # --------------------------------------------------------------------------------------
 
 
-def _check_options(queue, budget_rule, skipped, sync, fallback, engine):
-    if isinstance(queue, bool) or not isinstance(queue, (int, np.integer)) or queue < 0:
-        raise GridError(f"--queue: capacity must be an integer >= 0 (got {queue!r})")
-    for name, value, allowed in (("budget-rule", budget_rule, BUDGET_RULES), ("skipped", skipped, SKIPPED_MODES),
-                                 ("sync", sync, SYNC_MODES), ("engine", engine, ENGINES)):
-        if value not in allowed:
-            raise GridError(f"--{name}: '{value}' is not one of {', '.join(allowed)}")
-    if fallback and skipped == "random":
-        raise GridError("--fallback and --skipped random both score skipped batches; choose one")
+def run_sweep(source, options: SweepOptions | None = None, /, **changes) -> SweepResult:
+    """Replay ``source`` (path(s) or a TraceSet) and return rows, timings, λ and warnings.
 
-
-def run_sweep(
-    source,
-    protocols="all",
-    rho=None,
-    T_ms=None,
-    B_ms=None,
-    lambda_ms=None,
-    queue=1,
-    budget_rule="strict",
-    skipped="null",
-    sync="buffered",
-    fallback=False,
-    engine="numba",
-) -> SweepResult:
-    """Replay ``source`` (path(s) or a TraceSet) and return rows, timings, λ and warnings."""
+    ``options`` is a :class:`~tempora_sim.options.SweepOptions`; keyword arguments (its field
+    names) override it. Every option is checked before a trace is read."""
     t_start = time.perf_counter()
-    _check_options(queue, budget_rule, skipped, sync, fallback, engine)
-    protos = grids.parse_protocols(protocols)
-    rho_v = grids.parse_rho(rho) if rho is not None else grids.DEFAULT_RHO
-    T_v = grids.parse_T(T_ms) if T_ms is not None else grids.DEFAULT_T_MS
-    B_v = grids.parse_B(B_ms) if B_ms is not None else grids.DEFAULT_B_MS
-    if lambda_ms is not None:
-        lambda_ms = grids.parse_time_ms(lambda_ms, "lambda-ms")
-        if lambda_ms <= 0:
-            raise GridError(f"--lambda-ms: λ must be > 0 ms (got {lambda_ms:g})")
+    opt = SweepOptions.build(options, **changes).resolve()
+    protos, rho_v, T_v, B_v, lambda_ms = opt.protocols, opt.rho, opt.T_ms, opt.B_ms, opt.lambda_ms
+    queue, budget_rule, skipped, sync, fallback, engine = (opt.queue, opt.budget_rule, opt.skipped, opt.sync,
+                                                           opt.fallback, opt.engine)
     traceset = source if isinstance(source, TraceSet) else load_traces(source)
     lambdas = group_lambdas(traceset, lambda_ms)
     notes: list[str] = []
@@ -480,7 +451,7 @@ def run_sweep(
     if "continuous" in protos:
         for key, lam in lambdas.items():
             bad = [t for t in T_v if t <= lam]
-            if bad and T_ms is not None:
+            if bad and opt.explicit_T:
                 raise GridError(
                     f"--T {', '.join(f'{t:g}' for t in bad)} ms must exceed λ = {lam:.2f} ms of group {key.label()} "
                     "(continuous utility needs T > λ)"
@@ -551,31 +522,19 @@ def _check_frozen(series: Series, raw: dict, budgets) -> None:
     )
 
 
-def sweep(
-    source,
-    protocols="all",
-    rho=None,
-    T_ms=None,
-    B_ms=None,
-    lambda_ms=None,
-    queue=1,
-    budget_rule="strict",
-    skipped="null",
-    sync="buffered",
-    fallback=False,
-    engine="numba",
-) -> pl.DataFrame:
+def sweep(source, options: SweepOptions | None = None, /, **changes) -> pl.DataFrame:
     """Replay traces under ρ / T / B grids; one row per (trace, episode|__all__, protocol, value).
 
     ``source``: a trace file, a directory (searched recursively for ``*.parquet``), a list of
-    them, or a loaded :class:`~tempora_sim.traces.TraceSet`. ``rho`` (fractions or ``'70%'``),
-    ``T_ms`` and ``B_ms`` (ms, or strings with ``ms``/``s`` suffixes) take a comma-separated
-    string or a sequence; ``None`` means the paper's grids (default T values ≤ λ are dropped
-    with a :class:`SimWarning`; explicit ones raise). ``lambda_ms`` overrides λ for every group.
-    ``queue`` is the discrete queue capacity b; ``sync='strict'`` is Alfarra et al.'s +2
-    synchronisation; ``skipped='random'`` scores skipped batches 1/C; ``fallback=True`` scores
-    them with the dual-model fallback; ``budget_rule`` is ``strict`` or ``overshoot``.
-    ``engine='python'`` runs the plain-Python reference instead of the kernels (slow; tests).
+    them, or a loaded :class:`~tempora_sim.traces.TraceSet`. The options are the fields of
+    :class:`~tempora_sim.options.SweepOptions` (given as ``options`` and/or keywords): ``rho``
+    (fractions or ``'70%'``), ``T_ms`` and ``B_ms`` (ms, or strings with ``ms``/``s`` suffixes)
+    take a comma-separated string, ``'@file'``, ``'start:stop:step'`` or a sequence; ``None``
+    means the paper's grids (default T values ≤ λ are dropped with a :class:`SimWarning`;
+    explicit ones raise). ``lambda_ms`` overrides λ for every group. ``queue`` is the discrete
+    queue capacity b; ``sync='strict'`` is Alfarra et al.'s +2 synchronisation;
+    ``skipped='random'`` scores skipped batches 1/C; ``fallback=True`` scores them with the
+    dual-model fallback; ``budget_rule`` is ``strict`` or ``overshoot``. ``engine='python'``
+    runs the plain-Python reference instead of the kernels (slow; tests).
     """
-    return run_sweep(source, protocols, rho, T_ms, B_ms, lambda_ms, queue, budget_rule, skipped, sync,
-                     fallback, engine).frame
+    return run_sweep(source, options, **changes).frame

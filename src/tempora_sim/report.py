@@ -19,11 +19,12 @@ from typing import Callable, Sequence
 import polars as pl
 
 from tempora_sim import analyses as an
+from tempora_sim.errors import SimError
 
 RESULTS_FILE = "utility.parquet"
 
 
-class ReportError(ValueError):
+class ReportError(SimError, ValueError):
     """Bad report input (message is the whole story, shown as one line)."""
 
 
@@ -55,10 +56,16 @@ def results_path(source: str | Path) -> Path | None:
     return None
 
 
-def load_inputs(sources: str | Path | Sequence[str | Path], sweep_options: dict | None = None,
+def load_inputs(sources: str | Path | Sequence[str | Path], sweep_options=None,
                 out: str | Path | None = None) -> ReportInputs:
-    """Read results, or load traces and sweep them (``sweep_options`` go to ``tempora_sim.sweep``).
-    ``out``, the report directory to be written, must not lie inside a trace directory."""
+    """Read results, or load traces and sweep them with ``sweep_options`` (a
+    :class:`~tempora_sim.options.SweepOptions` or a dict of its fields). ``out``, the report
+    directory to be written, must not lie inside a trace directory."""
+    from tempora_sim.options import SweepOptions
+
+    if not isinstance(sweep_options, SweepOptions):
+        sweep_options = SweepOptions.build(**(sweep_options or {}))
+    sweep_options.resolve()  # every option checked before anything is read
     items = [sources] if isinstance(sources, (str, Path)) else list(sources)
     if not items:
         raise ReportError("no results or traces given")
@@ -67,8 +74,8 @@ def load_inputs(sources: str | Path | Sequence[str | Path], sweep_options: dict 
             raise ReportError(f"{item}: no such file or directory")
     results = [results_path(i) for i in items]
     if all(r is not None for r in results):
-        if sweep_options:
-            opts = ", ".join(sorted(sweep_options))
+        if sweep_options.given():
+            opts = ", ".join(sorted(sweep_options.given()))
             raise ReportError(f"sweep options ({opts}) apply to traces, but {items[0]} holds sweep results")
         try:
             utility = pl.concat([pl.read_parquet(r) for r in results], how="diagonal_relaxed")
@@ -97,7 +104,7 @@ def load_inputs(sources: str | Path | Sequence[str | Path], sweep_options: dict 
             if src.is_dir() and (dest == src or src in dest.parents):
                 raise ReportError(f"--out {out} is inside the trace directory {item}; the report's own Parquet "
                                   "files would be read as traces next time: write it elsewhere")
-    utility = sweep(traces, **(sweep_options or {}))
+    utility = sweep(traces, sweep_options)
     rows = an.align_group_dtypes(an.trace_rows(traces.traces), utility)
     return ReportInputs(utility=utility, trace_rows=rows, source=", ".join(map(str, items)), from_traces=True)
 

@@ -1,6 +1,6 @@
 """Reading, validating and grouping schema-v1 traces (polars + pyarrow, no torch).
 
-A *group* is what makes traces comparable (DESIGN §3 ``GROUP_KEYS``: dataset, model, device,
+A *group* is what makes traces comparable (docs/design.md §3 ``GROUP_KEYS``: dataset, model, device,
 batch size, seed, stream). All traces of a group share one λ, taken from its ``standard``
 trace; a group may hold at most one trace per method.
 """
@@ -13,7 +13,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Iterable, Sequence
 
-import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -27,12 +26,12 @@ from tempora_schema import (
     validate_table,
 )
 
+from tempora_schema.provision import LAMBDA_SIGMAS, lambda_provision  # noqa: F401  (re-exported)
+
 from .errors import GroupError, SimError, TraceFileError
 
 #: Name of the non-adaptive baseline whose trace defines λ.
 STANDARD_METHOD = "standard"
-#: λ = mean(δ) + LAMBDA_SIGMAS · std(δ) (paper §4: a 6σ provision).
-LAMBDA_SIGMAS = 6.0
 
 
 @dataclass
@@ -158,8 +157,7 @@ def lambda_from_standard(trace: Trace) -> float:
     λ = 39.9 ms is that provision over the standard run's batches. With 781+ batches the
     ddof choice changes λ by < 0.1 %.
     """
-    delta = trace.adapt["delta_ms"].to_numpy()
-    return float(np.mean(delta) + LAMBDA_SIGMAS * np.std(delta, ddof=0))
+    return lambda_provision(trace.adapt["delta_ms"].to_numpy())[0]
 
 
 def group_lambdas(traceset: TraceSet, lambda_ms: float | None = None) -> dict[GroupKey, float]:

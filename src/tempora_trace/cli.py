@@ -1,204 +1,348 @@
-"""``tempora-trace``: measure one TTA method once on this device and write a schema-v1 trace.
+"""``tempora-trace``: measure one TTA method once on this device and write a Parquet trace.
 
-    tempora-trace --method tent --device cuda                 # demo data, demo model
-    tempora-trace --method tent --dataset imagenet-c --data-root ~/data/ImageNet-C --device cuda
-    tempora-trace calibrate --device cuda                     # trace `standard`, print λ
-    tempora-trace live --method tent --rho 1,0.5 --queue 1   # play it against a real clock
+    tempora-trace run --method tent --device cuda              # demo data, demo model
+    tempora-trace --method tent --device cuda                  # the same: `run` is the default
+    tempora-trace run --method tent --dataset imagenet-c --data-root ~/data/ImageNet-C --device cuda
+    tempora-trace calibrate --device cuda                      # trace `standard`, print λ
+    tempora-trace live --method tent --rho 1,0.5 --queue 1     # the protocol against a real clock
+    tempora-trace list [--methods-for MODEL]
 
-Bad input is reported as one ``error: …`` line on stderr with exit status 2.
+Bad input is one ``tempora-trace: error: …`` line on stderr with exit status 2 (see
+``docs/errors.md``). A subcommand is one ``@cli.command(...)`` function; options shared by
+several subcommands are declared once in :data:`RUN_OPTIONS` / :func:`run_options`.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-from pathlib import Path
-from typing import Sequence
 
-from .config import DEFAULT_BATCH_SIZE, DEFAULT_FROZEN_SAMPLE, DEFAULT_SEED, DEFAULT_SEVERITY, TraceConfig
-from .errors import ConfigError, TraceError
-from .methods.base import MethodError
+from tempora_schema.command import guard_startup_interrupt, is_tool_process
 
-EXIT_USAGE = 2
+if is_tool_process(__name__, "tempora-trace"):
+    guard_startup_interrupt("tempora-trace")  # before torch is imported (seconds)
 
+import json  # noqa: E402
+import math  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any, Callable, Sequence  # noqa: E402
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports bad arguments as a single line (no usage dump)."""
+import click  # noqa: E402
 
-    def error(self, message: str):  # type: ignore[override]
-        raise ConfigError(message)
+from tempora_schema.command import (  # noqa: E402
+    INT32_MAX,
+    INT64_MAX,
+    OneLineGroup,
+    ValueType,
+    int_list_type,
+    parse_int,
+    time_list_type,
+    time_type,
+)
+from tempora_schema.errors import OptionError  # noqa: E402
 
+from . import __version__  # noqa: E402
+from .config import DEFAULT_BATCH_SIZE, DEFAULT_FROZEN_SAMPLE, DEFAULT_SEED, DEFAULT_SEVERITY, TraceConfig  # noqa: E402
+from .errors import ConfigError  # noqa: E402
 
-def _parse_value(text: str):
-    """``--param`` values: JSON when it parses (numbers, true/false, lists), else a string."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def _float_list(text: str) -> list[float]:
-    try:
-        return [float(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated milliseconds, got '{text}'") from None
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        return [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated step counts, got '{text}'") from None
+PROG = "tempora-trace"
 
 
-def _frozen_sample(text: str) -> int | None:
-    if text == "all":
+class _TraceCommand(click.Command):
+    """Accepts the space-separated form ``--domains fog snow`` beside ``--domains fog,snow``
+    (the words after ``--domains`` up to the next option are joined with commas)."""
+
+    list_options = ("--domains",)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        out: list[str] = []
+        i = 0
+        while i < len(args):
+            arg = args[i]
+            out.append(arg)
+            i += 1
+            if arg in self.list_options:
+                words = []
+                while i < len(args) and not args[i].startswith("-"):
+                    words.append(args[i])
+                    i += 1
+                if words:
+                    out.append(",".join(words))
+        return super().parse_args(ctx, out)
+
+
+cli = OneLineGroup(
+    name=PROG, prog=PROG, default_command="run",
+    aliases={"--list": ["list"], "--methods-for": ["list", "--methods-for"]},
+    help="Trace a test-time adaptation method once on this device: a per-batch Parquet trace that "
+         "`tempora-sim` replays under any deadline, patience threshold or budget.\n\n"
+         "`tempora-trace --method X …` (no subcommand) is `tempora-trace run --method X …`.",
+)
+cli = click.version_option(__version__, "--version", prog_name=PROG)(cli)
+
+
+# ------------------------------------------------------------------------ option types
+def _frozen_sample(text: str, option: str) -> int | None:
+    if text.strip() == "all":
         return None
     try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number or 'all', got '{text}'") from None
+        return parse_int(text, option, 1, INT32_MAX)
+    except OptionError:
+        raise OptionError(f"{option}: expected a number ≥ 1 or 'all', got '{text}'") from None
 
 
-def _common_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dataset", default="demo", help="demo | cifar10-c | cifar100-c | imagenet-c | imagenet-r | imagenet-a | imagenet-v2 (default demo)")
-    p.add_argument("--model", default=None, help="default: the dataset's model (demo-resnet, cifar-resnet18, resnet50)")
-    p.add_argument("--weights", default=None, help="weight file (state_dict); 'random' for an untrained model (timing only)")
-    p.add_argument("--data-root", default=None, help="dataset folder (default $TEMPORA_DATA/<dataset folder>)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    p.add_argument("--out", default=None, help="output folder (default traces/<dataset>/<model>/<device>/)")
-    p.add_argument("--name", default=None, help="trace file stem (default <method> plus -bs/-seed/-sev/-continual suffixes when non-default)")
-    p.add_argument("--domains", nargs="+", default=None, help="corruptions or groups noise/blur/weather/digital/all, or clean (default all 15 corruptions)")
-    p.add_argument("--severity", type=int, default=DEFAULT_SEVERITY, help=f"corruption severity 1..5 (default {DEFAULT_SEVERITY})")
-    p.add_argument("--max-batches", type=int, default=None, help="at most this many batches per domain")
-    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help=f"default {DEFAULT_BATCH_SIZE}")
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"default {DEFAULT_SEED}")
-    p.add_argument("--stream", choices=["episodic", "continual"], default="episodic", help="episodic: reset per domain (default); continual: never reset")
-    p.add_argument("--workers", type=int, default=None, help="loader threads (default 0 on CPU, min(8, cores) on CUDA)")
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
-    p.add_argument("--resume", action="store_true", help="continue an interrupted run after its last complete episode")
-    p.add_argument("--force", action="store_true", help="overwrite an existing trace or discard an interrupted run")
-    p.add_argument("--quiet", action="store_true", help="no progress bars or episode summaries")
+def _finite_json(value: Any, where: str) -> Any:
+    """``--param`` values must be finite: NaN/∞ would collapse the model and break strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise OptionError(f"--param {where}: {value} is not a finite number")
+    if isinstance(value, list):
+        for v in value:
+            _finite_json(v, where)
+    if isinstance(value, dict):
+        for v in value.values():
+            _finite_json(v, where)
+    return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="tempora-trace", description="Trace a TTA method once on this device (writes a schema-v1 Parquet trace).",
-                epilog="`tempora-trace calibrate [options]` traces `standard` and prints λ = mean + 6σ of its per-batch latency.")
-    p.add_argument("--method", default=None, help="TTA method name (see --list)")
-    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="override a method hyperparameter (repeatable)")
-    _common_options(p)
-    p.add_argument("--frozen-sample", type=_frozen_sample, default=DEFAULT_FROZEN_SAMPLE,
-                   help=f"later batches scored per frozen checkpoint, or 'all' (default {DEFAULT_FROZEN_SAMPLE})")
-    p.add_argument("--checkpoints", type=_int_list, default=[], help="extra exact checkpoints, e.g. 0,5,17")
-    p.add_argument("--no-default-checkpoints", action="store_true", help="only --checkpoints and budget checkpoints")
-    p.add_argument("--budgets-ms", type=_float_list, default=[], help="add the exact cut-off checkpoints of these budgets (needs --lambda-ms)")
-    p.add_argument("--lambda-ms", type=float, default=None, help="λ for --budgets-ms (see `tempora-trace calibrate`)")
-    p.add_argument("--list", action="store_true", help="list methods, models and datasets, then exit")
-    p.add_argument("--methods-for", metavar="MODEL", default=None,
-                   help="print the methods that run on MODEL (space-separated, for scripts), then exit")
-    return p
+def parse_param(pair: str) -> tuple[str, Any]:
+    """``KEY=VALUE``: VALUE is JSON when it parses (numbers, true/false, lists), else a string."""
+    if "=" not in pair:
+        raise OptionError(f"--param expects KEY=VALUE, got '{pair}'")
+    key, text = (s.strip() for s in pair.split("=", 1))
+    if not key:
+        raise OptionError(f"--param expects KEY=VALUE, got '{pair}'")
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return key, text
+    if text.strip().lower().lstrip("+-") in ("nan", "infinity", "inf"):
+        raise OptionError(f"--param {key}: {text} is not a finite number")
+    return key, _finite_json(value, key)
 
 
-def build_calibrate_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="tempora-trace calibrate", description="Trace `standard` and print λ = mean + 6σ of its per-batch latency.")
-    _common_options(p)
-    return p
+FROZEN_SAMPLE = ValueType("N|all", _frozen_sample)
 
 
-def build_live_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="tempora-trace live",
-                description="Play a method live against a real clock (discrete arrivals or an amortised budget) "
-                            "and write a live-run Parquet file for `tempora-sim validate`.")
-    p.add_argument("--method", default=None, help="TTA method name (see --list)")
-    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="override a method hyperparameter (repeatable)")
-    _common_options(p)
-    p.add_argument("--protocol", default="discrete", help="discrete, amortised, or discrete,amortised (default discrete)")
-    p.add_argument("--rho", default=None, help="discrete: utilisations ρ = λ/γ, e.g. 1,0.5 or 100%%,50%%")
-    p.add_argument("--gamma-ms", default=None, help="discrete: inter-arrival times γ in ms instead of --rho")
-    p.add_argument("--queue", type=int, default=1, help="discrete: queue capacity b (0 = drop arrivals while busy; default 1)")
-    p.add_argument("--B", dest="budgets", default=None, help="amortised: overhead budgets, ms or with ms/s suffix, e.g. 1s,4s")
-    p.add_argument("--budget-rule", choices=["strict", "overshoot"], default="strict",
-                   help="amortised cut-off: strict m = max{j: Σc ≤ B} (default) or overshoot (adapt while spent < B)")
-    p.add_argument("--lambda-ms", default=None, help="λ in ms (default: mean + 6σ of the group's standard trace)")
-    p.add_argument("--standard", default=None, help="standard trace file or folder to take λ from (default: the tracer's output folder of this group)")
-    p.add_argument("--repeats", type=int, default=1, help="play every setting this many times (run-to-run spread; default 1)")
-    p.add_argument("--spin-us", type=float, default=500.0, help="busy-wait the last µs before an arrival instead of sleeping (default 500)")
-    p.add_argument("--stage-mb", type=float, default=1024.0, help="memory one staged chunk of an episode may take, MiB (default 1024)")
-    return p
+# ------------------------------------------------------------------------ options, declared once
+def _opt(*decls: str, **attrs: Any) -> Callable:
+    attrs.setdefault("show_default", "default" in attrs and attrs["default"] not in (None, False))
+    return click.option(*decls, **attrs)
 
 
-def _grid(text: str | None, parse, name: str) -> list[float] | None:
-    """A comma list through the simulator's own grid parsers (same syntax as `tempora-sim sweep`)."""
+#: Options of every subcommand that runs a trace (run, calibrate, and later ones).
+RUN_OPTIONS: list[Callable] = [
+    _opt("--dataset", default="demo",
+         help="demo, cifar10-c, cifar100-c, imagenet-c, imagenet-r, imagenet-a or imagenet-v2 (see `tempora-trace list`)."),
+    _opt("--model", default=None, help="Model name [default: the dataset's model: demo-resnet, cifar-resnet18, resnet50]."),
+    _opt("--weights", default=None, help="Weight file (state_dict), or 'random' for an untrained model (timing only)."),
+    _opt("--data-root", default=None, help="Dataset folder [default: $TEMPORA_DATA/<dataset folder>]."),
+    _opt("--device", default="cpu", help="cpu, cuda or cuda:N."),
+    _opt("--out", default=None, type=click.Path(path_type=str),
+         help="Output folder [default: traces/<dataset>/<model>/<device>/]."),
+    _opt("--name", default=None, help="Trace file stem [default: the method plus -bs/-seed/-sev/-continual suffixes when not default]."),
+    _opt("--domains", default=None, metavar="LIST",
+         help="Corruptions or groups (noise, blur, weather, digital, all, clean), comma-separated "
+              "(`--domains fog snow` works too) [default: all 15 corruptions]."),
+    _opt("--severity", type=click.IntRange(1, 5), default=DEFAULT_SEVERITY, help="Corruption severity."),
+    _opt("--max-batches", type=click.IntRange(1, INT32_MAX), default=None, help="At most this many batches per domain."),
+    _opt("--batch-size", type=click.IntRange(1, INT32_MAX), default=DEFAULT_BATCH_SIZE, help="Images per batch."),
+    _opt("--seed", type=click.IntRange(0, INT64_MAX), default=DEFAULT_SEED, help="Seed of the batch order and the method."),
+    _opt("--stream", type=click.Choice(["episodic", "continual"]), default="episodic",
+         help="episodic: reset per domain; continual: never reset."),
+    _opt("--workers", type=click.IntRange(0, 1024), default=None,
+         help="Loader threads [default: 0 on CPU, min(8, cores) on CUDA]."),
+    _opt("--threads", type=click.IntRange(1, 4096), default=None, help="Torch intra-op threads [default: torch's choice]."),
+    _opt("--resume", is_flag=True, help="Continue an interrupted run after its last complete episode."),
+    _opt("--force", is_flag=True, help="Overwrite an existing trace or discard an interrupted run."),
+    _opt("--quiet", is_flag=True, help="No progress bars or episode summaries."),
+]
+
+#: Options of `run` only: what to adapt and which frozen checkpoints to score.
+METHOD_OPTIONS: list[Callable] = [
+    _opt("--method", default=None, help="TTA method (see `tempora-trace list`). Required."),
+    _opt("--param", "params", multiple=True, metavar="KEY=VALUE", help="Override a method hyperparameter (repeatable)."),
+    _opt("--frozen-sample", type=FROZEN_SAMPLE, default=str(DEFAULT_FROZEN_SAMPLE),
+         help="Later batches scored per frozen checkpoint, or 'all' (exact)."),
+    _opt("--checkpoints", type=int_list_type(0, INT32_MAX), default=None, metavar="STEPS",
+         help="Extra exact checkpoints, comma-separated, e.g. 0,5,17."),
+    _opt("--no-default-checkpoints", is_flag=True, help="Only --checkpoints and budget checkpoints."),
+    _opt("--budgets-ms", type=time_list_type(0.0), default=None, metavar="TIMES",
+         help="Add the exact cut-off checkpoints of these budgets (ms, or with ms/s: 1s,2s); needs --lambda-ms."),
+    _opt("--lambda-ms", type=time_type(0.0, allow_zero=False), default=None, metavar="TIME",
+         help="λ for --budgets-ms (ms, or with ms/s; see `tempora-trace calibrate`)."),
+]
+
+
+def run_options(*groups: list[Callable]) -> Callable:
+    """Decorator applying option lists in order (the help lists them as declared)."""
+
+    def apply(fn: Callable) -> Callable:
+        for group in reversed(groups):
+            for option in reversed(group):
+                fn = option(fn)
+        return fn
+
+    return apply
+
+
+def _domains(text: str | None) -> list[str] | None:
     if text is None:
         return None
-    from tempora_sim.errors import GridError
-
-    try:
-        return [parse(t, name) for t in text.split(",") if t.strip()]
-    except GridError as exc:
-        raise ConfigError(str(exc)) from None
+    items = [t.strip() for t in text.replace(" ", ",").split(",") if t.strip()]
+    if not items:
+        raise OptionError("--domains: empty list")
+    return items
 
 
-def live(args: argparse.Namespace) -> int:
-    """Play a method live and write the live-run file."""
-    from tempora_sim.grids import parse_ratio, parse_time_ms
+def make_config(method: str, opts: dict[str, Any], **extra: Any) -> TraceConfig:
+    """A resolved :class:`TraceConfig` from the shared options; every value is checked here,
+    before any model, data or output is touched."""
+    cfg = TraceConfig(
+        method=method, dataset=opts["dataset"], model=opts["model"], weights=opts["weights"],
+        data_root=opts["data_root"], device=opts["device"], out=opts["out"], name=opts["name"],
+        domains=_domains(opts["domains"]), severity=opts["severity"], max_batches=opts["max_batches"],
+        batch_size=opts["batch_size"], seed=opts["seed"], stream=opts["stream"], workers=opts["workers"],
+        resume=opts["resume"], force=opts["force"], quiet=opts["quiet"], **extra,
+    ).resolved()
+    if opts["resume"] and opts["force"]:
+        raise ConfigError("--resume and --force contradict each other; pass one")
+    if opts["threads"] is not None:
+        import torch
 
-    from .live import LiveSettings, run_live
+        torch.set_num_threads(opts["threads"])
+    return cfg
 
-    if args.method is None:
+
+def _common(opts: dict[str, Any]) -> dict[str, Any]:
+    return {k: opts[k] for k in ("dataset", "model", "weights", "data_root", "device", "out", "name", "domains",
+                                 "severity", "max_batches", "batch_size", "seed", "stream", "workers", "threads",
+                                 "resume", "force", "quiet")}
+
+
+# ------------------------------------------------------------------------ subcommands
+@cli.command("run", cls=_TraceCommand)
+@run_options(METHOD_OPTIONS, RUN_OPTIONS)
+def run_command(**opts: Any) -> None:
+    """Trace one method: warm up, stream every domain through it under the clock, score frozen
+    checkpoints on the side, and write <out>/<name>.parquet atomically."""
+    from .runner import trace_run
+
+    if opts["method"] is None:
         from .methods import available_methods
 
         raise ConfigError(f"--method is required; available: {', '.join(available_methods())}")
-    lam = _grid(args.lambda_ms, parse_time_ms, "lambda-ms")
+    params = dict(parse_param(p) for p in opts["params"])
+    cfg = make_config(
+        opts["method"], _common(opts), method_params=params, frozen_sample=opts["frozen_sample"],
+        checkpoints=opts["checkpoints"] or [], default_checkpoints=not opts["no_default_checkpoints"],
+        budgets_ms=opts["budgets_ms"] or [], lambda_ms=opts["lambda_ms"],
+    )
+    try:
+        path = trace_run(cfg)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt("interrupted: completed episodes are kept; rerun with --resume to continue") from None
+    click.echo(f"wrote {path}")
+
+
+@cli.command("calibrate", cls=_TraceCommand)
+@run_options(RUN_OPTIONS)
+def calibrate_command(**opts: Any) -> None:
+    """Trace `standard` (or reuse its complete trace) and print λ = mean + 6σ of its per-batch latency.
+
+    The trace is the one `run --method standard` writes, so it doubles as the group's baseline."""
+    calibrate(make_config("standard", opts))
+
+
+def _ratio_list(text: str, option: str) -> list[float]:
+    from tempora_schema.command import parse_ratio, split_list
+
+    values = [parse_ratio(t, option) for t in split_list(text, option)]
+    bad = [v for v in values if not v > 0]
+    if bad:
+        raise OptionError(f"{option}: utilisation must be > 0 (got {bad[0]:g}); ρ = λ/γ and γ must be finite")
+    return values
+
+
+def _positive_time_list(text: str, option: str) -> list[float]:
+    values = time_list_type(0.0).parse(text, option)
+    if any(v <= 0 for v in values):
+        raise OptionError(f"{option}: every inter-arrival time must be > 0 ms")
+    return values
+
+
+#: Options of `live` beyond the run options: the protocol and how λ is found.
+LIVE_OPTIONS: list[Callable] = [
+    _opt("--method", default=None, help="TTA method (see `tempora-trace list`). Required."),
+    _opt("--param", "params", multiple=True, metavar="KEY=VALUE", help="Override a method hyperparameter (repeatable)."),
+    _opt("--protocol", default="discrete", help="discrete, amortised, or both: discrete,amortised."),
+    _opt("--rho", type=ValueType("RATIOS", _ratio_list), default=None, metavar="RATIOS",
+         help="Discrete: utilisations ρ = λ/γ, fractions or %, comma-separated (1,0.5 or 100%,50%)."),
+    _opt("--gamma-ms", type=ValueType("TIMES", _positive_time_list), default=None, metavar="TIMES",
+         help="Discrete: inter-arrival times γ instead of --rho (ms, or with ms/s)."),
+    _opt("--queue", type=click.IntRange(0, INT32_MAX), default=1, help="Discrete: queue capacity b (0 = drop arrivals while busy)."),
+    _opt("--B", "budgets", type=time_list_type(0.0), default=None, metavar="TIMES",
+         help="Amortised: overhead budgets (ms, or with ms/s: 1s,4s)."),
+    _opt("--budget-rule", type=click.Choice(["strict", "overshoot"]), default="strict",
+         help="Amortised cut-off: strict m = max{j: Σc ≤ B}, or overshoot (adapt while spent < B)."),
+    _opt("--lambda-ms", type=time_type(0.0, allow_zero=False), default=None, metavar="TIME",
+         help="λ (ms, or with ms/s) [default: mean + 6σ of the group's standard trace]."),
+    _opt("--standard", default=None, type=click.Path(path_type=str),
+         help="Standard trace (file or folder) to take λ from [default: the folder `run` writes this group to]."),
+    _opt("--repeats", type=click.IntRange(1, 1000), default=1, help="Play every setting this many times (run-to-run spread)."),
+    _opt("--spin-us", type=click.FloatRange(0, 1e6), default=500.0,
+         help="Before an arrival, busy-wait this last stretch (µs) instead of sleeping."),
+    _opt("--stage-mb", type=click.FloatRange(0, None, min_open=True), default=1024.0,
+         help="Memory one staged chunk of an episode may take (MiB); the episode clock stands still while a chunk stages."),
+]
+
+
+@cli.command("live", cls=_TraceCommand)
+@run_options(LIVE_OPTIONS, RUN_OPTIONS)
+def live_command(**opts: Any) -> None:
+    """Play one method live against a real clock and write <out>/<name>.live.parquet.
+
+    Discrete: batch i arrives at t0 + i·γ, a queue of b, the pipeline takes the oldest waiting
+    batch; amortised: live overhead accounting, frozen from the cut-off on. Compare with the
+    replay: `tempora-sim validate LIVE --traces DIR`."""
+    from .live import LiveSettings, run_live
+
+    if opts["method"] is None:
+        from .methods import available_methods
+
+        raise ConfigError(f"--method is required; available: {', '.join(available_methods())}")
+    if opts["resume"]:
+        raise ConfigError("--resume: a live run cannot be resumed (its clock would not be one run); start it again")
     settings = LiveSettings(
-        protocols=args.protocol, rho=_grid(args.rho, parse_ratio, "rho"), gamma_ms=_grid(args.gamma_ms, parse_time_ms, "gamma-ms"),
-        queue=args.queue, budgets_ms=_grid(args.budgets, parse_time_ms, "B") or [], budget_rule=args.budget_rule,
-        lambda_ms=lam[0] if lam else None, standard=args.standard, repeats=args.repeats, spin_us=args.spin_us,
-        stage_mb=args.stage_mb,
-    )
-    cfg = _config(args, args.method, method_params=_method_params(args.param))
-    path = run_live(cfg, settings)
-    print(f"wrote {path}")
-    return 0
+        protocols=opts["protocol"], rho=opts["rho"], gamma_ms=opts["gamma_ms"], queue=opts["queue"],
+        budgets_ms=opts["budgets"] or [], budget_rule=opts["budget_rule"], lambda_ms=opts["lambda_ms"],
+        standard=opts["standard"], repeats=opts["repeats"], spin_us=opts["spin_us"], stage_mb=opts["stage_mb"],
+    ).checked()
+    params = dict(parse_param(p) for p in opts["params"])
+    cfg = make_config(opts["method"], _common(opts), method_params=params)
+    try:
+        path = run_live(cfg, settings)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt("interrupted: nothing written (a live run is written whole or not at all)") from None
+    click.echo(f"wrote {path}")
 
 
-def _method_params(pairs: Sequence[str]) -> dict:
-    params = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise ConfigError(f"--param expects KEY=VALUE, got '{pair}'")
-        key, value = pair.split("=", 1)
-        params[key.strip()] = _parse_value(value)
-    return params
-
-
-def _config(args: argparse.Namespace, method: str, **extra) -> TraceConfig:
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ConfigError("--threads must be ≥ 1")
-        import torch
-
-        torch.set_num_threads(args.threads)
-    return TraceConfig(
-        method=method, dataset=args.dataset, model=args.model, weights=args.weights, data_root=args.data_root,
-        device=args.device, out=args.out, name=args.name, domains=args.domains, severity=args.severity,
-        max_batches=args.max_batches, batch_size=args.batch_size, seed=args.seed, stream=args.stream,
-        workers=args.workers, resume=args.resume, force=args.force, quiet=args.quiet, **extra,
-    )
-
-
-def _list() -> None:
+@cli.command("list")
+@click.option("--methods-for", metavar="MODEL", default=None,
+              help="Print only the methods that run on MODEL (space-separated, for scripts).")
+def list_command(methods_for: str | None) -> None:
+    """List methods, models and datasets (or the methods that fit one model)."""
+    if methods_for is not None:
+        click.echo(" ".join(methods_for_model(methods_for)))
+        return
     from .data import DATASETS
     from .methods import available_methods
     from .models import available_models
 
-    print("methods: " + ", ".join(available_methods()))
-    print("models:  " + ", ".join(available_models()))
-    print("datasets: " + ", ".join(f"{n} (default model {d.default_model})" for n, d in DATASETS.items()))
+    click.echo("methods: " + ", ".join(available_methods()))
+    click.echo("models:  " + ", ".join(available_models()))
+    click.echo("datasets: " + ", ".join(f"{n} (default model {d.default_model})" for n, d in DATASETS.items()))
 
 
-def methods_for(model: str) -> list[str]:
+def methods_for_model(model: str) -> list[str]:
     """Methods whose normalisation needs the built-in ``model`` meets (no model is built)."""
     from .methods import available_methods, get_method
     from .models import MODEL_NORMS
@@ -208,77 +352,49 @@ def methods_for(model: str) -> list[str]:
     return [m for m in available_methods() if MODEL_NORMS[model] in get_method(m).compatible_norms]
 
 
-def run_cli(argv: Sequence[str]) -> int:
-    from .runner import trace_run
-
-    argv = list(argv)
-    if argv and argv[0] == "calibrate":
-        return calibrate(build_calibrate_parser().parse_args(argv[1:]))
-    if argv and argv[0] == "live":
-        return live(build_live_parser().parse_args(argv[1:]))
-    args = build_parser().parse_args(argv)
-    if args.list:
-        _list()
-        return 0
-    if args.methods_for is not None:
-        print(" ".join(methods_for(args.methods_for)))
-        return 0
-    if args.method is None:
-        from .methods import available_methods
-
-        raise ConfigError(f"--method is required; available: {', '.join(available_methods())}")
-    cfg = _config(
-        args, args.method, method_params=_method_params(args.param), frozen_sample=args.frozen_sample,
-        checkpoints=args.checkpoints, default_checkpoints=not args.no_default_checkpoints,
-        budgets_ms=args.budgets_ms, lambda_ms=args.lambda_ms,
-    )
-    path = trace_run(cfg)
-    print(f"wrote {path}")
-    return 0
+#: Kept for callers of the pre-subcommand API.
+methods_for = methods_for_model
 
 
+# ------------------------------------------------------------------------ calibration
 def lambda_ms_of(path: Path) -> tuple[float, float, float, int]:
     """λ = mean + 6σ (population σ) of the adapt-row δ of a `standard` trace: (λ, mean, σ, batches)."""
     import numpy as np
     import pyarrow.parquet as pq
 
+    from tempora_schema.provision import lambda_provision
+
     table = pq.read_table(path, columns=["phase", "delta_ms"]).to_pydict()
     deltas = np.array([d for p, d in zip(table["phase"], table["delta_ms"]) if p == "adapt"], dtype=float)
-    mean, std = float(deltas.mean()), float(deltas.std())
-    return mean + 6 * std, mean, std, len(deltas)
+    lam, mean, std = lambda_provision(deltas)
+    return lam, mean, std, len(deltas)
 
 
-def calibrate(args: argparse.Namespace) -> int:
-    """Trace `standard` (or reuse its complete trace) and print λ."""
+def calibrate(cfg: TraceConfig) -> None:
+    """Trace `standard` (or reuse its complete, matching trace) and print λ."""
     from .runner import TraceRun
-
-    # The same trace `--method standard` writes (default checkpoints included), so the
-    # calibration run doubles as the baseline trace of the group.
-    cfg = _config(args, "standard").resolved()
     from .timing import device_slug, resolve_device
 
     path = cfg.output_dir(device_slug(resolve_device(cfg.device))) / f"{cfg.file_stem()}.parquet"
     if path.exists() and not cfg.force and not cfg.resume:
-        print(f"using existing {path} (pass --force to re-measure)")
+        from .writer import check_reusable
+
+        check_reusable(path, cfg)
+        click.echo(f"using existing {path} (pass --force to re-measure)")
     else:
-        echo = (lambda s: None) if cfg.quiet else (lambda s: print(s, flush=True))
-        path = TraceRun(cfg, echo).run()
-        print(f"wrote {path}")
+        echo = (lambda s: None) if cfg.quiet else (lambda s: click.echo(s))
+        try:
+            path = TraceRun(cfg, echo).run()
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt("interrupted: completed episodes are kept; rerun with --resume to continue") from None
+        click.echo(f"wrote {path}")
     lam, mean, std, count = lambda_ms_of(path)
-    print(f"λ = {lam:.3f} ms  (mean {mean:.3f} ms + 6 × σ {std:.3f} ms over {count} batches of standard inference)")
-    return 0
+    click.echo(f"λ = {lam:.3f} ms  (mean {mean:.3f} ms + 6 × σ {std:.3f} ms over {count} batches of standard inference)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        return run_cli(argv)
-    except (TraceError, MethodError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("interrupted: completed episodes are kept; rerun with --resume to continue", file=sys.stderr)
-        return 130
+    """Entry point: run the command line ``argv`` and return its exit status (never raises)."""
+    return cli.main(args=None if argv is None else [str(a) for a in argv], standalone_mode=False)
 
 
 if __name__ == "__main__":

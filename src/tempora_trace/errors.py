@@ -1,18 +1,22 @@
 """User-facing errors of the tracer.
 
 Everything a user can get wrong (a name, a path, a missing weight file, a device that is not
-there) raises a :class:`TraceError`; the CLI prints its message as one line and exits 2. A
+there) raises a :class:`TraceError` (a :class:`tempora_schema.errors.TemporaError`); the CLI prints its
+message as one line and exits 2. A
 traceback means a bug in Tempora, never bad input.
 """
 
 from __future__ import annotations
 
+from tempora_schema.errors import OptionError, TemporaError
+from tempora_schema.errors import OutputError as _OutputError
 
-class TraceError(Exception):
+
+class TraceError(TemporaError):
     """Base class: the message is one line that says what is wrong and what to do."""
 
 
-class ConfigError(TraceError):
+class ConfigError(TraceError, OptionError):
     """Inconsistent or unknown options (unknown dataset/model/domain, bad values)."""
 
 
@@ -28,5 +32,5 @@ class DeviceError(TraceError):
     """The requested device is not available."""
 
 
-class OutputError(TraceError):
+class OutputError(TraceError, _OutputError):
     """The output location is in a state the run must not silently overwrite."""

@@ -1,5 +1,5 @@
 """One trace run: warm up, stream every episode through the method under the clock, score
-frozen checkpoints on the side, write the trace (DESIGN §2, §3, §5).
+frozen checkpoints on the side, write the trace (docs/design.md §2, §3, §5).
 
 The adapt path is the same whether or not checkpoints are evaluated: each frozen evaluation
 snapshots the method (model, optimiser, extra state) and the RNG states, evaluates, then

@@ -1,4 +1,4 @@
-"""The clock: one batch event split at the prediction boundary (DESIGN §2).
+"""The clock: one batch event split at the prediction boundary (docs/design.md §2).
 
 ``e`` runs from pickup (device idle, batch already on the device) to the logits being
 available; ``ℓ`` from there until the method is ready for the next batch. The device is

@@ -109,3 +109,28 @@ class TraceWriter:
         os.replace(tmp, self.final_path)
         shutil.rmtree(self.partial_dir, ignore_errors=True)
         return self.final_path
+
+
+#: Metadata that must match for an existing trace to stand in for a fresh run of ``cfg``.
+_REUSE_KEYS = ("method", "dataset", "model", "batch_size", "seed", "stream")
+
+
+def check_reusable(path: Path, cfg) -> dict:
+    """Refuse to reuse ``path`` unless it is a valid trace of exactly ``cfg``'s run (method,
+    data, model, batch size, seed, stream). Returns its metadata."""
+    try:
+        table = pq.read_table(path)
+        meta = schema.decode_metadata(table.schema, path)
+        schema.validate_table(table, meta, path)
+    except schema.TraceSchemaError as exc:
+        raise OutputError(f"{path} is not a valid trace ({exc.rule}); pass --force to re-measure it") from None
+    except (pa.ArrowException, OSError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise OutputError(f"{path} is not a readable trace ({first}); pass --force to re-measure it") from None
+    wanted = {"method": cfg.method, "dataset": cfg.dataset, "model": cfg.model, "batch_size": cfg.batch_size,
+              "seed": cfg.seed, "stream": cfg.stream}
+    differ = [f"{k} {meta.get(k)!r} ≠ {wanted[k]!r}" for k in _REUSE_KEYS if meta.get(k) != wanted[k]]
+    if differ:
+        raise OutputError(f"{path} is not the trace this run would write ({'; '.join(differ)}); "
+                          "pass --force to re-measure it or --name/--out to write elsewhere")
+    return meta

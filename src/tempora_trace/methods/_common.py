@@ -92,7 +92,7 @@ class GradientMethod(TTAMethod):
 
     Subclasses build their optimiser in ``__init__`` (through ``_build_sgd``) and implement
     ``_update(x, logits) -> bool`` (True when parameters changed). ``frozen`` predictions run
-    under ``no_grad`` with BatchNorm in eval mode on its running buffers (DESIGN §5).
+    under ``no_grad`` with BatchNorm in eval mode on its running buffers (docs/design.md §5).
     """
 
     family = "gradient-based"

@@ -1,4 +1,4 @@
-"""The method interface every TTA method implements (DESIGN §2).
+"""The method interface every TTA method implements (docs/design.md §2).
 
 The tracer owns the clock. It calls ``predict(x)`` and stops the intrinsic timer ``e_i`` when
 logits come back, then calls ``adapt()`` and stops the extrinsic timer ``ℓ_i``. So a method puts
@@ -6,7 +6,7 @@ into ``predict`` exactly what must precede its output (forward pass, BN statisti
 filters that change the prediction) and into ``adapt`` everything after (backward, optimiser
 step, EMA/Kalman updates, resets). Methods never synchronise the device or read the clock.
 
-Frozen mode (DESIGN §5) means: the adapted parameters, BatchNorm in eval mode on *valid*
+Frozen mode (docs/design.md §5) means: the adapted parameters, BatchNorm in eval mode on *valid*
 running statistics, no parameter or buffer changes. Methods that discard source statistics
 keep ``track_running_stats`` on after resetting the buffers, so PyTorch's own momentum update
 (0.1 by default) tracks target-stream statistics during adaptation and frozen inference has
@@ -26,13 +26,15 @@ from typing import Any, ClassVar, Iterator
 import torch
 import torch.nn as nn
 
+from ..errors import TraceError
+
 #: Normalisation families a model can be built on; methods declare which they support.
 NORM_KINDS = ("bn", "gn", "ln")
 BN_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 NORM_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.GroupNorm, nn.LayerNorm)
 
 
-class MethodError(ValueError):
+class MethodError(TraceError, ValueError):
     """A method cannot be built as asked (unknown option, incompatible model)."""
 
 
@@ -184,7 +186,7 @@ def norm_kind(model: nn.Module) -> str | None:
 
 def configure_batchnorm(model: nn.Module, source_stats: str = "discard", momentum: float = 0.1) -> list[nn.Module]:
     """Put every BatchNorm layer into train mode (batch statistics) with running-statistic
-    tracking at ``momentum``; ``discard`` resets the source buffers first (DESIGN §5).
+    tracking at ``momentum``; ``discard`` resets the source buffers first (docs/design.md §5).
     Returns the BN modules so the method can toggle them on freeze/unfreeze."""
     if source_stats not in ("discard", "keep"):
         raise MethodError(f"source_stats must be 'discard' or 'keep', not {source_stats!r}")

@@ -19,7 +19,7 @@ stage, ``layers.2``, of the demo ResNet) and "the last quarter of the transforme
 the final ``norm``".
 
 Deviations, all documented in the trace metadata: the second (perturbed) forward does not move
-the tracked BatchNorm buffers (only the clean stream should, DESIGN §5); when a filter leaves no
+the tracked BatchNorm buffers (only the clean stream should, docs/design.md §5); when a filter leaves no
 sample the step is skipped (the authors' code still applies a momentum-only step); a model
 recovery also clears the loss average (the authors' code accidentally keeps the old value).
 """

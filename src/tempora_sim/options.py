@@ -1,0 +1,170 @@
+"""Sweep options, declared once: the Python API, ``tempora-sim sweep`` and ``report`` share them.
+
+:class:`SweepOptions` is the single declaration (name, default, meaning, command-line flag);
+``tempora_sim.sweep(source, **options)`` builds one, and :func:`click_options` turns the same
+fields into the command-line options of every subcommand that sweeps, so a new option added
+here appears everywhere with the same name, default and help.
+
+Values stay as the user typed them (``'1,0.7'``, ``'1s'``, ``'@grid.txt'``, ``'0.05:1:0.001'``)
+until :meth:`SweepOptions.resolve` checks every one of them, before any trace is read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from tempora_schema.command import INT32_MAX
+
+from . import grids
+from .errors import GridError
+
+BUDGET_RULES = ("strict", "overshoot")
+SKIPPED_MODES = ("null", "random")
+SYNC_MODES = ("buffered", "strict")
+ENGINES = ("numba", "python")
+
+
+def _opt(default: Any, help: str, flag: str | None = None, choices: Sequence[str] | None = None,
+         default_text: str | None = None) -> Any:
+    """A field with its command-line declaration (``flag=None``: Python API only)."""
+    return field(default=default, metadata={"flag": flag, "help": help, "choices": choices,
+                                            "default_text": default_text})
+
+
+def _fmt(values: Sequence[float], unit: str = "") -> str:
+    return ",".join(f"{v:g}{unit}" for v in values)
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """What to replay and how. Grid fields accept a comma-separated string (with units), a
+    sequence of numbers, ``'@file'`` or ``'start:stop:step'``; ``None`` means the paper's grid."""
+
+    protocols: str | Sequence[str] = _opt(
+        "all", "Protocols: all, or a comma-separated list of offline, discrete, continuous, amortised.", "--protocol")
+    rho: str | Sequence[float] | None = _opt(
+        None, "Utilisations ρ = λ/γ as fractions or %: a comma list (1,0.7,50%), @FILE of values, or a range "
+              "START:STOP:STEP (0.05:1:0.001).", "--rho", default_text=_fmt(grids.DEFAULT_RHO))
+    T_ms: str | Sequence[float] | None = _opt(
+        None, "HCI thresholds T: ms, or with ms/s suffixes; comma list, @FILE or START:STOP:STEP.", "--T",
+        default_text=_fmt(grids.DEFAULT_T_MS))
+    B_ms: str | Sequence[float] | None = _opt(
+        None, "Overhead budgets B: ms, or with ms/s suffixes; comma list, @FILE or START:STOP:STEP.", "--B",
+        default_text=",".join(f"{b / 1000:g}s" for b in grids.DEFAULT_B_MS))
+    lambda_ms: str | float | None = _opt(
+        None, "Use this λ for every group instead of mean + 6σ of its standard trace (ms, or with ms/s).",
+        "--lambda-ms", default_text="from each group's standard trace")
+    queue: int = _opt(1, "Discrete queue capacity b (0 = drop arrivals while busy).", "--queue")
+    sync: str = _opt("buffered", "strict: Alfarra et al.'s +2 synchronisation (pickup only at arrivals, no drain).",
+                     "--sync", SYNC_MODES)
+    skipped: str = _opt("null", "Score of a skipped batch: 0 (null prediction) or 1/C (random prediction).",
+                        "--skipped", SKIPPED_MODES)
+    fallback: bool = _opt(False, "Dual-model fallback: skipped batches get the adapting model's forward-only "
+                                 "prediction.", "--fallback")
+    budget_rule: str = _opt("strict", "strict: m = max{j: Σc ≤ B} (paper); overshoot: adapt while spent < B "
+                                      "(reference code).", "--budget-rule", BUDGET_RULES)
+    engine: str = _opt("numba", "numba kernels, or the plain-Python reference (slow; for tests).", None, ENGINES)
+
+    @classmethod
+    def build(cls, options: "SweepOptions | None" = None, **changes: Any) -> "SweepOptions":
+        """``options`` (or the defaults) with ``changes``; unknown names are a one-line error."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise GridError(f"unknown sweep option(s) {', '.join(unknown)}; options: {', '.join(sorted(names))}")
+        base = options if options is not None else cls()
+        return dataclasses.replace(base, **changes) if changes else base
+
+    def given(self) -> dict[str, Any]:
+        """The options that differ from the defaults (what the user asked for)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if getattr(self, f.name) != f.default}
+
+    def resolve(self) -> "ResolvedOptions":
+        """Every value parsed and checked (GridError otherwise): nothing is read before this."""
+        queue = self.queue
+        if isinstance(queue, bool) or not isinstance(queue, int) and not hasattr(queue, "__index__"):
+            raise GridError(f"--queue: capacity must be an integer >= 0 (got {queue!r})")
+        queue = int(queue)
+        if not 0 <= queue <= INT32_MAX:
+            raise GridError(f"--queue: capacity must be an integer in 0..{INT32_MAX} (got {queue})")
+        for name, value, allowed in (("budget-rule", self.budget_rule, BUDGET_RULES),
+                                     ("skipped", self.skipped, SKIPPED_MODES),
+                                     ("sync", self.sync, SYNC_MODES), ("engine", self.engine, ENGINES)):
+            if value not in allowed:
+                raise GridError(f"--{name}: '{value}' is not one of {', '.join(allowed)}")
+        if self.fallback and self.skipped == "random":
+            raise GridError("--fallback and --skipped random both score skipped batches; choose one")
+        lam = None
+        if self.lambda_ms is not None:
+            lam = grids.parse_time_ms(self.lambda_ms, "lambda-ms")
+            if lam <= 0:
+                raise GridError(f"--lambda-ms: λ must be > 0 ms (got {lam:g})")
+        return ResolvedOptions(
+            protocols=grids.parse_protocols(self.protocols),
+            rho=grids.parse_rho(self.rho) if self.rho is not None else grids.DEFAULT_RHO,
+            T_ms=grids.parse_T(self.T_ms) if self.T_ms is not None else grids.DEFAULT_T_MS,
+            B_ms=grids.parse_B(self.B_ms) if self.B_ms is not None else grids.DEFAULT_B_MS,
+            explicit_T=self.T_ms is not None, lambda_ms=lam, queue=queue, sync=self.sync, skipped=self.skipped,
+            fallback=bool(self.fallback), budget_rule=self.budget_rule, engine=self.engine,
+        )
+
+
+@dataclass(frozen=True)
+class ResolvedOptions:
+    """:class:`SweepOptions` after parsing: grids as tuples of floats (ρ fractions, T/B in ms)."""
+
+    protocols: tuple[str, ...]
+    rho: tuple[float, ...]
+    T_ms: tuple[float, ...]
+    B_ms: tuple[float, ...]
+    explicit_T: bool
+    lambda_ms: float | None
+    queue: int
+    sync: str
+    skipped: str
+    fallback: bool
+    budget_rule: str
+    engine: str
+
+
+def click_options(fn: Callable) -> Callable:
+    """Add every :class:`SweepOptions` field that has a flag as a click option of ``fn``.
+
+    Click defaults are ``None`` (or ``False`` for flags) so a command can tell what the user
+    typed (``report`` refuses sweep options when it reads results); the help shows the real
+    default. The command receives the values under the field names."""
+    import click
+
+    for f in reversed(dataclasses.fields(SweepOptions)):
+        meta = f.metadata
+        if not meta.get("flag"):
+            continue
+        shown = meta["default_text"] if meta["default_text"] is not None else f.default
+        help_text = f"{meta['help']}  [default: {shown}]"
+        if f.type == "bool" or isinstance(f.default, bool):
+            option = click.option(meta["flag"], f.name, is_flag=True, default=False, help=meta["help"])
+        elif meta["choices"]:
+            option = click.option(meta["flag"], f.name, type=click.Choice(list(meta["choices"])), default=None,
+                                  help=help_text)
+        elif f.name == "queue":
+            option = click.option(meta["flag"], f.name, type=click.IntRange(0, INT32_MAX), default=None,
+                                  help=help_text)
+        else:
+            option = click.option(meta["flag"], f.name, default=None, help=help_text)
+        fn = option(fn)
+    return fn
+
+
+def from_click(values: dict[str, Any]) -> SweepOptions:
+    """:class:`SweepOptions` from a command's keyword arguments (``None``/``False`` = not given);
+    removes the sweep options from ``values``."""
+    changes = {}
+    for f in dataclasses.fields(SweepOptions):
+        if f.metadata.get("flag") and f.name in values:
+            value = values.pop(f.name)
+            if value is not None and value is not False:
+                changes[f.name] = value
+    return SweepOptions.build(**changes)

@@ -1,0 +1,181 @@
+"""mkdocs hooks: the parts of the documentation that are generated, so they cannot go stale.
+
+* The methods reference (``docs/methods.md``) is written from what each registered method
+  declares about itself (``name``, ``family``, ``compatible_norms``, ``updates``,
+  ``overhead``, ``paper`` and, where present, ``departures``), its module docstring and its
+  ``default_params``. A page asks for a generated block with a marker line
+  ``<!-- generated: NAME -->``; :data:`GENERATORS` lists the names.
+* Every page under ``docs/`` is reachable: pages that ``mkdocs.yml``'s ``nav`` does not list
+  are appended under "More", so adding a page never breaks the build (listing it in ``nav``
+  puts it where it belongs).
+
+The generators are plain functions returning Markdown, importable without mkdocs (the test
+suite checks them).
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+from typing import Callable, Iterable
+
+MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
+MORE_SECTION = "More"
+
+#: Contexts in which default hyperparameters are shown: (column title, MethodContext kwargs).
+DEFAULT_CONTEXTS = (
+    ("ImageNet, ResNet-50", dict(num_classes=1000, dataset_family="imagenet", model_name="resnet50", norm_kind="bn")),
+    ("ImageNet, ViT-B/16", dict(num_classes=1000, dataset_family="imagenet",
+                                model_name="vit_base_patch16_224", norm_kind="ln")),
+    ("CIFAR-10 / demo", dict(num_classes=10, dataset_family="cifar", model_name="cifar-resnet18", norm_kind="bn")),
+)
+
+#: Optional declared attributes, shown as a column when at least one method sets them.
+OPTIONAL_ATTRIBUTES = (("departures", "departures from the reference code"),)
+
+
+def _registry() -> list[type]:
+    from tempora_trace.methods import available_methods, get_method
+
+    return [get_method(name) for name in available_methods()]
+
+
+def _cell(text: object) -> str:
+    """One Markdown table cell: no newlines, escaped pipes."""
+    return " ".join(str(text).split()).replace("|", "\\|") or "–"
+
+
+def _norms(cls: type) -> str:
+    order = ("bn", "gn", "ln")
+    return ", ".join(n.upper() for n in order if n in cls.compatible_norms)
+
+
+def _models(cls: type) -> str:
+    from tempora_trace.models import compatible_models
+
+    return ", ".join(f"`{m}`" for m in compatible_models(cls.compatible_norms))
+
+
+def _family_rank(cls: type) -> tuple[int, str]:
+    rank = {"baseline": 0, "gradient-free": 1, "gradient-based": 2}
+    return rank.get(cls.family, 3), cls.name
+
+
+def methods_table() -> str:
+    """One row per registered method, from the attributes the method class declares."""
+    methods = sorted(_registry(), key=_family_rank)
+    extra = [(attr, title) for attr, title in OPTIONAL_ATTRIBUTES if any(getattr(c, attr, "") for c in methods)]
+    head = ["method", "family", "what is updated", "where the overhead falls", "norms", "built-in models",
+            "source paper"] + [title for _, title in extra]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for cls in methods:
+        row = [f"[`{cls.name}`](#{anchor(cls.name)})", cls.family, _cell(cls.updates), _cell(cls.overhead),
+               _norms(cls), _models(cls), _cell(cls.paper)]
+        row += [_cell(getattr(cls, attr, "") or "–") for attr, _ in extra]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def anchor(name: str) -> str:
+    """The heading anchor of a method's section in the details block."""
+    return "method-" + re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def _format_value(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _defaults(cls: type) -> str:
+    from tempora_trace.methods.base import MethodContext
+
+    columns = [(title, cls.default_params(MethodContext(**kwargs))) for title, kwargs in DEFAULT_CONTEXTS]
+    keys: list[str] = []
+    for _, params in columns:
+        keys += [k for k in params if k not in keys]
+    if not keys:
+        return "No hyperparameters."
+    lines = ["| option | " + " | ".join(t for t, _ in columns) + " |", "|---|" + "---|" * len(columns)]
+    for key in keys:
+        cells = [_cell(_format_value(params[key])) if key in params else "–" for _, params in columns]
+        lines.append(f"| `{key}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _docstring(cls: type) -> str:
+    """The method module's docstring (what the method does and why), as Markdown."""
+    doc = inspect.getdoc(inspect.getmodule(cls)) or inspect.getdoc(cls) or ""
+    return doc.replace("``", "`")
+
+
+def method_details() -> str:
+    """A section per registered method: its description and its default hyperparameters."""
+    parts = []
+    for cls in sorted(_registry(), key=_family_rank):
+        parts += [
+            f"### `{cls.name}` {{ #{anchor(cls.name)} }}",
+            "",
+            f"*{cls.family}; {_norms(cls)}; {_cell(cls.paper)}*",
+            "",
+            _docstring(cls),
+            "",
+            "Defaults (override with `--param KEY=VALUE`; every value used is stored in the trace):",
+            "",
+            _defaults(cls),
+            "",
+        ]
+    return "\n".join(parts)
+
+
+GENERATORS: dict[str, Callable[[], str]] = {
+    "methods-table": methods_table,
+    "method-details": method_details,
+}
+
+
+def render(markdown: str) -> str:
+    """Replace every ``<!-- generated: NAME -->`` line with the generator's output."""
+
+    def replace(match: re.Match) -> str:
+        name = match.group(1)
+        if name not in GENERATORS:
+            raise ValueError(f"unknown generated block '{name}'; known: {', '.join(GENERATORS)}")
+        return GENERATORS[name]()
+
+    return MARKER.sub(replace, markdown)
+
+
+# ------------------------------------------------------------------------ navigation
+def nav_files(nav: Iterable) -> list[str]:
+    """Every page path a ``nav`` (list of strings and one-key dicts, nested) refers to."""
+    out: list[str] = []
+    for item in nav or []:
+        if isinstance(item, str):
+            out.append(item)
+        elif isinstance(item, dict):
+            for value in item.values():
+                if isinstance(value, str):
+                    out.append(value)
+                else:
+                    out += nav_files(value)
+    return [p for p in out if not re.match(r"^[a-z]+://", p)]
+
+
+def unlisted_pages(docs_dir: Path, nav: Iterable) -> list[str]:
+    listed = set(nav_files(nav))
+    pages = sorted(p.relative_to(docs_dir).as_posix() for p in docs_dir.rglob("*.md"))
+    return [p for p in pages if p not in listed]
+
+
+# ------------------------------------------------------------------------ mkdocs events
+def on_config(config):
+    extra = unlisted_pages(Path(config["docs_dir"]), config["nav"])
+    if config["nav"] is not None and extra:
+        config["nav"].append({MORE_SECTION: extra})
+    return config
+
+
+def on_page_markdown(markdown, page, config, files):
+    return render(markdown)
