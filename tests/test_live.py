@@ -161,8 +161,10 @@ def recorded(cifar_c_root, tmp_path, one_thread, tiny_models):
     traces = tmp_path / "traces"
     for m in ("standard", "tent"):
         trace_run(tiny_cfg(cifar_c_root, traces, m))
+    # stage_mb below one batch: every batch is its own chunk, so the episode clock pauses at
+    # each pickup of an unstaged batch — the live decisions must not notice
     live = run_live(tiny_cfg(cifar_c_root, tmp_path / "live"), protocols="discrete,amortised", rho=[1.0, 0.5], queue=1,
-                    budgets_ms=[0.0, 1e6], standard=str(traces), repeats=2)
+                    budgets_ms=[0.0, 1e6], standard=str(traces), repeats=2, stage_mb=0.05)
     return traces, live
 
 
@@ -176,7 +178,7 @@ def test_live_file_is_valid_and_validate_agrees_with_itself(recorded, tmp_path):
     table = pq.read_table(live)
     meta = decode_live_metadata(table.schema, live)
     validate_live_table(table, meta, live)
-    assert meta["lambda_source"].endswith("standard-bs8.parquet")
+    assert meta["lambda_source"].endswith("standard-bs8.parquet") and meta["stage_pauses"] > 0
     assert [r["protocol"] for r in meta["runs"]] == ["discrete", "discrete", "amortised", "amortised"] * 2
     rows = table.to_pydict()
     assert len(rows["step"]) == 8 * 8  # 8 runs × 2 episodes × 4 batches

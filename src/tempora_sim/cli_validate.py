@@ -82,8 +82,9 @@ def print_validation(result, console) -> None:
         t.add_column(col, justify="left" if col in ("method", "setting") else "right")
     for row in s.iter_rows(named=True):
         if row["protocol"] == "discrete":
-            setting = f"ρ={row['rho'] * 100:.4g}% b={row['queue']}"
+            setting = f"λ={row['lambda_ms']:.4g}ms ρ={row['rho'] * 100:.4g}% b={row['queue']}"
             mine = runs.filter((pl.col("method") == row["method"]) & (pl.col("protocol") == "discrete")
+                               & ((pl.col("lambda_ms") - row["lambda_ms"]).abs() < 1e-9)
                                & ((pl.col("rho") - row["rho"]).abs() < 1e-9) & (pl.col("queue") == row["queue"]))
             agree = mine["agreement_pct"].drop_nulls()
             self_pct = f"{agree.min():.2f}" if agree.len() else "–"
@@ -91,7 +92,8 @@ def print_validation(result, console) -> None:
                      f"{row['served_live']:.1f}", f"{row['served_replay']}", _f(row["served_acc_live"]),
                      _f(row["served_acc_replay"])]
         else:
-            setting = f"B={row['budget_ms']:g}ms {row['budget_rule']} m {row['m_live']:.1f}/{row['m_replay']:.1f}"
+            setting = (f"λ={row['lambda_ms']:.4g}ms B={row['budget_ms']:g}ms {row['budget_rule']} "
+                       f"m {row['m_live']:.1f}/{row['m_replay']:.1f}")
             self_pct = "–"
             cells = ["–"] * 7
         spread = row.get("spread_utility_pp")
@@ -101,8 +103,10 @@ def print_validation(result, console) -> None:
     console.print(t)
     groups = s.select("dataset", "model", "device").unique(maintain_order=True)
     for g in groups.iter_rows(named=True):
-        lam = s.filter(pl.col("model") == g["model"])["lambda_ms"][0]
-        console.print(f"group {g['dataset']} · {g['model']} · {g['device']} · λ = {lam:.2f} ms", style="dim")
+        lams = s.filter((pl.col("dataset") == g["dataset"]) & (pl.col("model") == g["model"])
+                        & (pl.col("device") == g["device"]))["lambda_ms"].unique(maintain_order=True).to_list()
+        console.print(f"group {g['dataset']} · {g['model']} · {g['device']} · λ = {', '.join(f'{x:.2f}' for x in lams)} ms "
+                      "(m: mean per episode, live/replay)", style="dim")
     disc = runs.filter(pl.col("protocol") == "discrete")
     if disc.height:
         console.print(

@@ -321,7 +321,7 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
                 ok = (100 * r.agreement >= tol.min_agreement_pct - 1e-9) and all(d["near_tie"] for d in r.disagreements)
             run_rows.append({
                 "file": str(r.file.path), "run": int(r.run["run"]), "repeat": int(r.run["repeat"]), "method": meta["method"],
-                "protocol": proto, "rho": row["rho"], "queue": row["queue"], "budget_ms": row["budget_ms"],
+                "protocol": proto, "lambda_ms": row["lambda_ms"], "rho": row["rho"], "queue": row["queue"], "budget_ms": row["budget_ms"],
                 "budget_rule": row["budget_rule"], "num_batches": r.total, "served": r.served, "alpha": r.alpha,
                 "served_acc": r.served_acc, "utility": r.utility,
                 "m": float(np.mean(list(r.m.values()))) if r.m else None,
