@@ -1,22 +1,36 @@
 # Tempora — every entry point a user needs. `make install` builds .venv/ (editable install);
 # every other target depends on it, so `make demo` and `make test` work on a fresh clone.
+# Each target is run end to end by tests/test_make_targets.py with tiny inputs, through the
+# variables below (defaults: the full study). docs/install.md lists targets and variables.
 PYTHON ?= python3
-VENV   := .venv
-PY     := $(VENV)/bin/python
+VENV   ?= .venv
 STAMP  := $(VENV)/.installed
+# Everything: the tracer, the simulator and the developer tools.
+EXTRAS ?= trace,sim,dev
+# `make PY=/path/to/python …` runs the targets with that interpreter as it is: no venv, no
+# install step (the environment must already hold the project and its extras).
+ifeq ($(origin PY),command line)
+INSTALL :=
+else
+PY      := $(VENV)/bin/python
+INSTALL := $(STAMP)
+endif
 
 TRACE  := $(PY) -m tempora_trace.cli
 SIM    := $(PY) -m tempora_sim.cli
+# Where traces and results go (the committed demo set lives in traces/demo).
+TRACES  ?= traces
+RESULTS ?= results
 
-.PHONY: install test bench docs demo demo-run demo-traces demo-models validate lint clean \
+.PHONY: install test bench docs demo demo-run demo-traces demo-trace-files demo-models validate lint clean \
         paper paper-vit paper-cifar paper-traces paper-vit-traces paper-cifar-traces
 
-install: $(STAMP)
+install: $(INSTALL)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 test: install
@@ -25,47 +39,71 @@ test: install
 bench: install
 	$(PY) bench/bench_sim.py
 	$(PY) bench/bench_trace.py
+	$(PY) bench/bench_stats.py
+	$(PY) bench/bench_arrivals.py
+
+# `make lint`: ruff's lint rules and the import contracts (pyproject.toml: the simulator never
+# imports torch, tracer and simulator meet only in tempora_schema, no import cycles), then
+# `ruff format --check` on FORMATTED: the files already in ruff's format (all of src tests
+# bench once the code base has been formatted in one go).
+FORMATTED ?= src/tempora_trace/norms.py src/tempora_trace/paths.py src/tempora_trace/models/pretrained.py \
+             tests/test_packaging.py tests/test_make_targets.py tests/test_weights_download.py
+lint: install
+	$(PY) -m ruff check src tests bench tools
+	$(dir $(PY))lint-imports --no-cache --no-logo
+	$(if $(strip $(FORMATTED)),$(PY) -m ruff format --check $(FORMATTED))
 
 # The documentation site (mkdocs.yml) into site/, warnings as errors. Generated parts (CLI
 # reference, methods table) are written from the code at build time, so they never go stale.
 DOCS_STAMP := $(VENV)/.docs-installed
 $(DOCS_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e '.[dev,docs]'
+	$(PY) -m pip install --quiet -e '.[$(EXTRAS),docs]'
 	touch $(DOCS_STAMP)
 
-docs: $(DOCS_STAMP)
+docs: $(if $(INSTALL),$(DOCS_STAMP))
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 	@echo "documentation: site/index.html"
 
 # ------------------------------------------------------------------ demo (no download)
-# `make demo`: trace every method that fits each demo model on one corruption per category,
-# sweep all protocols and write the report. Trace files are Make targets, so an interrupted
-# demo resumes (`--resume` picks up the last complete episode) and finished traces are kept.
-DEMO_DOMAINS ?= gaussian_noise motion_blur fog contrast
+# `make demo`: trace every method that fits each demo model on three corruptions, sweep all
+# protocols and write the report. Traces are taken one at a time (`-j1` below, whatever -j the
+# caller gave): traces of one comparison group are compared with each other, so none may be
+# measured while another runs beside it. Trace files are Make targets, so an interrupted demo
+# resumes (`--resume` picks up the last complete episode) and finished traces are kept.
+# The workload (3 corruptions × 50 batches, one thread; docs/timing.md) fits ~10 minutes on 2 cores.
+DEMO_DOMAINS ?= gaussian_noise fog contrast
 DEMO_MODELS  ?= demo-resnet demo-resnet-gn
+# Empty: every method that fits each demo model (asked of the tracer). A list: just those.
+DEMO_METHODS ?=
 DEMO_DEVICE  ?= cpu
-DEMO_OUT     ?= results/demo
+DEMO_OUT     ?= $(RESULTS)/demo
 DEMO_TRACES  ?= $(DEMO_OUT)/traces
-# Two traces at a time, one core each, fit the demo into ~10 minutes on 2 cores; per-episode
-# summary lines stream as they finish (live bars need a terminal of their own: DEMO_JOBS=1).
-DEMO_JOBS    ?= 2
-DEMO_TRACE_OPTS ?= --frozen-sample 4 --threads 1
+# Traces of one comparison group are never taken concurrently: one trace at a time, whatever
+# -j the caller gives (two traces on two cores would time each other).
+DEMO_TRACE_OPTS ?= --max-batches 50 --frozen-sample 4 --threads 1
+# The committed set (`make demo-traces`): all methods, all 15 corruptions, severity 5.
+DEMO_SET            ?= $(TRACES)/demo
+DEMO_SET_DOMAINS    ?= all
+DEMO_SET_TRACE_OPTS ?= --frozen-sample 8 --threads 1
+# Where `make demo-models` writes the retrained weights (the committed ones by default).
+DEMO_MODELS_OUT     ?= src/tempora_trace/models/weights
+DEMO_MODELS_OPTS    ?=
 
 # $(call demo_files,ROOT): ROOT/<model>/<device>/<method>.parquet for every method that fits
 # each demo model (asked of the tracer, so the lists never go stale). Expanded in recipes
 # only, after `install` made the tracer importable.
 demo_files = $(foreach model,$(DEMO_MODELS),\
-    $(addprefix $(1)/$(model)/$(DEMO_DEVICE)/,$(addsuffix .parquet,$(shell $(TRACE) --methods-for $(model)))))
+    $(addprefix $(1)/$(model)/$(DEMO_DEVICE)/,$(addsuffix .parquet,$(or $(DEMO_METHODS),$(shell $(TRACE) list --methods-for $(model))))))
 
 demo: install
-	@$(MAKE) --no-print-directory -j$(DEMO_JOBS) --output-sync=line demo-run \
-	    DEMO_FILES='$(call demo_files,$(DEMO_TRACES))'
+	@$(MAKE) --no-print-directory -j1 demo-run \
+	    DEMO_FILES='$(call seed_files,$(call demo_files,$(DEMO_TRACES)))'
 
-# The committed set under traces/demo/: all methods, all 15 corruptions, severity 5.
+# The committed set: all methods, all 15 corruptions, severity 5, one trace at a time.
 demo-traces: install
-	@$(MAKE) --no-print-directory -j$(DEMO_JOBS) --output-sync=line demo-trace-files \
-	    DEMO_TRACES=traces/demo DEMO_DOMAINS=all DEMO_TRACE_OPTS='--frozen-sample 8 --threads 1' \
-	    DEMO_FILES='$(call demo_files,traces/demo)'
+	@$(MAKE) --no-print-directory -j1 demo-trace-files \
+	    DEMO_TRACES='$(DEMO_SET)' DEMO_DOMAINS='$(DEMO_SET_DOMAINS)' DEMO_TRACE_OPTS='$(DEMO_SET_TRACE_OPTS)' \
+	    DEMO_FILES='$(call demo_files,$(DEMO_SET))'
 
 demo-trace-files: $(DEMO_FILES)
 
@@ -75,12 +113,28 @@ demo-run: $(DEMO_FILES)
 
 # <root>/<model>/<device>/<method>.parquet; the model is the stem's first path component.
 $(DEMO_TRACES)/%.parquet:
-	$(TRACE) --dataset demo --model $(firstword $(subst /, ,$*)) --method $(basename $(notdir $@)) \
-	    --device $(DEMO_DEVICE) --domains $(DEMO_DOMAINS) --out $(@D) $(DEMO_TRACE_OPTS) \
-	    $(if $(wildcard $(@D)/$(basename $(notdir $@)).partial),--resume)
+	$(TRACE) run --dataset demo --model $(firstword $(subst /, ,$*)) --method $(basename $(notdir $@)) \
+	    --device $(DEMO_DEVICE) --domains $(DEMO_DOMAINS) --out $(@D) --name $(basename $(notdir $@)) \
+	    $(DEMO_TRACE_OPTS) $(if $(wildcard $(@D)/$(basename $(notdir $@)).partial),--resume)
 
 demo-models: install
-	$(PY) -m tempora_trace.models.train_demo --out src/tempora_trace/models/weights
+	$(PY) -m tempora_trace.models.train_demo --out $(DEMO_MODELS_OUT) $(DEMO_MODELS_OPTS)
+
+# ------------------------------------------------------------------ seeds
+# `make demo SEEDS="2025 2026 2027"`: every demo trace once per seed, named <method>-seed<S>.parquet
+# beside each other; the simulator pools the seeds of a group like its episodes (per-seed rows
+# stay in utility.parquet) and the report says how stable the winners are across seeds.
+# Without SEEDS: one trace per method at the tracer's default seed, named <method>.parquet.
+SEEDS ?=
+seed_files = $(if $(strip $(SEEDS)),$(foreach s,$(SEEDS),$(patsubst %.parquet,%-seed$(s).parquet,$(1))),$(1))
+
+define demo_seed_rule
+$$(DEMO_TRACES)/%-seed$(1).parquet:
+	$$(TRACE) --dataset demo --model $$(firstword $$(subst /, ,$$*)) --method $$(notdir $$*) --seed $(1) \
+	    --name $$(notdir $$*)-seed$(1) --device $$(DEMO_DEVICE) --domains $$(DEMO_DOMAINS) --out $$(@D) $$(DEMO_TRACE_OPTS) \
+	    $$(if $$(wildcard $$(@D)/$$(notdir $$*)-seed$(1).partial),--resume)
+endef
+$(foreach s,$(SEEDS),$(eval $(call demo_seed_rule,$(s))))
 
 # ------------------------------------------------------------------ validate (how faithful is the replay?)
 # `make validate`: trace four methods on the demo benchmark, play each live against a real clock
@@ -120,35 +174,45 @@ validate: install
 # Each trace is its own target (`make -j` on several GPUs, or several machines writing into
 # traces/); the simulator merges whatever lands there. Don't run two traces on one GPU at
 # once: they would time each other. λ comes from the `standard` trace of each group.
+# Results: $(RESULTS)/<study>/utility.{parquet,csv} (the sweep) and $(RESULTS)/<study>/report/.
 DATA    ?=
 WEIGHTS ?=
 DEVICE  ?= cuda
-PAPER_METHODS       := standard adabn lame neo tent eta shot-im sar deyo cmf
-PAPER_VIT_METHODS   := standard lame neo tent eta shot-im sar deyo cmf spa zerosiam
-PAPER_CIFAR_METHODS := standard adabn lame neo tent eta shot-im sar
-# The paper's grids: ResNet-50 uses the sweep defaults; ViT-B/16 (Tables 32-34) its own.
-PAPER_SWEEP_OPTS       := --budget-rule overshoot
-PAPER_VIT_SWEEP_OPTS   := --budget-rule overshoot --T 200,400,1000,2000 --B 2.5s,5s,10s,20s,40s,80s
-PAPER_CIFAR_SWEEP_OPTS := --budget-rule overshoot --protocol offline,discrete,amortised $(CIFAR_B)
+PAPER_METHODS       ?= standard adabn lame neo tent eta shot-im sar deyo cmf
+PAPER_VIT_METHODS   ?= standard lame neo tent eta shot-im sar deyo cmf spa zerosiam
+PAPER_CIFAR_METHODS ?= standard adabn lame neo tent eta shot-im sar
+# Corruptions traced (severity 5), at most MAX_BATCHES batches each (empty: all), and any
+# further tracer options (e.g. `TRACE_OPTS='--batch-size 32 --threads 4'`).
+PAPER_DOMAINS ?= all
+MAX_BATCHES   ?=
+TRACE_OPTS    ?=
+# The paper's grids, swept with the reference code's `overshoot` budget rule: ResNet-50 uses
+# the sweep defaults; ViT-B/16 (Tables 32-34) its own; CIFAR budgets come from CIFAR_B.
+CIFAR_B                ?=
+PAPER_SWEEP_OPTS       ?= --budget-rule overshoot
+PAPER_VIT_SWEEP_OPTS   ?= --budget-rule overshoot --T 200,400,1000,2000 --B 2.5s,5s,10s,20s,40s,80s
+PAPER_CIFAR_SWEEP_OPTS ?= --budget-rule overshoot --protocol offline,discrete,amortised $(CIFAR_B)
+# Further sweep options for every study, after the paper's (e.g. `SWEEP_OPTS='--lambda-ms 40ms'`).
+SWEEP_OPTS ?=
 
-# $(call study,NAME,DATASET,MODEL,METHODS,SWEEP_OPTS)
+# $(call study,NAME,DATASET,MODEL,METHODS,SWEEP_OPTS): the study's traces are file targets
+# named by method; the study itself sweeps them into $(RESULTS)/NAME and reports that sweep.
 define study
-$(1)_DIR := traces/$(2)/$(3)/$(DEVICE)
+$(1)_DIR := $(TRACES)/$(2)/$(3)/$(DEVICE)
 $(1)-traces: $$(addprefix $$($(1)_DIR)/,$$(addsuffix .parquet,$(4)))
 $(1): install $(1)-traces
-	$$(SIM) report $$($(1)_DIR) --out results/$(1) $(5)
+	$$(SIM) sweep $$($(1)_DIR) --out $(RESULTS)/$(1) $(5) $$(SWEEP_OPTS)
+	$$(SIM) report $(RESULTS)/$(1) --out $(RESULTS)/$(1)/report
+	@echo "report: $(RESULTS)/$(1)/report/report.md"
 $$($(1)_DIR)/%.parquet: | install
-	$$(TRACE) --dataset $(2) --model $(3) --method $$* --device $$(DEVICE) --out $$(@D) \
-	    $$(if $$(DATA),--data-root $$(DATA)) $$(if $$(WEIGHTS),--weights $$(WEIGHTS)) \
+	$$(TRACE) run --dataset $(2) --model $(3) --method $$* --device $$(DEVICE) --out $$(@D) --name $$* \
+	    --domains $$(PAPER_DOMAINS) $$(if $$(MAX_BATCHES),--max-batches $$(MAX_BATCHES)) \
+	    $$(if $$(DATA),--data-root $$(DATA)) $$(if $$(WEIGHTS),--weights $$(WEIGHTS)) $$(TRACE_OPTS) \
 	    $$(if $$(wildcard $$(@D)/$$*.partial),--resume)
 endef
 $(eval $(call study,paper,imagenet-c,resnet50,$(PAPER_METHODS),$(PAPER_SWEEP_OPTS)))
 $(eval $(call study,paper-vit,imagenet-c,vit_base_patch16_224,$(PAPER_VIT_METHODS),$(PAPER_VIT_SWEEP_OPTS)))
 $(eval $(call study,paper-cifar,cifar10-c,cifar-resnet18,$(PAPER_CIFAR_METHODS),$(PAPER_CIFAR_SWEEP_OPTS)))
-
-lint: install
-	$(PY) -m compileall -q src tests bench
-	@! grep -rEn '^\s*(import torch|from torch)' src/tempora_sim src/tempora_schema && echo "tempora_sim/tempora_schema are torch-free"
 
 clean:
 	rm -rf $(VENV) build dist site src/*.egg-info .pytest_cache

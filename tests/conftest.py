@@ -3,10 +3,15 @@ seconds on one CPU thread."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+# The suite never reaches for the network: a missing weights file is the offline refusal
+# (tests/test_weights_download.py covers downloads with a local stand-in for the server).
+os.environ["TEMPORA_OFFLINE"] = "1"
 
 
 def write_cifar_c(root: Path, corruptions, per_severity: int = 32, size: int = 32, classes: int = 10, seed: int = 0) -> Path:

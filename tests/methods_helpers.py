@@ -275,7 +275,9 @@ def demo_corrupted_stream(corruption: str = "gaussian_noise", severity: int = 5,
 
     clean, labels = generate_clean("test", n_batches * batch_size, workers=1)
     images = corrupt_images(clean, corruption, severity, workers=1)
-    x = torch.from_numpy(images).permute(0, 3, 1, 2).float().div(255)
+    from tempora_trace.data.cifar import to_float_nchw
+
+    x = to_float_nchw(images)  # dense NCHW, as the tracer's loaders give it
     y = torch.from_numpy(labels)
     return tuple(zip(x.split(batch_size), y.split(batch_size)))
 

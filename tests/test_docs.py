@@ -121,7 +121,7 @@ def test_readme_and_pages_link_only_to_files_that_exist():
 def test_generated_blocks_are_known():
     hooks = _hooks()
     for page in DOCS.rglob("*.md"):
-        for name in hooks.MARKER.findall(page.read_text(encoding="utf-8")):
+        for name, _argument in hooks.MARKER.findall(page.read_text(encoding="utf-8")):
             assert name in hooks.GENERATORS, f"{page.name}: unknown generated block '{name}'"
     with pytest.raises(ValueError, match="unknown generated block"):
         hooks.render("<!-- generated: no-such-block -->")
@@ -167,3 +167,29 @@ def test_license_and_citation_match_the_package():
     assert citation["license"] == project["license"]
     assert str(citation["version"]) == project["version"], "bump CITATION.cff's version with the package's"
     assert citation["preferred-citation"]["year"] == 2026
+
+
+@pytest.mark.parametrize("target", ["tempora_sim.cli:main", "tempora_trace.cli:cli"])
+def test_cli_reference_lists_every_command_and_option(target):
+    import click
+
+    hooks = _hooks()
+    text = hooks.cli_reference(target)
+    root = hooks.cli_command(target)
+    pages = [p.read_text(encoding="utf-8") for p in (DOCS / "reference").glob("*.md")]
+    assert any(f"<!-- generated: cli-reference {target} -->" in page for page in pages)
+
+    def walk(command, ctx):
+        assert f"`{ctx.command_path}`" in text
+        for param in command.get_params(ctx):
+            if isinstance(param, click.Option) and "--help" not in param.opts:
+                row = next((line for line in text.splitlines() if line.startswith(f"| `{param.opts[0]}`")), None)
+                assert row is not None, f"{ctx.command_path} {param.opts[0]} missing"
+                assert row.count(" | ") >= 2  # option | value | meaning: pipes in help are escaped
+        if isinstance(command, click.Group):
+            for name in command.list_commands(ctx):
+                sub = command.get_command(ctx, name)
+                walk(sub, click.Context(sub, info_name=name, parent=ctx))
+
+    walk(root, click.Context(root, info_name=root.name))
+    assert "<dataset>" not in text.replace("`", "")  # angle brackets escaped outside code

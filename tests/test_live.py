@@ -163,8 +163,8 @@ def recorded(cifar_c_root, tmp_path, one_thread, tiny_models):
         trace_run(tiny_cfg(cifar_c_root, traces, m))
     # stage_mb below one batch: every batch is its own chunk, so the episode clock pauses at
     # each pickup of an unstaged batch — the live decisions must not notice
-    live = run_live(tiny_cfg(cifar_c_root, tmp_path / "live"), protocols="discrete,amortised", rho=[1.0, 0.5], queue=1,
-                    budgets_ms=[0.0, 1e6], standard=str(traces), repeats=2, stage_mb=0.05)
+    live = run_live(tiny_cfg(cifar_c_root, tmp_path / "live", stage_mb=0.05), protocols="discrete,amortised",
+                    rho=[1.0, 0.5], queue=1, budgets_ms=[0.0, 1e6], standard=str(traces), repeats=2)
     return traces, live
 
 

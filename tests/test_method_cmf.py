@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from methods_helpers import (
     batches,
     check_frozen_changes_nothing,
@@ -15,7 +16,6 @@ from methods_helpers import (
     context,
     tiny_model,
 )
-
 from tempora_trace.methods import get_method
 from tempora_trace.methods._augment import cmf_augment
 from tempora_trace.methods.cmf import CMF, kalman_gain, prior_corrected, soft_likelihood_ratio

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn as nn
+
 from methods_helpers import (
     batches,
     changed_parameters,
@@ -18,7 +19,6 @@ from methods_helpers import (
     context,
     tiny_model,
 )
-
 from tempora_trace.methods import get_method
 from tempora_trace.methods._augment import patch_shuffle
 from tempora_trace.methods.deyo import DeYO, deyo_params

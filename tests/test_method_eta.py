@@ -8,21 +8,21 @@ import pytest
 import torch
 
 from methods_helpers import (
-    demo_corrupted_stream,
-    demo_method,
-    stream_accuracy,
+    LogitsProbe,
+    adapt_with_input_grad,
     batches,
     changed_parameters,
     check_frozen_changes_nothing,
     check_hparams,
     check_reset_bit_identical,
     check_snapshot_restore,
-    LogitsProbe,
-    adapt_with_input_grad,
-    rows_with_gradient,
     confident_logits,
     context,
+    demo_corrupted_stream,
+    demo_method,
+    rows_with_gradient,
     run_stream,
+    stream_accuracy,
     tiny_model,
 )
 from tempora_trace.methods import MethodError, get_method
@@ -80,7 +80,7 @@ def test_only_norm_affine_parameters_move_and_bn_statistics_follow_source_option
         method = get_method(name)(model, context())
         before = {n: p.detach().clone() for n, p in model.named_parameters()}
         first_bn_input = []
-        h = model.layer1[1].register_forward_hook(lambda m, inp, out: first_bn_input.append(inp[0].detach()))
+        h = model.layer1[1].register_forward_hook(lambda m, inp, out: first_bn_input.append(inp[0].detach()))  # noqa: B023 (removed below)
         run_stream(method, xs[:1])
         h.remove()
         changed = changed_parameters(before, model)

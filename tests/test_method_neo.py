@@ -86,4 +86,4 @@ def test_reset_and_snapshot_are_bit_identical():
 
 def test_hparams_recorded():
     hp = check_hparams(make())
-    assert hp == {}
+    assert hp == {"profile": "default"}

@@ -9,9 +9,6 @@ import torch
 import torch.nn as nn
 
 from methods_helpers import (
-    demo_corrupted_stream,
-    demo_method,
-    stream_accuracy,
     LogitsProbe,
     adapt_with_input_grad,
     batches,
@@ -22,8 +19,11 @@ from methods_helpers import (
     check_snapshot_restore,
     confident_logits,
     context,
+    demo_corrupted_stream,
+    demo_method,
     rows_with_gradient,
     run_stream,
+    stream_accuracy,
     tiny_model,
 )
 from tempora_trace.methods import get_method

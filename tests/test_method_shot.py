@@ -9,9 +9,6 @@ import pytest
 import torch
 
 from methods_helpers import (
-    demo_corrupted_stream,
-    demo_method,
-    stream_accuracy,
     batches,
     changed_parameters,
     check_frozen_changes_nothing,
@@ -19,7 +16,10 @@ from methods_helpers import (
     check_reset_bit_identical,
     check_snapshot_restore,
     context,
+    demo_corrupted_stream,
+    demo_method,
     run_stream,
+    stream_accuracy,
     tiny_model,
 )
 from tempora_trace.methods import MethodError, get_method

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from methods_helpers import (
     batches,
     check_frozen_changes_nothing,
@@ -16,7 +17,6 @@ from methods_helpers import (
     context,
     tiny_model,
 )
-
 from tempora_trace.methods import MethodError, get_method
 from tempora_trace.methods._augment import PatchNoise, low_frequency_amplitude_mask
 from tempora_trace.methods.spa import SPA, confident_kl
@@ -128,9 +128,8 @@ def test_adaptation_beats_standard_on_noisy_demo_gn():
 
 @pytest.mark.usefixtures("one_thread", "tiny_models")
 def test_traces_end_to_end_and_refuses_batchnorm(cifar_c_root, tmp_path):
-    from zoo2_demo_stream import trace_tiny
-
     from tempora_trace.errors import ConfigError
+    from zoo2_demo_stream import trace_tiny
 
     trace = trace_tiny("spa", "tiny-gn", cifar_c_root, tmp_path)
     assert set(SPA.default_params(context(norm="gn"))) <= set(trace["meta"]["method_params"])

@@ -4,8 +4,11 @@ snapshot), entropy falls on a repeated batch, BN models are refused, and the con
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
+
 from methods_helpers import (
     batches,
     check_frozen_changes_nothing,
@@ -15,7 +18,6 @@ from methods_helpers import (
     context,
     tiny_model,
 )
-
 from tempora_trace.methods import MethodError, get_method
 from tempora_trace.methods.base import softmax_entropy
 from tempora_trace.methods.zerosiam import ZeroSIAM, symmetric_kl
@@ -100,9 +102,8 @@ def test_adaptation_beats_standard_on_noisy_demo_gn():
 
 @pytest.mark.usefixtures("one_thread", "tiny_models")
 def test_traces_end_to_end_and_refuses_batchnorm(cifar_c_root, tmp_path):
-    from zoo2_demo_stream import trace_tiny
-
     from tempora_trace.errors import ConfigError
+    from zoo2_demo_stream import trace_tiny
 
     trace = trace_tiny("zerosiam", "tiny-gn", cifar_c_root, tmp_path)
     assert set(ZeroSIAM.default_params(context(norm="gn"))) <= set(trace["meta"]["method_params"])
@@ -110,3 +111,23 @@ def test_traces_end_to_end_and_refuses_batchnorm(cifar_c_root, tmp_path):
     assert len(adapt) == 4 and any(trace["updated"][i] for i in adapt)
     with pytest.raises(ConfigError, match="zerosiam"):
         trace_tiny("zerosiam", "tiny-bn", cifar_c_root, tmp_path)
+
+
+def test_channels_last_batches_learn_exactly_as_dense_ones():
+    """A batch permuted from NHWC storage is channels-last strided; gradient methods learn from
+    its dense NCHW copy (the layout the tracer's loaders give), so the results are identical."""
+    from tempora_trace.models.demo import build_demo_resnet
+
+    source = build_demo_resnet("gn", 10)
+    g = torch.Generator().manual_seed(0)
+    nhwc = [torch.rand(8, 32, 32, 3, generator=g) for _ in range(2)]
+    dense = ZeroSIAM(copy.deepcopy(source), context(norm="gn"))
+    strided = ZeroSIAM(copy.deepcopy(source), context(norm="gn"))
+    for x in nhwc:
+        x_cl = x.permute(0, 3, 1, 2)
+        assert x_cl.is_contiguous(memory_format=torch.channels_last) and not x_cl.is_contiguous()
+        assert torch.equal(dense.predict(x_cl.contiguous()), strided.predict(x_cl))
+        dense.adapt()
+        strided.adapt()
+    for a, b in zip(dense.model.parameters(), strided.model.parameters()):
+        assert torch.equal(a, b)

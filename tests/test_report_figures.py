@@ -6,7 +6,6 @@ from matplotlib.colors import to_rgb
 
 from tempora_sim import analyses as an
 from tempora_sim import figures as fg
-
 from test_analysis_tables import WIN, grid, utility_frame
 
 

@@ -1,4 +1,4 @@
-"""Schema v1 validation: every docs/design.md §3 rule is enforced with a message naming file and rule."""
+"""Schema validation: every docs/trace-schema.md row and metadata rule is enforced with a message naming file and rule."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_synthetic_trace_is_valid(trace):
 
 def test_unknown_schema_version(trace):
     meta, table = trace
-    _reject(table, {**meta, "schema_version": 2}, "unknown schema version 2")
+    _reject(table, {**meta, "schema_version": 3}, "unknown schema version 3")
 
 
 def test_missing_metadata_key(trace):

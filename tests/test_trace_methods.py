@@ -107,7 +107,7 @@ def test_tent_defaults_follow_the_reference():
     assert tent.default_params(CTX)["lr"] == 0.00025
     vit_ctx = MethodContext(num_classes=1000, norm_kind="ln")
     assert tent.default_params(vit_ctx)["lr"] == 0.001
-    assert build("tent").hparams() == {"lr": 0.00025, "momentum": 0.9, "bn_momentum": 0.1, "source_stats": "discard"}
+    assert build("tent").hparams() == {"lr": 0.00025, "momentum": 0.9, "bn_momentum": 0.1, "source_stats": "discard", "profile": "default"}
 
 
 @pytest.mark.parametrize("name", ["standard", "adabn", "tent"])

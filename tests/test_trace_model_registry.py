@@ -5,8 +5,8 @@ import torch
 
 from tempora_trace.methods import available_methods, get_method
 from tempora_trace.methods._common import incompatibility_message
-from tempora_trace.models import MODEL_NORMS, MODELS, compatible_models, get_model
 from tempora_trace.methods.base import norm_kind
+from tempora_trace.models import MODEL_NORMS, MODELS, compatible_models, get_model
 
 
 def test_every_builtin_model_has_its_norm_listed_and_it_matches_the_network():

@@ -46,7 +46,11 @@ def test_trace_is_schema_valid_and_complete(cifar_c_root, tmp_path, method):
     assert path == tmp_path / "out" / f"{method}-bs8.parquet"
     table, meta, d = read(path)
     schema.validate_table(table, meta, path)
-    assert set(meta) == set(schema.METADATA_FIELDS)
+    assert set(meta) == set(schema.METADATA_FIELDS) | {"speed_probe", "speed_probe_kind"}
+    # one probe at each episode start (4 steps per episode: no later multiple of 50)
+    assert [(p["episode"], p["step"]) for p in meta["speed_probe"]] == [("gaussian_noise", 0), ("fog", 0)]
+    assert all(isinstance(p["ms"], float) and p["ms"] > 0 for p in meta["speed_probe"])
+    assert meta["speed_probe_kind"] == "matmul-256-fp32x8"
     assert meta["method"] == method and meta["batch_size"] == 8 and meta["seed"] == 2025
     assert meta["device"].startswith("cpu:") and meta["frozen_eval"] == 32 and meta["warmup_batches"] == 5
     assert table.schema.remove_metadata() == schema.arrow_schema(None).remove_metadata()

@@ -20,6 +20,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
+from tempora_trace.data.cifar import to_float_nchw
 from tempora_trace.data.demo import ensure_demo_corrupted
 from tempora_trace.methods import MethodContext, get_method
 from tempora_trace.models import get_model
@@ -56,7 +57,7 @@ def demo_stream(corruption: str, severity: int, batches: int, batch_size: int = 
     labels = np.load(root / "labels.npy")
     images = np.load(root / f"{corruption}.npy", mmap_mode="r")
     rows = slice((severity - 1) * n, severity * n)
-    x = torch.from_numpy(np.array(images[rows])).permute(0, 3, 1, 2).float().div_(255.0)
+    x = to_float_nchw(np.array(images[rows]))  # dense NCHW, as the tracer's loaders give it
     y = torch.from_numpy(np.array(labels[rows]))
     return list(zip(x.split(batch_size), y.split(batch_size)))
 

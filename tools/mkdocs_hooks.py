@@ -4,7 +4,10 @@
   declares about itself (``name``, ``family``, ``compatible_norms``, ``updates``,
   ``overhead``, ``paper`` and, where present, ``departures``), its module docstring and its
   ``default_params``. A page asks for a generated block with a marker line
-  ``<!-- generated: NAME -->``; :data:`GENERATORS` lists the names.
+  ``<!-- generated: NAME -->`` (or ``<!-- generated: NAME ARGUMENT -->``); :data:`GENERATORS`
+  lists the names.
+* The command-line reference (``docs/reference/*.md``) is written from the click commands: every
+  subcommand, its usage, its help and each option's help (which carries its default).
 * Every page under ``docs/`` is reachable: pages that ``mkdocs.yml``'s ``nav`` does not list
   are appended under "More", so adding a page never breaks the build (listing it in ``nav``
   puts it where it belongs).
@@ -15,12 +18,13 @@ suite checks them).
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import re
 from pathlib import Path
 from typing import Callable, Iterable
 
-MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
+MARKER = re.compile(r"^<!-- generated: ([a-z-]+)(?: ([^ ]+))? -->$", re.MULTILINE)
 MORE_SECTION = "More"
 
 #: Contexts in which default hyperparameters are shown: (column title, MethodContext kwargs).
@@ -72,9 +76,16 @@ def methods_table() -> str:
     for cls in methods:
         row = [f"[`{cls.name}`](#{anchor(cls.name)})", cls.family, _cell(cls.updates), _cell(cls.overhead),
                _norms(cls), _models(cls), _cell(cls.paper)]
-        row += [_cell(getattr(cls, attr, "") or "–") for attr, _ in extra]
+        row += [_optional_cell(cls, attr) for attr, _ in extra]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
+
+
+def _optional_cell(cls: type, attr: str) -> str:
+    value = getattr(cls, attr, "")
+    if attr == "departures":  # declared as data; the full table is on the method-parity page
+        return f"[{len(value)}](methods-parity.md#parity-{cls.name})" if value else "–"
+    return _cell(value or "–")
 
 
 def anchor(name: str) -> str:
@@ -129,20 +140,109 @@ def method_details() -> str:
     return "\n".join(parts)
 
 
-GENERATORS: dict[str, Callable[[], str]] = {
+# ------------------------------------------------------------------------ command line
+def _escape_text(text: str) -> str:
+    """Markdown-safe prose: angle brackets, pipes and asterisks escaped outside `code spans`."""
+    parts = text.split("`")
+    for i in range(0, len(parts), 2):
+        parts[i] = parts[i].replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|").replace("*", "\\*")
+    for i in range(1, len(parts), 2):
+        parts[i] = parts[i].replace("|", "\\|")
+    return "`".join(parts)
+
+
+def _is_unset(value: object) -> bool:
+    return value is None or type(value).__name__ == "Sentinel"
+
+
+def _option_value(param, ctx) -> str:
+    import click
+
+    if getattr(param, "is_flag", False):
+        return "flag"
+    if isinstance(param.type, click.Choice):
+        return " \\| ".join(f"`{c}`" for c in param.type.choices)
+    if isinstance(param.type, click.IntRange):
+        low, high = param.type.min, param.type.max
+        high = None if high is not None and high >= 2**31 - 1 else high
+        if low is not None and high is not None:
+            return f"INTEGER {low}–{high}"
+        return f"INTEGER ≥ {low}" if low is not None else "INTEGER"
+    return _escape_text(param.type.name.upper())
+
+
+def _option_help(param, ctx) -> str:
+    text = " ".join((param.help or "").split())
+    default = param.get_default(ctx, call=False)
+    if (getattr(param, "show_default", False) and "[default:" not in text and not _is_unset(default)
+            and default is not False):
+        text += f"  [default: {default}]"
+    return _escape_text(text) or "–"
+
+
+def _command_markdown(command, ctx, level: int) -> list[str]:
+    import click
+
+    lines = [f"{'#' * level} `{ctx.command_path}`", ""]
+    help_text = inspect.cleandoc(command.help or "")
+    if help_text:
+        lines += [_escape_text(help_text.replace("\b\n", "")), ""]
+    usage = " ".join([ctx.command_path, *command.collect_usage_pieces(ctx)])
+    lines += ["```", usage, "```", ""]
+    params = [p for p in command.get_params(ctx) if not getattr(p, "hidden", False)]
+    arguments = [p for p in params if isinstance(p, click.Argument)]
+    options = [p for p in params if isinstance(p, click.Option) and "--help" not in p.opts]
+    if arguments:
+        lines += ["| argument | value |", "|---|---|"]
+        lines += [f"| `{p.human_readable_name}` | {p.type.name.upper()}{' …' if p.nargs != 1 else ''} |"
+                  for p in arguments]
+        lines.append("")
+    if options:
+        lines += ["| option | value | meaning |", "|---|---|---|"]
+        for p in options:
+            names = ", ".join(f"`{o}`" for o in [*p.opts, *p.secondary_opts])
+            lines.append(f"| {names} | {_option_value(p, ctx)} | {_option_help(p, ctx)} |")
+        lines.append("")
+    if isinstance(command, click.Group):
+        for name in command.list_commands(ctx):
+            sub = command.get_command(ctx, name)
+            if sub is None or sub.hidden:
+                continue
+            lines += _command_markdown(sub, click.Context(sub, info_name=name, parent=ctx), level + 1)
+    return lines
+
+
+def cli_command(target: str):
+    """The click command named by ``module:attribute``."""
+    module, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def cli_reference(target: str) -> str:
+    """Every subcommand and option of the click command ``module:attribute``, as Markdown."""
+    import click
+
+    command = cli_command(target)
+    ctx = click.Context(command, info_name=command.name)
+    note = [f"Every command accepts `-h`/`--help`, which prints the same text.", ""]
+    return "\n".join(note + _command_markdown(command, ctx, level=2)).rstrip() + "\n"
+
+
+GENERATORS: dict[str, Callable[..., str]] = {
     "methods-table": methods_table,
     "method-details": method_details,
+    "cli-reference": cli_reference,
 }
 
 
 def render(markdown: str) -> str:
-    """Replace every ``<!-- generated: NAME -->`` line with the generator's output."""
+    """Replace every ``<!-- generated: NAME [ARGUMENT] -->`` line with the generator's output."""
 
     def replace(match: re.Match) -> str:
-        name = match.group(1)
+        name, argument = match.group(1), match.group(2)
         if name not in GENERATORS:
             raise ValueError(f"unknown generated block '{name}'; known: {', '.join(GENERATORS)}")
-        return GENERATORS[name]()
+        return GENERATORS[name](argument) if argument else GENERATORS[name]()
 
     return MARKER.sub(replace, markdown)
 

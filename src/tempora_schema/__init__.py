@@ -1,20 +1,37 @@
-"""Trace schema v1: the only contract shared by ``tempora_trace`` and ``tempora_sim``.
+"""Trace schema v2: the only contract shared by ``tempora_trace`` and ``tempora_sim``.
 
-Defined in ``docs/design.md`` §3. It lives in its own tiny package so the simulator can
-import it without pulling in torch, and the tracer can check what it writes against the
-same definition the reader enforces. Nothing here imports torch.
+Defined in ``docs/trace-schema.md``. It lives in its own tiny package so the simulator can
+import it without pulling in torch, and the tracer checks what it writes against the same
+rules the reader enforces. Nothing here imports torch; pyarrow is imported only by the
+functions that build or take Arrow objects, so a reader that uses polars never loads it.
+
+What is here: the column set, the metadata keys, the *trace identity* (one definition that
+drives the file stem, the metadata, the tracer's ``--resume`` check and the simulator's
+comparison groups), validation, reading of schema-v1 files, λ (:mod:`.provision`) and the
+machine-speed probe.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
+import os
+import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
-import pyarrow as pa
 
-SCHEMA_VERSION = 1
+from .errors import TemporaError
+from .provision import LAMBDA_RULES, LAMBDA_SIGMAS, MAD_TO_SIGMA, lambda_ms  # noqa: F401  (re-exported)
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow as pa
+
+SCHEMA_VERSION = 2
+#: Versions this reader understands (v1 files are read with a warning; see :func:`upgrade_v1_metadata`).
+READABLE_VERSIONS = (1, 2)
 #: Parquet key-value metadata key holding the run's JSON metadata.
 METADATA_KEY = "tempora"
 
@@ -25,49 +42,68 @@ STREAMS = ("episodic", "continual")
 #: ``checkpoint`` value of adapt rows.
 NO_CHECKPOINT = -1
 
-#: Column name -> Arrow type, in file order.
-COLUMNS: dict[str, pa.DataType] = {
-    "episode": pa.string(),
-    "domain": pa.string(),
-    "severity": pa.int8(),
-    "phase": pa.string(),
-    "checkpoint": pa.int32(),
-    "step": pa.int32(),
-    "n": pa.int32(),
-    "correct": pa.int32(),
-    "e_ms": pa.float64(),
-    "l_ms": pa.float64(),
-    "delta_ms": pa.float64(),
-    "updated": pa.bool_(),
-    "peak_mem_bytes": pa.int64(),
+#: Column name -> Arrow type name, in file order (unchanged from v1).
+COLUMN_TYPES: dict[str, str] = {
+    "episode": "string",
+    "domain": "string",
+    "severity": "int8",
+    "phase": "string",
+    "checkpoint": "int32",
+    "step": "int32",
+    "n": "int32",
+    "correct": "int32",
+    "e_ms": "float64",
+    "l_ms": "float64",
+    "delta_ms": "float64",
+    "updated": "bool",
+    "peak_mem_bytes": "int64",
 }
+#: Column names in file order.
+COLUMNS: tuple[str, ...] = tuple(COLUMN_TYPES)
 #: Columns that may hold nulls; every other column must be fully populated.
 NULLABLE_COLUMNS = frozenset({"severity", "peak_mem_bytes"})
+#: The kind every column's type must have (widths are not part of the contract).
+COLUMN_KINDS: dict[str, str] = {
+    name: ("string" if t == "string" else "boolean" if t == "bool" else "floating" if t.startswith("float") else "integer")
+    for name, t in COLUMN_TYPES.items()
+}
 
-#: Keys every trace's metadata must carry (docs/design.md §3).
-METADATA_FIELDS = (
-    "schema_version",
-    "method",
-    "method_params",
-    "model",
-    "dataset",
-    "stream",
-    "batch_size",
-    "seed",
-    "num_classes",
-    "device",
-    "torch_version",
-    "tracer_version",
-    "warmup_batches",
-    "frozen_eval",
-    "created_at",
+# ------------------------------------------------------------------------------ identity
+#: Defaults of the tracer; a field that differs from its default shows in the file stem.
+DEFAULT_BATCH_SIZE = 64
+DEFAULT_SEED = 2025
+DEFAULT_SEVERITY = 5
+DEFAULT_STREAM = "episodic"
+#: ``weights`` of an untrained (randomly initialised) model.
+WEIGHTS_RANDOM = "random"
+#: ``weights`` of a schema-v1 trace read in memory: v1 did not record the weights.
+WEIGHTS_UNKNOWN = "unknown"
+_SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
+
+#: Metadata keys that make up a trace's comparison group: traces that agree on all of them
+#: were measured under the same conditions and share one λ. The trace identity is the group
+#: plus ``method``.
+GROUP_KEYS = (
+    "dataset", "model", "weights", "device", "threads", "batch_size", "seed", "stream",
+    "severity", "domains", "max_batches",
 )
-#: Metadata keys that identify the comparison group of a trace (traces in one group share λ).
-GROUP_KEYS = ("dataset", "model", "device", "batch_size", "seed", "stream")
+IDENTITY_KEYS = ("method",) + GROUP_KEYS
+
+#: Keys every v2 trace's metadata must carry (docs/trace-schema.md).
+METADATA_FIELDS = (
+    "schema_version", "method", "method_params", "model", "dataset", "stream", "batch_size", "seed",
+    "num_classes", "device", "torch_version", "tracer_version", "warmup_batches", "frozen_eval", "created_at",
+    # new in v2
+    "severity", "domains", "max_batches", "weights", "threads", "speed_probe", "speed_probe_kind",
+)
+#: The v1 subset (what a v1 file must carry to be readable).
+METADATA_FIELDS_V1 = METADATA_FIELDS[:15]
+#: ``speed_probe_kind`` of a trace whose machine speed was not measured (empty probe list).
+PROBE_NOT_MEASURED = "none"
 
 
-class TraceSchemaError(ValueError):
-    """A trace file breaks schema v1; the message names the file and the rule."""
+class TraceSchemaError(TemporaError, ValueError):
+    """A trace file breaks the schema; the message names the file and the rule."""
 
     def __init__(self, path: object, rule: str):
         self.path = str(path)
@@ -75,91 +111,174 @@ class TraceSchemaError(ValueError):
         super().__init__(f"{self.path}: {rule}")
 
 
-def arrow_schema(metadata: Mapping[str, Any] | None = None) -> pa.Schema:
-    """The Arrow schema of a v1 trace, with ``metadata`` encoded under :data:`METADATA_KEY`."""
-    fields = [pa.field(name, typ, nullable=name in NULLABLE_COLUMNS) for name, typ in COLUMNS.items()]
-    md = None
-    if metadata is not None:
-        md = {METADATA_KEY: json.dumps(dict(metadata), sort_keys=True, default=str)}
-    return pa.schema(fields, metadata=md)
+@dataclass(frozen=True)
+class GroupKey:
+    """What makes traces comparable: same data, model and weights, same machine settings.
+
+    ``threads``, ``max_batches`` and ``severity`` may be ``None`` (v1 traces: not recorded;
+    ``severity``: datasets without severities); ``weights`` is ``"random"``,
+    ``"sha256:<hex>"`` or, for v1 traces, ``"unknown"``.
+    """
+
+    dataset: str
+    model: str
+    weights: str
+    device: str
+    threads: int | None
+    batch_size: int
+    seed: int
+    stream: str
+    severity: int | None
+    domains: tuple[str, ...]
+    max_batches: int | None
+
+    @classmethod
+    def from_metadata(cls, meta: Mapping[str, Any]) -> "GroupKey":
+        values = {k: meta[k] for k in GROUP_KEYS}
+        values["domains"] = tuple(values["domains"])
+        return cls(**values)
+
+    def as_metadata(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in GROUP_KEYS}
+        out["domains"] = list(self.domains)
+        return out
+
+    def label(self, seed: bool = True) -> str:
+        """Compact one-line name: the v1 fields, then whatever else sets this group apart.
+
+        ``seed=False`` names the setting the group's seeds replicate (seeds pool like episodes)."""
+        parts = [self.dataset, self.model, self.device, f"bs{self.batch_size}"]
+        parts += [f"seed{self.seed}", self.stream] if seed else [self.stream]
+        if self.severity is not None:
+            parts.append(f"sev{self.severity}")
+        if len(self.domains) <= 2:
+            parts.append("+".join(self.domains))
+        else:
+            parts.append(f"{len(self.domains)} domains")
+        if self.max_batches is not None:
+            parts.append(f"max{self.max_batches}")
+        if self.threads is not None:
+            parts.append(f"{self.threads}thr")
+        parts.append("weights " + (self.weights[7:19] if self.weights.startswith("sha256:") else self.weights))
+        return "/".join(parts)
 
 
-def decode_metadata(schema: pa.Schema, path: object = "<trace>") -> dict[str, Any]:
-    """Return the ``tempora`` JSON metadata of a file's schema, or raise TraceSchemaError."""
-    raw = (schema.metadata or {}).get(METADATA_KEY.encode())
+@dataclass(frozen=True)
+class TraceIdentity:
+    """One trace's identity: its method and its group (docs/trace-schema.md, "Identity")."""
+
+    method: str
+    group: GroupKey
+
+    @classmethod
+    def from_metadata(cls, meta: Mapping[str, Any]) -> "TraceIdentity":
+        return cls(str(meta["method"]), GroupKey.from_metadata(meta))
+
+    def as_metadata(self) -> dict[str, Any]:
+        return {"method": self.method, **self.group.as_metadata()}
+
+    def file_stem(self) -> str:
+        """The trace's default file name without ``.parquet`` (see :func:`file_stem`)."""
+        g = self.group
+        return file_stem(self.method, g.batch_size, g.seed, g.severity, g.stream)
+
+    def differences(self, other: "TraceIdentity") -> list[str]:
+        """Identity keys on which the two differ (for the resume check's message)."""
+        a, b = self.as_metadata(), other.as_metadata()
+        return [k for k in IDENTITY_KEYS if a[k] != b[k]]
+
+
+def file_stem(method: str, batch_size: int, seed: int, severity: int | None, stream: str) -> str:
+    """``<method>`` plus ``-bs<B>``, ``-seed<S>``, ``-sev<k>``, ``-continual`` where they differ
+    from the defaults, so the common variants never share a file. The other identity fields
+    live in the folder (device) or only in the metadata; a file of another identity is never
+    silently overwritten (the tracer refuses an existing file, and a resume whose identity
+    differs)."""
+    stem = method
+    if batch_size != DEFAULT_BATCH_SIZE:
+        stem += f"-bs{batch_size}"
+    if seed != DEFAULT_SEED:
+        stem += f"-seed{seed}"
+    if severity is not None and severity != DEFAULT_SEVERITY:
+        stem += f"-sev{severity}"
+    if stream != DEFAULT_STREAM:
+        stem += f"-{stream}"
+    return stem
+
+
+def weights_identity(path: str | os.PathLike | None) -> str:
+    """``"sha256:<hex>"`` of a weights file, or ``"random"`` for ``None`` (untrained model)."""
+    if path is None:
+        return WEIGHTS_RANDOM
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return "sha256:" + digest.hexdigest()
+
+
+# ------------------------------------------------------------------------------ Arrow
+def arrow_schema(metadata: Mapping[str, Any] | None = None) -> "pa.Schema":
+    """The Arrow schema of a trace, with ``metadata`` encoded under :data:`METADATA_KEY`."""
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "int8": pa.int8(), "int32": pa.int32(), "int64": pa.int64(),
+             "float64": pa.float64(), "bool": pa.bool_()}
+    fields = [pa.field(name, types[t], nullable=name in NULLABLE_COLUMNS) for name, t in COLUMN_TYPES.items()]
+    return pa.schema(fields, metadata=None if metadata is None else encode_metadata(metadata))
+
+
+def encode_metadata(metadata: Mapping[str, Any]) -> dict[str, str]:
+    """The Parquet key-value metadata of a trace: its JSON under :data:`METADATA_KEY`."""
+    return {METADATA_KEY: json.dumps(dict(metadata), sort_keys=True, default=str)}
+
+
+def parse_metadata(raw: str | bytes | None, path: object = "<trace>") -> dict[str, Any]:
+    """Decode the JSON text stored under :data:`METADATA_KEY`, or raise TraceSchemaError."""
     if raw is None:
         raise TraceSchemaError(path, f"missing Parquet metadata key '{METADATA_KEY}' (not a Tempora trace)")
     try:
         meta = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise TraceSchemaError(path, f"metadata '{METADATA_KEY}' is not valid JSON ({exc.msg})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TraceSchemaError(path, f"metadata '{METADATA_KEY}' is not valid JSON ({getattr(exc, 'msg', exc)})") from None
+    except RecursionError:
+        raise TraceSchemaError(path, f"metadata '{METADATA_KEY}' is nested too deeply") from None
     if not isinstance(meta, dict):
         raise TraceSchemaError(path, f"metadata '{METADATA_KEY}' must be a JSON object")
     return meta
 
 
-@dataclass(frozen=True)
-class GroupKey:
-    """What makes two traces comparable: same data, model, device, batch size, seed, stream."""
-
-    dataset: str
-    model: str
-    device: str
-    batch_size: int
-    seed: int
-    stream: str
-
-    @classmethod
-    def from_metadata(cls, meta: Mapping[str, Any]) -> "GroupKey":
-        return cls(**{k: meta[k] for k in GROUP_KEYS})
-
-    def label(self) -> str:
-        return f"{self.dataset}/{self.model}/{self.device}/bs{self.batch_size}/seed{self.seed}/{self.stream}"
+def decode_metadata(schema: "pa.Schema", path: object = "<trace>") -> dict[str, Any]:
+    """Return the ``tempora`` JSON metadata of a file's Arrow schema, or raise TraceSchemaError."""
+    return parse_metadata((schema.metadata or {}).get(METADATA_KEY.encode()), path)
 
 
-# --------------------------------------------------------------------------------------
-# Validation (docs/design.md §3). The reader calls these on every file; the tracer may call them on
-# what it is about to write. Each failure names the file and the one rule it breaks.
-# --------------------------------------------------------------------------------------
-
-#: Arrow type predicates a column may satisfy. Widths are not part of the contract for
-#: strings (pyarrow/polars may write ``large_string``) but kinds are: a float ``correct`` or
-#: a string ``step`` is a mistyped column.
-_KIND_CHECKS = {
-    "string": (pa.types.is_string, pa.types.is_large_string,
-               getattr(pa.types, "is_string_view", lambda t: False)),
-    "integer": (pa.types.is_integer,),
-    "floating": (pa.types.is_floating,),
-    "boolean": (pa.types.is_boolean,),
-}
+# ------------------------------------------------------------------------------ metadata rules
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _kind(typ: pa.DataType) -> str:
-    if pa.types.is_string(typ):
-        return "string"
-    if pa.types.is_integer(typ):
-        return "integer"
-    if pa.types.is_floating(typ):
-        return "floating"
-    if pa.types.is_boolean(typ):
-        return "boolean"
-    raise AssertionError(typ)  # pragma: no cover - COLUMNS only uses these kinds
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _matches_kind(typ: pa.DataType, kind: str) -> bool:
-    if pa.types.is_dictionary(typ):
-        typ = typ.value_type
-    return any(check(typ) for check in _KIND_CHECKS[kind])
-
-
-def validate_metadata(meta: Mapping[str, Any], path: object = "<trace>") -> None:
-    """Check the ``tempora`` metadata of a trace: version, required keys and their types."""
+def metadata_version(meta: Mapping[str, Any], path: object = "<trace>") -> int:
+    """The schema version a metadata object declares (must be one this reader understands)."""
     version = meta.get("schema_version")
     if version is None:
         raise TraceSchemaError(path, "metadata lacks 'schema_version'")
-    if version != SCHEMA_VERSION or isinstance(version, bool):
-        raise TraceSchemaError(path, f"unknown schema version {version!r} (this reader understands {SCHEMA_VERSION})")
-    missing = [k for k in METADATA_FIELDS if k not in meta]
+    if not _is_int(version) or version not in READABLE_VERSIONS:
+        raise TraceSchemaError(
+            path, f"unknown schema version {version!r} (this reader understands {', '.join(map(str, READABLE_VERSIONS))})"
+        )
+    return int(version)
+
+
+def validate_metadata(meta: Mapping[str, Any], path: object = "<trace>") -> int:
+    """Check a trace's metadata (v1 or v2: version, required keys, their types); return the version."""
+    version = metadata_version(meta, path)
+    required = METADATA_FIELDS if version == 2 else METADATA_FIELDS_V1
+    missing = [k for k in required if k not in meta]
     if missing:
         raise TraceSchemaError(path, f"metadata lacks required key(s): {', '.join(missing)}")
     for key in ("method", "model", "dataset", "device"):
@@ -178,113 +297,326 @@ def validate_metadata(meta: Mapping[str, Any], path: object = "<trace>") -> None
     fe = meta["frozen_eval"]
     if not (fe == "all" or (_is_int(fe) and fe >= 0)):
         raise TraceSchemaError(path, f"metadata 'frozen_eval' must be 'all' or a sample size >= 0, got {fe!r}")
+    if version == 2:
+        _validate_v2_keys(meta, path)
+    return version
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _validate_v2_keys(meta: Mapping[str, Any], path: object) -> None:
+    sev = meta["severity"]
+    if sev is not None and not (_is_int(sev) and 1 <= sev <= 5):
+        raise TraceSchemaError(path, f"metadata 'severity' must be 1..5 or null, got {sev!r}")
+    domains = meta["domains"]
+    if (not isinstance(domains, list) or not domains
+            or not all(isinstance(d, str) and d for d in domains)):
+        raise TraceSchemaError(path, f"metadata 'domains' must be a non-empty list of names, got {domains!r}")
+    if len(set(domains)) != len(domains):
+        raise TraceSchemaError(path, "metadata 'domains' lists a domain twice")
+    mb = meta["max_batches"]
+    if mb is not None and not (_is_int(mb) and mb >= 1):
+        raise TraceSchemaError(path, f"metadata 'max_batches' must be a positive integer or null, got {mb!r}")
+    w = meta["weights"]
+    if not (w == WEIGHTS_RANDOM or (isinstance(w, str) and _SHA256.fullmatch(w))):
+        raise TraceSchemaError(path, f"metadata 'weights' must be 'random' or 'sha256:<64 hex digits>', got {w!r}")
+    th = meta["threads"]
+    if not _is_int(th) or th < 1:
+        raise TraceSchemaError(path, f"metadata 'threads' must be a positive integer, got {th!r}")
+    validate_speed_probe(meta["speed_probe"], meta["speed_probe_kind"], path)
 
 
-def validate_table(table: pa.Table, meta: Mapping[str, Any], path: object = "<trace>") -> None:
-    """Raise :class:`TraceSchemaError` unless ``table`` + ``meta`` form a valid v1 trace.
+def validate_speed_probe(probe: Any, kind: Any, path: object = "<trace>") -> None:
+    """``speed_probe``: list of ``{"episode": str, "step": int >= 0, "ms": float > 0}``;
+    ``speed_probe_kind``: a non-empty string, ``"none"`` exactly when the list is empty."""
+    if not isinstance(kind, str) or not kind:
+        raise TraceSchemaError(path, f"metadata 'speed_probe_kind' must be a non-empty string, got {kind!r}")
+    if not isinstance(probe, list):
+        raise TraceSchemaError(path, f"metadata 'speed_probe' must be a list, got {type(probe).__name__}")
+    if (kind == PROBE_NOT_MEASURED) != (len(probe) == 0):
+        raise TraceSchemaError(
+            path, f"metadata 'speed_probe_kind' must be '{PROBE_NOT_MEASURED}' exactly when 'speed_probe' is empty"
+        )
+    for i, item in enumerate(probe):
+        if not isinstance(item, dict) or set(item) != {"episode", "step", "ms"}:
+            raise TraceSchemaError(path, f"metadata 'speed_probe' item {i} must be an object with keys episode, step, ms")
+        if not isinstance(item["episode"], str) or not item["episode"]:
+            raise TraceSchemaError(path, f"metadata 'speed_probe' item {i}: 'episode' must be a non-empty string")
+        if not _is_int(item["step"]) or item["step"] < 0:
+            raise TraceSchemaError(path, f"metadata 'speed_probe' item {i}: 'step' must be an integer >= 0")
+        if not _is_number(item["ms"]) or item["ms"] <= 0:
+            raise TraceSchemaError(path, f"metadata 'speed_probe' item {i}: 'ms' must be a finite number > 0")
 
-    Rules (docs/design.md §3): known schema version and complete metadata; every column present with
-    the right kind; no nulls outside ``NULLABLE_COLUMNS``; ``phase`` in adapt/frozen; adapt
-    rows have ``checkpoint = -1`` and steps 0..N-1 per episode with no gaps or repeats; frozen
-    rows have ``0 <= checkpoint <= step < N`` for an episode that has adapt rows, at most one
-    row per (episode, checkpoint, step); ``n >= 1`` and ``0 <= correct <= n``; times finite
-    and non-negative, and ``delta_ms = e_ms + l_ms`` up to rounding.
+
+def probe_median_ms(meta: Mapping[str, Any]) -> float | None:
+    """Median machine-speed probe time of a trace (ms), or ``None`` when it was not measured."""
+    probe = meta.get("speed_probe") or []
+    return float(np.median([p["ms"] for p in probe])) if probe else None
+
+
+# ------------------------------------------------------------------------------ v1 files
+def upgrade_v1_metadata(meta: Mapping[str, Any], severities: Sequence[Any], domains: Sequence[str]) -> dict[str, Any]:
+    """A v1 trace's metadata with the v2 keys filled from what the file shows.
+
+    ``severities`` and ``domains`` are the distinct values of those columns (domains in order
+    of appearance): one severity becomes ``severity``, several or none become ``None``. What a
+    v1 file cannot tell stays unknown: ``weights = "unknown"``, ``threads``/``max_batches``
+    ``None``, no speed probe. ``schema_version`` stays 1 so callers can tell.
     """
-    validate_metadata(meta, path)
-    names = set(table.column_names)
-    missing = [c for c in COLUMNS if c not in names]
-    if missing:
-        raise TraceSchemaError(path, f"missing column(s): {', '.join(missing)}")
-    for name, typ in COLUMNS.items():
-        actual = table.schema.field(name).type
-        if not _matches_kind(actual, _kind(typ)):
-            raise TraceSchemaError(path, f"column '{name}' has type {actual}, expected {typ}")
-    for name in COLUMNS:
-        if name not in NULLABLE_COLUMNS and table.column(name).null_count:
-            raise TraceSchemaError(path, f"column '{name}' has {table.column(name).null_count} null value(s)")
-    if table.num_rows == 0:
+    sev = [int(s) for s in severities if s is not None]
+    out = dict(meta)
+    out.update(
+        severity=sev[0] if len(set(sev)) == 1 else None,
+        domains=[str(d) for d in domains],
+        max_batches=None,
+        weights=WEIGHTS_UNKNOWN,
+        threads=None,
+        speed_probe=[],
+        speed_probe_kind=PROBE_NOT_MEASURED,
+    )
+    return out
+
+
+def v1_warning(path: object) -> str:
+    """The one line a reader prints for a v1 file."""
+    return (f"{path}: schema v1 trace: weights, thread count and max_batches were not recorded and "
+            "machine speed was not probed; grouped by what the file shows (rewrite it as v2 with "
+            "`tempora-sim migrate`)")
+
+
+# ------------------------------------------------------------------------------ row rules
+@dataclass
+class RowArrays:
+    """The columns the row rules look at, as numpy arrays (built from Arrow or polars).
+
+    ``episode_code`` numbers episodes in order of first appearance (``episode_names``);
+    ``phase_values`` are the distinct phases present.
+    """
+
+    episode_names: list[str]
+    episode_code: np.ndarray
+    phase_values: list[str]
+    adapt: np.ndarray
+    checkpoint: np.ndarray
+    step: np.ndarray
+    n: np.ndarray
+    correct: np.ndarray
+    e_ms: np.ndarray
+    l_ms: np.ndarray
+    delta_ms: np.ndarray
+
+
+@dataclass
+class RowLayout:
+    """What validation learnt about the row order, so readers need not sort again.
+
+    ``canonical``: every episode's rows are one contiguous block (episodes in order of first
+    appearance) holding its adapt rows by step, then its frozen rows by (checkpoint, step):
+    what the tracer writes. ``adapt_counts``: adapt rows per episode (by code).
+    """
+
+    canonical: bool
+    adapt_counts: np.ndarray
+
+
+def _first(mask: np.ndarray) -> int:
+    return int(np.argmax(mask))
+
+
+def validate_rows(cols: RowArrays, path: object = "<trace>") -> RowLayout:
+    """The row rules of docs/trace-schema.md ("Rows"); raise TraceSchemaError on the first broken.
+
+    Vectorised, and linear in the rows for files in the tracer's order (a sort only for
+    files in another order)."""
+    n_rows = cols.step.shape[0]
+    if n_rows == 0:
         raise TraceSchemaError(path, "trace has no rows")
-
-    import pyarrow.compute as pc
-
-    col = {
-        name: table.column(name).to_numpy(zero_copy_only=False)
-        for name in ("checkpoint", "step", "n", "correct", "e_ms", "l_ms", "delta_ms")
-    }
-    phase_values = [str(v) for v in pc.unique(table.column("phase")).to_pylist()]
-    bad_phase = sorted(set(phase_values) - set(PHASES))
+    bad_phase = sorted(set(cols.phase_values) - set(PHASES))
     if bad_phase:
         raise TraceSchemaError(path, f"column 'phase' has unknown value(s) {bad_phase} (expected adapt or frozen)")
-
-    n = col["n"].astype(np.int64)
-    correct = col["correct"].astype(np.int64)
+    n, correct = cols.n, cols.correct
     if (n < 1).any():
-        raise TraceSchemaError(path, f"column 'n' must be >= 1 (row {int(np.argmax(n < 1))})")
+        raise TraceSchemaError(path, f"column 'n' must be >= 1 (row {_first(n < 1)})")
     if (correct < 0).any():
-        raise TraceSchemaError(path, f"column 'correct' is negative (row {int(np.argmax(correct < 0))})")
-    if (correct > n).any():
-        row = int(np.argmax(correct > n))
+        raise TraceSchemaError(path, f"column 'correct' is negative (row {_first(correct < 0)})")
+    over = correct > n
+    if over.any():
+        row = _first(over)
         raise TraceSchemaError(path, f"correct > n on row {row} ({correct[row]} > {n[row]})")
-    for name in ("e_ms", "l_ms", "delta_ms"):
-        t = col[name].astype(np.float64)
-        if np.isnan(t).any():
-            raise TraceSchemaError(path, f"column '{name}' contains NaN (row {int(np.argmax(np.isnan(t)))})")
-        if not np.isfinite(t).all():
-            raise TraceSchemaError(path, f"column '{name}' contains an infinite time")
-        if (t < 0).any():
-            raise TraceSchemaError(path, f"column '{name}' contains a negative time (row {int(np.argmax(t < 0))})")
-    e, l, d = (col[k].astype(np.float64) for k in ("e_ms", "l_ms", "delta_ms"))
-    mismatch = np.abs(d - (e + l)) > 1e-6 * np.maximum(1.0, np.abs(d))
-    if mismatch.any():
-        row = int(np.argmax(mismatch))
-        raise TraceSchemaError(path, f"delta_ms != e_ms + l_ms on row {row} ({d[row]} vs {e[row] + l[row]})")
+    e, l, d = cols.e_ms, cols.l_ms, cols.delta_ms
+    residual = d - (e + l)  # non-finite if any of the three is; one pass for the common case
+    if not np.isfinite(residual).all():
+        for name, t in (("e_ms", e), ("l_ms", l), ("delta_ms", d)):
+            ok = np.isfinite(t)
+            if not ok.all():
+                row = _first(~ok)
+                what = "NaN" if np.isnan(t[row]) else "an infinite time"
+                raise TraceSchemaError(path, f"column '{name}' contains {what} (row {row})")
+    for name, t in (("e_ms", e), ("l_ms", l), ("delta_ms", d)):
+        if t.min() < 0:
+            raise TraceSchemaError(path, f"column '{name}' contains a negative time (row {_first(t < 0)})")
+    if np.abs(residual).max() > 1e-6:  # else within the tolerance below, whatever |d| is
+        mismatch = np.abs(residual) > 1e-6 * np.maximum(1.0, np.abs(d))
+        if mismatch.any():
+            row = _first(mismatch)
+            raise TraceSchemaError(path, f"delta_ms != e_ms + l_ms on row {row} ({d[row]} vs {e[row] + l[row]})")
 
-    encoded = pc.dictionary_encode(table.column("episode").combine_chunks().cast(pa.string()))
-    ep_code = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    ep_names = [str(v) for v in encoded.dictionary.to_pylist()]
-    step = col["step"].astype(np.int64)
-    checkpoint = col["checkpoint"].astype(np.int64)
-    adapt = pc.equal(table.column("phase"), PHASE_ADAPT).to_numpy(zero_copy_only=False).astype(bool)
+    code, step, ck, adapt = cols.episode_code, cols.step, cols.checkpoint, cols.adapt
+    n_ep = len(cols.episode_names)
     if not adapt.any():
         raise TraceSchemaError(path, "trace has no adapt rows")
-    if (checkpoint[adapt] != NO_CHECKPOINT).any():
+    if (ck[adapt] != NO_CHECKPOINT).any():
         raise TraceSchemaError(path, f"adapt rows must have checkpoint = {NO_CHECKPOINT}")
-    a_code, a_step = ep_code[adapt], step[adapt]
-    order = np.lexsort((a_step, a_code))
-    a_code, a_step = a_code[order], a_step[order]
-    counts = np.bincount(a_code, minlength=len(ep_names))
+    frozen = ~adapt
+    canonical = _is_canonical(code, adapt, ck, step)
+    a_code, a_step = code[adapt], step[adapt]
+    counts = np.bincount(a_code, minlength=n_ep)
+    if not canonical:
+        order = np.lexsort((a_step, a_code))
+        a_code, a_step = a_code[order], a_step[order]
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
     expected = np.arange(a_step.size) - np.repeat(starts, counts)
     if not np.array_equal(a_step, expected):
-        where = int(np.argmax(a_step != expected))
-        ep = ep_names[a_code[where]]
+        where = _first(a_step != expected)
+        ep = cols.episode_names[a_code[where]]
         if where > 0 and a_code[where - 1] == a_code[where] and a_step[where] == a_step[where - 1]:
             problem = f"step {int(a_step[where])} appears twice"
         else:
             problem = f"step {int(expected[where])} is missing"
         raise TraceSchemaError(path, f"episode '{ep}': adapt steps must be 0..N-1 without gaps ({problem})")
 
-    frozen = ~adapt
     if frozen.any():
-        f_code, f_step, f_ck = ep_code[frozen], step[frozen], checkpoint[frozen]
-        no_adapt = sorted({ep_names[c] for c in np.unique(f_code) if counts[c] == 0})
-        if no_adapt:
-            raise TraceSchemaError(path, f"frozen rows for episode(s) without adapt rows: {no_adapt[:3]}")
+        f_code, f_step, f_ck = code[frozen], step[frozen], ck[frozen]
+        limit = counts[f_code]
+        if (limit == 0).any():
+            lonely = sorted({cols.episode_names[c] for c in np.unique(f_code[limit == 0])})
+            raise TraceSchemaError(path, f"frozen rows for episode(s) without adapt rows: {lonely[:3]}")
         if (f_ck < 0).any():
             raise TraceSchemaError(path, "frozen rows must have checkpoint >= 0")
-        if (f_step < f_ck).any():
-            row = int(np.argmax(f_step < f_ck))
-            raise TraceSchemaError(path, f"frozen row with step {int(f_step[row])} < checkpoint {int(f_ck[row])} (must evaluate later batches)")
-        limit = counts[f_code]
-        if (f_step >= limit).any():
-            row = int(np.argmax(f_step >= limit))
+        early = f_step < f_ck
+        if early.any():
+            row = _first(early)
             raise TraceSchemaError(
-                path, f"frozen row step {int(f_step[row])} beyond episode '{ep_names[f_code[row]]}' ({int(limit[row])} adapt rows)"
-            )
-        key = (f_code * (int(limit.max()) + 1) + f_ck) * (int(limit.max()) + 1) + f_step
-        if np.unique(key).size != key.size:
-            raise TraceSchemaError(path, "duplicate frozen rows for the same (episode, checkpoint, step)")
+                path, f"frozen row with step {int(f_step[row])} < checkpoint {int(f_ck[row])} (must evaluate later batches)")
+        beyond = f_step >= limit
+        if beyond.any():
+            row = _first(beyond)
+            raise TraceSchemaError(
+                path, f"frozen row step {int(f_step[row])} beyond episode '{cols.episode_names[f_code[row]]}' "
+                      f"({int(limit[row])} adapt rows)")
+        if not canonical:  # canonical order already proved (episode, checkpoint, step) strictly increasing
+            span = int(limit.max()) + 1
+            key = np.sort((f_code.astype(np.int64) * span + f_ck) * span + f_step)
+            if (key[1:] == key[:-1]).any():
+                raise TraceSchemaError(path, "duplicate frozen rows for the same (episode, checkpoint, step)")
+    return RowLayout(canonical=canonical, adapt_counts=counts)
+
+
+def _is_canonical(code: np.ndarray, adapt: np.ndarray, ck: np.ndarray, step: np.ndarray) -> bool:
+    """True if rows are in the tracer's order (see :class:`RowLayout`), with no duplicate
+    (episode, checkpoint, step): one pass over adjacent row pairs."""
+    if code.size < 2:
+        return True
+    # rows sort by (episode code, checkpoint, step), strictly increasing pairwise; adapt rows
+    # (checkpoint -1) come before the frozen ones of their episode automatically, and codes
+    # number episodes by first appearance, so non-decreasing codes mean one block each.
+    ck_lo, ck_hi = int(ck.min()), int(ck.max())
+    st_lo, st_hi = int(step.min()), int(step.max())
+    ck_span, st_span = ck_hi - ck_lo + 1, st_hi - st_lo + 1
+    if (int(code.max()) + 1) * ck_span * st_span < 2**62:  # one int64 key: a single pass
+        key = (code * ck_span + (ck.astype(np.int64) - ck_lo)) * st_span + (step.astype(np.int64) - st_lo)
+        return bool((key[1:] > key[:-1]).all())
+    c0, c1 = code[:-1], code[1:]
+    k0, k1 = ck[:-1], ck[1:]
+    s0, s1 = step[:-1], step[1:]
+    return bool(((c1 > c0) | ((c1 == c0) & ((k1 > k0) | ((k1 == k0) & (s1 > s0))))).all())
+
+
+def _arrow_kind_ok(typ: "pa.DataType", kind: str) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(typ):
+        typ = typ.value_type
+    checks = {
+        "string": (pa.types.is_string, pa.types.is_large_string, getattr(pa.types, "is_string_view", lambda t: False)),
+        "integer": (pa.types.is_integer,),
+        "floating": (pa.types.is_floating,),
+        "boolean": (pa.types.is_boolean,),
+    }[kind]
+    return any(check(typ) for check in checks)
+
+
+def rows_from_arrow(table: "pa.Table", path: object = "<trace>") -> RowArrays:
+    """Check columns, kinds and nulls of an Arrow table and return its :class:`RowArrays`."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = set(table.column_names)
+    missing = [c for c in COLUMNS if c not in names]
+    if missing:
+        raise TraceSchemaError(path, f"missing column(s): {', '.join(missing)}")
+    for name in COLUMNS:
+        actual = table.schema.field(name).type
+        if not _arrow_kind_ok(actual, COLUMN_KINDS[name]):
+            raise TraceSchemaError(path, f"column '{name}' has type {actual}, expected {COLUMN_TYPES[name]}")
+    for name in COLUMNS:
+        if name not in NULLABLE_COLUMNS and table.column(name).null_count:
+            raise TraceSchemaError(path, f"column '{name}' has {table.column(name).null_count} null value(s)")
+
+    def num(name, dtype):
+        return table.column(name).to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+
+    encoded = pc.dictionary_encode(table.column("episode").combine_chunks().cast(pa.string()))
+    phase = table.column("phase").cast(pa.string())
+    return RowArrays(
+        episode_names=[str(v) for v in encoded.dictionary.to_pylist()],
+        episode_code=encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64),
+        phase_values=[str(v) for v in pc.unique(phase).to_pylist()],
+        adapt=pc.equal(phase, PHASE_ADAPT).to_numpy(zero_copy_only=False).astype(bool),
+        checkpoint=num("checkpoint", np.int64), step=num("step", np.int64), n=num("n", np.int64),
+        correct=num("correct", np.int64), e_ms=num("e_ms", np.float64), l_ms=num("l_ms", np.float64),
+        delta_ms=num("delta_ms", np.float64),
+    )
+
+
+def validate_table(table: "pa.Table", meta: Mapping[str, Any], path: object = "<trace>") -> RowLayout:
+    """Raise :class:`TraceSchemaError` unless ``table`` + ``meta`` form a valid trace (v1 or v2).
+
+    Rules (docs/trace-schema.md): known schema version and complete metadata; every column
+    present with the right kind; no nulls outside ``NULLABLE_COLUMNS``; ``phase`` in
+    adapt/frozen; adapt rows have ``checkpoint = -1`` and steps 0..N-1 per episode with no
+    gaps or repeats; frozen rows have ``0 <= checkpoint <= step < N`` for an episode that has
+    adapt rows, at most one row per (episode, checkpoint, step); ``n >= 1`` and
+    ``0 <= correct <= n``; times finite and non-negative, and ``delta_ms = e_ms + l_ms`` up to
+    rounding; v2: the metadata agrees with the rows (domains, severity, probe episodes).
+    """
+    validate_metadata(meta, path)
+    cols = rows_from_arrow(table, path)
+    layout = validate_rows(cols, path)
+    if meta["schema_version"] == 2:
+        import pyarrow.compute as pc
+
+        domains = [str(v) for v in pc.unique(table.column("domain")).to_pylist()]
+        severities = pc.unique(table.column("severity")).to_pylist()
+        check_metadata_matches_rows(meta, cols.episode_names, layout.adapt_counts, domains, severities, path)
+    return layout
+
+
+def check_metadata_matches_rows(meta: Mapping[str, Any], episode_names: Sequence[str], adapt_counts: np.ndarray,
+                                domains: Sequence[str], severities: Sequence[Any], path: object = "<trace>") -> None:
+    """v2 cross-checks: the rows' domains are the listed ones, their severity the recorded
+    one, ``max_batches`` bounds every episode, and the probe names real episodes and steps."""
+    listed = set(meta["domains"])
+    extra = sorted(set(domains) - listed)
+    if extra:
+        raise TraceSchemaError(path, f"rows hold domain(s) {extra[:3]} not listed in metadata 'domains'")
+    sev = {int(s) for s in severities if s is not None}
+    if meta["severity"] is not None and sev - {meta["severity"]}:
+        raise TraceSchemaError(path, f"rows have severity {sorted(sev)} but metadata 'severity' is {meta['severity']}")
+    mb = meta["max_batches"]
+    if mb is not None and meta["stream"] == "episodic" and adapt_counts.size and int(adapt_counts.max()) > mb * len(listed):
+        raise TraceSchemaError(path, f"an episode has {int(adapt_counts.max())} batches, more than max_batches allows")
+    length = dict(zip(episode_names, (int(c) for c in adapt_counts)))
+    for i, item in enumerate(meta["speed_probe"]):
+        if item["episode"] not in length:
+            raise TraceSchemaError(path, f"metadata 'speed_probe' item {i} names episode {item['episode']!r}, not in the rows")
+        if item["step"] > length[item["episode"]]:
+            raise TraceSchemaError(path, f"metadata 'speed_probe' item {i}: step {item['step']} is beyond its episode")

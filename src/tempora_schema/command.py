@@ -40,7 +40,9 @@ MAX_GRID_VALUES = 1_000_000
 
 
 def _one_line(text: str) -> str:
-    return " ".join(part.strip() for part in str(text).strip().splitlines() if part.strip())
+    """Newlines joined; undecodable file-name bytes (surrogates) shown as \\xNN, never a crash."""
+    text = str(text).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return " ".join(part.strip() for part in text.strip().splitlines() if part.strip())
 
 
 def echo_error(prog: str, message: str) -> None:
@@ -84,8 +86,9 @@ class OneLineGroup(click.Group):
     def run(self, args: Sequence[str] | None = None, complete_var: str | None = None, **extra: Any) -> int:
         """Parse ``args`` and run the subcommand; return the exit status (never raises for input)."""
         prog = self.prog
-        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler and _in_main_thread():
-            signal.signal(signal.SIGINT, signal.default_int_handler)  # the start-up guard's job is done
+        handler = signal.getsignal(signal.SIGINT)
+        if getattr(handler, "__name__", "") == "_interrupted_at_start_up" and _in_main_thread():
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # the CLI's start-up guard is done
         args = sys.argv[1:] if args is None else list(args)
         extra.pop("windows_expand_args", None)
         if complete_var is None:
@@ -134,24 +137,6 @@ def _in_main_thread() -> bool:
     import threading
 
     return threading.current_thread() is threading.main_thread()
-
-
-def guard_startup_interrupt(prog: str) -> None:
-    """Until :meth:`OneLineGroup.run` takes over, Ctrl-C (while heavy modules import) ends the
-    process with one line instead of a ``KeyboardInterrupt`` traceback. Only for the tool's own
-    process: a library import never changes the caller's signal handling."""
-
-    def interrupted(signum, frame):  # noqa: ARG001 - signal handler signature
-        os.write(2, f"{prog}: interrupted\n".encode())
-        os._exit(EXIT_INTERRUPTED)
-
-    if _in_main_thread():
-        signal.signal(signal.SIGINT, interrupted)
-
-
-def is_tool_process(module_name: str, prog: str) -> bool:
-    """True when this process was started as the command-line tool (script or ``python -m``)."""
-    return module_name == "__main__" or Path(sys.argv[0] if sys.argv else "").name == prog
 
 
 # ------------------------------------------------------------------------ values and units

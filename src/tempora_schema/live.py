@@ -45,7 +45,9 @@ from typing import Any, Mapping
 import numpy as np
 import pyarrow as pa
 
-from . import METADATA_FIELDS, STREAMS, TraceSchemaError, _is_int, _matches_kind
+import dataclasses
+
+from . import METADATA_FIELDS, STREAMS, GroupKey, TraceSchemaError, _arrow_kind_ok, _is_int
 
 LIVE_SCHEMA_VERSION = 1
 #: Parquet key-value metadata key of a live run (a trace uses ``tempora``).
@@ -81,8 +83,9 @@ LIVE_COLUMNS: dict[str, pa.DataType] = {
 REQUIRED_COLUMNS = frozenset({"run", "episode", "domain", "step", "n", "served", "event", "mode"})
 _SERVED_COLUMNS = ("correct", "pickup_ms", "predict_ms", "free_ms", "e_ms", "l_ms", "delta_ms")
 _TIME_COLUMNS = ("arrival_ms", "pickup_ms", "predict_ms", "free_ms", "e_ms", "l_ms", "delta_ms", "charged_ms", "spent_ms")
-#: Run metadata shared with traces (same meaning), minus the trace-only ``frozen_eval``.
-SHARED_FIELDS = tuple(k for k in METADATA_FIELDS if k not in ("schema_version", "frozen_eval"))
+#: Run metadata shared with traces (same meaning), minus what only a trace records.
+SHARED_FIELDS = tuple(k for k in METADATA_FIELDS
+                      if k not in ("schema_version", "frozen_eval", "speed_probe", "speed_probe_kind"))
 LIVE_METADATA_FIELDS = ("live_schema_version", *SHARED_FIELDS, "lambda_ms", "lambda_source", "clock",
                         "clock_resolution_ns", "spin_us", "runs")
 RUN_FIELDS = {
@@ -91,6 +94,13 @@ RUN_FIELDS = {
 }
 #: Slack for "this time is not before that one": rounding of ns → ms differences.
 _EPS_MS = 1e-6
+
+
+def comparable_group(key: GroupKey) -> GroupKey:
+    """The part of a group a live run and the trace replayed beside it must share: everything
+    but which domains and how many batches, because the trace is cut to the live run's
+    episodes and first N batches (an episode's batch order depends only on seed and domain)."""
+    return dataclasses.replace(key, domains=(), max_batches=None)
 
 
 class LiveSchemaError(TraceSchemaError):
@@ -171,10 +181,13 @@ def validate_live_metadata(meta: Mapping[str, Any], path: object = "<live run>")
 
 
 def _kind_of(typ: pa.DataType) -> str:
-    for kind in ("string", "integer", "floating", "boolean"):
-        if _matches_kind(typ, kind):
-            return kind
-    return str(typ)
+    if pa.types.is_string(typ):
+        return "string"
+    if pa.types.is_integer(typ):
+        return "integer"
+    if pa.types.is_floating(typ):
+        return "floating"
+    return "boolean"
 
 
 def validate_live_table(table: pa.Table, meta: Mapping[str, Any], path: object = "<live run>") -> None:
@@ -193,7 +206,7 @@ def validate_live_table(table: pa.Table, meta: Mapping[str, Any], path: object =
         raise LiveSchemaError(path, f"missing column(s): {', '.join(missing)}")
     for name, typ in LIVE_COLUMNS.items():
         actual = table.schema.field(name).type
-        if not _matches_kind(actual, _kind_of(typ)):
+        if not _arrow_kind_ok(actual, _kind_of(typ)):
             raise LiveSchemaError(path, f"column '{name}' has type {actual}, expected {typ}")
     for name in REQUIRED_COLUMNS:
         if table.column(name).null_count:

@@ -33,12 +33,22 @@ from __future__ import annotations
 import math
 from typing import Iterable, Sequence
 
+import numpy as np
 import polars as pl
+
+from tempora_sim import stats as st
 
 from .errors import SimError
 
-#: Columns that identify a comparison group (same as the trace metadata group keys).
-GROUP_COLUMNS = ("dataset", "model", "device", "batch_size", "seed", "stream")
+#: Columns that identify a comparison group: the readable keys plus ``group``, the label of the
+#: full group key without its seed (severity, domains, weights, threads …: tempora_schema.GroupKey).
+#: The seed is *not* one of them: traces of one setting taken with different seeds are
+#: replicates, pooled like episodes (each seed keeps its own λ from its own standard trace; see
+#: :func:`pool_seeds`).
+GROUP_COLUMNS = ("dataset", "model", "device", "batch_size", "stream", "group")
+SEED = "seed"
+#: Seed-pooled tables list the seeds they pooled here (e.g. "2025, 2026, 2027").
+SEEDS = "seeds"
 POOLED = "__all__"
 PROTOCOLS = ("offline", "discrete", "continuous", "amortised")
 TEMPORAL_PROTOCOLS = PROTOCOLS[1:]
@@ -68,6 +78,68 @@ class AnalysisError(SimError, ValueError):
 def group_columns(df: pl.DataFrame) -> list[str]:
     """The group-key columns present in ``df`` (hand-built tables may omit some)."""
     return [c for c in GROUP_COLUMNS if c in df.columns]
+
+
+def _seed_keys(a: pl.DataFrame, b: pl.DataFrame) -> list[str]:
+    """Group columns shared by two tables, plus the seed when both are per-seed."""
+    g = [c for c in group_columns(a) if c in b.columns]
+    return g + ([SEED] if SEED in a.columns and SEED in b.columns else [])
+
+
+def _wmean(col: str, weight: pl.Expr) -> pl.Expr:
+    """Weighted mean of ``col`` over its non-null values (null if none)."""
+    w = pl.when(pl.col(col).is_not_null()).then(weight).otherwise(0.0)
+    return pl.when(w.sum() > 0).then((pl.col(col) * w).sum() / w.sum()).otherwise(None)
+
+
+def pool_seeds(df: pl.DataFrame) -> pl.DataFrame:
+    """Pool a per-seed utility table over seeds, as the simulator pools episodes.
+
+    Rows that differ only in ``seed`` become one row: utilities, α, ā, κ̄ and β are weighted
+    by the batches behind them (so a seed-pooled cell is the utility of the seeds' batches
+    concatenated), |Q| and the batch counts add up, ā_served / ā_adapt / ā_frozen are
+    weighted by the batches they average over, Cov(a, κ) is recomputed as U − ā·κ̄ (the
+    covariance of the concatenation), m is the mean over seeds, λ the mean of the seeds' λ,
+    and the frozen gap the largest. ``seeds`` lists the pooled seeds and ``n_seeds`` counts
+    them. A table without a ``seed`` column is returned unchanged; the per-seed table itself
+    stays the sweep's output (``utility.parquet``)."""
+    if SEED not in df.columns:
+        return df
+    scenario = ["param2", "value2", "arrivals", "arrival_seed"]  # docs/design.md §9 columns, where present
+    keys = [c for c in group_columns(df) + ["method", "episode", "protocol", "param", "value"] + scenario
+            if c in df.columns]
+    n = pl.col("num_batches").cast(pl.Float64) if "num_batches" in df.columns else pl.lit(1.0)
+    beta = pl.col("beta") if "beta" in df.columns else pl.lit(0.0)
+    served = pl.col("served").cast(pl.Float64) if "served" in df.columns else pl.lit(0.0)
+    aggs: list[pl.Expr] = []
+    for col in df.columns:
+        if col in keys or col == SEED:
+            continue
+        if col in ("utility", "alpha", "acc", "kappa", "beta"):
+            aggs.append(_wmean(col, n).alias(col))
+        elif col == "served_acc":
+            aggs.append(_wmean(col, served).alias(col))
+        elif col == "acc_adapt":
+            aggs.append(_wmean(col, beta * n).alias(col))
+        elif col == "acc_frozen":
+            aggs.append(_wmean(col, (1 - beta) * n).alias(col))
+        elif col in ("served", "num_batches"):
+            aggs.append(pl.col(col).sum().alias(col))
+        elif col in ("m", "lambda_ms"):
+            aggs.append(pl.col(col).mean().alias(col))
+        elif col == "frozen_gap":
+            aggs.append(pl.col(col).max().alias(col))
+        elif col == "cov":
+            continue
+        else:
+            aggs.append(pl.col(col).first().alias(col))
+    aggs.append(pl.col(SEED).unique().sort().cast(pl.String).str.join(", ").alias(SEEDS))
+    aggs.append(pl.col(SEED).n_unique().alias("n_seeds"))
+    out = df.group_by(keys, maintain_order=True).agg(aggs)
+    if "cov" in df.columns:
+        out = out.with_columns((pl.col("utility") - pl.col("acc") * pl.col("kappa")).alias("cov"))
+    order = [c for c in df.columns if c != SEED and c in out.columns] + [SEEDS, "n_seeds"]
+    return out.select(order)
 
 
 def check_utility_table(df: pl.DataFrame) -> None:
@@ -157,6 +229,7 @@ def representative_episodes(episodes: Sequence[str], k: int = 4) -> list[str]:
 def cells(df: pl.DataFrame, temporal_only: bool = False) -> pl.DataFrame:
     """Per-episode rows with a utility, labelled by scenario (pooled rows dropped)."""
     check_utility_table(df)
+    df = pool_seeds(df)
     out = df.filter((pl.col("episode") != POOLED) & pl.col("utility").is_not_null())
     if temporal_only:
         out = out.filter(pl.col("protocol") != "offline")
@@ -171,6 +244,7 @@ def method_order(df: pl.DataFrame, baseline: str = BASELINE) -> list[str]:
     """Methods in reading order: the baseline first, then fastest to slowest as measured by
     pooled availability α at the strictest ρ (ties and missing α: by name). This puts
     gradient-free methods before gradient-based ones, like the paper's tables."""
+    df = pool_seeds(df)
     methods = sorted(set(df.get_column("method").to_list()))
     alpha: dict[str, float] = {}
     disc = df.filter(
@@ -217,12 +291,19 @@ def _with_best_other(c: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
 
 
 # ----------------------------------------------------------------------------- winners
-def winners(df: pl.DataFrame, tol: float = DEFAULT_TOL) -> pl.DataFrame:
+def winners(df: pl.DataFrame, tol: float = DEFAULT_TOL, intervals: st.Intervals | None = None) -> pl.DataFrame:
     """One row per (group, episode, scenario) cell, offline included (paper Table 15).
 
     ``winner`` is the winning method, or the tied methods joined by " = " (sorted by name);
     ``n_winners`` > 1 marks a tie; ``margin`` is the lead over the best non-winner (null if
-    every method tied)."""
+    every method tied). With ``intervals`` (:func:`utility_intervals`) the cell also gets
+    ``runner_up``, the paired bootstrap interval of the winner's lead over it (``lead_lo``,
+    ``lead_hi``) and ``certain`` (see :func:`with_certainty`)."""
+    out = _winners(df, tol)
+    return with_certainty(out, cells(df), cell_keys(out), intervals)
+
+
+def _winners(df: pl.DataFrame, tol: float) -> pl.DataFrame:
     c = _with_best(cells(df), tol)
     keys = cell_keys(c)
     out = (
@@ -246,15 +327,63 @@ def winners(df: pl.DataFrame, tol: float = DEFAULT_TOL) -> pl.DataFrame:
     )
 
 
-def win_counts(df: pl.DataFrame, tol: float = DEFAULT_TOL) -> pl.DataFrame:
+def with_certainty(w: pl.DataFrame, rows: pl.DataFrame, keys: list[str], intervals: st.Intervals | None) -> pl.DataFrame:
+    """Add ``runner_up``, ``lead_lo``/``lead_hi`` and ``certain`` to one-row-per-cell ``w``.
+
+    The uncertainty rule (docs/statistics.md): a cell's winner is *certain* when the paired
+    bootstrap interval of (winner − runner-up) utility lies entirely above 0; otherwise, or
+    when methods tie, it is *uncertain*. The runner-up is the best method that is not a
+    winner. ``certain`` is null when the cell has a single method or no interval could be
+    computed (e.g. results without the traces' per-batch rows)."""
+    w = w.with_columns(
+        pl.lit(None, pl.String).alias("runner_up"),
+        pl.lit(None, pl.Float64).alias("lead_lo"),
+        pl.lit(None, pl.Float64).alias("lead_hi"),
+        pl.lit(None, pl.Boolean).alias("certain"),
+    )
+    if intervals is None or not intervals.index.height or not w.height:
+        return w
+    ranked = rows.filter(pl.col("utility").is_not_null()).sort(
+        keys + ["utility", "method"], descending=[False] * len(keys) + [True, False], nulls_last=True)
+    ranked = ranked.with_columns(pl.int_range(pl.len()).over(keys).alias("_pos"))
+    first = ranked.filter(pl.col("_pos") == 0).select(keys + [pl.col("method").alias("_m0"), "protocol", "value"])
+    second = ranked.filter(pl.col("_pos") == 1).select(keys + [pl.col("method").alias("_m1")])
+    pairs = first.join(second, on=keys, how="left", nulls_equal=True)
+    idx = intervals.index
+    ik = [c for c in group_columns(pairs) if c in idx.columns] + ["episode", "protocol", "value"]
+    look = idx.select(ik + ["method", "row"])
+    pairs = pairs.with_columns(pl.col("value").cast(pl.Float64))
+    look = look.with_columns(pl.col("value").cast(pl.Float64))
+    pairs = (pairs.join(look.rename({"method": "_m0", "row": "_r0"}), on=ik + ["_m0"], how="left", nulls_equal=True)
+             .join(look.rename({"method": "_m1", "row": "_r1"}), on=ik + ["_m1"], how="left", nulls_equal=True))
+    ok = pairs.filter(pl.col("_r0").is_not_null() & pl.col("_r1").is_not_null())
+    lo, hi = intervals.difference(ok.get_column("_r0").to_numpy(), ok.get_column("_r1").to_numpy())
+    ok = ok.select(keys + [pl.col("_m1").alias("_ru"), pl.Series("_lo", lo, pl.Float64), pl.Series("_hi", hi, pl.Float64)])
+    second_name = pairs.select(keys + [pl.col("_m1").alias("_ru0")])
+    out = w.join(second_name, on=keys, how="left", nulls_equal=True).join(ok, on=keys, how="left", nulls_equal=True)
+    tie = pl.col("n_winners") > 1
+    return out.with_columns(
+        pl.when(tie).then(None).otherwise(pl.col("_ru0")).alias("runner_up"),
+        pl.when(tie).then(0.0).otherwise(pl.col("_lo")).alias("lead_lo"),
+        pl.when(tie).then(0.0).otherwise(pl.col("_hi")).alias("lead_hi"),
+        pl.when(tie).then(False).when(pl.col("_lo").is_null()).then(None)
+        .otherwise(pl.col("_lo") > 0).alias("certain"),
+    ).drop("_ru0", "_ru", "_lo", "_hi")
+
+
+def win_counts(df: pl.DataFrame, tol: float = DEFAULT_TOL, intervals: st.Intervals | None = None,
+               w: pl.DataFrame | None = None) -> pl.DataFrame:
     """Wins per method over episodes × scenarios (the legend of the paper's Table 15):
-    ``wins`` over all cells including offline, then per protocol; tied winners each get one."""
-    w = winners(df, tol)
+    ``wins`` over all cells including offline, then per protocol; tied winners each get one.
+    ``certain`` / ``uncertain`` split the wins by the uncertainty rule (null without
+    intervals); a tie is an uncertain win for each tied method."""
+    w = winners(df, tol, intervals) if w is None else w
     g = group_columns(w)
     exploded = w.explode("winners").rename({"winners": "method"})
     methods = df.select(g + ["method"]).unique()
     n_cells = w.group_by(g).agg(pl.len().alias("cells")) if g else pl.DataFrame({"cells": [w.height]})
-    aggs = [pl.len().alias("wins")] + [
+    aggs = [pl.len().alias("wins"), pl.col("certain").fill_null(False).sum().alias("certain"),
+            pl.col("certain").is_null().all().alias("_unassessed")] + [
         (pl.col("protocol") == p).sum().alias(p) for p in PROTOCOLS
     ]
     counts = exploded.group_by(g + ["method"]).agg(aggs) if exploded.height else None
@@ -262,12 +391,17 @@ def win_counts(df: pl.DataFrame, tol: float = DEFAULT_TOL) -> pl.DataFrame:
     if counts is not None:
         out = out.join(counts, on=g + ["method"], how="left")
     else:
-        out = out.with_columns([pl.lit(0, pl.UInt32).alias(c) for c in ("wins",) + PROTOCOLS])
-    out = out.with_columns([pl.col(c).fill_null(0) for c in ("wins",) + PROTOCOLS])
+        out = out.with_columns([pl.lit(0, pl.UInt32).alias(c) for c in ("wins", "certain") + PROTOCOLS],
+                               pl.lit(True).alias("_unassessed"))
+    out = out.with_columns([pl.col(c).fill_null(0) for c in ("wins", "certain") + PROTOCOLS])
+    assessed = w.get_column("certain").is_not_null().any() if "certain" in w.columns else False
+    out = out.with_columns(
+        pl.when(pl.lit(assessed)).then(pl.col("certain")).otherwise(None).alias("certain"),
+    ).with_columns((pl.col("wins") - pl.col("certain")).alias("uncertain")).drop("_unassessed")
     out = out.join(n_cells, on=g, how="left") if g else out.with_columns(pl.lit(w.height).alias("cells"))
     out = out.with_columns((pl.col("wins") / pl.col("cells")).alias("share"))
     return out.sort(g + ["wins", "method"], descending=[False] * len(g) + [True, False]).select(
-        g + ["method", "wins", "cells", "share", *PROTOCOLS]
+        g + ["method", "wins", "certain", "uncertain", "cells", "share", *PROTOCOLS]
     )
 
 
@@ -306,10 +440,13 @@ def rank_correlation(df: pl.DataFrame) -> pl.DataFrame:
     return summarise_rank_correlation(rank_correlation_cells(df))
 
 
-def summarise_rank_correlation(per: pl.DataFrame) -> pl.DataFrame:
-    """Mean / sample std / range of per-cell r_s (from :func:`rank_correlation_cells`)."""
+def summarise_rank_correlation(per: pl.DataFrame, opts: st.BootstrapOptions | None = None) -> pl.DataFrame:
+    """Mean / sample std / range of per-cell r_s (from :func:`rank_correlation_cells`), and
+    the percentile bootstrap interval of the mean over episodes (``ci_lo``, ``ci_hi``;
+    episodes resampled, ``opts`` or the defaults)."""
+    opts = opts or st.BootstrapOptions()
     g = group_columns(per)
-    return (
+    out = (
         per.group_by(g + ["protocol", "param", "value", "scenario", "scenario_order"])
         .agg(
             pl.col("spearman").mean().alias("mean"),
@@ -318,9 +455,16 @@ def summarise_rank_correlation(per: pl.DataFrame) -> pl.DataFrame:
             pl.col("spearman").max().alias("max"),
             pl.col("spearman").count().alias("episodes"),
             pl.col("spearman").null_count().alias("undefined"),
+            pl.col("spearman").drop_nulls().alias("_r"),
         )
         .sort(g + ["scenario_order"])
     )
+    cis = [st.mean_interval(np.asarray(r, np.float64), opts) if len(r) else (None, None)
+           for r in out.get_column("_r").to_list()]
+    return out.with_columns(
+        pl.Series("ci_lo", [c[0] for c in cis], pl.Float64),
+        pl.Series("ci_hi", [c[1] for c in cis], pl.Float64),
+    ).drop("_r")
 
 
 # ----------------------------------------------------------------------------- deficits
@@ -384,7 +528,7 @@ def below_standard(df: pl.DataFrame, baseline: str = BASELINE) -> pl.DataFrame:
 # ----------------------------------------------------------------------------- decompositions
 def _pooled(df: pl.DataFrame, protocol: str) -> pl.DataFrame:
     check_utility_table(df)
-    part = df.filter((pl.col("protocol") == protocol) & (pl.col("episode") == POOLED))
+    part = pool_seeds(df).filter((pl.col("protocol") == protocol) & (pl.col("episode") == POOLED))
     if part.height == 0:
         raise AnalysisError(f"no pooled ('{POOLED}') {protocol} rows in the results")
     return part
@@ -392,7 +536,7 @@ def _pooled(df: pl.DataFrame, protocol: str) -> pl.DataFrame:
 
 def strictest_value(df: pl.DataFrame, protocol: str) -> pl.DataFrame:
     """Per group, the strictest parameter value of ``protocol`` (max ρ, min T, min B)."""
-    part = df.filter((pl.col("protocol") == protocol) & pl.col("value").is_not_null())
+    part = pool_seeds(df).filter((pl.col("protocol") == protocol) & pl.col("value").is_not_null())
     g = group_columns(part)
     agg = pl.col("value").max() if protocol == "discrete" else pl.col("value").min()
     if not g:
@@ -475,6 +619,7 @@ def strict_terms(df: pl.DataFrame) -> pl.DataFrame:
             continue
         g = group_columns(p)
         parts.append(p.select(g + ["method", pl.col("value").alias(f"{col}_at"), pl.col(col)]))
+    df = pool_seeds(df)
     g = group_columns(df)
     am = df.filter((pl.col("protocol") == "amortised") & (pl.col("episode") != POOLED) & pl.col("value").is_not_null())
     if am.height:
@@ -526,7 +671,7 @@ def budget_spent(trace_rows: pl.DataFrame, utility: pl.DataFrame) -> pl.DataFram
     """Overhead actually spent per amortised cell: Σ_{i≤m} c_i with c_i = max(0, δ_i − λ)
     (docs/design.md §4), from the traces' adapt rows and the cell's cut-off m; pooled rows get the
     mean over episodes (the budget is per episode)."""
-    g = [c for c in group_columns(utility) if c in trace_rows.columns]
+    g = _seed_keys(utility, trace_rows)
     lam = utility.select(g + ["lambda_ms"]).unique(subset=g) if g else utility.select("lambda_ms").head(1)
     rows = trace_rows.filter(pl.col("phase") == "adapt")
     rows = rows.join(lam, on=g, how="inner") if g else rows.join(lam, how="cross")
@@ -540,6 +685,10 @@ def budget_spent(trace_rows: pl.DataFrame, utility: pl.DataFrame) -> pl.DataFram
         on=g + ["method", "episode", "_last"], how="left",
     ).with_columns(pl.when(pl.col("m") <= 0).then(0.0).otherwise(pl.col("_cum")).alias("spent_ms"))
     per_episode = spent.select(g + ["method", "episode", "value", "spent_ms"])
+    if SEED in g:  # seeds are replicates: the mean over seeds, like every other pooled number
+        g = [c for c in g if c != SEED]
+        per_episode = per_episode.group_by(g + ["method", "episode", "value"], maintain_order=True).agg(
+            pl.col("spent_ms").mean())
     pooled = per_episode.group_by(g + ["method", "value"]).agg(pl.col("spent_ms").mean()).with_columns(
         pl.lit(POOLED).alias("episode")
     )
@@ -557,7 +706,9 @@ def pareto(df: pl.DataFrame, spent: pl.DataFrame | None = None, tol: float = DEF
     part = _pooled(df, "amortised").filter(pl.col("utility").is_not_null())
     g = group_columns(part)
     if spent is not None:
-        part = part.join(spent.filter(pl.col("episode") == POOLED).drop("episode"), on=g + ["method", "value"], how="left")
+        spent = spent.filter(pl.col("episode") == POOLED).drop("episode")
+        part = part.join(spent.select([c for c in g if c in spent.columns] + ["method", "value", "spent_ms"]),
+                         on=[c for c in g if c in spent.columns] + ["method", "value"], how="left")
     else:
         part = part.with_columns(pl.lit(None, pl.Float64).alias("spent_ms"))
     part = part.with_columns(pl.coalesce("spent_ms", "value").alias("_x"))
@@ -565,7 +716,7 @@ def pareto(df: pl.DataFrame, spent: pl.DataFrame | None = None, tol: float = DEF
         (pl.col("utility") >= pl.col("utility").max().over(g + ["value"]) - tol).alias("best_at_B")
     )
     rows = []
-    for key, sub in part.sort(g + ["method", "_x", "utility"], descending=[False] * (len(g) + 2) + [True]).group_by(
+    for _key, sub in part.sort(g + ["method", "_x", "utility"], descending=[False] * (len(g) + 2) + [True]).group_by(
         g + ["method"], maintain_order=True
     ):
         best_u, best_x = -math.inf, None
@@ -592,13 +743,15 @@ def latency_breakdown(trace_rows: pl.DataFrame, lambdas: pl.DataFrame) -> pl.Dat
 
     ``trace_rows``: adapt/frozen rows with the group columns and ``method`` (see
     :func:`trace_rows`); ``lambdas``: group columns + ``lambda_ms``."""
-    g = [c for c in group_columns(lambdas) if c in trace_rows.columns]
-    lam = lambdas.select(g + ["lambda_ms"]).unique(subset=g) if g else lambdas.select("lambda_ms").head(1)
+    gs = _seed_keys(lambdas, trace_rows)
+    g = [c for c in gs if c != SEED]
+    lam = lambdas.select(gs + ["lambda_ms"]).unique(subset=gs) if gs else lambdas.select("lambda_ms").head(1)
     rows = trace_rows.filter(pl.col("phase") == "adapt")
-    rows = rows.join(lam, on=g, how="inner") if g else rows.join(lam, how="cross")
+    rows = rows.join(lam, on=gs, how="inner") if gs else rows.join(lam, how="cross")
+    # several seeds: every batch of every seed, against the mean of the seeds' λ
     out = rows.group_by(g + ["method"]).agg(
         pl.len().alias("batches"),
-        pl.col("lambda_ms").first(),
+        pl.col("lambda_ms").unique().mean(),
         pl.col("delta_ms").mean().alias("delta_mean"),
         pl.col("e_ms").mean().alias("e_mean"),
         pl.col("l_ms").mean().alias("l_mean"),
@@ -614,8 +767,8 @@ def latency_breakdown(trace_rows: pl.DataFrame, lambdas: pl.DataFrame) -> pl.Dat
                            "slowdown", "update_rate", "peak_mem_mib"])
 
 
-def trace_rows(traces: Iterable, columns: Sequence[str] = ("phase", "episode", "step", "e_ms", "l_ms", "delta_ms",
-                                                            "updated", "peak_mem_bytes")) -> pl.DataFrame:
+def trace_rows(traces: Iterable, columns: Sequence[str] = ("phase", "episode", "step", "correct", "n", "e_ms", "l_ms",
+                                                            "delta_ms", "updated", "peak_mem_bytes")) -> pl.DataFrame:
     """Adapt rows of every trace with its group-key metadata and method name as columns.
 
     ``traces`` is any iterable of objects with ``.meta`` (dict) and ``.rows`` (polars frame),
@@ -624,7 +777,9 @@ def trace_rows(traces: Iterable, columns: Sequence[str] = ("phase", "episode", "
     for t in traces:
         meta = t.meta
         rows = t.rows.filter(pl.col("phase") == "adapt").select(list(columns))
-        lits = [pl.lit(meta[k]).alias(k) for k in GROUP_COLUMNS if k in meta]
+        lits = [pl.lit(meta[k]).alias(k) for k in GROUP_COLUMNS + (SEED,) if k in meta]
+        if hasattr(t, "group"):
+            lits.append(pl.lit(t.group.label(seed=False)).alias("group"))
         frames.append(rows.with_columns(*lits, pl.lit(meta["method"]).alias("method")))
     if not frames:
         raise AnalysisError("no traces given")
@@ -633,7 +788,7 @@ def trace_rows(traces: Iterable, columns: Sequence[str] = ("phase", "episode", "
 
 def align_group_dtypes(frame: pl.DataFrame, like: pl.DataFrame) -> pl.DataFrame:
     """Cast ``frame``'s group columns to ``like``'s dtypes so the two can be joined."""
-    casts = [pl.col(c).cast(like.schema[c]) for c in group_columns(frame) if c in like.columns]
+    casts = [pl.col(c).cast(like.schema[c]) for c in group_columns(frame) + [SEED] if c in like.columns and c in frame.columns]
     return frame.with_columns(casts) if casts else frame
 
 
@@ -642,7 +797,7 @@ def offline_table(df: pl.DataFrame) -> pl.DataFrame:
     """Offline accuracy per episode and method, with the rank within the episode (1 = best,
     ties share the best rank), plus pooled (paper Tables 1 and 10)."""
     check_utility_table(df)
-    off = df.filter((pl.col("protocol") == "offline") & pl.col("utility").is_not_null())
+    off = pool_seeds(df).filter((pl.col("protocol") == "offline") & pl.col("utility").is_not_null())
     g = group_columns(off)
     off = off.with_columns(pl.col("utility").rank("min", descending=True).over(g + ["episode"]).cast(pl.Int64).alias("rank"))
     out = off.select(g + ["episode", "method", "utility", "rank"])
@@ -653,10 +808,146 @@ def sweep_table(df: pl.DataFrame) -> pl.DataFrame:
     """Pooled utility of every method in every scenario (paper Tables 11–13), long format
     with the winner(s) of each pooled scenario flagged."""
     check_utility_table(df)
-    p = with_scenario(df.filter((pl.col("episode") == POOLED) & pl.col("utility").is_not_null()))
+    p = with_scenario(pool_seeds(df).filter((pl.col("episode") == POOLED) & pl.col("utility").is_not_null()))
     g = group_columns(p)
     p = p.with_columns(
         (pl.col("utility") >= pl.col("utility").max().over(g + ["scenario"]) - DEFAULT_TOL).alias("best")
     )
     out = p.select(g + ["protocol", "param", "value", "scenario", "scenario_order", "method", "utility", "best"])
     return _sort_methods(out, method_order(df), g + ["scenario_order"])
+
+
+# ----------------------------------------------------------------------------- uncertainty
+def utility_intervals(df: pl.DataFrame, rows: pl.DataFrame | None = None,
+                      opts: st.BootstrapOptions | None = None) -> st.Intervals:
+    """Bootstrap distributions and percentile intervals of every seed-pooled utility.
+
+    ``df`` is the sweep's per-seed table. Per-episode cells resample the episode's batches
+    (the seeds' batches concatenated) and need ``rows``, the traces' adapt rows with
+    ``correct``, ``n``, ``e_ms``, ``l_ms`` (:func:`trace_rows`); without them only the pooled
+    rows get intervals. Pooled rows resample the (seed, episode) units, weighted by their
+    batches. Methods of one cell share resamples, so their differences are paired."""
+    check_utility_table(df)
+    opts = opts or st.BootstrapOptions()
+    g = group_columns(df)
+    per_ep = df.filter((pl.col("episode") != POOLED) & pl.col("utility").is_not_null())
+    if per_ep.schema["value"] == pl.Null:
+        per_ep = per_ep.with_columns(pl.col("value").cast(pl.Float64))
+    parts = []
+    need = ("correct", "n", "e_ms", "l_ms", "episode", "step", "method")
+    if rows is not None and per_ep.height and all(c in rows.columns for c in need):
+        parts.append(_cell_intervals(per_ep, rows, g, opts))
+    if per_ep.height:
+        parts.append(_pooled_intervals(per_ep, g, opts))
+    return st.concat(parts)
+
+
+def _cell_intervals(per_ep: pl.DataFrame, rows: pl.DataFrame, g: list[str], opts) -> st.Intervals:
+    has_seed = SEED in per_ep.columns and SEED in rows.columns
+    sk = [c for c in g if c in rows.columns] + ([SEED] if has_seed else [])
+    if "phase" in rows.columns:
+        rows = rows.filter(pl.col("phase") == "adapt")
+    rows = align_group_dtypes(rows, per_ep)
+    by_trace = rows.sort(sk + ["method", "episode", "step"]).partition_by(sk + ["method", "episode"], as_dict=True)
+    collected: dict[tuple, list[tuple[int, np.ndarray]]] = {}
+    names = g + ["method", "episode", "protocol", "value"]
+    for key, urows in per_ep.partition_by(sk + ["method", "episode"], as_dict=True).items():
+        trows = by_trace.get(key)
+        if trows is None:
+            continue
+        seed = urows.get_column(SEED)[0] if has_seed else 0
+        for r, scores in zip(urows.iter_rows(named=True), st.batch_scores(trows, urows)):
+            collected.setdefault(tuple(r[c] for c in names), []).append((seed, scores))
+    cell_scores = [(dict(zip(names, k)), np.concatenate([s for _, s in sorted(v, key=lambda x: x[0])]))
+                   for k, v in collected.items()]
+    return st.episode_intervals(cell_scores, opts)
+
+
+def _pooled_intervals(per_ep: pl.DataFrame, g: list[str], opts) -> st.Intervals:
+    unit_cols = ([SEED] if SEED in per_ep.columns else []) + ["episode"]
+    weight = pl.col("num_batches").cast(pl.Float64) if "num_batches" in per_ep.columns else pl.lit(1.0)
+    grouped = (per_ep.with_columns(weight.alias("_w")).sort(unit_cols)
+               .group_by(g + ["method", "protocol", "value"], maintain_order=True)
+               .agg(pl.col("utility"), pl.col("_w"), pl.concat_str([pl.col(c).cast(pl.String) for c in unit_cols],
+                                                                   separator="/").alias("_unit")))
+    units = []
+    for r in grouped.iter_rows(named=True):
+        key = {c: r[c] for c in g} | {"method": r["method"], "episode": POOLED, "protocol": r["protocol"],
+                                      "value": r["value"]}
+        units.append((key, np.asarray(r["utility"], np.float64), np.asarray(r["_w"], np.float64), tuple(r["_unit"])))
+    return st.unit_intervals(units, opts)
+
+
+def attach_intervals(t: pl.DataFrame, intervals: st.Intervals | None, episode: str | None = None) -> pl.DataFrame:
+    """Join ``lo``/``hi`` (the utility's interval) onto a table with group columns, ``method``,
+    ``protocol``, ``value`` and ``episode`` (or the given ``episode`` for pooled tables)."""
+    if intervals is None or not intervals.index.height:
+        return t.with_columns(pl.lit(None, pl.Float64).alias("lo"), pl.lit(None, pl.Float64).alias("hi"))
+    idx = intervals.index
+    t2 = t if "episode" in t.columns else t.with_columns(pl.lit(episode).alias("episode"))
+    keys = [c for c in group_columns(t2) if c in idx.columns] + ["method", "episode", "protocol", "value"]
+    look = idx.select(keys + ["lo", "hi"]).with_columns(pl.col("value").cast(pl.Float64))
+    t2 = t2.with_columns(pl.col("value").cast(pl.Float64))
+    out = t2.join(look, on=keys, how="left", nulls_equal=True)
+    return out if "episode" in t.columns else out.drop("episode")
+
+
+def pooled_winners(df: pl.DataFrame, intervals: st.Intervals | None = None, tol: float = DEFAULT_TOL) -> pl.DataFrame:
+    """The winner of every pooled scenario (episodes and seeds pooled), with its certainty:
+    the same rule as :func:`winners`, on the pooled rows (units resampled)."""
+    check_utility_table(df)
+    p = with_scenario(pool_seeds(df).filter((pl.col("episode") == POOLED) & pl.col("utility").is_not_null()))
+    if not p.height:
+        raise AnalysisError("no pooled results")
+    keys = group_columns(p) + ["episode", "scenario"]
+    c = p.with_columns(pl.col("utility").max().over(keys).alias("best")).with_columns(
+        (pl.col("utility") >= pl.col("best") - tol).alias("is_winner"))
+    w = (c.group_by(keys + ["protocol", "param", "value", "scenario_order"])
+         .agg(pl.col("method").filter(pl.col("is_winner")).sort().alias("winners"),
+              pl.col("utility").max().alias("best_utility"),
+              pl.col("utility").filter(~pl.col("is_winner")).max().alias("_ru"))
+         .with_columns(pl.col("winners").list.join(" = ").alias("winner"),
+                       pl.col("winners").list.len().alias("n_winners"),
+                       (pl.col("best_utility") - pl.col("_ru")).alias("margin")).drop("_ru"))
+    w = w.sort(group_columns(p) + ["scenario_order"])
+    return with_certainty(w, p, keys, intervals)
+
+
+def seed_stability(df: pl.DataFrame, tol: float = DEFAULT_TOL, max_subsets: int = 10) -> pl.DataFrame:
+    """How often the winners from k seeds equal the winners from all of a group's seeds.
+
+    For every group with several seeds and each k from 1 to S (the number of seeds): the
+    share of (episode, scenario) cells whose winner, with k seeds pooled, is the winner with
+    all S pooled; averaged over the seed subsets of size k (at most ``max_subsets`` of them,
+    in seed order), with the lowest and highest subset share. Where the share reaches 1 one
+    seed earlier, more seeds would not have changed the grid. ``single`` rows give each seed
+    alone."""
+    from itertools import combinations
+
+    check_utility_table(df)
+    if SEED not in df.columns:
+        raise AnalysisError("these results are pooled over seeds already: seed stability needs the per-seed table")
+    g = group_columns(df)
+    rows = []
+    for key, part in (df.group_by(g, maintain_order=True) if g else [((), df)]):
+        seeds = sorted(set(part.get_column(SEED).to_list()))
+        if len(seeds) < 2:
+            continue
+        ref = _winners(part, tol).select("episode", "scenario", pl.col("winner").alias("_ref"))
+        cells_n = ref.height
+        ident = dict(zip(g, key if isinstance(key, tuple) else (key,)))
+        for k in range(1, len(seeds) + 1):
+            shares = []
+            for sub in list(combinations(seeds, k))[:max_subsets]:
+                w = _winners(part.filter(pl.col(SEED).is_in(list(sub))), tol)
+                same = w.join(ref, on=["episode", "scenario"], how="inner").filter(pl.col("winner") == pl.col("_ref"))
+                shares.append(same.height / cells_n if cells_n else math.nan)
+                if k == 1:
+                    rows.append({**ident, "kind": "single", "seeds": str(sub[0]), "k": 1, "subsets": 1,
+                                 "cells": cells_n, "share": shares[-1], "min": shares[-1], "max": shares[-1]})
+            rows.append({**ident, "kind": "pooled", "seeds": f"{k} of {len(seeds)}", "k": k, "subsets": len(shares),
+                         "cells": cells_n, "share": sum(shares) / len(shares), "min": min(shares), "max": max(shares)})
+    if not rows:
+        raise AnalysisError("one seed per group: trace several seeds (make demo SEEDS=\"2025 2026 2027\") to see "
+                            "how stable the winners are")
+    return pl.DataFrame(rows).sort(g + ["kind", "k"], descending=[False] * len(g) + [True, False], maintain_order=True)

@@ -7,12 +7,22 @@ A new subcommand is a module with ``@main.command("name")`` listed in :data:`SUB
 
 from __future__ import annotations
 
+import os as _os
+import signal as _signal
 import sys
 
-from tempora_schema.command import guard_startup_interrupt, is_tool_process
 
-if is_tool_process(__name__, "tempora-sim"):
-    guard_startup_interrupt("tempora-sim")  # before polars, numba and matplotlib are imported
+def _interrupted_at_start_up(signum, frame):  # noqa: ARG001 - signal handler signature
+    _os.write(2, b"tempora-sim: interrupted\n")
+    _os._exit(130)
+
+
+# Ctrl-C while the heavy modules import (seconds) is one line, not a KeyboardInterrupt traceback.
+# Only in the tool's own process (script or `python -m`), never when a library imports this
+# module; OneLineGroup.run restores Python's handler once the command starts. Nothing but the
+# standard library may be imported before this line.
+if __name__ == "__main__" or _os.path.basename(sys.argv[0] if sys.argv else "") == "tempora-sim":
+    _signal.signal(_signal.SIGINT, _interrupted_at_start_up)
 
 import click  # noqa: E402
 
@@ -29,7 +39,8 @@ main = OneLineGroup(
 main = click.version_option(__version__, "--version", prog_name=PROG)(main)
 
 #: Modules that add a subcommand to :data:`main` when imported.
-SUBCOMMAND_MODULES = ("tempora_sim.cli_sweep", "tempora_sim.cli_report", "tempora_sim.cli_validate")
+SUBCOMMAND_MODULES = ("tempora_sim.cli_sweep", "tempora_sim.cli_report", "tempora_sim.cli_migrate",
+                      "tempora_sim.cli_advise", "tempora_sim.cli_validate")
 
 
 def _register_subcommands() -> None:

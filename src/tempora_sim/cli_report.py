@@ -15,6 +15,8 @@ import click
 from tempora_sim.cli import main
 from tempora_sim.options import click_options as sweep_options
 from tempora_sim.options import from_click
+# bootstrap intervals (docs/statistics.md): the same options as `tempora-sim advise`
+from tempora_sim.stats import bootstrap_options, make_bootstrap
 
 
 def _fail(message: str) -> None:
@@ -24,13 +26,13 @@ def _fail(message: str) -> None:
     raise ReportError(message)
 
 
-def _load(rp, source, options, out=None):
+def _load(rp, source, options, out=None, bootstrap=None):
     """Load results, or sweep traces, echoing the simulator's warnings as one line each."""
     import warnings
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        inputs = rp.load_inputs(list(source), options, out)
+        inputs = rp.load_inputs(list(source), options, out, bootstrap)
     for w in caught:
         if w.category.__name__ == "SimWarning":
             click.echo(f"tempora-sim: warning: {w.message}", err=True)
@@ -46,15 +48,19 @@ _SOURCE = click.argument("source", nargs=-1, required=True, type=click.Path(path
 @click.option("--all-episodes", is_flag=True, help="Utility curves for every episode (default: one per category).")
 @click.option("--episodes", default=None, help="Utility curves for these episodes, comma-separated.")
 @sweep_options
-def report_command(source, out, all_episodes, episodes, **options):
+@bootstrap_options
+def report_command(source, out, all_episodes, episodes, ci_level, resamples, ci_seed, **options):
     """Analyse RESULTS_OR_TRACES and write DIR/report.md with tables, CSVs and figures.
 
     SOURCE is a sweep's results (a directory holding utility.parquet) or trace files /
     directories, which are swept first with the paper's grid (or --protocol/--rho/--T/--B)."""
     from tempora_sim import report as rp
 
+    from tempora_schema.outputs import check_output_dir
+
+    check_output_dir(out)  # an unwritable --out is refused before anything is swept
     t0 = time.perf_counter()
-    inputs = _load(rp, source, from_click(options), out)
+    inputs = _load(rp, source, from_click(options), out, make_bootstrap(ci_level, resamples, ci_seed))
     swept = time.perf_counter() - t0
     eps = [e.strip() for e in episodes.split(",") if e.strip()] if episodes else None
     result = rp.build_report(inputs, out, all_episodes=all_episodes, episodes=eps)
@@ -67,7 +73,8 @@ def report_command(source, out, all_episodes, episodes, **options):
 @click.argument("table", required=False)
 @click.argument("source", nargs=-1, type=click.Path(exists=True))
 @sweep_options
-def show_command(table, source, **options):
+@bootstrap_options
+def show_command(table, source, ci_level, resamples, ci_seed, **options):
     """Print TABLE computed from SOURCE (results, traces or a report directory).
 
     Without arguments, list the tables."""
@@ -80,7 +87,7 @@ def show_command(table, source, **options):
         return
     if table not in rp.TABLES:
         _fail(f"unknown table '{table}'; tables: {', '.join(rp.TABLES)}")
-    inputs = _load(rp, source, from_click(options))
+    inputs = _load(rp, source, from_click(options), None, make_bootstrap(ci_level, resamples, ci_seed))
     frame = rp.compute_table(table, inputs)
     spec = rp.TABLES[table]
     if frame is None:

@@ -1,7 +1,7 @@
 """``tempora-sim sweep``: replay a directory of traces under ρ / T / B grids.
 
-Writes ``OUT/utility.parquet`` and ``OUT/utility.csv`` atomically (a temporary directory next
-to OUT is renamed into place, so a failure never leaves a partial OUT), prints the
+Writes ``OUT/utility.parquet`` and ``OUT/utility.csv`` atomically (staged, then renamed into
+place under a lock, so a failure never leaves a partial OUT), prints the
 corruption-aggregated tables and the strict-pressure decompositions, and ends with one line
 saying how much was replayed and how long the kernels took. Bad input is one line on stderr
 and exit status 2.
@@ -10,47 +10,32 @@ and exit status 2.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 import warnings
 from pathlib import Path
 
 import click
 
 from .cli import main
-from .errors import SimError
 from .options import click_options as sweep_options
 from .options import from_click
 
 
-def write_outputs(frame, out: Path) -> None:
-    """Write utility.parquet/.csv into ``out`` atomically (never a partial directory)."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise SimError(f"{out}: --out exists and is not a directory")
-    parent = out.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent))
-    try:
-        frame.write_parquet(tmp / "utility.parquet")
-        frame.write_csv(tmp / "utility.csv")
-        if out.exists():
-            # replace the two files one by one (each os.replace is atomic); other files stay
-            for name in ("utility.parquet", "utility.csv"):
-                os.replace(tmp / name, out / name)
-        else:
-            os.replace(tmp, out)
-    except OSError as exc:
-        raise SimError(f"{out}: cannot write outputs ({exc.strerror or exc})") from None
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+def write_outputs(frame, out: Path, traces=()) -> None:
+    """Write utility.parquet/.csv into ``out`` atomically (never a partial or mixed directory):
+    staged, fsynced, published by rename, under a lock (see :mod:`tempora_schema.outputs`)."""
+    from tempora_schema.outputs import staged_dir, to_bytes, write_file
+
+    from .traces import check_out_outside
+
+    check_out_outside(traces, out)
+    with staged_dir(out, what="sweep output") as stage:
+        write_file(stage / "utility.parquet", to_bytes(frame.write_parquet))
+        write_file(stage / "utility.csv", frame.write_csv().encode("utf-8"))
 
 
 @main.command("sweep")
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--out", "out", type=click.Path(path_type=Path), default=None,
+@click.option("--out", "out", type=click.Path(path_type=str), default=None,
               help="Directory for utility.parquet and utility.csv (omit to only print).")
 @sweep_options
 @click.option("--format", "fmt", default="table", show_default=True, type=click.Choice(["table", "json"]),
@@ -60,6 +45,13 @@ def sweep_command(traces, out, fmt, **options):
     from .replay import ALL_EPISODES, SimWarning, run_sweep
 
     opts = from_click(options)
+    if out is not None:
+        from tempora_schema.outputs import check_output_dir
+
+        from .traces import check_out_outside
+
+        out = check_output_dir(out)  # refused before anything is read or replayed
+        check_out_outside(traces, out)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SimWarning)
         result = run_sweep([str(p) for p in traces], opts)
@@ -67,7 +59,7 @@ def sweep_command(traces, out, fmt, **options):
         if issubclass(w.category, SimWarning):
             click.echo(f"tempora-sim: warning: {w.message}", err=True)
     if out is not None:
-        write_outputs(result.frame, out)
+        write_outputs(result.frame, out, traces)
 
     import polars as pl
 

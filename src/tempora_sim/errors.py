@@ -16,7 +16,7 @@ class SimError(TemporaError):
 
 
 class TraceFileError(SimError):
-    """A trace file cannot be read or breaks schema v1 (message: ``path: rule``)."""
+    """A trace file cannot be read or breaks the trace schema (message: ``path: rule``)."""
 
     def __init__(self, path: object, rule: str):
         self.path = str(path)
@@ -38,3 +38,8 @@ class GridError(SimError, OptionError):
 
 class ProtocolError(SimError):
     """A protocol cannot be evaluated on the given traces (e.g. amortised without frozen rows)."""
+
+
+class SimWarning(UserWarning):
+    """Something the user should know but that does not stop the sweep (one line each):
+    a T ≤ λ skipped, a schema-v1 trace, a group measured at uneven machine speeds."""

@@ -65,18 +65,28 @@ def _subplots(*args, figsize, **kwargs):
 
 def save(fig, out_dir: Path, name: str) -> list[Path]:
     """Write ``name``.png (dpi 150) and ``name``.pdf without timestamps (reproducible bytes)."""
+    from tempora_schema.outputs import to_bytes, write_file
+
     out_dir.mkdir(parents=True, exist_ok=True)
     png, pdf = out_dir / f"{name}.png", out_dir / f"{name}.pdf"
     # Layouts are fixed by tight_layout when the figure is built; bbox_inches="tight" would
-    # redraw every figure once more per file, doubling the report's plotting time.
-    fig.savefig(png, dpi=DPI, metadata={"Software": None})
-    fig.savefig(pdf, metadata={"CreationDate": None, "Producer": None, "Creator": None})
+    # redraw every figure once more per file, doubling the report's plotting time. Rendered in
+    # memory, written atomically (as every Tempora output).
+    write_file(png, to_bytes(lambda f: fig.savefig(f, format="png", dpi=DPI, metadata={"Software": None})))
+    write_file(pdf, to_bytes(lambda f: fig.savefig(f, format="pdf", metadata={"CreationDate": None, "Producer": None,
+                                                                             "Creator": None})))
     return [png, pdf]
 
 
 def _wrap(title: str, width: int = 80) -> str:
     """Group labels are long; wrap them at the ' · ' separators so titles fit the figure."""
     return "\n".join(textwrap.wrap(title, width=width, break_long_words=False))
+
+
+def _pale(hex_colour: str, keep: float = 0.35) -> tuple[float, float, float]:
+    """The colour mixed with white (``keep`` of the colour): uncertain cells."""
+    r, g, b = to_rgb(hex_colour)
+    return (1 - keep + keep * r, 1 - keep + keep * g, 1 - keep + keep * b)
 
 
 def _text_colour(hex_colour: str) -> str:
@@ -87,8 +97,10 @@ def _text_colour(hex_colour: str) -> str:
 # ----------------------------------------------------------------------------- winners grid
 def winners_grid(winners: pl.DataFrame, counts: pl.DataFrame, title: str = ""):
     """Episodes × scenarios, each cell coloured by its winner (paper Figure 1 / Table 15).
-    Tied cells are white, hatched and labelled 'tie'. ``winners`` and ``counts`` are one group's
-    :func:`analyses.winners` and :func:`analyses.win_counts`."""
+    Tied cells are white, hatched and labelled 'tie'; uncertain wins (``certain`` is False:
+    the lead's paired bootstrap interval contains 0) are pale, dotted and end in '?'.
+    ``winners`` and ``counts`` are one group's :func:`analyses.winners` and
+    :func:`analyses.win_counts`."""
     scen = winners.select("scenario", "scenario_order", "protocol").unique().sort("scenario_order")
     scenarios = scen.get_column("scenario").to_list()
     protocols = scen.get_column("protocol").to_list()
@@ -105,6 +117,12 @@ def winners_grid(winners: pl.DataFrame, counts: pl.DataFrame, title: str = ""):
             if r["n_winners"] > 1:
                 ax.add_patch(Rectangle((j, i), 1, 1, facecolor=TIE_COLOUR, edgecolor="#999999", hatch="///", lw=0.5))
                 ax.text(j + 0.5, i + 0.5, "tie", ha="center", va="center", fontsize=6.5)
+            elif r.get("certain") is False:
+                # uncertain win: the method's colour washed out, dotted, and a '?' after the name
+                col = _pale(method_colour(r["winner"]))
+                ax.add_patch(Rectangle((j, i), 1, 1, facecolor=col, edgecolor="#777777", hatch="....", lw=0.3))
+                ax.text(j + 0.5, i + 0.5, method_label(r["winner"], 7) + "?", ha="center", va="center", fontsize=6.5,
+                        color="black", style="italic")
             else:
                 col = method_colour(r["winner"])
                 ax.add_patch(Rectangle((j, i), 1, 1, facecolor=col, edgecolor="white", lw=1))
@@ -130,8 +148,16 @@ def winners_grid(winners: pl.DataFrame, counts: pl.DataFrame, title: str = ""):
     for s in ax.spines.values():
         s.set_visible(False)
     winners_with_counts = counts.filter(pl.col("wins") > 0)
-    handles = [Patch(facecolor=method_colour(m), label=f"{m} ({w})")
-               for m, w in winners_with_counts.select("method", "wins").iter_rows()]
+    assessed = "certain" in counts.columns and counts.get_column("certain").is_not_null().any()
+    if assessed:
+        handles = [Patch(facecolor=method_colour(m), label=f"{m} ({w}: {c} certain)")
+                   for m, w, c in winners_with_counts.select("method", "wins", "certain").iter_rows()]
+    else:
+        handles = [Patch(facecolor=method_colour(m), label=f"{m} ({w})")
+                   for m, w in winners_with_counts.select("method", "wins").iter_rows()]
+    if "certain" in winners.columns and winners.filter(pl.col("certain").eq(False) & (pl.col("n_winners") == 1)).height:
+        handles.append(Patch(facecolor=_pale("#777777"), edgecolor="#777777", hatch="....",
+                             label="uncertain (pale, '?'):\nlead's interval contains 0"))
     if winners.filter(pl.col("n_winners") > 1).height:
         handles.append(Patch(facecolor=TIE_COLOUR, edgecolor="#999999", hatch="///", label="tie"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False,

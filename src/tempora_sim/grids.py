@@ -20,8 +20,12 @@ DEFAULT_T_MS = (50.0, 100.0, 200.0, 400.0, 1000.0)
 DEFAULT_B_MS = (1000.0, 2000.0, 4000.0, 8000.0, 16000.0, 32000.0)
 
 PROTOCOLS = ("offline", "discrete", "continuous", "amortised")
-#: ``param`` column value of each protocol's grid.
-PARAM_OF = {"offline": None, "discrete": "rho", "continuous": "T_ms", "amortised": "B_ms"}
+#: Two pressures at once (docs/design.md §9): opt-in, never part of ``all``.
+COMBINED_PROTOCOLS = ("discrete-continuous", "discrete-amortised")
+#: ``param`` column value of each protocol's grid (combined ones add ``param2``).
+PARAM_OF = {"offline": None, "discrete": "rho", "continuous": "T_ms", "amortised": "B_ms",
+            "discrete-continuous": "rho", "discrete-amortised": "rho"}
+PARAM2_OF = {"discrete-continuous": "T_ms", "discrete-amortised": "B_ms"}
 
 def _grid(spec, name: str, parse) -> tuple[float, ...]:
     """A grid from a comma list, ``@file`` or ``start:stop:step`` (see :mod:`tempora_schema.command`)."""
@@ -79,8 +83,10 @@ def parse_protocols(spec: str | Sequence[str]) -> tuple[str, ...]:
     for p in items:
         if p == "all":
             out += PROTOCOLS
-        elif p in PROTOCOLS:
+        elif p in PROTOCOLS or p in COMBINED_PROTOCOLS:
             out.append(p)
         else:
-            raise GridError(f"--protocol: unknown protocol '{p}' (choose from all, {', '.join(PROTOCOLS)})")
+            raise GridError(
+                f"--protocol: unknown protocol '{p}' (choose from all, {', '.join(PROTOCOLS + COMBINED_PROTOCOLS)})"
+            )
     return tuple(dict.fromkeys(out))

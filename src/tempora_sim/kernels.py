@@ -17,35 +17,9 @@ With capacity 0 a batch is only taken if it arrives when the pipeline is free.
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
-
-
-def _import_numba_without_scipy_blas():
-    """Import numba without its start-up probe of SciPy's BLAS (~0.3 s of a 1.6 s CLI run).
-
-    ``numba.np.arraymath`` imports ``scipy.linalg.cython_blas`` at import time only to learn
-    whether ``np.dot`` & co. can be compiled. These kernels use no linear algebra, so unless
-    SciPy is already loaded, the probe is answered "absent" and the blocker removed again:
-    a later ``import scipy.linalg`` works normally; only numba-compiled ``np.dot`` in this
-    process would be unavailable (nothing in Tempora compiles one).
-    """
-    probe = "scipy.linalg.cython_blas"
-    if "scipy" in sys.modules or probe in sys.modules:
-        import numba.np.arraymath  # noqa: F401
-        return
-    sys.modules[probe] = None  # makes `import scipy.linalg.cython_blas` fail fast
-    try:
-        import numba.np.arraymath  # noqa: F401
-    finally:
-        if sys.modules.get(probe, 0) is None:
-            del sys.modules[probe]
-
-
-_import_numba_without_scipy_blas()
-
-from numba import njit, prange  # noqa: E402
+from numba import njit, prange
 
 #: Below this many per-batch operations a kernel call runs on one thread: waking a thread
 #: pool costs more than it saves (tens of ms on a loaded 2-core machine, where OpenMP
@@ -365,3 +339,139 @@ def offline_kernel(a, offsets):
             acc += a[i]
         out[s] = acc
     return out
+
+
+# --------------------------------------------------------------------------------------
+# General arrivals and combined pressures (docs/design.md §9)
+# --------------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def discrete_general_one(a, e, delta, t, queue, strict, skip_mode, skip_value, lam, h, n_adapt, f_delta, f_acc,
+                         ak_out):
+    """Replay one episode against arbitrary arrival times ``t`` (nondecreasing, ms).
+
+    The same rules as :func:`discrete_one` with ``t[i]`` in place of ``i·γ``; at one instant,
+    completions come first, then every arrival at that instant is enqueued (evicting the
+    oldest when full), then a free pipeline picks up. Two pressures can be layered on:
+
+    * deadline + patience: served event ``j`` scores ``a_j · κ(r_j)`` into ``ak_out[k]`` for
+      every ``h[k] = T_k − λ``, with the response time ``r_j = (pickup − arrival) + e_j`` and
+      ``κ(r) = h / (h + max(0, r − λ))``;
+    * budget: events ``j >= n_adapt`` are served by the frozen model, taking ``f_delta`` and
+      scoring ``f_acc`` (its intrinsic time is its whole latency).
+
+    Returns (served, Σ score of served events, Σ skipped scores, served frozen events).
+    """
+    n = t.shape[0]
+    nh = h.shape[0]
+    # first pickup: all arrivals at t[0] are enqueued, then the oldest left is taken
+    q = 0
+    while q + 1 < n and t[q + 1] == t[0]:
+        q += 1
+    p = 0 if queue == 0 else max(0, q - queue + 1)
+    skipped_score = 0.0
+    if p > 0:
+        if skip_mode == SKIP_RANDOM:
+            skipped_score += p * skip_value
+    start = t[p]
+    k = q  # last arrival index with t[k] <= current time
+    j = 0
+    served_sum = 0.0
+    frozen_served = 0
+    while True:
+        if j < n_adapt:
+            lat = delta[j]
+            acc = a[j]
+            ej = e[j]
+        else:
+            lat = f_delta
+            acc = f_acc
+            ej = f_delta
+            frozen_served += 1
+        served_sum += acc
+        if nh > 0:
+            r = start - t[p] + ej
+            over = max(0.0, r - lam)
+            for v in range(nh):
+                ak_out[v] += acc * (h[v] / (h[v] + over))
+        f = start + lat
+        while k + 1 < n and t[k + 1] <= f:
+            k += 1
+        nxt = n
+        start_next = 0.0
+        if strict:
+            first = k + 1  # first arrival strictly after f
+            if first < n:
+                last = first
+                while last + 1 < n and t[last + 1] == t[first]:
+                    last += 1
+                nxt = first if queue == 0 else max(p + 1, last - queue + 1)
+                start_next = t[first]
+        elif queue == 0:
+            first = k + 1
+            while first - 1 > p and t[first - 1] >= f:
+                first -= 1
+            cand = max(p + 1, first)
+            if cand < n:
+                nxt = cand
+                start_next = t[cand]
+        elif k > p:
+            nxt = max(p + 1, k - queue + 1)
+            start_next = f
+        elif p + 1 < n:
+            last = p + 1
+            while last + 1 < n and t[last + 1] == t[p + 1]:
+                last += 1
+            nxt = max(p + 1, last - queue + 1)
+            start_next = t[p + 1]
+            if last > k:
+                k = last
+        skipped = nxt - p - 1
+        if skip_mode == SKIP_FALLBACK:
+            skipped_score += skipped * acc
+        elif skip_mode == SKIP_RANDOM:
+            skipped_score += skipped * skip_value
+        j += 1
+        if nxt >= n:
+            break
+        p = nxt
+        start = start_next
+    return j, served_sum, skipped_score, frozen_served
+
+
+@njit(cache=True, parallel=True)
+def discrete_general_kernel(a, e, delta, u, scale, offsets, lam, queue, strict, skip_mode, skip_value, h,
+                            n_adapt, f_delta, f_acc):
+    """All series × K cells for one arrival realisation.
+
+    ``u`` holds unit-mean-gap arrival times flattened like ``a``; cell ``(s, k)`` replays
+    ``u · scale[s, k]`` (scale = γ, or 1 for absolute times), so one realisation serves every
+    ρ. ``h[s]`` are the patience margins ``T − λ`` of series ``s`` (no columns: no decay);
+    ``n_adapt``/``f_delta``/``f_acc`` [S, K] configure the budget freeze. Returns
+    (served, served_sum, score_sum, frozen_served) [S, K] and ak_sum [S, K, H].
+    """
+    n_series = offsets.shape[0] - 1
+    n_cells = scale.shape[1]
+    nh = h.shape[1]
+    served = np.zeros((n_series, n_cells), np.int64)
+    served_sum = np.zeros((n_series, n_cells))
+    score_sum = np.zeros((n_series, n_cells))
+    ak = np.zeros((n_series, n_cells, nh))
+    frozen = np.zeros((n_series, n_cells), np.int64)
+    for task in prange(n_series * n_cells):
+        s = task // n_cells
+        k = task % n_cells
+        lo = offsets[s]
+        hi = offsets[s + 1]
+        if hi <= lo:
+            continue
+        cnt, ssum, skip, fz = discrete_general_one(
+            a[lo:hi], e[lo:hi], delta[lo:hi], u[lo:hi] * scale[s, k], queue, strict, skip_mode, skip_value[s],
+            lam[s], h[s], n_adapt[s, k], f_delta[s, k], f_acc[s, k], ak[s, k],
+        )
+        served[s, k] = cnt
+        served_sum[s, k] = ssum
+        score_sum[s, k] = ssum + skip
+        frozen[s, k] = fz
+    return served, served_sum, score_sum, ak, frozen

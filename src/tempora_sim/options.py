@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from tempora_schema.command import INT32_MAX
+from tempora_schema.provision import LAMBDA_RULES
 
 from . import grids
 from .errors import GridError
@@ -27,10 +28,11 @@ ENGINES = ("numba", "python")
 
 
 def _opt(default: Any, help: str, flag: str | None = None, choices: Sequence[str] | None = None,
-         default_text: str | None = None) -> Any:
-    """A field with its command-line declaration (``flag=None``: Python API only)."""
+         default_text: str | None = None, int_range: tuple[int, int] | None = None) -> Any:
+    """A field with its command-line declaration (``flag=None``: Python API only); ``choices``
+    and ``int_range`` become click's Choice / IntRange, so --help shows them."""
     return field(default=default, metadata={"flag": flag, "help": help, "choices": choices,
-                                            "default_text": default_text})
+                                            "default_text": default_text, "int_range": int_range})
 
 
 def _fmt(values: Sequence[float], unit: str = "") -> str:
@@ -43,7 +45,8 @@ class SweepOptions:
     sequence of numbers, ``'@file'`` or ``'start:stop:step'``; ``None`` means the paper's grid."""
 
     protocols: str | Sequence[str] = _opt(
-        "all", "Protocols: all, or a comma-separated list of offline, discrete, continuous, amortised.", "--protocol")
+        "all", "Protocols: all (offline, discrete, continuous, amortised), or a comma-separated list of those and "
+               "the combined discrete-continuous (ρ × T) and discrete-amortised (ρ × B).", "--protocol")
     rho: str | Sequence[float] | None = _opt(
         None, "Utilisations ρ = λ/γ as fractions or %: a comma list (1,0.7,50%), @FILE of values, or a range "
               "START:STOP:STEP (0.05:1:0.001).", "--rho", default_text=_fmt(grids.DEFAULT_RHO))
@@ -56,7 +59,11 @@ class SweepOptions:
     lambda_ms: str | float | None = _opt(
         None, "Use this λ for every group instead of mean + 6σ of its standard trace (ms, or with ms/s).",
         "--lambda-ms", default_text="from each group's standard trace")
-    queue: int = _opt(1, "Discrete queue capacity b (0 = drop arrivals while busy).", "--queue")
+    lambda_rule: str = _opt(
+        "paper", "λ from the standard trace's δ: paper = mean + 6σ, robust = median + 6·1.4826·MAD "
+                 "(docs/trace-schema.md); recorded in every row.", "--lambda-rule", LAMBDA_RULES)
+    queue: int = _opt(1, "Discrete queue capacity b (0 = drop arrivals while busy).", "--queue",
+                      int_range=(0, INT32_MAX))
     sync: str = _opt("buffered", "strict: Alfarra et al.'s +2 synchronisation (pickup only at arrivals, no drain).",
                      "--sync", SYNC_MODES)
     skipped: str = _opt("null", "Score of a skipped batch: 0 (null prediction) or 1/C (random prediction).",
@@ -65,6 +72,14 @@ class SweepOptions:
                                  "prediction.", "--fallback")
     budget_rule: str = _opt("strict", "strict: m = max{j: Σc ≤ B} (paper); overshoot: adapt while spent < B "
                                       "(reference code).", "--budget-rule", BUDGET_RULES)
+    arrivals: str = _opt(
+        "periodic", "Arrival process of the discrete protocols: periodic, poisson[:SEED], burst:ON,OFF[:SEED] "
+                    "(mean on/off lengths in units of γ) or file:PATH (recorded timestamps); mean gap γ = λ/ρ.",
+        "--arrivals")
+    arrival_seeds: int = _opt(1, "Replay this many arrival seeds (SEED, SEED+1, …), pooled like episodes.",
+                              "--arrival-seeds", int_range=(1, 10_000))
+    arrivals_absolute: bool = _opt(False, "With --arrivals file:PATH, use the recorded times as they are "
+                                          "(no rescaling; ρ is then the recording's own load).", "--arrivals-absolute")
     engine: str = _opt("numba", "numba kernels, or the plain-Python reference (slow; for tests).", None, ENGINES)
 
     @classmethod
@@ -91,6 +106,7 @@ class SweepOptions:
         if not 0 <= queue <= INT32_MAX:
             raise GridError(f"--queue: capacity must be an integer in 0..{INT32_MAX} (got {queue})")
         for name, value, allowed in (("budget-rule", self.budget_rule, BUDGET_RULES),
+                                     ("lambda-rule", self.lambda_rule, LAMBDA_RULES),
                                      ("skipped", self.skipped, SKIPPED_MODES),
                                      ("sync", self.sync, SYNC_MODES), ("engine", self.engine, ENGINES)):
             if value not in allowed:
@@ -102,13 +118,24 @@ class SweepOptions:
             lam = grids.parse_time_ms(self.lambda_ms, "lambda-ms")
             if lam <= 0:
                 raise GridError(f"--lambda-ms: λ must be > 0 ms (got {lam:g})")
+        from .arrivals import parse_arrivals
+        from .scenarios import check_scenario_options
+
+        protocols = grids.parse_protocols(self.protocols)
+        spec = parse_arrivals(self.arrivals)
+        n_seeds = self.arrival_seeds
+        if isinstance(n_seeds, bool) or not hasattr(n_seeds, "__index__") or not 1 <= int(n_seeds) <= 10_000:
+            raise GridError(f"--arrival-seeds: a count from 1 to 10000 (got {n_seeds!r})")
+        seeds = tuple(spec.seed + k for k in range(int(n_seeds)))
+        check_scenario_options(protocols, spec, seeds, bool(self.arrivals_absolute), self.rho is not None)
         return ResolvedOptions(
-            protocols=grids.parse_protocols(self.protocols),
+            protocols=protocols,
             rho=grids.parse_rho(self.rho) if self.rho is not None else grids.DEFAULT_RHO,
             T_ms=grids.parse_T(self.T_ms) if self.T_ms is not None else grids.DEFAULT_T_MS,
             B_ms=grids.parse_B(self.B_ms) if self.B_ms is not None else grids.DEFAULT_B_MS,
-            explicit_T=self.T_ms is not None, lambda_ms=lam, queue=queue, sync=self.sync, skipped=self.skipped,
+            explicit_T=self.T_ms is not None, lambda_ms=lam, lambda_rule=self.lambda_rule, queue=queue, sync=self.sync, skipped=self.skipped,
             fallback=bool(self.fallback), budget_rule=self.budget_rule, engine=self.engine,
+            arrivals=spec, arrival_seeds=seeds, arrivals_absolute=bool(self.arrivals_absolute),
         )
 
 
@@ -122,12 +149,16 @@ class ResolvedOptions:
     B_ms: tuple[float, ...]
     explicit_T: bool
     lambda_ms: float | None
+    lambda_rule: str
     queue: int
     sync: str
     skipped: str
     fallback: bool
     budget_rule: str
     engine: str
+    arrivals: Any = None  # tempora_sim.arrivals.ArrivalSpec
+    arrival_seeds: tuple[int, ...] = (0,)
+    arrivals_absolute: bool = False
 
 
 def click_options(fn: Callable) -> Callable:
@@ -149,8 +180,8 @@ def click_options(fn: Callable) -> Callable:
         elif meta["choices"]:
             option = click.option(meta["flag"], f.name, type=click.Choice(list(meta["choices"])), default=None,
                                   help=help_text)
-        elif f.name == "queue":
-            option = click.option(meta["flag"], f.name, type=click.IntRange(0, INT32_MAX), default=None,
+        elif meta["int_range"]:
+            option = click.option(meta["flag"], f.name, type=click.IntRange(*meta["int_range"]), default=None,
                                   help=help_text)
         else:
             option = click.option(meta["flag"], f.name, default=None, help=help_text)

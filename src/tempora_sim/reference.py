@@ -25,12 +25,20 @@ class DiscreteResult:
     served_sum: float  # Σ a over served events
     score_sum: float  # Σ score over all N batches (served a + skipped fallback/random)
     served_batches: list  # batch indices in service order (for tests)
+    ak_sums: list | None = None  # Σ a·κ(r) over served events, per T (deadline + patience)
+    frozen_served: int = 0  # served events taken by the frozen model (budget + deadline)
 
 
 def discrete_reference(
-    a, delta, gamma, queue=1, sync="buffered", skipped="null", num_classes=None, fallback=False
+    a, delta, gamma, queue=1, sync="buffered", skipped="null", num_classes=None, fallback=False,
+    arrivals=None, e=None, lam=None, T=(), n_adapt=None, f_delta=None, f_acc=None,
 ) -> DiscreteResult:
     """Simulate one episode: batches arrive at ``i * gamma``; one pipeline; FIFO queue of ``queue``.
+
+    ``arrivals`` (a list of nondecreasing times) replaces the periodic ``i * gamma``. Combined
+    pressures (docs/design.md §9): for each threshold in ``T`` a served event also scores
+    ``a_j · κ(r_j)``, r_j = (pickup − arrival of its batch) + e_j, κ(r) = 1/(1 + max(0, r − λ)/(T − λ));
+    events ``j >= n_adapt`` are the frozen model's, taking ``f_delta`` and scoring ``f_acc``.
 
     The j-th processing event (0-based) takes ``delta[j]`` and scores ``a[j]`` (step-indexed
     replay). ``sync='strict'`` only lets the pipeline pick up at an arrival instant strictly
@@ -41,7 +49,12 @@ def discrete_reference(
     """
     n = len(a)
     strict = sync == "strict"
-    events: list[tuple[float, int, int]] = [(i * gamma, ARRIVAL, i) for i in range(n)]
+    times = [i * gamma for i in range(n)] if arrivals is None else list(arrivals)
+    e = delta if e is None else e
+    n_adapt = n if n_adapt is None else n_adapt
+    ak_sums = [0.0] * len(T)
+    frozen_served = 0
+    events: list[tuple[float, int, int]] = [(times[i], ARRIVAL, i) for i in range(n)]
     heapq.heapify(events)
     waiting: deque[int] = deque()
     busy = False
@@ -55,7 +68,8 @@ def discrete_reference(
     def drop(batch: int) -> None:
         nonlocal dropped_scores
         if fallback:
-            dropped_scores += a[current_event]
+            if current_event >= 0:  # nothing in progress yet: no fallback prediction exists
+                dropped_scores += f_acc if current_event >= n_adapt else a[current_event]
         elif skipped == "random":
             dropped_scores += 1.0 / num_classes
 
@@ -85,8 +99,15 @@ def discrete_reference(
         if not busy and waiting and may_pick:
             batch = waiting.popleft()
             current_event = events_started
-            latency = delta[events_started]
-            served_sum += a[events_started]
+            if events_started < n_adapt:
+                latency, score, intrinsic = delta[events_started], a[events_started], e[events_started]
+            else:
+                latency, score, intrinsic = f_delta, f_acc, f_delta
+                frozen_served += 1
+            served_sum += score
+            response = clock - times[batch] + intrinsic
+            for k, threshold in enumerate(T):
+                ak_sums[k] += score / (1.0 + max(0.0, response - lam) / (threshold - lam))
             served_batches.append(batch)
             events_started += 1
             busy = True
@@ -97,7 +118,8 @@ def discrete_reference(
     # strict synchronisation never drains: what is still queued at the end is lost
     while waiting:
         drop(waiting.popleft())
-    return DiscreteResult(len(served_batches), served_sum, served_sum + dropped_scores, served_batches)
+    return DiscreteResult(len(served_batches), served_sum, served_sum + dropped_scores, served_batches,
+                          ak_sums, frozen_served)
 
 
 def paper_recurrence(delta, gamma, n, plus=1):

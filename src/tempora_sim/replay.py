@@ -34,28 +34,31 @@ import polars as pl
 from tempora_schema import GroupKey
 
 from . import grids
-from .errors import GridError, ProtocolError  # noqa: F401  (GridError re-exported)
+from .errors import GridError, ProtocolError, SimWarning  # noqa: F401  (GridError, SimWarning re-exported)
 from .options import BUDGET_RULES, ENGINES, SKIPPED_MODES, SYNC_MODES, SweepOptions  # noqa: F401
-from .traces import Trace, TraceSet, group_lambdas, load_traces
+from .traces import Trace, TraceSet, group_lambdas, group_warnings, load_traces
 
 ALL_EPISODES = "__all__"
 
-#: Output columns, in order (docs/design.md §6 plus seed, stream, num_batches).
-COLUMNS = {
+#: Output columns, in order (docs/design.md §6 plus seed, stream, severity, group, lambda_rule,
+#: num_batches), then the scenario columns of docs/design.md §9 (``param2``/``value2`` of a 2-D
+#: grid, the arrival process). ``group`` is the comparison group's label without its seed
+#: (tempora_schema.GroupKey.label): rows of two groups that differ only in severity, domains,
+#: weights or threads stay apart, and the seeds of one setting share it (they pool).
+BASE_COLUMNS = {
     "dataset": pl.Utf8, "model": pl.Utf8, "device": pl.Utf8, "batch_size": pl.Int64,
-    "seed": pl.Int64, "stream": pl.Utf8, "method": pl.Utf8, "episode": pl.Utf8,
+    "seed": pl.Int64, "stream": pl.Utf8, "severity": pl.Int64, "group": pl.Utf8,
+    "method": pl.Utf8, "episode": pl.Utf8,
     "protocol": pl.Utf8, "param": pl.Utf8, "value": pl.Float64, "lambda_ms": pl.Float64,
-    "utility": pl.Float64,
+    "lambda_rule": pl.Utf8, "utility": pl.Float64,
     "alpha": pl.Float64, "served": pl.Int64, "served_acc": pl.Float64,
     "acc": pl.Float64, "kappa": pl.Float64, "cov": pl.Float64,
     "m": pl.Float64, "beta": pl.Float64, "acc_adapt": pl.Float64, "acc_frozen": pl.Float64,
     "frozen_gap": pl.Int64,
     "num_batches": pl.Int64,
 }
-
-
-class SimWarning(UserWarning):
-    """Something the user should know but that does not stop the sweep (e.g. a T ≤ λ skipped)."""
+SCENARIO_COLUMNS = {"param2": pl.Utf8, "value2": pl.Float64, "arrivals": pl.Utf8, "arrival_seed": pl.Int64}
+COLUMNS = BASE_COLUMNS | SCENARIO_COLUMNS
 
 
 @dataclass
@@ -113,82 +116,94 @@ class Series:
     f_steps: np.ndarray
     f_suf_correct: np.ndarray
     f_suf_n: np.ndarray
+    #: how λ was taken from the standard traces (recorded in every output row)
+    lambda_rule: str = "paper"
 
     @property
     def n(self) -> np.ndarray:
         return np.diff(self.offsets)
 
 
-def build_series(traces: Sequence[Trace], lambdas: dict[GroupKey, float]) -> Series:
-    a_parts, e_parts, l_parts, d_parts = [], [], [], []
-    trace_of, episodes, lengths, lam, skip, from_adapt, has_frozen = [], [], [], [], [], [], [], 
-    ck_counts, ck_vals, row_counts, f_steps, f_suf_c, f_suf_n = [], [], [], [], [], []
-    for t_idx, trace in enumerate(traces):
-        adapt = trace.adapt
-        ep_col = adapt["episode"].to_numpy()
-        a = (adapt["correct"].to_numpy().astype(np.float64) / adapt["n"].to_numpy().astype(np.float64))
-        e = adapt["e_ms"].to_numpy().astype(np.float64)
-        l = adapt["l_ms"].to_numpy().astype(np.float64)
-        d = adapt["delta_ms"].to_numpy().astype(np.float64)
-        a_parts.append(a); e_parts.append(e); l_parts.append(l); d_parts.append(d)
-        bounds = np.flatnonzero(ep_col[1:] != ep_col[:-1]) + 1
-        starts = np.concatenate(([0], bounds))
-        ends = np.concatenate((bounds, [len(ep_col)]))
-        frozen = trace.frozen
-        no_frozen = frozen.height == 0
-        frozen_by_ep = {}
-        if not no_frozen:
-            for key, part in frozen.group_by("episode", maintain_order=True):
-                frozen_by_ep[key[0] if isinstance(key, tuple) else key] = part
-        for s0, s1 in zip(starts, ends):
-            ep = str(ep_col[s0])
-            trace_of.append(t_idx)
-            episodes.append(ep)
-            lengths.append(s1 - s0)
-            lam.append(lambdas[trace.group])
-            skip.append(1.0 / trace.num_classes)
-            from_adapt.append(no_frozen and not trace.updates_parameters)
-            part = frozen_by_ep.get(ep)
-            has_frozen.append(part is not None)
-            if part is None:
-                ck_counts.append(0)
-                continue
-            ck = part["checkpoint"].to_numpy().astype(np.int64)
-            steps = part["step"].to_numpy().astype(np.int64)
-            corr = part["correct"].to_numpy().astype(np.float64)
-            nn = part["n"].to_numpy().astype(np.float64)
-            cb = np.flatnonzero(ck[1:] != ck[:-1]) + 1
-            cstarts = np.concatenate(([0], cb))
-            cends = np.concatenate((cb, [len(ck)]))
-            ck_counts.append(len(cstarts))
-            ck_vals.append(ck[cstarts])
-            row_counts.append(cends - cstarts)
-            f_steps.append(steps)
-            # suffix sums within each checkpoint segment
-            rc = np.cumsum(corr[::-1])[::-1]
-            rn = np.cumsum(nn[::-1])[::-1]
-            seg_end = np.repeat(cends, cends - cstarts)
-            tail_c = np.where(seg_end < len(ck), np.append(rc, 0.0)[seg_end], 0.0)
-            tail_n = np.where(seg_end < len(ck), np.append(rn, 0.0)[seg_end], 0.0)
-            f_suf_c.append(rc - tail_c)
-            f_suf_n.append(rn - tail_n)
+def _segment_starts(*keys: np.ndarray) -> np.ndarray:
+    """Indices where any of the (equal-length) key arrays changes value, starting with 0."""
+    size = keys[0].shape[0]
+    change = np.zeros(size, bool)
+    if size:
+        change[0] = True
+        for k in keys:
+            change[1:] |= k[1:] != k[:-1]
+    return np.flatnonzero(change)
 
-    def cat(parts, dtype):
-        return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
 
+def _trace_arrays(trace: Trace) -> dict:
+    """One trace's adapt series and frozen tables as flat arrays (no per-row Python).
+
+    Rows already in the tracer's order (validation says so) are taken as they are; any other
+    order is sorted once with ``np.lexsort``."""
+    arr = trace._arrays()
+    canonical = trace.layout.canonical if trace.layout is not None else False
+    code, adapt = arr.episode_code, arr.adapt
+    a_idx = np.flatnonzero(adapt)
+    f_idx = np.flatnonzero(~adapt)
+    if not canonical:
+        a_idx = a_idx[np.lexsort((arr.step[a_idx], code[a_idx]))]
+        f_idx = f_idx[np.lexsort((arr.step[f_idx], arr.checkpoint[f_idx], code[f_idx]))]
+    n_ep = len(arr.episode_names)
+    a_code = code[a_idx]
+    lengths = np.bincount(a_code, minlength=n_ep)
+    out = {
+        "a": arr.correct[a_idx] / arr.n[a_idx],
+        "e": arr.e_ms[a_idx], "l": arr.l_ms[a_idx], "delta": arr.delta_ms[a_idx],
+        "lengths": lengths,
+        "episodes": list(arr.episode_names),
+    }
+    f_code, f_ck, f_step = code[f_idx], arr.checkpoint[f_idx], arr.step[f_idx]
+    seg = _segment_starts(f_code, f_ck)  # one segment per (episode, checkpoint)
+    seg_end = np.append(seg[1:], f_idx.size).astype(np.int64) if seg.size else seg.astype(np.int64)
+    # suffix sums of correct / n within each segment: reverse cumulative sums minus the tail
+    corr = arr.correct[f_idx]
+    nn = arr.n[f_idx]
+    rc = np.cumsum(corr[::-1])[::-1]
+    rn = np.cumsum(nn[::-1])[::-1]
+    rc_ext, rn_ext = np.r_[rc, 0], np.r_[rn, 0]
+    seg_len = seg_end - seg
+    tail = np.repeat(seg_end, seg_len)
+    out.update(
+        ck_counts=np.bincount(f_code[seg], minlength=n_ep) if seg.size else np.zeros(n_ep, np.int64),
+        ck_values=f_ck[seg], row_counts=seg_len, f_steps=f_step,
+        f_suf_correct=(rc - rc_ext[tail]).astype(np.float64), f_suf_n=(rn - rn_ext[tail]).astype(np.float64),
+        has_frozen=np.bincount(f_code, minlength=n_ep) > 0 if f_idx.size else np.zeros(n_ep, bool),
+        from_adapt=f_idx.size == 0 and not trace.updates_parameters,
+    )
+    return out
+
+
+def build_series(traces: Sequence[Trace], lambdas: dict[GroupKey, float], lambda_rule: str = "paper") -> Series:
+    parts = [_trace_arrays(t) for t in traces]
+
+    def cat(key, dtype):
+        chunks = [p[key] for p in parts]
+        return np.concatenate(chunks).astype(dtype, copy=False) if chunks else np.zeros(0, dtype)
+
+    per_series = [len(p["episodes"]) for p in parts]
+    lengths = cat("lengths", np.int64)
+    ck_counts = cat("ck_counts", np.int64)
+    row_counts = cat("row_counts", np.int64)
     return Series(
         traces=list(traces),
-        trace_of=np.asarray(trace_of, np.int64),
-        episode=episodes,
+        trace_of=np.repeat(np.arange(len(traces), dtype=np.int64), per_series),
+        episode=[ep for p in parts for ep in p["episodes"]],
         offsets=np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
-        a=cat(a_parts, np.float64), e=cat(e_parts, np.float64), l=cat(l_parts, np.float64),
-        delta=cat(d_parts, np.float64),
-        lam=np.asarray(lam, np.float64), skip_value=np.asarray(skip, np.float64),
-        frozen_from_adapt=np.asarray(from_adapt, np.bool_), has_frozen=np.asarray(has_frozen, np.bool_),
+        a=cat("a", np.float64), e=cat("e", np.float64), l=cat("l", np.float64), delta=cat("delta", np.float64),
+        lam=np.repeat(np.array([lambdas[t.group] for t in traces], np.float64), per_series),
+        skip_value=np.repeat(np.array([1.0 / t.num_classes for t in traces], np.float64), per_series),
+        frozen_from_adapt=np.repeat(np.array([p["from_adapt"] for p in parts], np.bool_), per_series),
+        has_frozen=cat("has_frozen", np.bool_),
         ck_offsets=np.concatenate(([0], np.cumsum(ck_counts))).astype(np.int64),
-        ck_values=cat(ck_vals, np.int64),
-        row_offsets=np.concatenate(([0], np.cumsum(np.concatenate(row_counts) if row_counts else []))).astype(np.int64),
-        f_steps=cat(f_steps, np.int64), f_suf_correct=cat(f_suf_c, np.float64), f_suf_n=cat(f_suf_n, np.float64),
+        ck_values=cat("ck_values", np.int64),
+        row_offsets=np.concatenate(([0], np.cumsum(row_counts))).astype(np.int64),
+        f_steps=cat("f_steps", np.int64), f_suf_correct=cat("f_suf_correct", np.float64),
+        f_suf_n=cat("f_suf_n", np.float64), lambda_rule=lambda_rule,
     )
 
 
@@ -223,8 +238,55 @@ def warm_kernels(protocols=grids.PROTOCOLS) -> float:
         K.amortised_kernel(pa_, pa_, off, v, False, np.array([True]), np.array([0, 1], np.int64),
                            np.array([0], np.int64), np.array([0, 1], np.int64), np.array([1], np.int64),
                            np.array([1.0]), np.array([2.0]))
+    if any(p in todo for p in grids.COMBINED_PROTOCOLS + ("arrivals",)):
+        K.discrete_general_kernel(a, a, a + 1, a, np.ones((1, 1)), off, lam, 1, False, 0, lam, np.ones((1, 1)),
+                                  np.array([[2]], np.int64), np.ones((1, 1)), np.ones((1, 1)))
     _WARM.update(todo)
     return time.perf_counter() - t0
+
+
+_WARMING: dict[str, object] = {}
+
+
+def _start_warm_up(protocols) -> None:
+    """Start :func:`warm_kernels` on a background thread (once per process).
+
+    Importing Numba and loading the cached kernels is pure start-up cost; reading and
+    validating traces spends most of its time inside polars and numpy with the GIL released,
+    so the two overlap on a second core instead of running back to back."""
+    import threading
+
+    todo = tuple(p for p in protocols if p not in _WARM)
+    if not todo or "thread" in _WARMING:
+        return
+    box: dict[str, object] = {}
+
+    def work() -> None:
+        try:
+            box["seconds"] = warm_kernels(todo)
+        except BaseException as exc:  # re-raised on the caller's thread by _finish_warm_up
+            box["error"] = exc
+
+    thread = threading.Thread(target=work, name="tempora-kernel-warm-up", daemon=True)
+    _WARMING.update(thread=thread, box=box, t0=time.perf_counter())
+    thread.start()
+
+
+def _finish_warm_up(protocols) -> float:
+    """Wait for the background warm-up (if any), then warm whatever is still cold.
+
+    Returns the seconds the caller waited for the kernels (0 when they were already warm)."""
+    waited = 0.0
+    thread = _WARMING.pop("thread", None)
+    box = _WARMING.pop("box", {})
+    _WARMING.pop("t0", None)
+    if thread is not None:
+        t0 = time.perf_counter()
+        thread.join()
+        waited = time.perf_counter() - t0
+        if "error" in box:
+            raise box["error"]  # type: ignore[misc]
+    return waited + warm_kernels(protocols)
 
 
 def _replay_numba(series: Series, protocols, rho, T, B, opts) -> dict:
@@ -406,13 +468,16 @@ def _frame(series: Series, protocol: str, values, stats: dict, pooled: bool) -> 
             cols["frozen_gap"] = np.where(gap >= 0, gap, np.nan)
 
     # identity columns: one small frame per row owner, gathered once per grid value
-    metas = [t.meta for t in s.traces]
-    ident = pl.DataFrame({
-        "dataset": [metas[i]["dataset"] for i in owner], "model": [metas[i]["model"] for i in owner],
-        "device": [metas[i]["device"] for i in owner], "batch_size": [int(metas[i]["batch_size"]) for i in owner],
-        "seed": [int(metas[i]["seed"]) for i in owner], "stream": [metas[i]["stream"] for i in owner],
-        "method": [metas[i]["method"] for i in owner], "episode": list(episodes),
-    }, schema={k: COLUMNS[k] for k in ("dataset", "model", "device", "batch_size", "seed", "stream", "method", "episode")})
+    ident_cols = ("dataset", "model", "device", "batch_size", "seed", "stream", "severity", "group", "method")
+    per_trace = [
+        (m["dataset"], m["model"], m["device"], int(m["batch_size"]), int(m["seed"]), m["stream"], m["severity"],
+         t.group.label(seed=False), m["method"])
+        for t in s.traces for m in (t.meta,)
+    ]
+    ident = pl.DataFrame(
+        {**{name: [per_trace[i][j] for i in owner] for j, name in enumerate(ident_cols)}, "episode": list(episodes)},
+        schema={k: BASE_COLUMNS[k] for k in ident_cols + ("episode",)},
+    )
     total = rows * n_vals
     frame = ident[np.repeat(np.arange(rows), n_vals)] if rows else ident.clear()
     columns = [
@@ -420,13 +485,15 @@ def _frame(series: Series, protocol: str, values, stats: dict, pooled: bool) -> 
         pl.Series("param", [grids.PARAM_OF[protocol]] * min(total, 1), pl.Utf8).extend_constant(grids.PARAM_OF[protocol], max(total - 1, 0)),
         pl.Series("value", np.tile(np.asarray(values, np.float64), rows) if values else np.full(rows, np.nan), nan_to_null=True),
         pl.Series("lambda_ms", np.repeat(lam, n_vals)),
+        pl.lit(s.lambda_rule, pl.Utf8).alias("lambda_rule"),
     ]
-    for name in list(COLUMNS)[12:-1]:
+    measures = list(BASE_COLUMNS)[list(BASE_COLUMNS).index("utility"):-1]
+    for name in measures:
         data = cols.get(name)
         values_ = np.asarray(data, np.float64).reshape(-1) if data is not None else nan.reshape(-1)
-        columns.append(pl.Series(name, values_, nan_to_null=True).cast(COLUMNS[name]))
+        columns.append(pl.Series(name, values_, nan_to_null=True).cast(BASE_COLUMNS[name]))
     columns.append(pl.Series("num_batches", np.repeat(N, n_vals).astype(np.int64)))
-    return frame.with_columns(columns).select(list(COLUMNS))
+    return frame.with_columns(columns).select(list(BASE_COLUMNS))
 
 
 # --------------------------------------------------------------------------------------
@@ -444,11 +511,18 @@ def run_sweep(source, options: SweepOptions | None = None, /, **changes) -> Swee
     protos, rho_v, T_v, B_v, lambda_ms = opt.protocols, opt.rho, opt.T_ms, opt.B_ms, opt.lambda_ms
     queue, budget_rule, skipped, sync, fallback, engine = (opt.queue, opt.budget_rule, opt.skipped, opt.sync,
                                                            opt.fallback, opt.engine)
-    traceset = source if isinstance(source, TraceSet) else load_traces(source)
-    lambdas = group_lambdas(traceset, lambda_ms)
-    notes: list[str] = []
+    spec, seeds, absolute = opt.arrivals, list(opt.arrival_seeds), opt.arrivals_absolute
+    from .scenarios import replay_scenarios, scenario_frame
 
-    if "continuous" in protos:
+    kernels_needed = tuple(protos) + (("amortised",) if "discrete-amortised" in protos else ()) + (
+        () if spec.periodic else ("arrivals",))
+    if engine == "numba":
+        _start_warm_up(kernels_needed)  # overlaps Numba's import and cache load with reading the traces
+    traceset = source if isinstance(source, TraceSet) else load_traces(source)
+    lambdas = group_lambdas(traceset, lambda_ms, opt.lambda_rule)
+    notes: list[str] = [] if lambda_ms is not None else group_warnings(traceset, lambdas)
+
+    if "continuous" in protos or "discrete-continuous" in protos:
         for key, lam in lambdas.items():
             bad = [t for t in T_v if t <= lam]
             if bad and opt.explicit_T:
@@ -460,43 +534,51 @@ def run_sweep(source, options: SweepOptions | None = None, /, **changes) -> Swee
                 notes.append(f"T = {t:g} ms skipped for group {key.label()}: not above λ = {lam:.2f} ms")
 
     traces = [t for members in traceset.groups().values() for t in members]
-    series = build_series(traces, lambdas)
+    series = build_series(traces, lambdas, opt.lambda_rule)
     opts = {"queue": int(queue), "budget_rule": budget_rule, "skipped": skipped, "sync": sync, "fallback": fallback}
     stats = SweepStats()
     if engine == "numba":
-        stats.jit_s = warm_kernels(protos)
+        stats.jit_s = _finish_warm_up(kernels_needed)
         replay = _replay_numba
     else:
         replay = _replay_python
     t0 = time.perf_counter()
-    raw = replay(series, protos, rho_v, T_v, B_v, opts)
-    stats.kernel_s = time.perf_counter() - t0
-
+    paper_protos = [p for p in protos if p in grids.PROTOCOLS and not (p == "discrete" and not spec.periodic)]
+    if "discrete-amortised" in protos and "amortised" not in paper_protos:
+        paper_protos.append("amortised")  # its cut-offs and frozen accuracies drive the freeze
+    raw = replay(series, paper_protos, rho_v, T_v, B_v, opts)
     if "amortised" in raw:
         _check_frozen(series, raw["amortised"], B_v)
+    scen = replay_scenarios(series, protos, rho_v, T_v, B_v, opts, spec, seeds, absolute, engine,
+                            raw.get("amortised"))
+    stats.kernel_s = time.perf_counter() - t0
 
     frames = []
     values_of = {"offline": (), "discrete": rho_v, "continuous": T_v, "amortised": B_v}
     total_n = int(series.n.sum())
     for proto in protos:
-        vals = values_of[proto]
         for pooled in (False, True):
-            frame = _frame(series, proto, vals, raw[proto], pooled)
-            if proto == "continuous":
-                frame = frame.filter(pl.col("value") > pl.col("lambda_ms"))
-            frames.append(frame)
+            if proto in scen:
+                frame = scenario_frame(series, proto, scen[proto], pooled, spec, seeds, absolute, _frame)
+            else:
+                frame = _frame(series, proto, values_of[proto], raw[proto], pooled)
+                if proto == "continuous":
+                    frame = frame.filter(pl.col("value") > pl.col("lambda_ms"))
+                frame = frame.with_columns(
+                    pl.lit(None, pl.Utf8).alias("param2"), pl.lit(None, pl.Float64).alias("value2"),
+                    pl.lit("periodic" if proto == "discrete" else None, pl.Utf8).alias("arrivals"),
+                    pl.lit(None, pl.Int64).alias("arrival_seed"))
+            frames.append(frame.select([pl.col(c).cast(t) for c, t in COLUMNS.items()]))
         kept = frames[-2].height
         stats.evaluations += kept
-        stats.batch_events += total_n * max(1, len(vals)) if proto != "continuous" else int(frames[-2]["num_batches"].sum())
+        stats.batch_events += int(frames[-2]["num_batches"].sum()) if proto != "offline" else total_n
     frame = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=COLUMNS)
     stats.total_s = time.perf_counter() - t_start
     for note in notes:
         warnings.warn(note, SimWarning, stacklevel=2)
     latency: dict[str, dict[str, float]] = {}
     for t in traces:
-        m = t.meta
-        label = f"{m['dataset']} · {m['model']} · {m['device']} · bs {m['batch_size']} · seed {m['seed']} · {m['stream']}"
-        latency.setdefault(label, {})[t.method] = float(t.adapt["delta_ms"].mean())
+        latency.setdefault(t.group.label(), {})[t.method] = float(t.adapt_delta.mean())
     return SweepResult(frame, stats, lambdas, notes, {"rho": rho_v, "T_ms": T_v, "B_ms": B_v}, latency)
 
 
@@ -535,6 +617,10 @@ def sweep(source, options: SweepOptions | None = None, /, **changes) -> pl.DataF
     queue capacity b; ``sync='strict'`` is Alfarra et al.'s +2 synchronisation;
     ``skipped='random'`` scores skipped batches 1/C; ``fallback=True`` scores them with the
     dual-model fallback; ``budget_rule`` is ``strict`` or ``overshoot``. ``engine='python'``
-    runs the plain-Python reference instead of the kernels (slow; tests).
+    runs the plain-Python reference instead of the kernels (slow; tests). ``arrivals``
+    (``periodic`` | ``poisson[:SEED]`` | ``burst:ON,OFF[:SEED]`` | ``file:PATH``), ``arrival_seeds``
+    (seeds SEED … SEED+k−1, pooled like episodes) and ``arrivals_absolute`` (recorded times as
+    they are) choose the arrival process; ``protocols`` may also name the combined
+    ``discrete-continuous`` (ρ × T) and ``discrete-amortised`` (ρ × B) grids (docs/design.md §9).
     """
     return run_sweep(source, options, **changes).frame

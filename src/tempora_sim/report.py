@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 import polars as pl
 
 from tempora_sim import analyses as an
+from tempora_sim import stats as st
 from tempora_sim.errors import SimError
 
 RESULTS_FILE = "utility.parquet"
@@ -38,12 +39,27 @@ class ReportInputs:
     trace_rows: pl.DataFrame | None = None
     source: str = ""
     from_traces: bool = False
+    bootstrap: st.BootstrapOptions = field(default_factory=st.BootstrapOptions)
     _cache: dict = field(default_factory=dict, repr=False)
 
     def lambdas(self) -> pl.DataFrame:
-        g = an.group_columns(self.utility)
+        """λ per group and, with several seeds, per seed (each seed has its own standard trace)."""
+        g = an.group_columns(self.utility) + ([an.SEED] if an.SEED in self.utility.columns else [])
         return self.utility.select(g + ["lambda_ms"]).unique(subset=g, maintain_order=True) if g else \
             self.utility.select("lambda_ms").head(1)
+
+    @property
+    def pooled(self) -> pl.DataFrame:
+        """The utility table pooled over seeds (what every comparison is made on)."""
+        if "pooled" not in self._cache:
+            self._cache["pooled"] = an.pool_seeds(self.utility)
+        return self._cache["pooled"]
+
+    def intervals(self) -> st.Intervals:
+        """Bootstrap intervals of every utility (cells need the traces' rows; see analyses)."""
+        if "intervals" not in self._cache:
+            self._cache["intervals"] = an.utility_intervals(self.utility, self.trace_rows, self.bootstrap)
+        return self._cache["intervals"]
 
 
 def results_path(source: str | Path) -> Path | None:
@@ -57,10 +73,18 @@ def results_path(source: str | Path) -> Path | None:
 
 
 def load_inputs(sources: str | Path | Sequence[str | Path], sweep_options=None,
-                out: str | Path | None = None) -> ReportInputs:
+                out: str | Path | None = None, bootstrap: st.BootstrapOptions | None = None) -> ReportInputs:
     """Read results, or load traces and sweep them with ``sweep_options`` (a
     :class:`~tempora_sim.options.SweepOptions` or a dict of its fields). ``out``, the report
-    directory to be written, must not lie inside a trace directory."""
+    directory to be written, must not lie inside a trace directory. ``bootstrap`` sets the
+    intervals' level, resamples and seed."""
+    inp = _load_inputs(sources, sweep_options, out)
+    if bootstrap is not None:
+        inp.bootstrap = bootstrap
+    return inp
+
+
+def _load_inputs(sources, sweep_options, out) -> ReportInputs:
     from tempora_sim.options import SweepOptions
 
     if not isinstance(sweep_options, SweepOptions):
@@ -96,14 +120,11 @@ def load_inputs(sources: str | Path | Sequence[str | Path], sweep_options=None,
         from tempora_sim import sweep
     except ImportError:
         raise ReportError("this build of tempora_sim has no sweep; give sweep results (utility.parquet)") from None
-    traces = load_traces(items if len(items) > 1 else items[0])
     if out is not None:
-        dest = Path(out).resolve()
-        for item in items:
-            src = Path(item).resolve()
-            if src.is_dir() and (dest == src or src in dest.parents):
-                raise ReportError(f"--out {out} is inside the trace directory {item}; the report's own Parquet "
-                                  "files would be read as traces next time: write it elsewhere")
+        from tempora_sim.traces import check_out_outside
+
+        check_out_outside(items, out)
+    traces = load_traces(items if len(items) > 1 else items[0])
     utility = sweep(traces, sweep_options)
     rows = an.align_group_dtypes(an.trace_rows(traces.traces), utility)
     return ReportInputs(utility=utility, trace_rows=rows, source=", ".join(map(str, items)), from_traces=True)
@@ -184,7 +205,8 @@ def _scenarios(t: pl.DataFrame) -> list[str]:
 
 def _winners_pivot(t: pl.DataFrame):
     scen = _scenarios(t)
-    look = {(r["episode"], r["scenario"]): r["winner"] for r in t.iter_rows(named=True)}
+    look = {(r["episode"], r["scenario"]): r["winner"] + ("?" if r.get("certain") is False and r["n_winners"] == 1 else "")
+            for r in t.iter_rows(named=True)}
     rows = [[ep] + [look.get((ep, s), "–") for s in scen] for ep in an.episode_order(t.get_column("episode").unique().to_list())]
     return ["episode"] + scen, rows
 
@@ -196,7 +218,10 @@ def _spearman_pivot(t: pl.DataFrame):
             for ep in an.episode_order(t.get_column("episode").unique().to_list())]
     summary = an.summarise_rank_correlation(t)
     by = {r["scenario"]: (r["mean"], r["std"]) for r in summary.iter_rows(named=True)}
+    ci = {r["scenario"]: (r["ci_lo"], r["ci_hi"]) for r in summary.iter_rows(named=True)}
     rows.append(["**mean**"] + [FORMATS["r"](by[s][0]) for s in scen])
+    rows.append(["**95% CI of the mean**"] + [_cell(Column("ci_lo", "", "rci"), {"ci_lo": ci[s][0], "ci_hi": ci[s][1]})
+                                             for s in scen])
     rows.append(["**std**"] + [FORMATS["r"](by[s][1]) for s in scen])
     return ["episode"] + scen, rows
 
@@ -214,7 +239,9 @@ def _sweep_pivot(t: pl.DataFrame):
                 row.append("–")
             else:
                 cell = FORMATS["pct2"](r["utility"])
-                row.append(f"**{cell}**" if r["best"] else cell)
+                if r["best"]:
+                    cell = f"**{cell}**" + ("?" if r.get("best_certain") is False else "")
+                row.append(cell + _pm(r))
         rows.append(row)
     return ["method"] + scen, rows
 
@@ -231,7 +258,7 @@ def _offline_pivot(t: pl.DataFrame):
         for m in methods:
             r = look.get((ep, m))
             row.append("–" if r is None else (f"**{_pct(r['utility'], 2)}**" if r["rank"] == 1 else
-                                               f"{_pct(r['utility'], 2)} ({r['rank']})"))
+                                               f"{_pct(r['utility'], 2)} ({r['rank']})") + _pm(r))
         rows.append(row)
     return ["episode"] + methods, rows
 
@@ -245,11 +272,35 @@ def _latency(inp: ReportInputs) -> pl.DataFrame | None:
 
 def _pareto(inp: ReportInputs) -> pl.DataFrame:
     spent = an.budget_spent(inp.trace_rows, inp.utility) if inp.trace_rows is not None else None
-    return an.pareto(inp.utility, spent)
+    return an.pareto(inp.pooled, spent)
 
 
-def _on_utility(fn: Callable[[pl.DataFrame], pl.DataFrame]) -> Callable[[ReportInputs], pl.DataFrame]:
-    return lambda inp: fn(inp.utility)
+def _on_utility(fn: Callable[[pl.DataFrame], pl.DataFrame], episode: str | None = None) -> Callable[[ReportInputs], pl.DataFrame]:
+    """Compute on the seed-pooled table; with ``episode``, join the utility's interval."""
+    if episode is None:
+        return lambda inp: fn(inp.pooled)
+    return lambda inp: an.attach_intervals(fn(inp.pooled), inp.intervals(), episode)
+
+
+def _winners(inp: ReportInputs) -> pl.DataFrame:
+    return an.winners(inp.pooled, intervals=inp.intervals())
+
+
+def _offline(inp: ReportInputs) -> pl.DataFrame:
+    t = an.offline_table(inp.pooled).with_columns(pl.lit("offline").alias("protocol"), pl.lit(None, pl.Float64).alias("value"))
+    return an.attach_intervals(t, inp.intervals()).drop("protocol", "value")
+
+
+def _sweep(inp: ReportInputs) -> pl.DataFrame:
+    t = an.attach_intervals(an.sweep_table(inp.pooled), inp.intervals(), an.POOLED)
+    pw = an.pooled_winners(inp.pooled, inp.intervals())
+    g = an.group_columns(t)
+    return t.join(pw.select(g + ["scenario", pl.col("certain").alias("best_certain")]), on=g + ["scenario"], how="left")
+
+
+def _pareto_table(inp: ReportInputs) -> pl.DataFrame:
+    t = _pareto(inp).with_columns(pl.lit("amortised").alias("protocol"), pl.col("B_ms").alias("value"))
+    return an.attach_intervals(t, inp.intervals(), an.POOLED).drop("protocol", "value")
 
 
 TABLES: dict[str, TableSpec] = {}
@@ -263,38 +314,46 @@ _register(TableSpec(
     "winners", "Winner of every (episode, scenario) cell", "Table 15, Figure 1",
     "Each row is an episode, each column a scenario from offline through the strictest to the most "
     "relaxed value of each protocol; the cell names the method with the highest utility. "
-    "Methods within 1e-12 of each other share the cell (joined by ' = ').",
-    _cached("winners", lambda i: an.winners(i.utility)),
+    "Methods within 1e-12 of each other share the cell (joined by ' = '). A name ending in '?' is an "
+    "*uncertain* win: the paired bootstrap interval of its lead over the runner-up contains 0 "
+    "(docs/statistics.md); the CSV has the lead's interval (lead_lo, lead_hi).",
+    _cached("winners", _winners),
     (Column("episode", "episode"), Column("scenario", "scenario"), Column("winner", "winner"),
-     Column("best_utility", "U (%)", "pct2"), Column("margin", "lead (pp)", "pp")),
+     Column("best_utility", "U (%)", "pct2"), Column("margin", "lead (pp)", "pp"), Column("runner_up", "runner-up"),
+     Column("lead_lo", "lead CI", "ci"), Column("certain", "certain", "bool")),
     pivot=_winners_pivot,
 ))
 _register(TableSpec(
     "win_counts", "Win counts", "Table 15 legend",
     "How many cells (episodes × scenarios, offline included) each method wins; a tied cell counts "
-    "once for every tied method. A method that wins offline but few temporal cells is the paper's "
-    "rank instability.",
-    _cached("win_counts", lambda i: an.win_counts(i.utility)),
-    (Column("method", "method"), Column("wins", "wins", "int"), Column("cells", "cells", "int"),
+    "once for every tied method. 'certain' wins lead the runner-up with a paired bootstrap interval "
+    "above 0, 'uncertain' ones do not (or tie). A method that wins offline but few temporal cells is "
+    "the paper's rank instability.",
+    _cached("win_counts", lambda i: an.win_counts(i.pooled, w=_cached("winners", _winners)(i))),
+    (Column("method", "method"), Column("wins", "wins", "int"), Column("certain", "certain", "int"),
+     Column("uncertain", "uncertain", "int"), Column("cells", "cells", "int"),
      Column("share", "share (%)", "pct"), Column("offline", "offline", "int"), Column("discrete", "discrete", "int"),
      Column("continuous", "continuous", "int"), Column("amortised", "amortised", "int")),
 ))
 _register(TableSpec(
     "offline", "Offline accuracy per episode", "Tables 1 and 10",
     "Offline utility (plain accuracy, no time pressure) per episode; bold is the episode's best, "
-    "the number in brackets is the method's rank (1 = best).",
-    _cached("offline", lambda i: an.offline_table(i.utility)),
+    "the number in brackets is the method's rank (1 = best); ± is half the width of the bootstrap "
+    "interval over the episode's batches (pooled row: over episodes; bounds in the CSV).",
+    _cached("offline", _offline),
     (Column("episode", "episode"), Column("method", "method"), Column("utility", "accuracy (%)", "pct2"),
      Column("rank", "rank", "int")),
     pivot=_offline_pivot,
 ))
 _register(TableSpec(
     "sweep", "Pooled utility in every scenario", "Tables 11–13",
-    "Utility pooled over all episodes, per method and scenario; bold marks the best method of the "
-    "scenario. Read a row to see how a method fares as pressure relaxes (left to right).",
-    _cached("sweep", lambda i: an.sweep_table(i.utility)),
+    "Utility pooled over all episodes (and seeds), per method and scenario; bold marks the best "
+    "method of the scenario, with '?' when its lead over the runner-up is uncertain; ± is half the "
+    "width of the bootstrap interval over episodes (and seeds). Read a row to see how a method "
+    "fares as pressure relaxes (left to right).",
+    _cached("sweep", _sweep),
     (Column("scenario", "scenario"), Column("method", "method"), Column("utility", "U (%)", "pct2"),
-     Column("best", "best", "bool")),
+     Column("lo", "95% CI", "ci"), Column("best", "best", "bool"), Column("best_certain", "best certain", "bool")),
     pivot=_sweep_pivot,
 ))
 _register(TableSpec(
@@ -302,8 +361,9 @@ _register(TableSpec(
     "For each episode and temporal scenario, the methods are ranked by offline accuracy and by "
     "utility (ties get their average rank) and r_s is the correlation of the two rank vectors: 1 = "
     "the offline ranking holds, −1 = it is reversed, – = undefined (a ranking is constant). The "
-    "last rows give the mean and sample standard deviation (ddof = 1) across episodes.",
-    _cached("rank_correlation_cells", lambda i: an.rank_correlation_cells(i.utility)),
+    "last rows give the mean and sample standard deviation (ddof = 1) across episodes, and the "
+    "bootstrap interval of the mean (episodes resampled).",
+    _cached("rank_correlation_cells", lambda i: an.rank_correlation_cells(i.pooled)),
     (Column("episode", "episode"), Column("scenario", "scenario"), Column("spearman", "r_s", "r")),
     pivot=_spearman_pivot,
 ))
@@ -312,7 +372,7 @@ _register(TableSpec(
     "Over the temporal cells (offline excluded): how many cells the method does not win (a shared "
     "win is not a loss) and, over those lost cells, its mean utility deficit to the winner in "
     "percentage points. Lower is better for both.",
-    _cached("deficits", lambda i: an.deficits(i.utility)),
+    _cached("deficits", lambda i: an.deficits(i.pooled)),
     (Column("method", "method"), Column("cells", "cells", "int")) + _protocol_columns(
         (("losses", "losses", "int"), ("mean_deficit", "mean Δ (pp)", "pp"))),
 ))
@@ -343,9 +403,9 @@ _register(TableSpec(
     "U = α · ā_served: availability α (share of batches served in time) times the accuracy on the "
     "served batches. 'needed' is the served accuracy the method would need to match its best "
     "competitor (best other U / α); above 100 % it is insolvent: no accuracy gain can close the gap.",
-    _on_utility(an.discrete_decomposition),
+    _on_utility(lambda u: an.discrete_decomposition(u).with_columns(pl.lit("discrete").alias("protocol")), an.POOLED),
     (Column("method", "method"), Column("alpha", "α (%)", "pct"), Column("served", "|Q|", "int"),
-     Column("served_acc", "ā_served (%)", "pct"), Column("utility", "U (%)", "pct2"),
+     Column("served_acc", "ā_served (%)", "pct"), Column("utility", "U (%)", "pct2"), Column("lo", "U 95% CI", "ci"),
      Column("best_other_method", "best competitor"), Column("required_served_acc", "needed (%)", "pct"),
      Column("insolvent", "insolvent", "bool")),
 ))
@@ -354,9 +414,10 @@ _register(TableSpec(
     "U = ā · κ̄ + Cov(a, κ): accuracy times responsiveness κ̄ (1 = on time, 0.5 = as late as T) plus "
     "their alignment. 'needed' is the accuracy required to match the best competitor at zero "
     "alignment (best other U / κ̄); above 100 % the method is insolvent.",
-    _on_utility(an.continuous_decomposition),
+    _on_utility(lambda u: an.continuous_decomposition(u).with_columns(pl.lit("continuous").alias("protocol")), an.POOLED),
     (Column("method", "method"), Column("acc", "ā (%)", "pct2"), Column("kappa", "κ̄ (%)", "pct"),
-     Column("cov", "Cov(a, κ)", "cov"), Column("utility", "U (%)", "pct2"), Column("best_other_method", "best competitor"),
+     Column("cov", "Cov(a, κ)", "cov"), Column("utility", "U (%)", "pct2"), Column("lo", "U 95% CI", "ci"),
+     Column("best_other_method", "best competitor"),
      Column("required_acc", "needed (%)", "pct"), Column("insolvent", "insolvent", "bool")),
 ))
 _register(TableSpec(
@@ -365,10 +426,10 @@ _register(TableSpec(
     "overhead budget is spent, then runs frozen. A frozen accuracy below standard inference's means "
     "the budget was spent on harmful adaptation. 'frozen gap' is m − m* when the trace had no frozen "
     "checkpoint at m and the nearest earlier one, m*, stood in (0 = exact).",
-    _on_utility(an.amortised_decomposition),
+    _on_utility(lambda u: an.amortised_decomposition(u).with_columns(pl.lit("amortised").alias("protocol")), an.POOLED),
     (Column("method", "method"), Column("beta", "β (%)", "pct"), Column("m", "m", "num"),
      Column("acc_adapt", "ā_adapt (%)", "pct2"), Column("acc_frozen", "ā_frozen (%)", "pct2"),
-     Column("frozen_gap", "frozen gap", "num"), Column("utility", "U (%)", "pct2"),
+     Column("frozen_gap", "frozen gap", "num"), Column("utility", "U (%)", "pct2"), Column("lo", "U 95% CI", "ci"),
      Column("below_standard", "below standard", "bool")),
 ))
 _register(TableSpec(
@@ -396,9 +457,9 @@ _register(TableSpec(
     "episode (from the traces; – when only results were given). 'efficient' points beat every "
     "cheaper point of the same method; 'gain' is the utility bought per extra second (pp/s); "
     "'best at B' marks the method to deploy at that budget.",
-    _pareto,
+    _pareto_table,
     (Column("method", "method"), Column("B_ms", "B (ms)", "num"), Column("spent_ms", "spent (ms)", "num"),
-     Column("utility", "U (%)", "pct2"), Column("efficient", "efficient", "bool"),
+     Column("utility", "U (%)", "pct2"), Column("lo", "U 95% CI", "ci"), Column("efficient", "efficient", "bool"),
      Column("gain_pp_per_s", "gain (pp/s)", "gain"), Column("best_at_B", "best at B", "bool")),
 ))
 
@@ -435,7 +496,18 @@ def filter_group(t: pl.DataFrame, group: dict) -> pl.DataFrame:
     return t
 
 
+def _seeds_of(pooled: pl.DataFrame, group: dict) -> str:
+    """' · seeds 2025, 2026 (pooled)' or ' · seed 2025' for a group of the seed-pooled table."""
+    if an.SEEDS not in pooled.columns:
+        return ""
+    seeds = sorted(set(", ".join(filter_group(pooled, group).get_column(an.SEEDS).unique().to_list()).split(", ")))
+    return f" · seed {seeds[0]}" if len(seeds) == 1 else f" · seeds {', '.join(seeds)} (pooled)"
+
+
 def group_label(group: dict) -> str:
+    """The group's own label when the table carries one (it names every identity field)."""
+    if group.get("group"):
+        return str(group["group"])
     return " · ".join(f"{k}={v}" for k, v in group.items()) or "all traces"
 
 
@@ -444,8 +516,30 @@ def formatted_rows(spec: TableSpec, t: pl.DataFrame) -> tuple[list[str], list[li
     if spec.pivot is not None:
         return spec.pivot(t)
     cols = [c for c in spec.columns if c.name in t.columns]
-    rows = [[FORMATS[c.fmt](r[c.name]) for c in cols] for r in t.iter_rows(named=True)]
+    rows = [[_cell(c, r) for c in cols] for r in t.iter_rows(named=True)]
     return [c.header for c in cols], rows
+
+
+_INTERVAL_PAIRS = {"lo": "hi", "lead_lo": "lead_hi", "ci_lo": "ci_hi"}
+
+
+def _cell(c: Column, r: dict) -> str:
+    """One formatted cell; ``ci`` / ``rci`` columns name the interval's lower bound and show
+    ``[lo, hi]`` (in % or as r)."""
+    if c.fmt in ("ci", "rci"):
+        lo, hi = r.get(c.name), r.get(_INTERVAL_PAIRS[c.name])
+        if lo is None or hi is None:
+            return "–"
+        f = FORMATS["r"] if c.fmt == "rci" else FORMATS["pct2"]
+        return f"[{f(lo)}, {f(hi)}]"
+    return FORMATS[c.fmt](r[c.name])
+
+
+def _pm(r: dict | None) -> str:
+    """' ±h' with h half the interval's width in pp, or '' without an interval."""
+    if r is None or r.get("lo") is None or r.get("hi") is None:
+        return ""
+    return f" ±{(r['hi'] - r['lo']) * 50:.1f}"
 
 
 def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
@@ -469,18 +563,32 @@ def slug(text: str) -> str:
 
 _register(TableSpec(
     "rank_correlation_summary", "Spearman r_s per scenario across episodes", "Table 25 (mean, std rows)",
-    "Mean, sample standard deviation (ddof = 1), minimum and maximum of r_s over the episodes where "
-    "it is defined; 'undefined' counts episodes where a ranking was constant.",
+    "Mean, its bootstrap interval (episodes resampled), sample standard deviation (ddof = 1), "
+    "minimum and maximum of r_s over the episodes where it is defined; 'undefined' counts episodes "
+    "where a ranking was constant.",
     _cached("rank_correlation_summary", lambda i: an.summarise_rank_correlation(
-        _cached("rank_correlation_cells", lambda j: an.rank_correlation_cells(j.utility))(i))),
-    (Column("scenario", "scenario"), Column("mean", "mean r_s", "r"), Column("std", "std", "r"),
+        _cached("rank_correlation_cells", lambda j: an.rank_correlation_cells(j.pooled))(i), i.bootstrap)),
+    (Column("scenario", "scenario"), Column("mean", "mean r_s", "r"), Column("ci_lo", "95% CI", "rci"),
+     Column("std", "std", "r"),
      Column("min", "min", "r"), Column("max", "max", "r"), Column("episodes", "episodes", "int"),
      Column("undefined", "undefined", "int")),
 ))
 
+_register(TableSpec(
+    "seed_stability", "Winner stability across seeds", "—",
+    "With several seeds per group: the share of (episode, scenario) cells whose winner with k seeds "
+    "pooled equals the winner with all seeds pooled (mean over seed subsets of size k, with the "
+    "lowest and highest subset); 'single' rows are each seed alone. When the share is already 100 % "
+    "with fewer seeds, the extra seeds did not change the grid.",
+    _cached("seed_stability", lambda i: an.seed_stability(i.utility)),
+    (Column("kind", "rows"), Column("seeds", "seeds"), Column("subsets", "subsets", "int"),
+     Column("cells", "cells", "int"), Column("share", "same winner (%)", "pct"), Column("min", "min (%)", "pct"),
+     Column("max", "max (%)", "pct")),
+))
+
 #: Sections of report.md, in reading order (each lists table names).
 SECTIONS = (
-    ("Who wins where", ("win_counts", "winners", "offline", "sweep")),
+    ("Who wins where", ("win_counts", "winners", "offline", "sweep", "seed_stability")),
     ("Do offline rankings predict temporal ones?", ("rank_correlation", "rank_correlation_summary")),
     ("What losing costs", ("deficits", "below_standard")),
     ("Why: latency and decompositions under the strictest pressure",
@@ -511,7 +619,7 @@ def _count_phrase(names: list[str]) -> str:
 def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
     """Plain-language findings for one group, each sentence generated from the tables."""
     g = lambda name: (lambda t: None if t is None else filter_group(t, group))(compute_table(name, inp))  # noqa: E731
-    u = filter_group(inp.utility, group)
+    u = filter_group(inp.pooled, group)
     w, wc = g("winners"), g("win_counts")
     lines: list[str] = []
     episodes = an.episode_order(w.get_column("episode").unique().to_list())
@@ -530,14 +638,7 @@ def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
         fav, fav_n = oc.row(0)
         lines.append(f"**Offline**, {fav} is best in {fav_n}/{n_ep} episodes.")
     if temporal.height:
-        tc = temporal.explode("winners").group_by("winners").len().sort(["len", "winners"], descending=[True, False])
-        top = [f"{m} {n}" for m, n in tc.head(3).iter_rows()]
-        fav_t = dict(tc.iter_rows()).get(fav, 0) if fav else None
-        sent = f"**Under time pressure** the winners change: of {temporal.height} temporal cells, {_count_phrase(top)}"
-        sent += " (wins)."
-        if fav is not None:
-            sent += f" The offline favourite {fav} wins {fav_t or 'none'} of them."
-        lines.append(sent)
+        lines.append(_pressure_sentence(w, temporal, fav))
     lines += _strict_sentences(inp, group, w, n_ep, fav)
     rs = g("rank_correlation_summary")
     if rs is not None and rs.height:
@@ -572,14 +673,62 @@ def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
         lines.append(_budget_sentence(par))
     lat = g("latency")
     if lat is not None and lat.height:
-        slow = lat.sort("slowdown", descending=True).row(0, named=True)
-        lines.append(
-            f"**Root cause**: the slowest method, {slow['method']}, takes δ̄/λ = {slow['slowdown']:.2f}× standard "
-            f"inference per batch; {slow['l_mean']:.1f} ms of its {slow['delta_mean']:.1f} ms comes after the "
-            f"prediction (extrinsic ℓ̄) and {slow['e_minus_lambda']:.1f} ms before it (intrinsic ē − λ).")
+        lines.append(_root_cause_sentence(lat))
     elif inp.trace_rows is None:
         lines.append("The latency breakdown needs the traces: run `tempora-sim report TRACES` to include it.")
     return lines
+
+
+def _changed_cells(w: pl.DataFrame) -> pl.DataFrame:
+    """Temporal cells whose winner(s) differ from the same episode's offline winner(s)."""
+    g = an.group_columns(w)
+    off = w.filter(pl.col("protocol") == "offline").select(g + ["episode", pl.col("winner").alias("_off")])
+    t = w.filter(pl.col("protocol") != "offline").join(off, on=g + ["episode"], how="left")
+    return t.filter(pl.col("_off").is_not_null() & (pl.col("winner") != pl.col("_off")))
+
+
+def _pressure_sentence(w: pl.DataFrame, temporal: pl.DataFrame, fav: str | None) -> str:
+    """Whether time pressure changes the winners, said only as far as the cells show it.
+
+    A change is a temporal cell whose winner differs from its episode's offline winner; a
+    change is *certain* when the temporal winner's lead is certain (docs/statistics.md)."""
+    changed = _changed_cells(w)
+    n_t = temporal.height
+    tc = temporal.explode("winners").group_by("winners").len().sort(["len", "winners"], descending=[True, False])
+    top = [f"{m} {n}" for m, n in tc.head(3).iter_rows()]
+    if not changed.height:
+        return (f"**Under time pressure the winners do not change**: every one of the {n_t} temporal cells is won "
+                f"by its episode's offline winner ({_count_phrase(top)} wins).")
+    assessed = "certain" in changed.columns and changed.get_column("certain").is_not_null().any()
+    n_c = int(changed.get_column("certain").fill_null(False).sum()) if assessed else None
+    sent = f"**Under time pressure** the winner differs from the episode's offline winner in {changed.height} of {n_t} temporal cells"
+    if n_c is not None:
+        sent += (f" ({n_c} of them with a certain lead)" if n_c else
+                 " (none of them with a certain lead: each could be a coin toss)")
+    sent += f"; wins: {_count_phrase(top)}."
+    if fav is not None:
+        fav_t = dict(tc.iter_rows()).get(fav, 0)
+        sent += f" The offline favourite {fav} wins {fav_t or 'none'} of the {n_t} temporal cells."
+    return sent
+
+
+def _root_cause_sentence(lat: pl.DataFrame) -> str:
+    """The slowest method's latency split; an overhead is only stated where it is positive
+    (ē − λ < 0 means λ's provision covers the prediction: no intrinsic overhead)."""
+    slow = lat.sort("slowdown", descending=True).row(0, named=True)
+    if slow["slowdown"] is None or slow["slowdown"] <= 1.0:
+        return (f"**Root cause**: no method takes longer than λ per batch on average (the slowest, "
+                f"{slow['method']}, takes δ̄/λ = {slow['slowdown']:.2f}×), so time pressure costs little here.")
+    parts = []
+    if slow["l_mean"] is not None and slow["l_mean"] > 0.05:
+        parts.append(f"{slow['l_mean']:.1f} ms of its {slow['delta_mean']:.1f} ms comes after the prediction "
+                     "(extrinsic ℓ̄)")
+    if slow["e_minus_lambda"] is not None and slow["e_minus_lambda"] > 0.05:
+        parts.append(f"{slow['e_minus_lambda']:.1f} ms before it (intrinsic ē − λ)")
+    else:
+        parts.append("its prediction itself arrives within λ (no intrinsic overhead)")
+    return (f"**Root cause**: the slowest method, {slow['method']}, takes δ̄/λ = {slow['slowdown']:.2f}× standard "
+            f"inference per batch; " + " and ".join(parts) + ".")
 
 
 def _budget_sentence(par: pl.DataFrame) -> str:
@@ -621,6 +770,9 @@ def _strict_sentences(inp: ReportInputs, group: dict, w: pl.DataFrame, n_ep: int
         if r is None:
             continue
         head = f"**Strictest {proto} pressure ({scen})**: {lead} wins {k}/{n_ep} episodes"
+        cell = w.filter((pl.col("scenario") == scen) & pl.col("winners").list.contains(lead))
+        if cell.get_column("certain").is_not_null().any():
+            head += f" ({int(cell.get_column('certain').fill_null(False).sum())} of them certain)"
         other = fav if fav and fav != lead else None
         o = _row(t, method=other) if other else None
         if proto == "discrete":
@@ -670,26 +822,42 @@ def build_report(inp: ReportInputs, out: str | Path, all_episodes: bool = False,
 
     The utility curves show one episode per corruption category (four by default),
     ``episodes`` to choose, ``all_episodes`` for every episode."""
+    from tempora_schema.outputs import check_output_dir, staged_dir
+
+    final = check_output_dir(out)
+    # Built in a staging folder and published whole (report.md last): a failure anywhere leaves
+    # the previous report, if any, exactly as it was.
+    with staged_dir(final, what="report", last=("report.md",)) as stage:
+        result = _build_report(inp, stage, all_episodes, episodes, figures)
+    moved = lambda p: final / p.relative_to(stage)  # noqa: E731
+    return ReportResult(moved(result.report), [moved(p) for p in result.tables], [moved(p) for p in result.figures],
+                        result.seconds)
+
+
+def _build_report(inp: ReportInputs, out: Path, all_episodes: bool, episodes: Sequence[str] | None,
+                  figures: bool) -> ReportResult:
     import time
 
+    from tempora_schema.outputs import to_bytes, write_file
+
     t0 = time.perf_counter()
-    out = Path(out)
     (out / "tables").mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
     if inp.from_traces:
-        inp.utility.write_parquet(out / RESULTS_FILE)
-        inp.trace_rows.write_parquet(out / TRACE_TIMES_FILE)
+        write_file(out / RESULTS_FILE, to_bytes(inp.utility.write_parquet))
+        write_file(out / TRACE_TIMES_FILE, to_bytes(inp.trace_rows.write_parquet))
     computed: dict[str, pl.DataFrame | None] = {name: compute_table(name, inp) for name in TABLES}
     table_paths = []
     for name, t in computed.items():
         if t is not None:
             p = out / "tables" / f"{name}.csv"
-            csv_frame(t).write_csv(p)
+            write_file(p, csv_frame(t).write_csv().encode("utf-8"))
             table_paths.append(p)
     seconds["tables"] = time.perf_counter() - t0
     groups = groups_of(inp.utility)
     multi = len(groups) > 1
-    varying = [k for k in (groups[0] if groups else {}) if len({str(g[k]) for g in groups}) > 1]
+    # ("group" is the full label: named in headings, too long for file names)
+    varying = [k for k in (groups[0] if groups else {}) if k != "group" and len({str(g[k]) for g in groups}) > 1]
     fig_paths: list[Path] = []
     md = ["# Tempora report", "",
           f"Source: `{inp.source}` ({'traces, swept for this report' if inp.from_traces else 'sweep results'}). "
@@ -698,12 +866,13 @@ def build_report(inp: ReportInputs, out: str | Path, all_episodes: bool = False,
     t1 = time.perf_counter()
     for gi, group in enumerate(groups):
         # figure names: the group values that tell the groups apart, e.g. "cpu-other-winners.png"
-        prefix = f"{gi + 1}-{slug('-'.join(str(group[k]) for k in varying))}-" if multi else ""
+        prefix = (f"{gi + 1}-" + (f"{slug('-'.join(str(group[k]) for k in varying))}-" if varying else "")) if multi else ""
         hx = "##" if not multi else "###"
+        seeds = _seeds_of(inp.pooled, group)
         if multi:
-            md += [f"## Group {gi + 1}: {group_label(group)}", ""]
+            md += [f"## Group {gi + 1}: {group_label(group)}{seeds}", ""]
         else:
-            md += [f"Group: {group_label(group)}.", ""]
+            md += [f"Group: {group_label(group)}{seeds}.", ""]
         md += [f"{hx} Summary", ""] + [f"- {s}" for s in summary_lines(inp, group)] + [""]
         figs = _group_figures(inp, group, computed, out / "figures", prefix, all_episodes, episodes) if figures else {}
         fig_paths += [p for ps in figs.values() for p in ps]
@@ -718,7 +887,7 @@ def build_report(inp: ReportInputs, out: str | Path, all_episodes: bool = False,
                 md += _table_markdown(name, computed[name], group, hx, why_missing(name, inp))
     seconds["figures+markdown"] = time.perf_counter() - t1
     report = out / "report.md"
-    report.write_text("\n".join(md).rstrip() + "\n", encoding="utf-8")
+    write_file(report, ("\n".join(md).rstrip() + "\n").encode("utf-8"))
     seconds["total"] = time.perf_counter() - t0
     return ReportResult(report, table_paths, fig_paths, seconds)
 
@@ -752,7 +921,7 @@ def _table_markdown(name: str, t: pl.DataFrame | None, group: dict, hx: str, why
 def _group_figures(inp, group, computed, fig_dir, prefix, all_episodes, episodes) -> dict[str, tuple[Path, Path]]:
     from tempora_sim import figures as fg
 
-    u = filter_group(inp.utility, group)
+    u = filter_group(inp.pooled, group)
     label = group_label(group)
     made: dict[str, tuple[Path, Path]] = {}
     w, wc = computed["winners"], computed["win_counts"]

@@ -1,4 +1,4 @@
-"""Synthetic schema-v1 traces with realistic per-method timing profiles (no torch).
+"""Synthetic schema-v2 traces with realistic per-method timing profiles (no torch).
 
 Tests, benches and notebooks need traces without a GPU or a dataset. The profiles below are
 shaped after the ResNet-50 / RTX 4080 measurements of the Tempora paper (Table 2: mean e and ℓ
@@ -20,10 +20,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tempora_schema import (
+    METADATA_FIELDS_V1,
     NO_CHECKPOINT,
     PHASE_ADAPT,
     PHASE_FROZEN,
+    PROBE_NOT_MEASURED,
     SCHEMA_VERSION,
+    WEIGHTS_RANDOM,
     arrow_schema,
 )
 
@@ -92,6 +95,12 @@ def make_trace(
     frozen_eval: int | str = 16,
     profile: MethodProfile | None = None,
     time_scale: float = 1.0,
+    severity: int | None = 5,
+    threads: int = 1,
+    weights: str = WEIGHTS_RANDOM,
+    max_batches: int | None = None,
+    probe_ms: float | None = None,
+    schema_version: int = SCHEMA_VERSION,
 ) -> tuple[dict, pa.Table]:
     """Return ``(metadata, table)`` of one synthetic trace of ``method``.
 
@@ -101,6 +110,11 @@ def make_trace(
     ``[m, N-1]`` (always including ``N-1``), or all of them when ``frozen_eval == "all"``;
     ``checkpoints=None`` writes none. ``rng_seed`` defaults to a hash of method and seed so
     every method of a group gets different draws.
+
+    v2 identity: ``severity`` (also the rows' severity), ``threads``, ``weights``,
+    ``max_batches``; the domains are the episodes. ``probe_ms``: write a machine-speed probe
+    (at each episode start and every 50 steps, ``probe_ms`` ± 1 %, kind ``"synthetic"``);
+    ``None`` writes none. ``schema_version=1`` writes a v1 file (v1 metadata keys only).
     """
     prof = profile or PROFILES[method]
     if rng_seed is None:
@@ -154,13 +168,29 @@ def make_trace(
         "warmup_batches": 5,
         "frozen_eval": frozen_eval if checkpoints is not None else 0,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "severity": severity,
+        "domains": list(dict.fromkeys(episodes)),
+        "max_batches": max_batches,
+        "weights": weights,
+        "threads": threads,
+        "speed_probe": [],
+        "speed_probe_kind": PROBE_NOT_MEASURED,
     }
+    if probe_ms is not None:
+        meta["speed_probe_kind"] = "synthetic"
+        meta["speed_probe"] = [
+            {"episode": ep, "step": int(k), "ms": float(probe_ms * (1.0 + 0.01 * rng.standard_normal()))}
+            for ep in episodes for k in range(0, num_batches, 50)
+        ]
+    if schema_version == 1:
+        meta = {k: meta[k] for k in METADATA_FIELDS_V1}
+        meta["schema_version"] = 1
     cat = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
     rows = len(cat["step"])
     data = {
         "episode": pa.array(cat["episode"], pa.string()),
         "domain": pa.array(cat["episode"], pa.string()),
-        "severity": pa.array(np.full(rows, 5, dtype=np.int8)),
+        "severity": pa.array(np.full(rows, severity, dtype=np.int8)) if severity is not None else pa.nulls(rows, pa.int8()),
         "phase": pa.array(cat["phase"], pa.string()),
         "checkpoint": pa.array(cat["checkpoint"]),
         "step": pa.array(cat["step"]),

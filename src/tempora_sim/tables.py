@@ -16,11 +16,13 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from . import analyses as an
 from .replay import ALL_EPISODES, SweepResult
+from .stats import BootstrapOptions
 
 _TITLES = {
     "offline": "Offline utility (%): mean accuracy, no time pressure",
-    "discrete": "Discrete utility (%) across utilisation ρ",
+    "discrete": "Discrete utility (%) across utilisation ρ",  # + the arrival process, if not periodic
     "continuous": "Continuous utility (%) across HCI threshold T",
     "amortised": "Amortised utility (%) across overhead budget B",
 }
@@ -47,47 +49,96 @@ def _method_order(frame: pl.DataFrame, latency: dict) -> list[str]:
 
 
 def _groups(frame: pl.DataFrame) -> Iterable[tuple[str, pl.DataFrame]]:
-    keys = ["dataset", "model", "device", "batch_size", "seed", "stream"]
+    """Comparison groups of the seed-pooled rows (seeds are replicates, not groups), named by
+    the group's label (tempora_schema.GroupKey.label without the seed) and the seeds pooled."""
+    keys = an.group_columns(frame)
     for key, part in frame.group_by(keys, maintain_order=True):
-        label = f"{key[0]} · {key[1]} · {key[2]} · bs {key[3]} · seed {key[4]} · {key[5]}"
-        yield label, part
+        seeds = ", ".join(sorted(set(", ".join(part.get_column(an.SEEDS).to_list()).split(", ")))) \
+            if an.SEEDS in part.columns else "?"
+        name = part["group"][0] if "group" in part.columns else " · ".join(str(k) for k in key)
+        yield f"{name} · seed{'s' if ',' in seeds else ''} {seeds}", part
 
 
-def utility_tables(group: pl.DataFrame, latency: dict[str, float]) -> list[Table]:
-    """Tables 11–13 for one group's pooled rows: utility (%) per method × grid value."""
+#: A terminal table shows at most this many grid values (columns); larger grids are summarised.
+MAX_TABLE_COLUMNS = 12
+
+
+def shown_values(values: list) -> list:
+    """All values, or :data:`MAX_TABLE_COLUMNS` evenly spaced ones (first and last included), so a
+    grid of 100,000 values prints as fast as the paper's."""
+    if len(values) <= MAX_TABLE_COLUMNS:
+        return values
+    step = (len(values) - 1) / (MAX_TABLE_COLUMNS - 1)
+    return [values[round(i * step)] for i in range(MAX_TABLE_COLUMNS)]
+
+
+def _latency_of(latency: dict[str, dict[str, float]], group: pl.DataFrame) -> dict[str, float]:
+    """Mean δ per method over the seeds of this group (the sweep keys latency per seed)."""
+    r = group.row(0, named=True)
+    head = f"{r['dataset']} · {r['model']} · {r['device']} · bs {r['batch_size']} · seed "
+    merged: dict[str, list[float]] = {}
+    for label, per in latency.items():
+        if label.startswith(head) and label.endswith(f" · {r['stream']}"):
+            for m, d in per.items():
+                merged.setdefault(m, []).append(d)
+    return {m: sum(v) / len(v) for m, v in merged.items()}
+
+
+def utility_tables(group: pl.DataFrame, latency: dict[str, float], intervals=None,
+                   certain: dict | None = None) -> list[Table]:
+    """Tables 11–13 for one group's pooled rows: utility (%) per method × grid value, '?' after
+    the best value when its lead over the runner-up is uncertain (``certain``: value → bool),
+    and the typical and widest half-width of the bootstrap intervals in the caption."""
+    certain = certain or {}
+    ci = {}
+    if intervals is not None:
+        for r in an.attach_intervals(group, intervals).iter_rows(named=True):
+            ci[(r["method"], r["protocol"], _key(r["value"]))] = r
     tables = []
     if True:
         for protocol in ("offline", "discrete", "continuous", "amortised"):
             part = group.filter(pl.col("protocol") == protocol)
             if part.height == 0:
                 continue
-            values = part["value"].unique(maintain_order=True).to_list()
+            all_values = part["value"].unique(maintain_order=True).to_list()
+            values = shown_values(all_values)
             param = part["param"][0]
+            widths = [(r["hi"] - r["lo"]) * 50 for (m, p, _), r in ci.items()
+                      if p == protocol and r.get("lo") is not None and r.get("hi") is not None]
+            spread = (f"; intervals over episodes: ±{sorted(widths)[len(widths) // 2]:.1f} pp typical, "
+                      f"±{max(widths):.1f} widest (`tempora-sim report` has each)") if widths else ""
+            caption = ("* best per column (bold), underlined: second; ? the best's lead over the runner-up is "
+                       "uncertain (its paired bootstrap interval contains 0)" + spread)
+            if len(values) < len(all_values):
+                caption += (f"; {len(values)} of {len(all_values):,} grid values shown, evenly spaced "
+                            "(every value is in --out or --format json)")
             table = Table(title=_TITLES[protocol], box=box.SIMPLE_HEAD, title_justify="left", min_width=60,
-                          caption="* best per column (bold), underlined: second", caption_justify="left")
+                          caption=caption, caption_justify="left")
             table.add_column("Method")
             for v in values:
                 table.add_column(value_label(param, v), justify="right")
-            grid = {}
-            for row in part.iter_rows(named=True):
-                grid[(row["method"], row["value"])] = row["utility"]
+            grid: dict[tuple[str, object], float | None] = {}
+            for row in part.select("method", "value", "utility").iter_rows():
+                grid[(row[0], _key(row[1]))] = row[2]
             ranks = {}
+            methods = _method_order(part, latency)
             for v in values:
-                col = [(u, m) for (m, vv), u in grid.items() if _same(vv, v) and u is not None]
+                col = [(grid.get((m, _key(v))), m) for m in methods]
+                col = [(u, m) for u, m in col if u is not None]
                 distinct = sorted({u for u, _ in col}, reverse=True)
                 for u, m in col:  # ties share the mark
                     if u == distinct[0]:
                         ranks[(m, _key(v))] = 1
                     elif len(distinct) > 1 and u == distinct[1]:
                         ranks[(m, _key(v))] = 2
-            for method in _method_order(part, latency):
+            for method in methods:
                 cells = [method]
                 for v in values:
-                    u = next((u for (m, vv), u in grid.items() if m == method and _same(vv, v)), None)
-                    text = _pct(u)
+                    text = _pct(grid.get((method, _key(v))))
                     rank = ranks.get((method, _key(v)))
                     if rank == 1:
-                        text = f"[bold]{text}*[/bold]"
+                        unsure = certain.get((protocol, _key(v))) is False
+                        text = f"[bold]{text}*{'?' if unsure else ''}[/bold]"
                     elif rank == 2:
                         text = f"[underline]{text}[/underline]"
                     cells.append(text)
@@ -140,13 +191,31 @@ def decomposition_tables(group: pl.DataFrame, latency: dict[str, float]) -> list
     return tables
 
 
-def print_report(result: SweepResult, console: Console | None = None) -> None:
-    """Per group: a header with λ, the utility tables, then the decompositions."""
+def print_report(result: SweepResult, console: Console | None = None,
+                 bootstrap: BootstrapOptions | None = None) -> None:
+    """Per group (seeds pooled): a header with λ, the utility tables, then the decompositions."""
     console = console or Console()
-    pooled = result.frame.filter(pl.col("episode") == ALL_EPISODES)
+    frame = result.frame
+    # intervals and certainty for the single-parameter protocols (the combined ρ × T / ρ × B
+    # grids have their own winners maps)
+    single = frame.filter(pl.col("protocol").is_in(an.PROTOCOLS))
+    intervals = an.utility_intervals(single, None, bootstrap) if single.height else None
+    certain = {}
+    if intervals is not None and single.filter(pl.col("episode") == ALL_EPISODES).height:
+        pw = an.pooled_winners(single, intervals)
+        g = an.group_columns(pw)
+        for r in pw.iter_rows(named=True):
+            certain[(tuple(r[c] for c in g), r["protocol"], _key(r["value"]))] = r["certain"]
+    pooled = an.pool_seeds(frame.filter(pl.col("episode") == ALL_EPISODES))
     for label, group in _groups(pooled):
-        lam = group["lambda_ms"][0]
-        console.rule(f"[bold]{label}[/bold] · λ = {lam:.2f} ms")
-        latency = result.latency.get(label, {})
-        for table in utility_tables(group, latency) + decomposition_tables(group, latency):
+        lams = sorted(set(group["lambda_ms"].to_list()))
+        lam = ", ".join(f"{x:.2f}" for x in lams)
+        console.rule(f"[bold]{label}[/bold] · λ = {lam} ms")
+        latency = _latency_of(result.latency, group)
+        gk = tuple(group.row(0, named=True)[c] for c in an.group_columns(group))
+        mine = {(p, v): c for (k, p, v), c in certain.items() if k == gk}
+        from .scenario_tables import scenario_tables
+
+        for table in (utility_tables(group, latency, intervals, mine) + decomposition_tables(group, latency)
+                      + scenario_tables(group)):
             console.print(table)

@@ -1,52 +1,78 @@
-"""Reading, validating and grouping schema-v1 traces (polars + pyarrow, no torch).
+"""Reading, validating and grouping traces (schema v2, v1 with a warning; polars, no torch).
 
-A *group* is what makes traces comparable (docs/design.md §3 ``GROUP_KEYS``: dataset, model, device,
-batch size, seed, stream). All traces of a group share one λ, taken from its ``standard``
-trace; a group may hold at most one trace per method.
+A *group* is what makes traces comparable: the trace identity without the method
+(``tempora_schema.GROUP_KEYS``: dataset, model, weights, device, threads, batch size, seed,
+stream, severity, domains, max_batches). All traces of a group share one λ, taken from its
+``standard`` trace; a group may hold at most one trace per method.
+
+Files are read with polars' native Parquet reader and validated on numpy arrays: pyarrow is
+never imported on this path (it costs a third of a warm sweep's start-up).
 """
 
 from __future__ import annotations
 
+import errno
+import math
 import os
+import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import numpy as np
 import polars as pl
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from tempora_schema import (
+    COLUMN_KINDS,
+    COLUMN_TYPES,
+    COLUMNS,
+    METADATA_KEY,
+    NULLABLE_COLUMNS,
     PHASE_ADAPT,
     PHASE_FROZEN,
     GroupKey,
+    RowArrays,
+    RowLayout,
     TraceSchemaError,
-    decode_metadata,
-    validate_table,
+    check_metadata_matches_rows,
+    lambda_ms,
+    parse_metadata,
+    probe_median_ms,
+    upgrade_v1_metadata,
+    v1_warning,
+    validate_metadata,
+    validate_rows,
 )
+from tempora_schema.provision import LAMBDA_RULES, LAMBDA_SIGMAS, lambda_provision  # noqa: F401  (re-exported)
 
-from tempora_schema.provision import LAMBDA_SIGMAS, lambda_provision  # noqa: F401  (re-exported)
-
-from .errors import GroupError, SimError, TraceFileError
+from .errors import GridError, GroupError, SimError, SimWarning, TraceFileError
 
 #: Name of the non-adaptive baseline whose trace defines λ.
 STANDARD_METHOD = "standard"
+#: Traces of a group whose median speed-probe times differ by more than this are flagged.
+SPEED_SPREAD_LIMIT = 0.10
+#: λ above this multiple of standard's median δ is flagged (a noisy calibration).
+LAMBDA_MEDIAN_LIMIT = 1.5
 
 
 @dataclass
 class Trace:
-    """One trace file: its metadata and its rows (validated, in file order)."""
+    """One trace file: its metadata (v2 keys, filled in for v1 files), rows and row arrays."""
 
     path: Path
     meta: dict
     rows: pl.DataFrame
+    arrays: RowArrays | None = None
+    layout: RowLayout | None = None
+    #: schema version of the file (1 for a v1 file read with its metadata upgraded in memory)
+    version: int = 2
 
     @property
     def method(self) -> str:
         return str(self.meta["method"])
 
-    @property
+    @cached_property
     def group(self) -> GroupKey:
         return GroupKey.from_metadata(self.meta)
 
@@ -74,10 +100,22 @@ class Trace:
     def episodes(self) -> list[str]:
         return self.adapt["episode"].unique(maintain_order=True).to_list()
 
-    @property
+    @cached_property
+    def adapt_delta(self) -> np.ndarray:
+        """δ of the adapt rows (any order): what λ and the latency summaries need."""
+        arr = self._arrays()
+        return arr.delta_ms[arr.adapt]
+
+    @cached_property
     def updates_parameters(self) -> bool:
         """True if any adapt row changed the model (frozen ≠ source model)."""
-        return bool(self.adapt["updated"].any())
+        arr = self._arrays()
+        return bool(self.rows["updated"].to_numpy()[arr.adapt].any())
+
+    def _arrays(self) -> RowArrays:
+        if self.arrays is None:
+            self.arrays = rows_from_polars(self.rows, self.path)
+        return self.arrays
 
 
 @dataclass
@@ -95,7 +133,8 @@ class TraceSet:
             if twin is not None:
                 raise GroupError(
                     f"{trace.path}: second trace of method '{trace.method}' in group {trace.group.label()} "
-                    f"(first: {twin.path}); keep one per method, seed or device"
+                    f"(first: {twin.path}); the two have the same identity (method, data, severity, domains, "
+                    "weights, device, threads, batch size, seed, stream): keep one"
                 )
             members.append(trace)
         return out
@@ -104,8 +143,28 @@ class TraceSet:
         return len(self.traces)
 
 
+def _is_hidden(path: Path, root: Path) -> bool:
+    """Staging folders and temporary files of an interrupted writer start with a dot."""
+    return any(part.startswith(".") for part in path.relative_to(root).parts)
+
+
+def _check_link(path: Path) -> None:
+    """A ``*.parquet`` entry that cannot be followed is refused by name, never skipped."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        target = os.readlink(path) if path.is_symlink() else "?"
+        raise TraceFileError(path, f"dangling symbolic link (its target {target} does not exist); "
+                                   "fix or remove the link") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise TraceFileError(path, "symbolic link loop; fix or remove the link") from None
+        raise TraceFileError(path, f"cannot read ({exc.strerror or exc})") from None
+
+
 def find_trace_files(source: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
-    """Expand files and directories (recursively, ``*.parquet``) into a sorted file list."""
+    """Expand files and directories (recursively, ``*.parquet``, hidden entries skipped) into a
+    sorted file list. A link among them that leads nowhere is an error, not a silent skip."""
     items = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not items:
         raise SimError("no trace paths given")
@@ -113,55 +172,211 @@ def find_trace_files(source: str | os.PathLike | Sequence[str | os.PathLike]) ->
     for item in items:
         path = Path(item)
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*.parquet") if p.is_file())
+            found = []
+            for p in sorted(path.rglob("*.parquet")):
+                if _is_hidden(p, path):
+                    continue
+                _check_link(p)
+                if p.is_file():
+                    found.append(p)
             if not found:
                 raise TraceFileError(path, "no *.parquet trace files found in this directory")
             files += found
         elif path.is_file():
             files.append(path)
         else:
+            if path.is_symlink():
+                _check_link(path)
             raise TraceFileError(path, "no such file or directory")
     return list(dict.fromkeys(files))
 
 
+def check_out_outside(sources: Iterable[str | os.PathLike], out: str | os.PathLike) -> None:
+    """An output folder inside a trace folder would be read as traces by the next sweep: refuse
+    it. The trace folder of a file argument is the folder holding it."""
+    try:
+        dest = Path(out).expanduser().resolve()
+    except (OSError, RuntimeError):
+        return  # an unusable --out is reported by the writer with its reason
+    for item in sources:
+        src = Path(item)
+        try:
+            folder = (src if src.is_dir() else src.parent).resolve()
+        except (OSError, RuntimeError):
+            continue
+        if dest == folder or folder in dest.parents:
+            raise SimError(f"--out {out} is inside the trace directory {folder}; its Parquet files would be read as "
+                           "traces next time: write it elsewhere")
+
+
+#: Integer metadata that must fit the simulator's int64 columns.
+_INT_FIELDS = ("batch_size", "seed", "num_classes", "warmup_batches")
+
+
+def _check_metadata_values(meta: dict, path: Path) -> None:
+    """Metadata values the sweep turns into columns must be in range, and nothing may be NaN/∞."""
+    for key in _INT_FIELDS:
+        value = meta.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value < 2**63:
+            raise TraceFileError(path, f"metadata '{key}' = {value} is outside 0..2^63-1")
+    stack = [meta]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise TraceFileError(path, "metadata holds NaN or Infinity (not valid JSON for strict readers)")
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def _dtype_kind(dtype: pl.DataType) -> str:
+    if dtype == pl.String or isinstance(dtype, (pl.Categorical, pl.Enum)):
+        return "string"
+    if dtype == pl.Boolean:
+        return "boolean"
+    if dtype.is_integer():
+        return "integer"
+    if dtype.is_float():
+        return "floating"
+    return str(dtype)
+
+
+def _type_name(dtype: pl.DataType) -> str:
+    """A polars dtype spelt as Arrow spells it (so messages read the same from either reader)."""
+    return {pl.Float64: "double", pl.Float32: "float", pl.Boolean: "bool"}.get(dtype, str(dtype).lower())
+
+
+def _run_starts(ids: np.ndarray) -> np.ndarray:
+    return np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if ids.size else np.zeros(0, np.int64)
+
+
+def rows_from_polars(df: pl.DataFrame, path: object = "<trace>") -> RowArrays:
+    """Check columns, kinds and nulls of a trace read by polars; return its :class:`RowArrays`.
+
+    Strings are never materialised per row: episodes and phases are numbered by run (rows
+    of a trace come in long runs), and only the run starts are looked at as strings.
+    """
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise TraceSchemaError(path, f"missing column(s): {', '.join(missing)}")
+    for name in COLUMNS:
+        dtype = df.schema[name]
+        if _dtype_kind(dtype) != COLUMN_KINDS[name]:
+            raise TraceSchemaError(path, f"column '{name}' has type {_type_name(dtype)}, expected {COLUMN_TYPES[name]}")
+    for name in COLUMNS:
+        nulls = df[name].null_count()
+        if nulls and name not in NULLABLE_COLUMNS:
+            raise TraceSchemaError(path, f"column '{name}' has {nulls} null value(s)")
+    runs = df.select(pl.col("episode").rle_id().alias("ep"), pl.col("phase").rle_id().alias("ph"))
+    ep_run = runs["ep"].to_numpy()
+    ep_starts = _run_starts(ep_run)
+    run_names = df["episode"].cast(pl.String).gather(ep_starts)
+    names = run_names.unique(maintain_order=True)
+    run_code = run_names.replace_strict(names, pl.int_range(names.len(), eager=True), return_dtype=pl.Int64).to_numpy()
+    ph_starts = _run_starts(runs["ph"].to_numpy())
+    phase_values = df["phase"].cast(pl.String).gather(ph_starts).unique().to_list()
+
+    def num(name, dtype):
+        # integers keep their file width (int32): comparisons need no int64 copies
+        arr = df[name].to_numpy()
+        return arr if arr.dtype.kind == dtype else arr.astype(np.int64 if dtype == "i" else np.float64)
+
+    return RowArrays(
+        episode_names=names.to_list(),
+        episode_code=run_code[ep_run] if ep_run.size else np.zeros(0, np.int64),
+        phase_values=[str(v) for v in phase_values],
+        adapt=(df["phase"].cast(pl.String) == PHASE_ADAPT).to_numpy(),
+        checkpoint=num("checkpoint", "i"), step=num("step", "i"), n=num("n", "i"),
+        correct=num("correct", "i"), e_ms=num("e_ms", "f"), l_ms=num("l_ms", "f"),
+        delta_ms=num("delta_ms", "f"),
+    )
+
+
+def _distinct_in_order(series: pl.Series) -> list:
+    starts = _run_starts(series.rle_id().to_numpy())
+    return series.gather(starts).unique(maintain_order=True).to_list()
+
+
+def _panic(exc: BaseException) -> bool:
+    return type(exc).__name__ == "PanicException"
+
+
 def read_trace(path: str | os.PathLike) -> Trace:
-    """Read and validate one trace file; any problem becomes a one-line TraceFileError."""
+    """Read and validate one trace file; any problem becomes a one-line TraceFileError.
+
+    A v1 file is accepted with its metadata upgraded in memory (:func:`tempora_schema.
+    upgrade_v1_metadata`); the returned trace has ``version == 1`` so callers can warn.
+    """
     path = Path(path)
     try:
-        table = pq.read_table(path, use_threads=False)  # per-file thread pools cost more than they save here
-    except (pa.ArrowException, OSError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise TraceFileError(path, f"not a readable Parquet file ({first})") from None
+        try:
+            kv = pl.read_parquet_metadata(path)
+            df = pl.read_parquet(path, parallel="none")  # per-file thread pools cost more than they save here
+        except UnicodeEncodeError:  # a file name that is not UTF-8: read through an open file
+            with open(path, "rb") as fh:
+                data = fh.read()
+            import io
+
+            kv = pl.read_parquet_metadata(io.BytesIO(data))
+            df = pl.read_parquet(io.BytesIO(data), parallel="none")
+    except BaseException as exc:  # noqa: BLE001 - polars reports corrupt files as panics, too
+        if not isinstance(exc, Exception) and not _panic(exc):
+            raise
+        text = str(exc).strip()
+        first = text.splitlines()[0] if text else type(exc).__name__
+        raise TraceFileError(path, f"not a readable Parquet file ({first[:200]})") from None
     try:
-        meta = decode_metadata(table.schema, path)
-        validate_table(table, meta, path)
+        meta = parse_metadata(kv.get(METADATA_KEY), path)
+        _check_metadata_values(meta, path)
+        version = validate_metadata(meta, path)
+        arrays = rows_from_polars(df, path)
+        layout = validate_rows(arrays, path)
+        domains = _distinct_in_order(df["domain"].cast(pl.String))
+        severities = _distinct_in_order(df["severity"])
+        if version == 1:
+            meta = upgrade_v1_metadata(meta, severities, domains)
+        else:
+            check_metadata_matches_rows(meta, arrays.episode_names, layout.adapt_counts, domains, severities, path)
     except TraceSchemaError as exc:
         raise TraceFileError.from_schema_error(exc) from None
-    return Trace(path=path, meta=meta, rows=pl.from_arrow(table))
+    except RecursionError:
+        raise TraceFileError(path, "metadata is nested too deeply to be a Tempora trace") from None
+    return Trace(path=path, meta=meta, rows=df, arrays=arrays, layout=layout, version=version)
 
 
 def load_traces(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike]) -> TraceSet:
-    """Load every trace under the given file(s)/directory(ies) into a validated TraceSet."""
+    """Load every trace under the given file(s)/directory(ies) into a validated TraceSet.
+
+    Schema-v1 files are read with one :class:`SimWarning` line for the whole call."""
     if not isinstance(path_or_paths, (str, os.PathLike)):
         path_or_paths = list(path_or_paths)
     traces = TraceSet([read_trace(p) for p in find_trace_files(path_or_paths)])
-    traces.groups()  # reject duplicate methods early, at load time
+    old = [t.path for t in traces.traces if t.version == 1]
+    if len(old) == 1:
+        warnings.warn(v1_warning(old[0]), SimWarning, stacklevel=2)
+    elif old:
+        shown = ", ".join(str(p) for p in old[:3]) + (", …" if len(old) > 3 else "")
+        warnings.warn(v1_warning(f"{len(old)} files ({shown})").replace("schema v1 trace:", "schema v1 traces:"),
+                      SimWarning, stacklevel=2)
+    traces.groups()  # reject duplicate identities early, at load time
     return traces
 
 
-def lambda_from_standard(trace: Trace) -> float:
-    """λ = mean(δ) + 6·std(δ) over all adapt rows of a ``standard`` trace, in ms.
-
-    ``std`` is the population standard deviation (ddof = 0): the reference implementation's
-    recorders summarise per-batch timings with ``numpy.std`` (ddof = 0), and the paper's
-    λ = 39.9 ms is that provision over the standard run's batches. With 781+ batches the
-    ddof choice changes λ by < 0.1 %.
-    """
-    return lambda_provision(trace.adapt["delta_ms"].to_numpy())[0]
+def lambda_from_standard(trace: Trace, rule: str = "paper") -> float:
+    """λ of a ``standard`` trace's adapt-row δ under ``rule`` (:func:`tempora_schema.lambda_ms`)."""
+    return lambda_ms(trace.adapt_delta, rule)
 
 
-def group_lambdas(traceset: TraceSet, lambda_ms: float | None = None) -> dict[GroupKey, float]:
+def check_lambda_rule(rule: str) -> str:
+    if rule not in LAMBDA_RULES:
+        raise GridError(f"--lambda-rule: '{rule}' is not one of {', '.join(LAMBDA_RULES)}")
+    return rule
+
+
+def group_lambdas(traceset: TraceSet, lambda_ms: float | None = None, rule: str = "paper") -> dict[GroupKey, float]:
     """λ per group: ``lambda_ms`` for all groups if given, else from each group's standard trace."""
+    check_lambda_rule(rule)
     out = {}
     for key, members in traceset.groups().items():
         if lambda_ms is not None:
@@ -173,5 +388,40 @@ def group_lambdas(traceset: TraceSet, lambda_ms: float | None = None) -> dict[Gr
                 f"group {key.label()} ({members[0].path.parent}) has no '{STANDARD_METHOD}' trace to take λ from; "
                 "trace the standard method too or pass --lambda-ms"
             )
-        out[key] = lambda_from_standard(std)
+        out[key] = lambda_from_standard(std, rule)
     return out
+
+
+def group_warnings(traceset: TraceSet, lambdas: dict[GroupKey, float]) -> list[str]:
+    """One line per group whose measurements look unfair (docs/trace-schema.md, "Speed probe"):
+    traces taken at machine speeds more than 10 % apart (median probe time per trace), or λ
+    above 1.5 × the median δ of ``standard`` (a noisy calibration inflates λ)."""
+    lines = []
+    for key, members in traceset.groups().items():
+        problems = []
+        probed = [(t.method, t.meta.get("speed_probe_kind"), probe_median_ms(t.meta)) for t in members]
+        probed = [p for p in probed if p[2] is not None]
+        kinds = sorted({p[1] for p in probed})
+        if len(kinds) > 1:
+            problems.append(f"speed probes of different kinds ({', '.join(kinds)}) cannot be compared")
+        elif len(probed) > 1:
+            fast = min(probed, key=lambda p: p[2])
+            slow = max(probed, key=lambda p: p[2])
+            spread = slow[2] / fast[2] - 1.0
+            if spread > SPEED_SPREAD_LIMIT:
+                problems.append(
+                    f"traces taken at machine speeds {spread:.0%} apart (median probe {fast[0]} {fast[2]:.3g} ms, "
+                    f"{slow[0]} {slow[2]:.3g} ms): their δ are not comparable; re-trace on a quiet machine"
+                )
+        std = next((t for t in members if t.method == STANDARD_METHOD), None)
+        lam = lambdas.get(key)
+        if std is not None and lam is not None:
+            med = float(np.median(std.adapt_delta))
+            if med > 0 and lam > LAMBDA_MEDIAN_LIMIT * med:
+                problems.append(
+                    f"λ = {lam:.3g} ms is {lam / med:.1f}× the median δ of standard ({med:.3g} ms): "
+                    "standard was timed on a noisy machine (consider --lambda-rule robust or re-tracing)"
+                )
+        if problems:
+            lines.append(f"group {key.label()}: " + "; ".join(problems))
+    return lines

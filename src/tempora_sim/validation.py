@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tempora_schema import GroupKey, TraceSchemaError
-from tempora_schema.live import decode_live_metadata, validate_live_table
+from tempora_schema.live import comparable_group, decode_live_metadata, validate_live_table
 
 from .errors import GroupError, SimError, TraceFileError
 from .replay import ALL_EPISODES, run_sweep
@@ -208,11 +208,13 @@ def _restricted(trace: Trace, episodes: Sequence[str], sizes: dict[str, int]) ->
 
 
 def _find_trace(traces: TraceSet, live: LiveFile) -> Trace:
-    members = traces.groups().get(live.group, [])
-    for t in members:
-        if t.method == live.meta["method"]:
-            return t
-    raise GroupError(f"{live.path}: no trace of method '{live.meta['method']}' in group {live.group.label()} under --traces")
+    """The trace of the live run's method and group (a trace of exactly its group first, else
+    one of the same comparable group, which is then cut to the live run's episodes)."""
+    want = comparable_group(live.group)
+    found = [t for t in traces.traces if t.method == live.meta["method"] and comparable_group(t.group) == want]
+    if not found:
+        raise GroupError(f"{live.path}: no trace of method '{live.meta['method']}' in group {live.group.label()} under --traces")
+    return min(found, key=lambda t: (t.group != live.group, str(t.path)))
 
 
 def replay_setting(trace: Trace, first: LiveRunStats) -> dict:

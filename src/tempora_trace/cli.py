@@ -14,15 +14,26 @@ several subcommands are declared once in :data:`RUN_OPTIONS` / :func:`run_option
 
 from __future__ import annotations
 
+import os as _os
+import signal as _signal
 import sys
 
-from tempora_schema.command import guard_startup_interrupt, is_tool_process
 
-if is_tool_process(__name__, "tempora-trace"):
-    guard_startup_interrupt("tempora-trace")  # before torch is imported (seconds)
+def _interrupted_at_start_up(signum, frame):  # noqa: ARG001 - signal handler signature
+    _os.write(2, b"tempora-trace: interrupted\n")
+    _os._exit(130)
+
+
+# Ctrl-C while the heavy modules import (seconds) is one line, not a KeyboardInterrupt traceback.
+# Only in the tool's own process (script or `python -m`), never when a library imports this
+# module; OneLineGroup.run restores Python's handler once the command starts. Nothing but the
+# standard library may be imported before this line.
+if __name__ == "__main__" or _os.path.basename(sys.argv[0] if sys.argv else "") == "tempora-trace":
+    _signal.signal(_signal.SIGINT, _interrupted_at_start_up)
 
 import json  # noqa: E402
 import math  # noqa: E402
+import os  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, Callable, Sequence  # noqa: E402
 
@@ -41,7 +52,15 @@ from tempora_schema.command import (  # noqa: E402
 from tempora_schema.errors import OptionError  # noqa: E402
 
 from . import __version__  # noqa: E402
-from .config import DEFAULT_BATCH_SIZE, DEFAULT_FROZEN_SAMPLE, DEFAULT_SEED, DEFAULT_SEVERITY, TraceConfig  # noqa: E402
+from .config import (  # noqa: E402
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_FROZEN_SAMPLE,
+    DEFAULT_SEED,
+    DEFAULT_SEVERITY,
+    DEFAULT_STAGE_MB,
+    WARMUP_BATCHES,
+    TraceConfig,
+)
 from .errors import ConfigError  # noqa: E402
 
 PROG = "tempora-trace"
@@ -134,6 +153,9 @@ RUN_OPTIONS: list[Callable] = [
          help="demo, cifar10-c, cifar100-c, imagenet-c, imagenet-r, imagenet-a or imagenet-v2 (see `tempora-trace list`)."),
     _opt("--model", default=None, help="Model name [default: the dataset's model: demo-resnet, cifar-resnet18, resnet50]."),
     _opt("--weights", default=None, help="Weight file (state_dict), or 'random' for an untrained model (timing only)."),
+    _opt("--offline", is_flag=True,
+         help="Never download weights: a missing file is an error naming where to put it "
+              "(also TEMPORA_OFFLINE=1 or HF_HUB_OFFLINE=1)."),
     _opt("--data-root", default=None, help="Dataset folder [default: $TEMPORA_DATA/<dataset folder>]."),
     _opt("--device", default="cpu", help="cpu, cuda or cuda:N."),
     _opt("--out", default=None, type=click.Path(path_type=str),
@@ -149,8 +171,13 @@ RUN_OPTIONS: list[Callable] = [
     _opt("--stream", type=click.Choice(["episodic", "continual"]), default="episodic",
          help="episodic: reset per domain; continual: never reset."),
     _opt("--workers", type=click.IntRange(0, 1024), default=None,
-         help="Loader threads [default: 0 on CPU, min(8, cores) on CUDA]."),
+         help="Parallel decode workers, active only between staged chunks, never during a timed event [default: min(8, cores)]."),
+    _opt("--stage-mb", type=click.FloatRange(0, None, min_open=True), default=DEFAULT_STAGE_MB, metavar="MIB",
+         help="Host memory for one staged chunk of batches, MiB (docs/timing.md)."),
     _opt("--threads", type=click.IntRange(1, 4096), default=None, help="Torch intra-op threads [default: torch's choice]."),
+    _opt("--warmup-batches", type=click.IntRange(0, 1000), default=WARMUP_BATCHES,
+         help="Untimed noise-perturbed copies of the first batch run before the clock starts, so lazy "
+              "initialisation never lands in a timed row (0: none)."),
     _opt("--resume", is_flag=True, help="Continue an interrupted run after its last complete episode."),
     _opt("--force", is_flag=True, help="Overwrite an existing trace or discard an interrupted run."),
     _opt("--quiet", is_flag=True, help="No progress bars or episode summaries."),
@@ -201,21 +228,24 @@ def make_config(method: str, opts: dict[str, Any], **extra: Any) -> TraceConfig:
         data_root=opts["data_root"], device=opts["device"], out=opts["out"], name=opts["name"],
         domains=_domains(opts["domains"]), severity=opts["severity"], max_batches=opts["max_batches"],
         batch_size=opts["batch_size"], seed=opts["seed"], stream=opts["stream"], workers=opts["workers"],
-        resume=opts["resume"], force=opts["force"], quiet=opts["quiet"], **extra,
+        threads=opts["threads"],  # part of the trace identity; the run applies it
+        stage_mb=opts["stage_mb"], resume=opts["resume"], force=opts["force"], quiet=opts["quiet"],
+        warmup_batches=opts["warmup_batches"], **extra,
     ).resolved()
     if opts["resume"] and opts["force"]:
         raise ConfigError("--resume and --force contradict each other; pass one")
-    if opts["threads"] is not None:
-        import torch
+    from tempora_schema.outputs import check_output_dir
 
-        torch.set_num_threads(opts["threads"])
+    check_output_dir(cfg.out if cfg.out is not None else "traces")  # writable, before any work
+    if opts["offline"]:
+        os.environ["TEMPORA_OFFLINE"] = "1"  # read where weights are fetched (models.pretrained)
     return cfg
 
 
 def _common(opts: dict[str, Any]) -> dict[str, Any]:
     return {k: opts[k] for k in ("dataset", "model", "weights", "data_root", "device", "out", "name", "domains",
-                                 "severity", "max_batches", "batch_size", "seed", "stream", "workers", "threads",
-                                 "resume", "force", "quiet")}
+                                 "severity", "max_batches", "batch_size", "seed", "stream", "workers", "stage_mb",
+                                 "threads", "resume", "force", "quiet", "offline", "warmup_batches")}
 
 
 # ------------------------------------------------------------------------ subcommands
@@ -290,8 +320,6 @@ LIVE_OPTIONS: list[Callable] = [
     _opt("--repeats", type=click.IntRange(1, 1000), default=1, help="Play every setting this many times (run-to-run spread)."),
     _opt("--spin-us", type=click.FloatRange(0, 1e6), default=500.0,
          help="Before an arrival, busy-wait this last stretch (µs) instead of sleeping."),
-    _opt("--stage-mb", type=click.FloatRange(0, None, min_open=True), default=1024.0,
-         help="Memory one staged chunk of an episode may take (MiB); the episode clock stands still while a chunk stages."),
 ]
 
 
@@ -314,7 +342,7 @@ def live_command(**opts: Any) -> None:
     settings = LiveSettings(
         protocols=opts["protocol"], rho=opts["rho"], gamma_ms=opts["gamma_ms"], queue=opts["queue"],
         budgets_ms=opts["budgets"] or [], budget_rule=opts["budget_rule"], lambda_ms=opts["lambda_ms"],
-        standard=opts["standard"], repeats=opts["repeats"], spin_us=opts["spin_us"], stage_mb=opts["stage_mb"],
+        standard=opts["standard"], repeats=opts["repeats"], spin_us=opts["spin_us"],
     ).checked()
     params = dict(parse_param(p) for p in opts["params"])
     cfg = make_config(opts["method"], _common(opts), method_params=params)
@@ -340,6 +368,33 @@ def list_command(methods_for: str | None) -> None:
     click.echo("methods: " + ", ".join(available_methods()))
     click.echo("models:  " + ", ".join(available_models()))
     click.echo("datasets: " + ", ".join(f"{n} (default model {d.default_model})" for n, d in DATASETS.items()))
+
+
+@cli.command("campaign")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: one trace at a time per device on this machine (one dispatcher per GPU); "
+                   "ray: every trace a Ray task holding a whole GPU (or its CPU cores).")
+@click.option("--address", default=None, help="Ray cluster to join (auto, or HOST:PORT); default: start a local one.")
+@click.option("--retries", type=click.IntRange(0, 100), default=3, show_default=True,
+              help="Ray: how often a lost trace is retried (each retry resumes after the last complete episode).")
+@click.option("--dry-run", is_flag=True, help="List the traces the campaign would run, then exit.")
+@click.option("--quiet", is_flag=True, help="No progress view, only the summary line.")
+def campaign_command(file: Path, engine: str, address: str | None, retries: int, dry_run: bool, quiet: bool) -> None:
+    """Run every trace of a campaign FILE (TOML): standard traces first, complete ones skipped."""
+    from .campaign import load_campaign, run_campaign, summary_line
+
+    if dry_run:
+        campaign = load_campaign(file)
+        for task in campaign.tasks:
+            click.echo(task.label)
+        click.echo(f"campaign {campaign.name}: {len(campaign.tasks)} traces under {campaign.out}")
+        return
+    campaign, results, seconds = run_campaign(file, engine, address, retries, quiet)
+    click.echo(summary_line(campaign, results, seconds))
+    failed = [r for r in results if r.status == "failed"]
+    if failed:
+        raise ConfigError(f"{len(failed)} trace(s) failed, e.g. {failed[0].task.label}: {failed[0].message}")
 
 
 def methods_for_model(model: str) -> list[str]:
@@ -390,6 +445,9 @@ def calibrate(cfg: TraceConfig) -> None:
         click.echo(f"wrote {path}")
     lam, mean, std, count = lambda_ms_of(path)
     click.echo(f"λ = {lam:.3f} ms  (mean {mean:.3f} ms + 6 × σ {std:.3f} ms over {count} batches of standard inference)")
+    from .calibration import print_dispersion
+
+    print_dispersion(path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,27 +1,49 @@
 """Everything one trace run needs, with the defaults that make a bare command work.
 
-``TraceConfig.resolved()`` fills dataset-dependent defaults (model, domains, output folder)
+``TraceConfig.resolved()`` fills dataset-dependent defaults (model, domains, thread count)
 and checks values, so the runner, the CLI and the resume check all see one canonical config.
+The trace identity (``tempora_schema.TraceIdentity``: file stem, metadata, resume check and
+the simulator's groups) is derived from it in :meth:`TraceConfig.trace_identity`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tempora_schema.command import INT32_MAX, INT64_MAX
+import tempora_schema as schema
+
 from .errors import ConfigError
 
-DEFAULT_BATCH_SIZE = 64
-DEFAULT_SEED = 2025
-DEFAULT_SEVERITY = 5
+DEFAULT_BATCH_SIZE = schema.DEFAULT_BATCH_SIZE
+DEFAULT_SEED = schema.DEFAULT_SEED
+DEFAULT_SEVERITY = schema.DEFAULT_SEVERITY
 DEFAULT_FROZEN_SAMPLE = 32
 WARMUP_BATCHES = 5
+DEFAULT_STAGE_MB = 1024.0
 
-#: Fields that change the rows a run writes: a resumed run must match them exactly.
-_IDENTITY_EXCLUDE = {"resume", "force", "quiet", "workers", "out", "name"}
+#: Fields that do not change the rows a run writes; every other field (and the trace
+#: identity, which replaces ``weights`` by the file's hash and ``device`` by its name) must
+#: match exactly for ``--resume``.
+_IDENTITY_EXCLUDE = {"resume", "force", "quiet", "workers", "stage_mb", "out", "name", "data_root"}
+
+
+def _check_finite(value: Any, option: str) -> None:
+    """NaN/∞ hyperparameters would collapse the model and write metadata strict JSON rejects."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ConfigError(f"{option}: {item} is not a finite number")
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
 
 
 @dataclass
@@ -49,8 +71,12 @@ class TraceConfig:
     checkpoints: list[int] = field(default_factory=list)
     budgets_ms: list[float] = field(default_factory=list)
     lambda_ms: float | None = None
-    #: DataLoader worker processes; None = 0 on CPU (workers would steal the measured cores), min(8, cores) on CUDA.
+    #: parallel decode threads, active only between staged chunks; None = min(8, cores).
     workers: int | None = None
+    #: torch intra-op threads; None = torch's choice, resolved to the actual count (identity).
+    threads: int | None = None
+    #: host-memory cap of one staged chunk of batches, MiB (docs/timing.md).
+    stage_mb: float = DEFAULT_STAGE_MB
     warmup_batches: int = WARMUP_BATCHES
     resume: bool = False
     force: bool = False
@@ -72,25 +98,38 @@ class TraceConfig:
             cfg.domains = expand_domains(cfg.domains, spec.domains)
         if cfg.stream not in ("episodic", "continual"):
             raise ConfigError(f"--stream must be 'episodic' or 'continual', not '{cfg.stream}'")
-        if cfg.batch_size < 1:
-            raise ConfigError(f"--batch-size must be ≥ 1, not {cfg.batch_size}")
+        if not 1 <= cfg.batch_size <= INT32_MAX:
+            raise ConfigError(f"--batch-size must be in 1..{INT32_MAX}, not {cfg.batch_size}")
+        if not 0 <= cfg.seed <= INT64_MAX:
+            raise ConfigError(f"--seed must be in 0..{INT64_MAX}, not {cfg.seed}")
         if spec.has_severity and not 1 <= cfg.severity <= 5:
             raise ConfigError(f"--severity must be 1..5, not {cfg.severity}")
-        if cfg.max_batches is not None and cfg.max_batches < 1:
-            raise ConfigError(f"--max-batches must be ≥ 1, not {cfg.max_batches}")
+        if cfg.max_batches is not None and not 1 <= cfg.max_batches <= INT32_MAX:
+            raise ConfigError(f"--max-batches must be in 1..{INT32_MAX}, not {cfg.max_batches}")
         if cfg.frozen_sample is not None and cfg.frozen_sample < 1:
             raise ConfigError(f"--frozen-sample must be ≥ 1 or 'all', not {cfg.frozen_sample}")
-        if any(m < 0 for m in cfg.checkpoints):
-            raise ConfigError("--checkpoints must be non-negative step counts")
+        if any(not 0 <= m <= INT32_MAX for m in cfg.checkpoints):
+            raise ConfigError(f"--checkpoints must be step counts in 0..{INT32_MAX}")
+        _check_finite(cfg.method_params, "--param")
         if cfg.budgets_ms:
             if cfg.lambda_ms is None:
                 raise ConfigError("--budgets-ms needs --lambda-ms (λ, e.g. from `tempora-trace calibrate`)")
+            if not all(math.isfinite(b) for b in [*cfg.budgets_ms, cfg.lambda_ms]):
+                raise ConfigError("--budgets-ms and --lambda-ms must be finite")
             if any(b < 0 for b in cfg.budgets_ms) or cfg.lambda_ms <= 0:
                 raise ConfigError("--budgets-ms must be ≥ 0 and --lambda-ms > 0")
         if cfg.warmup_batches < 0:
             raise ConfigError("warm-up batches must be ≥ 0")
         if cfg.workers is not None and cfg.workers < 0:
             raise ConfigError("--workers must be ≥ 0")
+        if cfg.threads is None:
+            import torch
+
+            cfg.threads = torch.get_num_threads()
+        elif cfg.threads < 1:
+            raise ConfigError(f"--threads must be ≥ 1, not {cfg.threads}")
+        if not cfg.stage_mb > 0:
+            raise ConfigError(f"--stage-mb must be > 0, not {cfg.stage_mb}")
         if cfg.name is not None and not re.fullmatch(r"[A-Za-z0-9._+-]+", cfg.name):
             raise ConfigError(f"--name '{cfg.name}' may only use letters, digits and . _ + -")
         cfg.checkpoints = sorted(set(cfg.checkpoints))
@@ -98,27 +137,37 @@ class TraceConfig:
         return cfg
 
     def file_stem(self) -> str:
-        """``<method>`` plus ``-bs<B>``, ``-seed<S>``, ``-sev<k>``, ``-continual`` where they
-        differ from the defaults, so variants never share a file (``--name`` overrides)."""
+        """``--name``, else the identity's stem (:func:`tempora_schema.file_stem`)."""
         if self.name:
             return self.name
-        stem = self.method
-        if self.batch_size != DEFAULT_BATCH_SIZE:
-            stem += f"-bs{self.batch_size}"
-        if self.seed != DEFAULT_SEED:
-            stem += f"-seed{self.seed}"
-        if self.severity != DEFAULT_SEVERITY:
-            stem += f"-sev{self.severity}"
-        if self.stream != "episodic":
-            stem += f"-{self.stream}"
-        return stem
+        return schema.file_stem(self.method, self.batch_size, self.seed, self._severity(), self.stream)
+
+    def _severity(self) -> int | None:
+        from .data import get_dataset
+
+        return self.severity if get_dataset(self.dataset).has_severity else None
 
     def output_dir(self, device_slug: str) -> Path:
         if self.out is not None:
             return Path(self.out).expanduser()
         return Path("traces") / self.dataset / str(self.model) / device_slug
 
-    def identity(self) -> dict[str, Any]:
-        """The JSON-ready fields that determine the rows (for the resume check)."""
+    def trace_identity(self, weights: str, device: str) -> schema.TraceIdentity:
+        """The identity of the trace this (resolved) config writes. ``weights``: the loaded
+        file's :func:`tempora_schema.weights_identity`; ``device``: the device's name as the
+        metadata records it (``cpu:<model>``, ``cuda:<name>``)."""
+        group = schema.GroupKey(
+            dataset=self.dataset, model=str(self.model), weights=weights, device=device, threads=self.threads,
+            batch_size=self.batch_size, seed=self.seed, stream=self.stream, severity=self._severity(),
+            domains=tuple(self.domains or ()), max_batches=self.max_batches,
+        )
+        return schema.TraceIdentity(self.method, group)
+
+    def identity(self, trace_identity: schema.TraceIdentity | None = None) -> dict[str, Any]:
+        """What ``--resume`` compares: the trace identity plus every other option that
+        changes the rows (frozen sample, checkpoints, budgets, method parameters …)."""
         d = dataclasses.asdict(self)
-        return {k: v for k, v in d.items() if k not in _IDENTITY_EXCLUDE}
+        out = {k: v for k, v in d.items() if k not in _IDENTITY_EXCLUDE}
+        if trace_identity is not None:
+            out.update(trace_identity.as_metadata())
+        return out

@@ -33,9 +33,8 @@ to the events.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import math
-import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -54,12 +53,10 @@ from tempora_schema.live import (
 
 from .config import TraceConfig
 from .errors import ConfigError, OutputError
-from .timing import SPIN_NS, Event, clock_resolution_ns, device_slug, now_ns, resolve_device, timed_event, wait_until
+from .timing import (SPIN_NS, Event, clock_resolution_ns, collect_between_chunks, collect_between_events, collector_paused,
+                     device_slug, now_ns, resolve_device, timed_event, wait_until)
 
 PROTOCOLS = ("discrete", "amortised")
-#: Host/device memory one staged chunk of an episode may take (MiB).
-DEFAULT_STAGE_MB = 1024.0
-
 
 _kernel_last_arrival = None
 
@@ -92,7 +89,6 @@ class LiveSettings:
     standard: str | None = None
     repeats: int = 1
     spin_us: float = SPIN_NS / 1000
-    stage_mb: float = DEFAULT_STAGE_MB
 
     def checked(self) -> "LiveSettings":
         s = dataclasses.replace(self)
@@ -124,31 +120,30 @@ class LiveSettings:
             raise ConfigError("--repeats must be ≥ 1")
         if not s.spin_us >= 0:
             raise ConfigError("--spin-us must be ≥ 0")
-        if not s.stage_mb > 0:
-            raise ConfigError("--stage-mb must be > 0")
         return s
 
 
-def standard_trace_lambda(cfg: TraceConfig, device_description: str, source: str | None) -> tuple[float, str]:
+def standard_trace_lambda(cfg: TraceConfig, group, source: str | None) -> tuple[float, str]:
     """λ of the group from its ``standard`` trace (the simulator's definition), and where from.
 
     ``source`` is a trace file or a folder searched recursively; default the folder the
-    tracer writes this group's traces to. The trace must belong to the same group (dataset,
-    model, device, batch size, seed, stream) as the live run.
+    tracer writes this group's traces to. The trace must be of the same group as the live run
+    (:func:`~tempora_schema.live.comparable_group`; a trace of exactly this group wins).
     """
-    from tempora_schema import GroupKey
+    from tempora_schema.live import comparable_group
     from tempora_sim.errors import SimError
     from tempora_sim.traces import STANDARD_METHOD, lambda_from_standard, read_trace
 
-    want = GroupKey(cfg.dataset, str(cfg.model), device_description, cfg.batch_size, cfg.seed, cfg.stream)
+    want = comparable_group(group)
     if source is None:
         folder = cfg.output_dir(device_slug(resolve_device(cfg.device)))
-        candidates = [folder / f"{dataclasses.replace(cfg, method=STANDARD_METHOD, name=None).file_stem()}.parquet"]
+        candidates = sorted(folder.glob("*.parquet")) if folder.is_dir() else []
         where = str(folder)
     else:
         path = Path(source).expanduser()
         candidates = sorted(path.rglob("*.parquet")) if path.is_dir() else [path]
         where = str(path)
+    found = []
     for cand in candidates:
         if not cand.is_file():
             continue
@@ -158,11 +153,14 @@ def standard_trace_lambda(cfg: TraceConfig, device_description: str, source: str
             if source is not None and not Path(source).is_dir():
                 raise ConfigError(f"--standard: {exc}") from None
             continue
-        if trace.method == STANDARD_METHOD and trace.group == want:
-            return lambda_from_standard(trace), str(cand)
+        if trace.method == STANDARD_METHOD and comparable_group(trace.group) == want:
+            found.append((trace.group != group, str(cand), trace))
+    if found:
+        _, path, trace = min(found, key=lambda f: (f[0], f[1]))
+        return lambda_from_standard(trace), path
     raise ConfigError(
         f"no λ: pass --lambda-ms, or trace the standard method of this group first (no standard trace of "
-        f"{want.label()} in {where}; `tempora-trace calibrate` with the same options writes one)"
+        f"{group.label()} in {where}; `tempora-trace calibrate` with the same options writes one)"
     )
 
 
@@ -331,18 +329,14 @@ class LiveRun:
         self.cfg = cfg
         self.settings = settings
         self.echo = echo
-        device = resolve_device(cfg.device)
-        from .timing import describe_device
-
+        self.out_path = self._out_path(resolve_device(cfg.device))
+        self.base = MethodRun(cfg, echo)
         if settings.lambda_ms is not None:
             self.lambda_ms, self.lambda_source = float(settings.lambda_ms), "--lambda-ms"
         else:
-            self.lambda_ms, self.lambda_source = standard_trace_lambda(cfg, describe_device(device), settings.standard)
-        self.out_path = self._out_path(device)
-        self.base = MethodRun(cfg, echo)
+            self.lambda_ms, self.lambda_source = standard_trace_lambda(cfg, self.base.identity.group, settings.standard)
         self.plans = plan_runs(settings, self.lambda_ms)
         self.columns: dict[str, list] = {name: [] for name in LIVE_COLUMNS}
-        self.stage_bytes = int(settings.stage_mb * 2**20)
         self.staged: dict[int, tuple[Any, Any]] = {}
         self.pauses = 0
 
@@ -354,23 +348,25 @@ class LiveRun:
             raise OutputError(f"{path} already exists; pass --force to overwrite it or --name to write another file")
         return path
 
-    # -- staging: batches on the device before the clock starts, chunked under stage_mb
+    # -- staging: the tracer's stager, batches on the device before the clock starts
     def _stage_from(self, episode, start: int) -> int:
-        """Stage batches ``start..`` of ``episode`` (as many as fit); return the ns it took."""
+        """Stage batches ``start..`` of ``episode`` — as many as fit in ``--stage-mb`` — onto the
+        device, with every decode finished before it returns; return the ns it took."""
         t = now_ns()
         self.staged.clear()
-        dev = self.base.device
-        step = start
-        used = 0
-        for s, x, y in self.base.fetch.iterate(episode, range(start, episode.num_batches)):
-            x = x.to(dev)
-            self.staged[s] = (x, y)
-            used += x.numel() * x.element_size()
-            step = s + 1
-            if used + x.numel() * x.element_size() > self.stage_bytes:
-                break
+        stager = self.base.stager
+        first = stager.stage(episode, [start])
+        length = stager.chunk_length(first[0].nbytes)
+        batches = first + stager.stage(episode, range(start + 1, min(episode.num_batches, start + length)))
+        for b in batches:
+            self.staged[b.step] = (b.x.to(self.base.device), b.y)
+        del first, batches
+        collect_between_chunks()
+        from .runner import REWARM_AFTER_S
+
+        if time.perf_counter() - self.base._last_event_end >= REWARM_AFTER_S:
+            self.base._rewarm(self.staged[start][0])  # as the tracer does after a staging pause
         self.base.clock.sync()
-        self.staged_end = step
         return now_ns() - t
 
     def _prepare(self, episode) -> PrepareFn:
@@ -389,7 +385,11 @@ class LiveRun:
             x, y = self.staged[i]
             ev = timed_event(base.method, x, base.clock, adapt=adapt)
             domain, _ = episode.locate(i)
-            return ev, base._correct(ev.logits, y, domain.name)
+            base._last_event_end = time.perf_counter()
+            correct = base._correct(ev.logits, y, domain.name)
+            ev.logits = None  # the event's tensors go before the next one (as in the tracer)
+            collect_between_events()
+            return ev, correct
 
         return serve
 
@@ -417,38 +417,33 @@ class LiveRun:
     def play(self, plan: RunPlan) -> None:
         base = self.base
         base.method.reset()  # every run starts from the source model, continual streams too
-        totals = {"num_batches": 0, "served": 0, "served_correct_frac": 0.0, "score": 0.0, "m": {}, "spent_ms": {}}
+        totals = {"num_batches": 0, "served": 0, "served_correct_frac": 0.0, "m": {}, "spent_ms": {}}
         t_run = now_ns()
         for index, episode in enumerate(base.episodes):
             base.start_episode(index, episode)
             n = episode.num_batches
             self._stage_from(episode, 0)
             prepare = self._prepare(episode)
-            gc.collect()
-            gc.disable()
-            try:
-                if plan.protocol == "discrete":
-                    outcome = play_discrete(n, plan.gamma_ms, plan.queue, self._server(episode, True), prepare,
-                                            int(self.settings.spin_us * 1000))
-                else:
-                    method = base.method
-                    from .runner import capture_rng, host_snapshot, restore_rng
+            if plan.protocol == "discrete":
+                outcome = play_discrete(n, plan.gamma_ms, plan.queue, self._server(episode, True), prepare,
+                                        int(self.settings.spin_us * 1000))
+            else:
+                method = base.method
+                from .runner import capture_rng, host_snapshot, restore_rng
 
-                    def save():
-                        return host_snapshot(method), capture_rng(base.device)
+                def save():
+                    return host_snapshot(method), capture_rng(base.device)
 
-                    def undo(saved):
-                        method.restore(saved[0])
-                        restore_rng(saved[1], base.device)
+                def undo(saved):
+                    method.restore(saved[0])
+                    restore_rng(saved[1], base.device)
 
-                    hooks = AmortisedHooks(self._server(episode, True), self._server(episode, False), save, undo, method.freeze)
-                    outcome, m = play_amortised(n, self.lambda_ms, plan.budget_ms, plan.budget_rule, hooks, prepare)
-                    if base.method.frozen:
-                        base.method.unfreeze()
-                    totals["m"][episode.name] = m
-                    totals["spent_ms"][episode.name] = outcome[-1].spent_ms if outcome else 0.0
-            finally:
-                gc.enable()
+                hooks = AmortisedHooks(self._server(episode, True), self._server(episode, False), save, undo, method.freeze)
+                outcome, m = play_amortised(n, self.lambda_ms, plan.budget_ms, plan.budget_rule, hooks, prepare)
+                if base.method.frozen:
+                    base.method.unfreeze()
+                totals["m"][episode.name] = m
+                totals["spent_ms"][episode.name] = outcome[-1].spent_ms if outcome else 0.0
             self.staged.clear()
             self._add_rows(plan, episode, outcome)
             sizes = [len(episode.locate(i)[1]) for i in range(n)]
@@ -484,39 +479,28 @@ class LiveRun:
             "clock": "time.perf_counter_ns",
             "clock_resolution_ns": clock_resolution_ns(),
             "spin_us": float(self.settings.spin_us),
-            "stage_mb": float(self.settings.stage_mb),
+            "stage_mb": float(self.cfg.stage_mb),
             "stage_pauses": self.pauses,
-            "domains": list(self.cfg.domains or []),
-            "max_batches": self.cfg.max_batches,
-            "severity": self.cfg.severity,
             "runs": [p.params() for p in self.plans],
         }
 
     def run(self) -> Path:
-        try:
-            last_arrival(1.0, 1.0)  # compile / load the kernel function now, not at the first decision
-            self.base.warm_up()
-            for plan in self.plans:
-                self.play(plan)
-        finally:
-            self.base.fetch.close()
-        meta = self.metadata()
-        table = pa.table(self.columns, schema=live_arrow_schema(meta))
-        validate_live_table(table, meta, self.out_path)  # never publish a file the reader rejects
-        return write_atomically(table, self.out_path)
+        from tempora_schema.outputs import output_lock, to_bytes, write_file
 
-
-def write_atomically(table: pa.Table, path: Path) -> Path:
-    """Write ``table`` to a temporary file beside ``path`` and rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
+        self.out_path.parent.mkdir(parents=True, exist_ok=True)
+        with output_lock(self.out_path, "live run"):
+            try:
+                last_arrival(1.0, 1.0)  # compile / load the kernel function now, not at the first decision
+                with collector_paused():  # the collector runs between events only, as in a trace
+                    self.base.warm_up()
+                    for plan in self.plans:
+                        self.play(plan)
+            finally:
+                self.base.stager.close()
+            meta = self.metadata()
+            table = pa.table(self.columns, schema=live_arrow_schema(meta))
+            validate_live_table(table, meta, self.out_path)  # never publish a file the reader rejects
+            return write_file(self.out_path, to_bytes(lambda f: pq.write_table(table, f)))
 
 
 def run_live(config: TraceConfig, settings: LiveSettings | None = None, echo: Callable[[str], None] | None = None,

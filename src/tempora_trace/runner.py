@@ -6,6 +6,12 @@ snapshots the method (model, optimiser, extra state) and the RNG states, evaluat
 restores them, so the rows of the online stream are bit-identical on CPU to a run without
 checkpoints. Each episode starts from ``reset()`` and an RNG seeded from ``(seed, episode)``,
 which is what makes ``--resume`` and domain subsets reproduce the same rows.
+
+Nothing but the method runs inside a timed event (docs/timing.md): batches are staged a chunk
+at a time (:mod:`.staging`) and that chunk's events — adapt and frozen alike — run with every
+decode thread idle; the garbage collector runs only between events; after a long staging pause
+the device is warmed by one untimed frozen forward; and a machine-speed probe runs at each
+episode start and every :data:`PROBE_EVERY` steps, outside the events.
 """
 
 from __future__ import annotations
@@ -13,11 +19,11 @@ from __future__ import annotations
 import os
 import random
 import sys
-from concurrent.futures import Future, ThreadPoolExecutor
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -34,7 +40,9 @@ from .methods import get_method
 from .methods._common import NORM_NAMES, incompatibility_message
 from .methods.base import MethodContext, TTAMethod
 from .models import get_model
-from .timing import DeviceClock, describe_device, device_slug, resolve_device, timed_event
+from .staging import BatchStager, StagedBatch, default_workers
+from .timing import (DeviceClock, SpeedProbe, collect_between_chunks, collect_between_events, collector_paused,
+                     describe_device, device_slug, resolve_device, timed_event)
 from .writer import RowBuffer, TraceWriter
 
 
@@ -51,47 +59,11 @@ def build_episodes(domains, cfg: TraceConfig) -> list[Episode]:
     return [Episode(d.name, [d], [o]) for d, o in zip(domains, orders)]
 
 
-class Prefetcher:
-    """Fetches upcoming batches on background threads so the timed loop never waits on I/O.
-
-    With ``workers == 0`` batches load synchronously between events (the default on CPU,
-    where loader threads would compete with the measured computation for the same cores).
-    """
-
-    def __init__(self, workers: int, pin_memory: bool):
-        self.workers = workers
-        self.pin_memory = pin_memory
-        self.pool = ThreadPoolExecutor(max_workers=workers) if workers > 0 else None
-
-    def _load(self, episode: Episode, step: int):
-        domain, indices = episode.locate(step)
-        x, y = domain.source.get_batch(indices)
-        if self.pin_memory:
-            x = x.pin_memory()
-        return step, x, y
-
-    def iterate(self, episode: Episode, steps: Sequence[int]) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
-        if self.pool is None:
-            for s in steps:
-                yield self._load(episode, s)
-            return
-        depth = 2 * self.workers
-        pending: list[Future] = []
-        it = iter(steps)
-        for s in it:
-            pending.append(self.pool.submit(self._load, episode, s))
-            if len(pending) >= depth:
-                break
-        while pending:
-            result = pending.pop(0).result()
-            nxt = next(it, None)
-            if nxt is not None:
-                pending.append(self.pool.submit(self._load, episode, nxt))
-            yield result
-
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
+#: A machine-speed probe runs before steps 0, PROBE_EVERY, 2·PROBE_EVERY, … of every episode.
+PROBE_EVERY = 50
+#: A staging pass at least this long (s) is followed by one untimed frozen forward before
+#: the next timed event, so no event pays for caches the decoding evicted (docs/timing.md).
+REWARM_AFTER_S = 0.05
 
 
 # ------------------------------------------------------------------------ state
@@ -187,11 +159,11 @@ class _Progress:
 
 
 class MethodRun:
-    """Device, data, model, method and clock of one run, built and checked once.
+    """Device, data, model, method, stager and clock of one run, built and checked once.
 
     What the tracer (:class:`TraceRun`) and the live runner (:mod:`tempora_trace.live`) share,
     so both time the same events the same way: the same episodes and batch order, the same
-    warm-up, the same scoring outside the timed regions.
+    staging and warm-up, the same scoring outside the timed regions.
     """
 
     def __init__(self, cfg: TraceConfig, echo: Callable[[str], None]):
@@ -208,11 +180,19 @@ class MethodRun:
             )
         if self.model_spec.norm not in self.method_cls.compatible_norms:
             raise ConfigError(incompatibility_message(self.method_cls, f"model '{cfg.model}' uses {NORM_NAMES[self.model_spec.norm]}"))
+        torch.set_num_threads(cfg.threads)  # part of the trace identity (resolved() fills the default)
+        self.identity = cfg.trace_identity(schema.weights_identity(self.model_spec.weights_file), describe_device(self.device))
+        #: machine-speed probe written to the metadata (docs/trace-schema.md); empty = not measured
+        self.speed_probe: list[dict] = []
+        self.speed_probe_kind = schema.PROBE_NOT_MEASURED
         root = self.dataset.root(cfg.data_root)
         self.episodes = build_episodes([self.dataset.open(d, cfg.severity, root) for d in cfg.domains], cfg)
         self.clock = DeviceClock(self.device)
-        workers = cfg.workers if cfg.workers is not None else (min(8, os.cpu_count() or 1) if self.device.type == "cuda" else 0)
-        self.fetch = Prefetcher(workers, pin_memory=self.device.type == "cuda")
+        workers = cfg.workers if cfg.workers is not None else default_workers(os.cpu_count())
+        self.stager = BatchStager(workers, pin_memory=self.device.type == "cuda", stage_mb=cfg.stage_mb)
+        self.probe = SpeedProbe(self.device)
+        self.probes: dict[int, list[dict[str, Any]]] = {}
+        self._last_event_end = time.perf_counter()  # when the device last finished a timed event
         if self.device.type == "cuda":
             torch.backends.cudnn.benchmark = False
         seed_everything(cfg.seed)
@@ -240,8 +220,7 @@ class MethodRun:
         frozen predict), then reset() — so lazy initialisation never lands in a timed row."""
         if self.cfg.warmup_batches == 0:
             return
-        _, x, _ = next(self.fetch.iterate(self.episodes[0], [0]))
-        x = x.to(self.device)
+        x = self.stager.stage(self.episodes[0], [0])[0].x.to(self.device)
         gen = torch.Generator(device="cpu").manual_seed(self.cfg.seed)
         for _ in range(self.cfg.warmup_batches):
             noisy = (x.cpu() + 0.25 * torch.randn(x.shape, generator=gen)).to(self.device)
@@ -262,21 +241,42 @@ class MethodRun:
         """The metadata every Tempora file about this run carries (trace and live run alike)."""
         cfg = self.cfg
         return {
-            "method": cfg.method,
+            **self.identity.as_metadata(),
             "method_params": self.method.hparams(),
-            "model": cfg.model,
-            "dataset": cfg.dataset,
-            "stream": cfg.stream,
-            "batch_size": cfg.batch_size,
-            "seed": cfg.seed,
             "num_classes": self.dataset.num_classes,
-            "device": describe_device(self.device),
             "torch_version": torch.__version__,
             "tracer_version": __version__,
             "warmup_batches": cfg.warmup_batches,
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
 
+
+    def _staged(self, episode: Episode, steps: Sequence[int]):
+        """``steps`` as staged chunks, each followed (before its first event) by a full garbage
+        collection and, when staging paused the device long enough, one untimed forward."""
+        for chunk in self.stager.chunks(episode, steps):
+            collect_between_chunks()
+            if time.perf_counter() - self._last_event_end >= REWARM_AFTER_S:
+                self._rewarm(chunk[0].x)
+            yield chunk
+
+    def _rewarm(self, x: torch.Tensor) -> None:
+        """One untimed frozen forward on ``x``, every state and RNG restored after it (the
+        frozen-evaluation discipline), so the next timed event finds weights and kernels hot."""
+        was_frozen = self.method.frozen  # inside a frozen evaluation: stay frozen after
+        saved_method = host_snapshot(self.method)
+        saved_rng = capture_rng(self.device)
+        self.method.freeze()
+        try:
+            with torch.no_grad():
+                self.method.predict(x.to(self.device))
+            self.clock.sync()
+        finally:
+            if not was_frozen:
+                self.method.unfreeze()
+            self.method.restore(saved_method)
+            restore_rng(saved_rng, self.device)
+        self._last_event_end = time.perf_counter()
 
 class TraceRun(MethodRun):
     """The mutable state of one trace run; :func:`trace_run` is the entry point."""
@@ -285,8 +285,13 @@ class TraceRun(MethodRun):
         super().__init__(cfg, echo)
         self.out_path = cfg.output_dir(device_slug(self.device)) / f"{cfg.file_stem()}.parquet"
         # Last, once every input is known to be good: claim the output path.
-        self.writer = TraceWriter(self.out_path, cfg.identity(), cfg.resume, cfg.force)
+        self.writer = TraceWriter(self.out_path, cfg.identity(self.identity), cfg.resume, cfg.force)
         self.budgets = BudgetCutoffs(cfg.budgets_ms, cfg.lambda_ms) if cfg.budgets_ms else None
+
+    def _maybe_probe(self, episode_index: int, episode: Episode, step: int) -> None:
+        if step % PROBE_EVERY == 0:
+            self.probes.setdefault(episode_index, []).append(
+                {"episode": episode.name, "step": int(step), "ms": round(self.probe.measure(), 4)})
 
     def frozen_eval(self, episode: Episode, m: int, rows: RowBuffer, base: dict | None = None) -> bool:
         """Score the model frozen after ``m`` steps on later batches; leave every state as found.
@@ -300,13 +305,17 @@ class TraceRun(MethodRun):
             self.method.restore(base)
         self.method.freeze()
         try:
-            for j, x, y in self.fetch.iterate(episode, steps):
-                domain, _ = episode.locate(j)
-                x = x.to(self.device, non_blocking=True)
-                ev = timed_event(self.method, x, self.clock, adapt=False)
-                rows.add(episode=episode.name, domain=domain.name, severity=domain.severity, phase=schema.PHASE_FROZEN,
-                         checkpoint=m, step=j, n=len(y), correct=self._correct(ev.logits, y, domain.name),
-                         e_ms=ev.e_ms, l_ms=0.0, delta_ms=ev.e_ms, updated=False, peak_mem_bytes=ev.peak_mem_bytes)
+            for chunk in self._staged(episode, steps):
+                for b in chunk:
+                    domain, _ = episode.locate(b.step)
+                    x = b.x.to(self.device, non_blocking=True)
+                    ev = timed_event(self.method, x, self.clock, adapt=False)
+                    rows.add(episode=episode.name, domain=domain.name, severity=domain.severity, phase=schema.PHASE_FROZEN,
+                             checkpoint=m, step=b.step, n=len(b.y), correct=self._correct(ev.logits, b.y, domain.name),
+                             e_ms=ev.e_ms, l_ms=0.0, delta_ms=ev.e_ms, updated=False, peak_mem_bytes=ev.peak_mem_bytes)
+                    self._last_event_end = time.perf_counter()
+                    del ev, x
+                    collect_between_events()
         finally:
             self.method.unfreeze()
             self.method.restore(saved_method)
@@ -322,28 +331,40 @@ class TraceRun(MethodRun):
         if self.budgets is not None:
             self.budgets.reset()
         rows = RowBuffer()
+        self.probes[index] = []
         progress.start(episode.name, n_batches)
-        for step, x, y in self.fetch.iterate(episode, range(n_batches)):
-            domain, _ = episode.locate(step)
-            x = x.to(self.device, non_blocking=True)
-            if step in schedule and step not in done:
-                self.frozen_eval(episode, step, rows)
-                done.add(step)
-            before = host_snapshot(self.method) if self.budgets is not None and self.budgets.strict_pending else None
-            ev = timed_event(self.method, x, self.clock)
-            rows.add(episode=episode.name, domain=domain.name, severity=domain.severity, phase=schema.PHASE_ADAPT,
-                     checkpoint=schema.NO_CHECKPOINT, step=step, n=len(y), correct=self._correct(ev.logits, y, domain.name),
-                     e_ms=ev.e_ms, l_ms=ev.l_ms, delta_ms=ev.e_ms + ev.l_ms, updated=ev.updated, peak_mem_bytes=ev.peak_mem_bytes)
-            if self.budgets is not None:
-                strict, overshoot = self.budgets.observe(step, ev.e_ms + ev.l_ms)
-                for m in strict:
-                    if m not in done:
-                        self.frozen_eval(episode, m, rows, base=before)
-                        done.add(m)
-                schedule.update(overshoot)
-            progress.advance()
+        for chunk in self._staged(episode, range(n_batches)):
+            for b in chunk:
+                self._step(index, episode, b, schedule, done, rows)
+                progress.advance()
         progress.end()
         return rows
+
+    def _step(self, index: int, episode: Episode, b: StagedBatch, schedule: set[int], done: set[int], rows: RowBuffer) -> None:
+        """Checkpoints due before step ``b.step``, the probe, then the step's timed event."""
+        step = b.step
+        domain, _ = episode.locate(step)
+        if step in schedule and step not in done:
+            self.frozen_eval(episode, step, rows)
+            done.add(step)
+        self._maybe_probe(index, episode, step)
+        before = host_snapshot(self.method) if self.budgets is not None and self.budgets.strict_pending else None
+        x = b.x.to(self.device, non_blocking=True)
+        ev = timed_event(self.method, x, self.clock)
+        self._last_event_end = time.perf_counter()
+        rows.add(episode=episode.name, domain=domain.name, severity=domain.severity, phase=schema.PHASE_ADAPT,
+                 checkpoint=schema.NO_CHECKPOINT, step=step, n=len(b.y), correct=self._correct(ev.logits, b.y, domain.name),
+                 e_ms=ev.e_ms, l_ms=ev.l_ms, delta_ms=ev.e_ms + ev.l_ms, updated=ev.updated, peak_mem_bytes=ev.peak_mem_bytes)
+        delta = ev.e_ms + ev.l_ms
+        del ev, x
+        collect_between_events()
+        if self.budgets is not None:
+            strict, overshoot = self.budgets.observe(step, delta)
+            for m in strict:
+                if m not in done:
+                    self.frozen_eval(episode, m, rows, base=before)
+                    done.add(m)
+            schedule.update(overshoot)
 
     def metadata(self) -> dict[str, Any]:
         cfg = self.cfg
@@ -351,25 +372,32 @@ class TraceRun(MethodRun):
             "schema_version": schema.SCHEMA_VERSION,
             **self.run_metadata(),
             "frozen_eval": "all" if cfg.frozen_sample is None else int(cfg.frozen_sample),
+            "speed_probe": [p for i in sorted(self.probes) for p in self.probes[i]],
+            "speed_probe_kind": self.probe.kind,
         }
 
     def run(self, on_episode_end: Callable[[int, str], None] | None = None) -> Path:
         progress = _Progress(enabled=not self.cfg.quiet)
         try:
-            self.warm_up()
-            for i, episode in enumerate(self.episodes):
-                if self.writer.is_complete(i):
-                    self.echo(summarize(episode.name, self.writer.episode_rows(i)).line() + "  [resumed]")
-                    continue
-                rows = self.run_episode(i, episode, progress)
-                self.writer.write_episode(i, rows)
-                self.echo(summarize(episode.name, rows.table()).line())
-                if on_episode_end is not None:
-                    on_episode_end(i, episode.name)
+            with collector_paused():
+                self.warm_up()
+                for i, episode in enumerate(self.episodes):
+                    if self.writer.is_complete(i):
+                        self.probes[i] = self.writer.episode_probes(i)
+                        self.echo(summarize(episode.name, self.writer.episode_rows(i)).line() + "  [resumed]")
+                        continue
+                    t0 = time.perf_counter()
+                    rows = self.run_episode(i, episode, progress)
+                    wall = time.perf_counter() - t0
+                    self.writer.write_episode(i, rows, self.probes[i])
+                    self.echo(summarize(episode.name, rows.table()).line() + f"  {wall:.1f} s")
+                    if on_episode_end is not None:
+                        on_episode_end(i, episode.name)
             return self.writer.finish(self.metadata())
         finally:
             progress.close()
-            self.fetch.close()
+            self.stager.close()
+            self.writer.close()  # releases the output lock, however the run ended
 
 
 def trace_run(config: TraceConfig, on_episode_end: Callable[[int, str], None] | None = None,

@@ -4,14 +4,23 @@
 available; ``ℓ`` from there until the method is ready for the next batch. The device is
 synchronised at each boundary so queued kernels are charged to the phase that issued them.
 Accuracy counting, transfers and everything else happen outside these two regions.
+
+Two more things keep the clock honest (docs/timing.md): Python's cyclic garbage collector
+never runs inside an event (:func:`collector_paused`; collections happen between events),
+and a fixed reference computation (:class:`SpeedProbe`) measures the machine's speed at
+fixed points outside the events, so traces taken on a slowed-down machine can be spotted.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import platform
 import re
+import statistics
 import time
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 
@@ -140,3 +149,86 @@ def timed_event(method: TTAMethod, x: torch.Tensor, clock: DeviceClock, adapt: b
     peak = clock.peak_bytes()
     return Event(logits, (t1 - t0) / 1e6, (t2 - t1) / 1e6 if adapt else 0.0, peak, bool(method.last_updated) and adapt,
                  t0, t1, t2)
+
+
+# ------------------------------------------------------------------ garbage collection
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic collector off for the duration (it would otherwise start whenever an
+    allocation count crosses its threshold, i.e. inside some timed event), with every object
+    that exists on entry frozen out of later collections so the explicit ones stay cheap
+    (a full collection over torch's ~300k objects costs hundreds of ms on a CPU). The caller
+    collects between events (:func:`collect_between_events`) and between chunks
+    (:func:`collect_between_chunks`). The collector's state is restored on exit."""
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        if was_enabled:
+            gc.enable()
+
+
+def collect_between_events() -> None:
+    """The young generations (microseconds): cyclic garbage an event left behind — tensors
+    included — is freed before the next event, so it never inflates a measured peak."""
+    gc.collect(1)
+
+
+def collect_between_chunks() -> None:
+    """A full collection of everything created since :func:`collector_paused` froze the heap."""
+    gc.collect()
+
+
+# ------------------------------------------------------------------ machine-speed probe
+class SpeedProbe:
+    """A fixed reference computation on the trace's device: ``reps`` chained fp32 matrix
+    products of ``size``×``size`` operands, a few milliseconds on the device it runs on.
+
+    :meth:`measure` runs it once untimed, then three times timed (synchronised), and returns
+    the median in ms. Traces whose probes differ by more than a few percent were taken on a
+    machine running at different speeds (frequency, contention), so their δ are not directly
+    comparable. ``kind`` names the computation; it is recorded with the measurements.
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.clock = DeviceClock(device)
+        # CPU: 256² × 8 ≈ 0.27 GFLOP (a few ms on one core); CUDA: 2048² × 8 ≈ 137 GFLOP
+        # (a few ms on a data-centre GPU, long enough not to be launch-bound).
+        self.size, self.reps = (2048, 8) if device.type == "cuda" else (256, 8)
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        a = torch.randn(self.size, self.size, generator=gen) / self.size**0.5
+        self.a = a.to(device)
+        self.b = torch.randn(self.size, self.size, generator=gen).to(device)
+
+    @property
+    def kind(self) -> str:
+        return f"matmul-{self.size}-fp32x{self.reps}"
+
+    def _run(self) -> None:
+        with torch.no_grad():
+            y = self.b
+            for _ in range(self.reps):
+                y = self.a @ y
+
+    def measure(self) -> float:
+        prior = torch.backends.cuda.matmul.allow_tf32 if self.clock.cuda else None
+        if self.clock.cuda:
+            torch.backends.cuda.matmul.allow_tf32 = False  # the same arithmetic whatever the caller set
+        try:
+            self._run()
+            times = []
+            for _ in range(3):
+                self.clock.sync()
+                t0 = time.perf_counter_ns()
+                self._run()
+                self.clock.sync()
+                times.append((time.perf_counter_ns() - t0) / 1e6)
+        finally:
+            if prior is not None:
+                torch.backends.cuda.matmul.allow_tf32 = prior
+        return float(statistics.median(times))

@@ -5,16 +5,18 @@ never picks up half a run)::
 
     <dir>/<stem>.partial/config.json        the run's identity (resume refuses a mismatch)
     <dir>/<stem>.partial/episode-0000.rows  Parquet rows of each completed episode
+    <dir>/<stem>.partial/episode-0000.probe.json  its machine-speed probes (docs/timing.md)
 
-When the last episode lands, all rows are written to ``<stem>.parquet.tmp-<pid>`` and renamed
-to ``<stem>.parquet`` (``os.replace`` is atomic), then the partial folder is removed.
+When the last episode lands, all rows are written to a temporary name, fsynced and renamed to
+``<stem>.parquet`` (``os.replace`` is atomic), then the partial folder is removed. The whole run
+holds ``<dir>/.<stem>.parquet.lock`` (with its PID), so a second run on the same output is refused.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import tempora_schema as schema
+from tempora_schema.errors import OutputError as AnyOutputError
+from tempora_schema.errors import output_error
+from tempora_schema.outputs import check_output_dir, output_lock, to_bytes, write_file
 
 from .errors import OutputError
 
@@ -46,45 +51,104 @@ class RowBuffer:
 
 
 class TraceWriter:
-    """Owns one run's output path: refuses silent overwrites, keeps completed episodes for
-    ``--resume``, and publishes the finished trace atomically."""
+    """Owns one run's output path: locks it against a second run, refuses silent overwrites,
+    keeps completed episodes for ``--resume``, and publishes the finished trace atomically.
+
+    Every write goes through :func:`tempora_schema.outputs.write_file` (temporary name, fsync,
+    rename), so a crash or a full disk leaves complete episodes or nothing, and every
+    ``OSError`` becomes a one-line :class:`OutputError` naming the path. Call :meth:`close`
+    when the run ends, however it ends (the lock is released)."""
 
     def __init__(self, final_path: Path, identity: dict, resume: bool, force: bool):
         self.final_path = final_path
         self.partial_dir = final_path.with_name(final_path.name[: -len(".parquet")] + ".partial")
         self.identity = json.loads(json.dumps(identity, default=str))
         self.completed: dict[int, Path] = {}
-        if final_path.exists() and not force:
-            raise OutputError(f"{final_path} already exists (a complete trace); pass --force to overwrite it or --name to write another file")
-        if self.partial_dir.exists():
-            if resume:
-                self._load_partial()
-            elif force:
-                shutil.rmtree(self.partial_dir)
-            else:
-                raise OutputError(f"an interrupted run exists at {self.partial_dir}; pass --resume to continue it or --force to start over")
-        elif resume:
+        self._lock = None
+        check_output_dir(final_path.parent)
+        if resume and not self.partial_dir.exists():
             raise OutputError(f"nothing to resume: no interrupted run at {self.partial_dir}")
-        self.partial_dir.mkdir(parents=True, exist_ok=True)
-        self._write_json(self.partial_dir / "config.json", self.identity)
+        missing = [p for p in (final_path.parent, *final_path.parent.parents) if not p.exists()]
+        try:
+            final_path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise output_error(exc, final_path.parent) from None
+        try:
+            # Held until close(): a second run on the same output is refused with the holder's
+            # PID before it can look at (let alone delete) this run's partial folder.
+            self._lock = output_lock(final_path, "trace")
+            self._lock.__enter__()
+            self._claim(resume, force)
+        except BaseException:
+            self.close()
+            for folder in missing:  # folders this run made for an output it never wrote
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+            raise
+
+    def _claim(self, resume: bool, force: bool) -> None:
+        final_path = self.final_path
+        try:
+            if final_path.exists() and not force:
+                raise OutputError(f"{final_path} already exists (a complete trace); pass --force to overwrite it or --name to write another file")
+            if self.partial_dir.exists():
+                if resume:
+                    self._load_partial()
+                elif force:
+                    shutil.rmtree(self.partial_dir)
+                else:
+                    raise OutputError(f"an interrupted run exists at {self.partial_dir}; pass --resume to continue it or --force to start over")
+            elif resume:
+                raise OutputError(f"nothing to resume: no interrupted run at {self.partial_dir}")
+            created = not self.partial_dir.exists()
+            self.partial_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise output_error(exc, self.partial_dir) from None
+        try:
+            self._write_json(self.partial_dir / "config.json", self.identity)
+        except AnyOutputError:
+            if created:  # nothing of this run may stay behind when it could not even start
+                shutil.rmtree(self.partial_dir, ignore_errors=True)
+            raise
+
+    def close(self) -> None:
+        """Release the output lock (idempotent)."""
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.__exit__(None, None, None)
 
     def _load_partial(self) -> None:
         cfg_path = self.partial_dir / "config.json"
         try:
             saved = json.loads(cfg_path.read_text())
-        except (OSError, json.JSONDecodeError):
+        except (OSError, ValueError, RecursionError):
             raise OutputError(f"cannot resume: {cfg_path} is missing or unreadable; pass --force to start over") from None
         if saved != self.identity:
-            diff = sorted(k for k in set(saved) | set(self.identity) if saved.get(k) != self.identity.get(k))
+            keys = set(saved) | set(self.identity) if isinstance(saved, dict) else set(self.identity)
+            diff = sorted(k for k in keys if not isinstance(saved, dict) or saved.get(k) != self.identity.get(k))
             raise OutputError(f"cannot resume {self.partial_dir}: options differ from the interrupted run ({', '.join(diff)}); pass --force to start over")
         for path in sorted(self.partial_dir.glob("episode-*.rows")):
-            self.completed[int(path.stem.split("-")[1])] = path
+            try:
+                index = int(path.stem.split("-")[1])
+            except (ValueError, IndexError):
+                continue
+            try:
+                pq.read_metadata(path)  # a damaged file (e.g. truncated by a full disk) is run again
+            except (pa.ArrowException, OSError, ValueError):
+                warnings.warn(f"{path} is damaged (not a complete Parquet file); its episode is traced again",
+                              stacklevel=2)
+                try:
+                    path.unlink()
+                except OSError as exc:
+                    raise output_error(exc, path, "cannot remove") from None
+                continue
+            self.completed[index] = path
 
     @staticmethod
     def _write_json(path: Path, obj: Any) -> None:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(obj, indent=1, sort_keys=True))
-        os.replace(tmp, path)
+        write_file(path, json.dumps(obj, indent=1, sort_keys=True, allow_nan=False).encode("utf-8"))
 
     def is_complete(self, episode_index: int) -> bool:
         return episode_index in self.completed
@@ -92,11 +156,20 @@ class TraceWriter:
     def episode_rows(self, episode_index: int) -> pa.Table:
         return pq.read_table(self.completed[episode_index])
 
-    def write_episode(self, episode_index: int, rows: RowBuffer) -> None:
+    def episode_probes(self, episode_index: int) -> list[dict]:
+        """The speed-probe records saved with a completed episode ([] if none were)."""
+        path = self.completed[episode_index].with_suffix(".probe.json")
+        try:
+            return json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return []
+
+    def write_episode(self, episode_index: int, rows: RowBuffer, probes: list[dict] | None = None) -> None:
         path = self.partial_dir / f"episode-{episode_index:04d}.rows"
-        tmp = path.with_name(path.name + ".tmp")
-        pq.write_table(rows.table(), tmp)
-        os.replace(tmp, path)
+        # the probes first: an episode counts as complete once its rows file exists
+        self._write_json(path.with_suffix(".probe.json"), list(probes or []))
+        table = rows.table()
+        write_file(path, to_bytes(lambda f: pq.write_table(table, f)))
         self.completed[episode_index] = path
 
     def finish(self, meta: dict) -> Path:
@@ -104,10 +177,9 @@ class TraceWriter:
         table = pa.concat_tables(tables).cast(schema.arrow_schema(meta))
         # The simulator's own reader rules: the tracer can never publish a file it rejects.
         schema.validate_table(table, meta, self.final_path)
-        tmp = self.final_path.with_name(f"{self.final_path.name}.tmp-{os.getpid()}")
-        pq.write_table(table, tmp)
-        os.replace(tmp, self.final_path)
+        write_file(self.final_path, to_bytes(lambda f: pq.write_table(table, f)))
         shutil.rmtree(self.partial_dir, ignore_errors=True)
+        self.close()
         return self.final_path
 
 

@@ -60,7 +60,7 @@ class DatasetSpec:
 
 
 def _open_demo(spec: DatasetSpec, root: Path | None, domain: str, severity: int | None) -> Domain:
-    from . import demo  # owned by the demo helper; imported lazily
+    from . import demo  # imported lazily: only the demo needs it
 
     if domain == "clean":
         images, labels = demo.ensure_demo_clean(split="test")

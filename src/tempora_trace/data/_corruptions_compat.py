@@ -39,8 +39,8 @@ with warnings.catch_warnings():
     import imagecorruptions.corruptions as _ref
 
 import skimage as _sk
-from PIL import Image
 import skimage.filters as _skfilters
+from PIL import Image
 
 #: the 15 corruptions of ImageNet-C / CIFAR-10-C in the package's canonical order.
 CORRUPTIONS: tuple[str, ...] = tuple(imagecorruptions.get_corruption_names("common"))

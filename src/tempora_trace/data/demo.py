@@ -19,9 +19,9 @@ on corrupted data, with BatchNorm statistics that the shift moves). So:
   slices are listed in a JSON sidecar, written atomically after the data are flushed, under
   an exclusive lock file, so concurrent callers and crashes never expose half a slice.
 
-Cache: ``$TEMPORA_HOME/demo/<DEMO_VERSION>/`` (``TEMPORA_HOME`` defaults to
-``~/.cache/tempora``). Bump ``DEMO_VERSION`` whenever generation changes so stale data are
-never read. ``TEMPORA_DEMO_TEST_SIZE`` (tests only) shrinks the test split; reduced sets
+Cache: ``$TEMPORA_HOME/demo/<DEMO_VERSION>/`` (``TEMPORA_HOME`` defaults to the user cache
+folder, ``~/.cache/tempora`` on Linux: see :mod:`tempora_trace.paths`). Bump ``DEMO_VERSION``
+whenever generation changes so stale data are never read. ``TEMPORA_DEMO_TEST_SIZE`` (tests only) shrinks the test split; reduced sets
 live in their own directory (``<DEMO_VERSION>-n<size>``), and image ``i`` is identical in
 every size.
 """
@@ -29,16 +29,22 @@ every size.
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import functools
 import json
 import multiprocessing
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
+from filelock import FileLock
 from numpy.lib.format import open_memmap
+
+from tempora_schema.errors import OutputError, describe_os_error
+from tempora_schema.outputs import to_bytes, write_file
+
+from ..errors import DataError
+from ..paths import tempora_home
 
 #: Bump on any change to drawing or corruption so old caches are never read.
 DEMO_VERSION = "v2"
@@ -68,14 +74,6 @@ _SHAPE_SCALE = {
 
 
 # ----------------------------------------------------------------------------- locations
-def tempora_home(home: str | os.PathLike | None = None) -> Path:
-    """The cache root: ``home`` if given, else ``$TEMPORA_HOME``, else ``~/.cache/tempora``."""
-    if home is not None:
-        return Path(home)
-    env = os.environ.get("TEMPORA_HOME")
-    return Path(env) if env else Path.home() / ".cache" / "tempora"
-
-
 def demo_test_size() -> int:
     """Test-split size: ``DEMO_TEST_SIZE`` unless ``TEMPORA_DEMO_TEST_SIZE`` (tests) says less."""
     raw = os.environ.get("TEMPORA_DEMO_TEST_SIZE")
@@ -279,39 +277,35 @@ def corrupt_images(images: np.ndarray, corruption: str, severity: int, workers: 
 
 
 # ----------------------------------------------------------------------------- cache
-@contextlib.contextmanager
-def _locked(path: Path):
-    """Exclusive advisory lock on ``path`` (created if needed) for the duration."""
+def _locked(path: Path) -> FileLock:
+    """Exclusive lock on ``path`` (created if needed), held across processes for a ``with``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    return FileLock(path)
 
 
 def _atomic_save(path: Path, array: np.ndarray) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.save(fh, array)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    write_file(path, to_bytes(lambda fh: np.save(fh, array)))
 
 
 def _atomic_write_json(path: Path, obj) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(obj, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    write_file(path, json.dumps(obj).encode("utf-8"))
+
+
+def _cache_errors(fn):
+    """A cache that cannot be written (read-only or full TEMPORA_HOME) is one line that says
+    where and what to do, never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except OSError as exc:
+            raise DataError(describe_os_error(exc, action="cannot write the demo data cache at")
+                            + "; or set TEMPORA_HOME to a writable folder") from None
+        except OutputError as exc:
+            raise DataError(f"demo data cache: {exc}; or set TEMPORA_HOME to a writable folder") from None
+
+    return wrapper
 
 
 def _check_corruption(corruption: str, severity: int) -> None:
@@ -321,6 +315,7 @@ def _check_corruption(corruption: str, severity: int) -> None:
         raise ValueError(f"severity must be an integer 1..5, got {severity!r}")
 
 
+@_cache_errors
 def ensure_demo_clean(home: str | os.PathLike | None = None, split: str = "test", workers: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The clean ``split`` (``"test"`` or ``"train"``): uint8 Nx32x32x3 images, int64 labels.
 
@@ -352,6 +347,7 @@ def completed_severities(corruption: str, home: str | os.PathLike | None = None)
     return sorted(json.loads(path.read_text())["severities"])
 
 
+@_cache_errors
 def ensure_demo_corrupted(corruption: str, severity: int, home: str | os.PathLike | None = None, workers: int | None = None) -> Path:
     """Directory in CIFAR-10-C layout whose ``<corruption>.npy`` has ``severity`` filled.
 

@@ -112,3 +112,47 @@ def batch_order(size: int, batch_size: int, seed: int, domain: str, max_batches:
     if max_batches is not None:
         count = min(count, max_batches)
     return [perm[i * batch_size : (i + 1) * batch_size] for i in range(count)]
+
+
+def source_labels(source: BatchSource) -> np.ndarray:
+    """Every sample's label, for label-shift orders; without labels such a stream cannot be built."""
+    labels = getattr(source, "labels", None)
+    if labels is None:
+        labels = getattr(getattr(source, "dataset", None), "targets", None)
+    if labels is None:
+        raise ConfigError("--stream dirichlet needs the samples' labels, which this dataset does not expose")
+    return np.asarray(labels, dtype=np.int64)
+
+
+def dirichlet_order(labels: np.ndarray, batch_size: int, seed: int, domain: str, alpha: float,
+                    max_batches: int | None = None) -> list[np.ndarray]:
+    """Index batches in a label-shifted order: each class spread over time by Dirichlet(α).
+
+    Time is cut into as many slots as there are full batches. Each class's samples (shuffled)
+    are divided among the slots in proportions drawn from a symmetric Dirichlet(α) over slots,
+    each slot's samples are shuffled, and the slots are played in order; the sequence is then
+    cut into batches (last partial batch dropped). Small α puts each class into a few slots,
+    so the stream has long single-class runs (temporally correlated labels); large α spreads
+    every class evenly and approaches the i.i.d. order. Seeded from ``(seed, domain)`` only,
+    like :func:`batch_order`.
+    """
+    if not (np.isfinite(alpha) and alpha > 0):
+        raise ConfigError(f"--dirichlet-alpha must be a finite number > 0 (got {alpha})")
+    labels = np.asarray(labels, dtype=np.int64)
+    count = len(labels) // batch_size
+    if max_batches is not None:
+        count = min(count, max_batches)
+    if count == 0:
+        return []
+    rng = np.random.default_rng([domain_seed(seed, domain), 0xD1])
+    slots: list[list[np.ndarray]] = [[] for _ in range(len(labels) // batch_size)]
+    for cls in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == cls))
+        weights = rng.dirichlet(np.full(len(slots), alpha))
+        cuts = np.floor(np.cumsum(weights)[:-1] * len(members)).astype(np.int64)
+        for slot, part in zip(slots, np.split(members, cuts)):
+            if part.size:
+                slot.append(part)
+    order = np.concatenate([rng.permutation(np.concatenate(s)) for s in slots if s])
+    return [order[i * batch_size : (i + 1) * batch_size] for i in range(count)]
+

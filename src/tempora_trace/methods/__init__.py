@@ -1,8 +1,8 @@
 """Registry of TTA methods by name.
 
 Each method is one module in this package that defines a :class:`TTAMethod` subclass
-decorated with :func:`register`. Modules are discovered automatically, so adding a method
-is adding one file.
+(usually a :class:`GradientMethod`) decorated with :func:`register`. Modules are discovered
+automatically, so adding a method is adding one file (docs/add-a-method.md).
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from .base import MethodContext, MethodError, TTAMethod
+from .base import AS_DEFAULT, Departure, MethodContext, MethodError, TTAMethod, entropy_margin, softmax_entropy
+from ._common import GradientMethod
 
 _REGISTRY: dict[str, type[TTAMethod]] = {}
 _DISCOVERED = False
@@ -50,4 +51,15 @@ def get_method(name: str) -> type[TTAMethod]:
         raise MethodError(f"unknown method '{name}'; available: {', '.join(sorted(_REGISTRY))}") from None
 
 
-__all__ = ["MethodContext", "MethodError", "TTAMethod", "available_methods", "get_method", "register"]
+def departures_markdown() -> str:
+    """Markdown tables of every method's departures from the Tempora reference and the authors'
+    code (the methods documentation renders these; see ``_parity``)."""
+    from ._parity import departures_markdown as render
+
+    return render()
+
+
+__all__ = [
+    "AS_DEFAULT", "Departure", "GradientMethod", "MethodContext", "MethodError", "TTAMethod", "available_methods",
+    "departures_markdown", "entropy_margin", "get_method", "register", "softmax_entropy",
+]

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 import torchvision.transforms.functional as TF
 from torchvision.transforms import InterpolationMode
 
-from ._common import GradientMethod
+from ._common import GradientMethod, dense_nchw
 from .base import classifier_head
 
 
@@ -126,6 +126,49 @@ def cmf_augment(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return out.clamp(0.0, 1.0)
 
 
+def _resized_crop_box(h: int, w: int, gen: torch.Generator, scale: tuple[float, float],
+                      ratio: tuple[float, float]) -> tuple[int, int, int, int]:
+    """Top, left, height, width of one RandomResizedCrop box: up to ten tries at an area
+    fraction in ``scale`` and a log-uniform aspect ratio in ``ratio``, else the central crop
+    with the aspect ratio clamped (the usual torchvision sampling, on ``gen``)."""
+    area = h * w
+    log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
+    for _ in range(10):
+        target = area * _uniform(gen, scale[0], scale[1])
+        aspect = math.exp(_uniform(gen, log_lo, log_hi))
+        cw = int(round(math.sqrt(target * aspect)))
+        ch = int(round(math.sqrt(target / aspect)))
+        if 0 < cw <= w and 0 < ch <= h:
+            top = int(torch.randint(0, h - ch + 1, (1,), generator=gen).item())
+            left = int(torch.randint(0, w - cw + 1, (1,), generator=gen).item())
+            return top, left, ch, cw
+    in_ratio = w / h
+    if in_ratio < ratio[0]:
+        cw, ch = w, int(round(w / ratio[0]))
+    elif in_ratio > ratio[1]:
+        ch, cw = h, int(round(h * ratio[1]))
+    else:
+        cw, ch = w, h
+    return (h - ch) // 2, (w - cw) // 2, ch, cw
+
+
+def random_resized_crop_flip(x: torch.Tensor, gen: torch.Generator, scale: tuple[float, float] = (0.5, 1.0),
+                             ratio: tuple[float, float] = (3 / 4, 4 / 3)) -> torch.Tensor:
+    """The Tempora reference's CMF view: per image, a RandomResizedCrop (area ``scale``,
+    antialiased bilinear resize back to the input side) and a horizontal flip with p = ½.
+    Parameters are drawn per image on the host, one crop call per image, as the reference's
+    per-image ``torchvision.transforms.v2`` pipeline does (that loop is part of its cost)."""
+    h, w = x.shape[-2:]
+    out = []
+    for img in x:
+        top, left, ch, cw = _resized_crop_box(h, w, gen, scale, ratio)
+        view = TF.resized_crop(img, top, left, ch, cw, [h, w], interpolation=InterpolationMode.BILINEAR, antialias=True)
+        if torch.rand((), generator=gen, device=gen.device).item() < 0.5:
+            view = TF.hflip(view)
+        out.append(view)
+    return torch.stack(out)
+
+
 # ---------------------------------------------------------------------- SPA
 # SPA's views are defined on normalised images in [-1, 1] (ViT's mean 0.5 / std 0.5); Tempora
 # models take [0, 1], so the views map to z = 2x − 1, perturb, and map back.
@@ -196,6 +239,23 @@ class PatchNoise(nn.Module):
         z = (1.0 - ratio) * z + ratio * noise
         return _from_centred(z.clamp(-1.0, 1.0))
 
+    def forward_per_patch(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        """The Tempora reference's form of the same view: a Python loop over the patches, one
+        noise draw and one slice assignment (recorded by autograd) per patch. Same distribution
+        as :meth:`forward`, many more operations (196 iterations on a 224-px image)."""
+        if x.shape[-1] != x.shape[-2] or x.shape[-1] != self.grid * self.patch:
+            raise ValueError(f"patch noise built for {self.grid * self.patch}² images, got {tuple(x.shape[-2:])}")
+        z = _to_centred(x)
+        out = torch.empty_like(z)
+        p = self.patch
+        for k in range(self.grid * self.grid):
+            top, left = (k // self.grid) * p, (k % self.grid) * p
+            patch = z[..., top:top + p, left:left + p]
+            noise = torch.randn(patch.shape[1:], generator=gen, device=gen.device, dtype=z.dtype).to(z.device)
+            ratio = self.alpha[k] ** 2
+            out[..., top:top + p, left:left + p] = (1.0 - ratio) * patch + ratio * noise
+        return _from_centred(out.clamp_(-1.0, 1.0))
+
     @torch.no_grad()
     def renormalise(self) -> None:
         """Rescale so the mean noise ratio stays at its target, then clip to [−1, 1]."""
@@ -241,15 +301,35 @@ class ProjectorView:
 
 class DetachedTargetMethod(GradientMethod):
     """Base for SPA and ZeroSIAM: the prediction is a clean forward that only ever serves as a
-    detached target, so ``predict`` runs it without a graph (no gradient could flow through
-    it) and hands ``(x, logits)`` to ``_update``, where the perturbed views are built,
-    forwarded with gradients and learnt from."""
+    detached target, so by default ``predict`` runs it without a graph (no gradient could flow
+    through it) and hands ``(x, logits)`` to ``_update``, where the perturbed views are built,
+    forwarded with gradients and learnt from.
+
+    ``profile=paper`` reproduces the Tempora reference, which records autograd on the clean
+    forward anyway and keeps that unused graph alive until the update is done (a slightly
+    larger intrinsic time e and peak memory)."""
 
     def predict(self, x: torch.Tensor) -> torch.Tensor:
         self._pending = None
         self.last_updated = False
+        x = dense_nchw(x)
+        if self.paper_profile and not self.frozen:
+            # Tempora reference quirk: the clean forward records a graph nothing back-propagates through.
+            with torch.enable_grad():
+                logits = self.model(x)
+            self._pending = (x, logits)
+            return logits.detach()
         with torch.no_grad():
             logits = self.model(x)
         if not self.frozen:
             self._pending = (x, logits)
         return logits
+
+    def adapt(self) -> None:
+        pending, self._pending = self._pending, None
+        if self.frozen or pending is None:
+            self.last_updated = False
+            return
+        x, logits = pending  # (paper profile) holds the clean graph until the update returns
+        with torch.enable_grad():
+            self.last_updated = bool(self._update(x, logits.detach()))

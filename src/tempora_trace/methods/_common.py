@@ -2,8 +2,8 @@
 
 - ``default_lr``: the published SGD learning rate per architecture family (batch 64).
 - ``require_norm``: the one-line refusal naming the compatible built-in models.
-- ``GradientMethod``: the honest prediction boundary for "forward, then learn from that
-  forward" methods. ``predict`` runs the forward pass with autograd recording and returns
+- ``GradientMethod``: the construction hooks every gradient method shares and the honest
+  prediction boundary for "forward, then learn from that forward" methods. ``predict`` runs the forward pass with autograd recording and returns
   detached logits; ``adapt`` computes the loss from the kept graph, back-propagates and steps.
   Nothing the method learns from a batch can influence that batch's prediction, which is
   exactly the predict-then-adapt order the papers evaluate.
@@ -11,19 +11,60 @@
 
 from __future__ import annotations
 
-from abc import abstractmethod
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn as nn
 
-from .base import MethodContext, MethodError, TTAMethod, norm_kind
+from ..norms import NORM_NAMES, compatible_models
+from .base import AS_DEFAULT, Departure, MethodContext, MethodError, TTAMethod, configure_batchnorm, named_norm_affine_params, no_stat_tracking, norm_kind
 
-NORM_NAMES = {"bn": "BatchNorm", "gn": "GroupNorm", "ln": "LayerNorm", None: "no normalisation layers"}
+#: Shared departure: BN buffers keep tracking the target stream so frozen inference is possible.
+TRACKED_BN_STATISTICS = Departure(
+    point="BatchNorm running statistics",
+    default="tracked over the target stream (momentum 0.1) while normalising with batch statistics",
+    reference=AS_DEFAULT,
+    authors="stop tracking and delete the buffers (batch statistics only)",
+    reason="frozen inference (docs/design.md §5) needs valid running statistics at every checkpoint",
+)
+
+
+def auxiliary_view_statistics(view: str) -> Departure:
+    """Shared departure: an auxiliary forward (``view``) does not move the tracked BN buffers."""
+    return Departure(
+        point=f"BatchNorm buffers during the {view}",
+        default="left alone (train-mode BN uses the view's batch statistics, the running buffers do not move)",
+        reference="moved: the view runs in train mode like the clean pass, a second buffer update per adapted batch",
+        authors="nothing to move (running statistics are not tracked)",
+        reason="the buffers frozen inference uses should describe the clean target stream, not a "
+               "perturbed or filtered copy of it",
+    )
+
 
 
 def is_vit(context: MethodContext) -> bool:
     return "vit" in context.model_name.lower() or context.norm_kind == "ln"
+
+
+def dense_nchw(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in the default (NCHW-contiguous) memory layout; the same tensor when it already is,
+    as every batch from the tracer's loaders is.
+
+    A batch permuted from NHWC storage (``torch.from_numpy(hwc).permute(0, 3, 1, 2)``) is
+    channels-last strided, which sends convolution and GroupNorm through their channels-last
+    CPU kernels, backward included. On torch 2.11.0 (CPU) ZeroSIAM's projector-view backward
+    on demo-resnet-gn died with a segmentation fault on exactly such batches; it did not
+    reproduce with torch 2.14.1, and the channels-last GroupNorm backward has a history of
+    edge cases (pytorch/pytorch#115940). Gradient methods therefore learn from dense NCHW
+    batches only: the values are the same, only the memory layout differs."""
+    return x if x.is_contiguous() else x.contiguous()
+
+
+def selected(mask: torch.Tensor) -> torch.Tensor:
+    """Indices of the True entries of a 1-D mask. The one host synchronisation a sample filter
+    needs (what follows has a data-dependent size); gather with ``index_select`` afterwards
+    instead of indexing with the mask again, which would synchronise once per indexing."""
+    return mask.nonzero().squeeze(1)
 
 
 def default_lr(context: MethodContext) -> float:
@@ -37,14 +78,11 @@ def require_norm(method: type[TTAMethod] | TTAMethod, model: nn.Module) -> str:
     kind = norm_kind(model)
     if kind in method.compatible_norms:
         return kind  # type: ignore[return-value]
-    wanted = sorted(method.compatible_norms)
     raise MethodError(incompatibility_message(method, NORM_NAMES[kind]))
 
 
 def incompatibility_message(method: type[TTAMethod] | TTAMethod, found: str) -> str:
     """One line: what the method needs, what it got, and which built-in models fit."""
-    from ..models import compatible_models  # lazy: the model zoo is not needed to build a method
-
     wanted = " or ".join(NORM_NAMES[k] for k in sorted(method.compatible_norms))
     models = ", ".join(compatible_models(method.compatible_norms))
     return f"method '{method.name}' needs {wanted} layers but {found}; compatible built-in models: {models}"
@@ -90,28 +128,98 @@ def check_params(
 class GradientMethod(TTAMethod):
     """Base for methods that learn from the forward pass that produced the prediction.
 
-    Subclasses build their optimiser in ``__init__`` (through ``_build_sgd``) and implement
-    ``_update(x, logits) -> bool`` (True when parameters changed). ``frozen`` predictions run
-    under ``no_grad`` with BatchNorm in eval mode on its running buffers (docs/design.md §5).
+    Construction runs the steps every gradient method repeats, each a hook a method may
+    override, so that a new method is usually its ``loss`` and little else:
+
+    1. option checks: ``check_params`` with the ranges named in ``non_negative_options``,
+       ``fraction_options`` and ``positive_int_options``, then ``validate()``;
+    2. the model must have a compatible normalisation kind (``compatible_norms``);
+    3. ``prepare(model)``: build method-owned modules (projectors, learnable augmentations);
+    4. ``configure_norms(model)``: BatchNorm on batch statistics, source buffers discarded or
+       kept (option ``source_stats``), target statistics tracked for frozen mode (docs/design.md §5);
+    5. ``choose_parameters(model)``: the ``(name, parameter)`` pairs to adapt (default: the
+       affine parameters of every normalisation layer); only they require gradients;
+    6. ``build_optimizer(params)``: SGD with the options ``lr`` and ``momentum``.
+
+    Each batch: ``predict`` runs the forward with autograd recording and returns detached
+    logits; ``adapt`` calls ``_update(x, logits)``, which by default back-propagates
+    ``loss(x, logits)`` and steps (``None`` means "nothing to learn from this batch"). Nothing
+    learnt from a batch can influence that batch's prediction, the predict-then-adapt order
+    the papers evaluate. ``frozen`` predictions run under ``no_grad`` with BatchNorm in eval
+    mode on its running buffers (docs/design.md §5).
     """
 
     family = "gradient-based"
+    #: ``source_stats`` default: ``discard`` (reset BN buffers, as the Tent family does) or ``keep``.
+    default_source_stats: ClassVar[str] = "discard"
+    #: options checked to be >= 0, in [0, 1], and integers >= 1 (when the method has them).
+    non_negative_options: ClassVar[tuple[str, ...]] = ("lr",)
+    fraction_options: ClassVar[tuple[str, ...]] = ("momentum", "bn_momentum")
+    positive_int_options: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def default_params(cls, context: MethodContext) -> dict[str, Any]:
+        """The Tent family's published SGD setting (batch 64) and BN handling."""
+        return {"lr": default_lr(context), "momentum": 0.9, "source_stats": cls.default_source_stats, "bn_momentum": 0.1}
 
     def __init__(self, model: nn.Module, context: MethodContext, **params: Any):
         super().__init__(model, context, **params)
         #: (input, logits with graph) of the last unfrozen ``predict``, consumed by ``adapt``.
         self._pending: tuple[torch.Tensor, torch.Tensor] | None = None
-
-    def _build_sgd(self, params: list[nn.Parameter]) -> torch.optim.SGD:
-        """Mark ``params`` (and only they) as trainable and build the published SGD."""
-        self.model.requires_grad_(False)
-        for p in params:
+        present = set(self.params)
+        check_params(
+            self,
+            non_negative=tuple(k for k in self.non_negative_options if k in present),
+            fractions=tuple(k for k in self.fraction_options if k in present),
+            positive_ints=tuple(k for k in self.positive_int_options if k in present),
+        )
+        self.validate()
+        require_norm(self, model)
+        model.eval()
+        self.prepare(model)
+        #: the BatchNorm layers that run on batch statistics while adapting (eval when frozen).
+        self.bn_layers = self.configure_norms(model)
+        self.set_train_modules(self.bn_layers)
+        #: ``(name, parameter)`` of everything the optimiser updates in the model.
+        self.adapted = self.choose_parameters(model)
+        if not self.adapted:
+            raise MethodError(f"method '{self.name}' found no parameters to adapt in this model")
+        model.requires_grad_(False)
+        for _, p in self.adapted:
             p.requires_grad_(True)
-        return torch.optim.SGD(params, lr=self.params["lr"], momentum=self.params["momentum"])
+        self.optimizer = self.build_optimizer([p for _, p in self.adapted])
 
+    # ------------------------------------------------------------------ hooks
+    def validate(self) -> None:
+        """Cross-option checks beyond the declared ranges (raise MethodError)."""
+
+    def prepare(self, model: nn.Module) -> None:
+        """Build method-owned modules before parameters and optimiser are chosen."""
+
+    def configure_norms(self, model: nn.Module) -> list[nn.Module]:
+        """Normalisation set-up; returns the modules toggled by freeze/unfreeze."""
+        return configure_batchnorm(model, self.params.get("source_stats", "discard"), self.params.get("bn_momentum", 0.1))
+
+    def choose_parameters(self, model: nn.Module) -> list[tuple[str, nn.Parameter]]:
+        """What to adapt: by default the affine parameters of every normalisation layer."""
+        return named_norm_affine_params(model)
+
+    def build_optimizer(self, params: list[nn.Parameter]) -> torch.optim.Optimizer:
+        """The published SGD over ``params``."""
+        # foreach: one call over the parameter list (on CUDA the default already; on a CPU the
+        # same per-tensor arithmetic, bit for bit, without the per-parameter Python loop)
+        return torch.optim.SGD(params, lr=self.params["lr"], momentum=self.params["momentum"], foreach=True)
+
+    def loss(self, x: torch.Tensor, logits: torch.Tensor) -> torch.Tensor | None:
+        """The objective for the batch ``x`` whose forward gave ``logits`` (graph attached);
+        ``None`` when the batch gives nothing to learn (no step is taken)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement loss() or _update()")
+
+    # ------------------------------------------------------------ the two phases
     def predict(self, x: torch.Tensor) -> torch.Tensor:
         self._pending = None
         self.last_updated = False
+        x = dense_nchw(x)
         if self.frozen:
             with torch.no_grad():
                 return self.model(x)
@@ -128,15 +236,31 @@ class GradientMethod(TTAMethod):
         with torch.enable_grad():
             self.last_updated = bool(self._update(*pending))
 
-    @abstractmethod
     def _update(self, x: torch.Tensor, logits: torch.Tensor) -> bool:
-        """Learn from the batch ``x`` whose forward gave ``logits`` (graph attached)."""
+        """Learn from the batch ``x`` whose forward gave ``logits``; True when parameters changed."""
+        loss = self.loss(x, logits)
+        if loss is None:
+            return False
+        self._step(loss)
+        return True
 
     def _step(self, loss: torch.Tensor) -> None:
         assert self.optimizer is not None
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+
+    def auxiliary_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """A forward pass that is not the prediction (an augmented, shuffled or perturbed view).
+
+        By default it leaves the tracked BatchNorm running statistics alone: frozen inference
+        should see statistics of the clean stream only (docs/design.md §5). ``profile=paper``
+        reproduces the Tempora reference quirk: the view runs in train mode like the clean
+        pass, so it moves the BN buffers (a second update per adapted batch)."""
+        if self.paper_profile or not self.bn_layers:
+            return self.model(x)
+        with no_stat_tracking(self.bn_layers):
+            return self.model(x)
 
     def freeze(self) -> None:
         self._pending = None

@@ -39,23 +39,25 @@ class SAM:
     @torch.no_grad()
     def first_step(self) -> None:
         """Move every parameter to ``w + ρ·g/‖g‖`` (‖·‖ over all parameters jointly) and clear
-        the gradients for the second evaluation."""
+        the gradients for the second evaluation. List-wide ``torch._foreach_*`` calls: the
+        per-tensor arithmetic of a Python loop, bit for bit on a CPU, without the loop."""
         params = self._params_with_grad()
         self._perturbation = []
         if not params:
             return
-        grad_norm = torch.linalg.vector_norm(torch.stack([p.grad.norm(2) for p in params]), 2)
+        grads = [p.grad for p in params]
+        grad_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2)), 2)
         scale = self.rho / (grad_norm + 1e-12)
-        for p in params:
-            self._perturbation.append((p, p.detach().clone()))
-            p.add_(p.grad * scale.to(p))
+        self._perturbation = list(zip(params, [p.detach().clone() for p in params]))
+        torch._foreach_add_(params, torch._foreach_mul(grads, scale.to(params[0])))
         self.zero_grad()
 
     @torch.no_grad()
     def undo_perturbation(self) -> None:
         """Back to ``w`` without stepping (used when the second pass leaves nothing to learn)."""
-        for p, w in self._perturbation:
-            p.copy_(w)
+        if self._perturbation:
+            params, saved = zip(*self._perturbation)
+            torch._foreach_copy_(list(params), list(saved))
         self._perturbation = []
 
     @torch.no_grad()

@@ -12,30 +12,85 @@ keep ``track_running_stats`` on after resetting the buffers, so PyTorch's own mo
 (0.1 by default) tracks target-stream statistics during adaptation and frozen inference has
 valid buffers at every checkpoint. The option ``source_stats`` chooses ``discard`` (the
 reference behaviour of most methods) or ``keep`` (source buffers as the starting point).
+
+Parity profiles: every method accepts the option ``profile``. ``default`` is the project's best
+faithful implementation; ``paper`` makes the method behave as the Tempora reference code does
+wherever the two differ, quirks included, so the paper's tables can be compared like for like.
+Each method declares those differences as data (:class:`Departure`, the class attribute
+``departures``); its docstring section and the documentation page are generated from them.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from abc import ABC, abstractmethod
+from abc import ABCMeta, abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar, Iterable, Iterator
 
 import torch
 import torch.nn as nn
 
 from ..errors import TraceError
 
-#: Normalisation families a model can be built on; methods declare which they support.
-NORM_KINDS = ("bn", "gn", "ln")
-BN_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+# Normalisation families a model can be built on (methods declare which they support) live in
+# the leaf module ``norms``, shared with the model registry; norm_kind is re-exported here.
+from ..norms import BN_TYPES, NORM_KINDS, norm_kind  # noqa: F401
+
 NORM_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.GroupNorm, nn.LayerNorm)
+
+
+#: ``default``: the project's implementation; ``paper``: the Tempora reference's behaviour.
+PROFILES = ("default", "paper")
 
 
 class MethodError(TraceError, ValueError):
     """A method cannot be built as asked (unknown option, incompatible model)."""
+
+
+#: Placeholder for a column of a departure that behaves as the default does.
+AS_DEFAULT = "as default"
+
+
+@dataclass(frozen=True)
+class Departure:
+    """One point where a method's default behaviour differs from the Tempora reference code
+    (what ``profile=paper`` reproduces) and/or from the original authors' code.
+
+    ``reference`` is ``AS_DEFAULT`` when only the authors' code differs (the paper profile
+    changes nothing there); ``authors`` is ``AS_DEFAULT`` when the authors' code does what the
+    default does, or names what it does otherwise."""
+
+    point: str
+    default: str
+    reference: str
+    reason: str
+    authors: str = AS_DEFAULT
+
+    @property
+    def switched_by_paper_profile(self) -> bool:
+        return self.reference != AS_DEFAULT
+
+
+def departures_docstring(departures: tuple[Departure, ...]) -> str:
+    """The docstring section a method class gets from its ``departures``."""
+    lines = ["", "", "Departures (generated from ``departures``; ``profile=paper`` restores the reference):", ""]
+    for d in departures:
+        lines.append(f"- {d.point}: default {d.default}; Tempora reference {d.reference}"
+                     + (f"; original authors {d.authors}" if d.authors != AS_DEFAULT else "") + f". Why: {d.reason}")
+    return "\n".join(lines)
+
+
+class _MethodMeta(ABCMeta):
+    """Records the configured source state once ``__init__`` (the subclass's included) is done,
+    so a method never has to remember to call ``_finish_setup`` itself."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        obj = super().__call__(*args, **kwargs)
+        if obj._initial_state is None:
+            obj._finish_setup()
+        return obj
 
 
 @dataclass(frozen=True)
@@ -54,12 +109,13 @@ class MethodContext:
     norm_kind: str = "bn"
 
 
-class TTAMethod(ABC):
+class TTAMethod(metaclass=_MethodMeta):
     """Base class: one online TTA method wrapped around a model.
 
     Subclasses set the class attributes, build their state in ``__init__`` (call
-    ``super().__init__`` first, then ``self._finish_setup()`` last so ``reset()`` can return to
-    the configured source state), and implement ``predict``; ``adapt`` defaults to nothing.
+    ``super().__init__`` first), and implement ``predict``; ``adapt`` defaults to nothing. The
+    configured source state, which ``reset()`` returns to, is recorded when construction ends
+    (or earlier, where a subclass calls ``self._finish_setup()`` itself).
     """
 
     #: registry name, e.g. ``"tent"``.
@@ -73,6 +129,14 @@ class TTAMethod(ABC):
     #: what the method updates, and where its overhead falls (README method table).
     updates: ClassVar[str] = ""
     overhead: ClassVar[str] = ""
+    #: where the default differs from the Tempora reference / the authors' code (see Departure).
+    departures: ClassVar[tuple[Departure, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("__doc__")
+        if cls.departures and "Departures (generated" not in (own or ""):
+            cls.__doc__ = (own or cls.paper or cls.__name__).rstrip() + departures_docstring(cls.departures)
 
     def __init__(self, model: nn.Module, context: MethodContext, **params: Any):
         self.model = model
@@ -84,14 +148,17 @@ class TTAMethod(ABC):
         self.last_updated = False
         self._train_modules: list[nn.Module] = []
         self._initial_state: Any = None
-        unknown = set(params) - set(self.default_params(context))
+        known = self.all_params(context)
+        unknown = set(params) - set(known)
         if unknown:
             raise MethodError(
                 f"method '{self.name}' has no option(s) {sorted(unknown)}; "
-                f"known: {sorted(self.default_params(context))}"
+                f"known: {sorted(known)}"
             )
-        merged = dict(self.default_params(context))
+        merged = dict(known)
         merged.update(params)
+        if merged["profile"] not in PROFILES:
+            raise MethodError(f"method '{self.name}': option profile must be one of {', '.join(PROFILES)}, not {merged['profile']!r}")
         self.params = merged
 
     # ----------------------------------------------------------------- defaults
@@ -99,6 +166,16 @@ class TTAMethod(ABC):
     def default_params(cls, context: MethodContext) -> dict[str, Any]:
         """Published defaults for this context (batch 64 unless the paper scales them)."""
         return {}
+
+    @classmethod
+    def all_params(cls, context: MethodContext) -> dict[str, Any]:
+        """Every option the method accepts: its own defaults plus the common ``profile``."""
+        return {**cls.default_params(context), "profile": "default"}
+
+    @property
+    def paper_profile(self) -> bool:
+        """True when the method reproduces the Tempora reference code (``profile=paper``)."""
+        return self.params.get("profile") == "paper"
 
     # ------------------------------------------------------------ the two phases
     @abstractmethod
@@ -168,22 +245,6 @@ class TTAMethod(ABC):
 
 
 # ---------------------------------------------------------------------- helpers
-def norm_kind(model: nn.Module) -> str | None:
-    """The normalisation family a model is built on (``bn`` > ``gn`` > ``ln``), or None."""
-    kinds = set()
-    for m in model.modules():
-        if isinstance(m, BN_TYPES):
-            kinds.add("bn")
-        elif isinstance(m, nn.GroupNorm):
-            kinds.add("gn")
-        elif isinstance(m, nn.LayerNorm):
-            kinds.add("ln")
-    for k in NORM_KINDS:
-        if k in kinds:
-            return k
-    return None
-
-
 def configure_batchnorm(model: nn.Module, source_stats: str = "discard", momentum: float = 0.1) -> list[nn.Module]:
     """Put every BatchNorm layer into train mode (batch statistics) with running-statistic
     tracking at ``momentum``; ``discard`` resets the source buffers first (docs/design.md §5).
@@ -207,32 +268,41 @@ def configure_batchnorm(model: nn.Module, source_stats: str = "discard", momentu
 
 
 @contextmanager
-def no_stat_tracking(model: nn.Module) -> Iterator[None]:
+def no_stat_tracking(modules: nn.Module | Iterable[nn.Module]) -> Iterator[None]:
     """Run auxiliary forwards (augmented or shuffled views) in train-mode BN without letting
-    them move the tracked running statistics: only the clean stream should."""
-    saved = []
-    for m in model.modules():
-        if isinstance(m, BN_TYPES) and m.track_running_stats:
-            saved.append((m, m.momentum, m.num_batches_tracked.clone() if m.num_batches_tracked is not None else None))
-            m.momentum = 0.0
+    them move the tracked running statistics: only the clean stream should.
+
+    Tracking is switched off for the duration (train-mode BN then normalises with the batch
+    statistics exactly as before and leaves buffers and ``num_batches_tracked`` alone), which
+    costs one attribute write per layer instead of a buffer update, a clone and a copy.
+    ``modules`` is a model or the list of its BN layers (pass the list on hot paths)."""
+    layers = modules.modules() if isinstance(modules, nn.Module) else modules
+    switched = [m for m in layers if isinstance(m, BN_TYPES) and m.track_running_stats]
+    for m in switched:
+        m.track_running_stats = False
     try:
         yield
     finally:
-        for m, mom, nbt in saved:
-            m.momentum = mom
-            if nbt is not None:
-                m.num_batches_tracked.copy_(nbt)
+        for m in switched:
+            m.track_running_stats = True
+
+
+def named_norm_affine_params(model: nn.Module, skip: Any = None) -> list[tuple[str, nn.Parameter]]:
+    """``(name, parameter)`` for the affine weight/bias of every normalisation layer, in module
+    order (Tent-style parameter set); ``skip(module_name)`` leaves layers out."""
+    params = []
+    for mn, m in model.named_modules():
+        if isinstance(m, NORM_TYPES) and not (skip is not None and skip(mn)):
+            for pn in ("weight", "bias"):
+                p = getattr(m, pn)
+                if p is not None:
+                    params.append((f"{mn}.{pn}" if mn else pn, p))
+    return params
 
 
 def norm_affine_params(model: nn.Module) -> list[nn.Parameter]:
     """The affine weight/bias of every normalisation layer (Tent-style parameter set)."""
-    params = []
-    for m in model.modules():
-        if isinstance(m, NORM_TYPES):
-            for p in (m.weight, m.bias):
-                if p is not None:
-                    params.append(p)
-    return params
+    return [p for _, p in named_norm_affine_params(model)]
 
 
 def classifier_head(model: nn.Module) -> nn.Linear:

@@ -13,14 +13,13 @@ import torch.nn as nn
 
 from . import register
 from ._augment import MethodRNG, patch_shuffle
-from ._common import GradientMethod, check_params, default_lr, require_norm
-from .base import MethodContext, MethodError, configure_batchnorm, entropy_margin, no_stat_tracking, softmax_entropy
+from ._common import TRACKED_BN_STATISTICS, GradientMethod, auxiliary_view_statistics, selected
+from .base import MethodContext, MethodError, entropy_margin, named_norm_affine_params, softmax_entropy
 
 #: DeYO leaves the top of the network untouched, as the authors' code does: ResNet ``layer4``,
 #: ViT-B blocks 9–11 and the final ``norm``. Matched on whole name components so the rule also
 #: holds inside wrappers (e.g. the tracer's ``Normalized``: ``net.blocks.9``, ``net.norm``).
 _SKIP_BLOCKS = {"9", "10", "11"}
-_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.GroupNorm, nn.LayerNorm)
 
 
 def _skipped(name: str) -> bool:
@@ -32,11 +31,7 @@ def _skipped(name: str) -> bool:
 
 def deyo_params(model: nn.Module) -> list[nn.Parameter]:
     """Affine parameters of the normalisation layers outside the skipped top layers."""
-    params = []
-    for name, m in model.named_modules():
-        if isinstance(m, _NORMS) and not _skipped(name):
-            params.extend(p for p in (m.weight, m.bias) if p is not None)
-    return params
+    return [p for _, p in named_norm_affine_params(model, skip=_skipped)]
 
 
 @register
@@ -51,7 +46,7 @@ class DeYO(GradientMethod):
     prediction); the patch shuffle, the second forward, both filters, the backward and the SGD
     step are ``adapt``. BatchNorm runs on batch statistics; by default the source running
     statistics are discarded (authors' behaviour) and target statistics are tracked for frozen
-    mode; the shuffled forward never moves them. Works on BN, GN and LN models (the paper runs
+    mode; by default the shuffled forward does not move them. Works on BN, GN and LN models (the paper runs
     it on ResNet-50 and ViT-B/16). ``patch_len`` is the number of patches per side, so the
     authors' 4 serves 32×32 inputs as well as 224×224 (8×8-pixel patches on the demo set).
     """
@@ -63,58 +58,58 @@ class DeYO(GradientMethod):
     updates = "norm-layer affine parameters (except ResNet layer4 / ViT blocks 9-11)"
     overhead = "adapt: patch-shuffled no-grad second forward on entropy-filtered samples, backward, SGD step"
 
+    non_negative_options = ("lr", "momentum", "ent_threshold", "ent_margin")
+    fraction_options = ("bn_momentum",)
+    positive_int_options = ("patch_len",)
+    departures = (auxiliary_view_statistics("patch-shuffled forward"), TRACKED_BN_STATISTICS)
+
     @classmethod
     def default_params(cls, context: MethodContext) -> dict[str, Any]:
         return {
-            "lr": default_lr(context),  # authors: 0.00025 for ResNets, 0.001 for ViT-B (batch 64)
-            "momentum": 0.9,
+            **super().default_params(context),  # authors: lr 0.00025 for ResNets, 0.001 for ViT-B (batch 64)
             "ent_threshold": entropy_margin(context.num_classes, 0.5),   # τ_Ent = 0.5·ln C
             "ent_margin": entropy_margin(context.num_classes, 0.4),      # Ent_0 = 0.4·ln C
             "plpd_threshold": 0.2,
             "patch_len": 4,
-            "source_stats": "discard",
-            "bn_momentum": 0.1,
         }
+
+    def validate(self) -> None:
+        if self.params["patch_len"] < 2:
+            raise MethodError(f"deyo: patch_len must be at least 2, not {self.params['patch_len']}")
+
+    def choose_parameters(self, model: nn.Module) -> list[tuple[str, nn.Parameter]]:
+        params = named_norm_affine_params(model, skip=_skipped)
+        if not params:
+            raise MethodError("deyo needs normalisation layers with affine parameters below the top layers")
+        return params
 
     def __init__(self, model: nn.Module, context: MethodContext, **params: Any):
         super().__init__(model, context, **params)
-        require_norm(self, model)
-        check_params(self, non_negative=("lr", "momentum", "ent_threshold", "ent_margin"),
-                     fractions=("bn_momentum",), positive_ints=("patch_len",))
-        if self.params["patch_len"] < 2:
-            raise MethodError(f"deyo: patch_len must be at least 2, not {self.params['patch_len']}")
-        model.eval()
-        self.set_train_modules(configure_batchnorm(model, self.params["source_stats"], self.params["bn_momentum"]))
-        trainable = deyo_params(model)
-        if not trainable:
-            raise MethodError("deyo needs normalisation layers with affine parameters below the top layers")
-        self.optimizer = self._build_sgd(trainable)
         self.rng = MethodRNG()
         #: samples kept by the entropy filter and then by the PLPD filter on the last batch.
         self.last_counts = (0, 0)
-        self._finish_setup()
 
     def _update(self, x: torch.Tensor, logits: torch.Tensor) -> bool:
         p = self.params
         entropy = softmax_entropy(logits)
-        keep = entropy < p["ent_threshold"]
-        self.last_counts = (int(keep.sum()), 0)
-        if not keep.any():
+        keep = selected(entropy < p["ent_threshold"])
+        self.last_counts = (int(keep.numel()), 0)
+        if keep.numel() == 0:
             return False
-        entropy, kept_logits = entropy[keep], logits[keep]
-        # the second, no-gradient forward on patch-shuffled copies (BN: batch statistics of the
-        # shuffled subset, tracked running statistics untouched)
-        shuffled = patch_shuffle(x[keep].detach(), int(p["patch_len"]), self.rng.get(x.device))
-        with torch.no_grad(), no_stat_tracking(self.model):
-            prob_shuffled = self.model(shuffled).softmax(1)
+        entropy, kept_logits = entropy.index_select(0, keep), logits.index_select(0, keep)
+        # the second, no-gradient forward on patch-shuffled copies (by default BN normalises
+        # with the shuffled subset's batch statistics and the tracked buffers do not move)
+        shuffled = patch_shuffle(x.detach().index_select(0, keep), int(p["patch_len"]), self.rng.get(x.device))
+        with torch.no_grad():
+            prob_shuffled = self.auxiliary_forward(shuffled).softmax(1)
         prob = kept_logits.detach().softmax(1)
         cls = prob.argmax(1, keepdim=True)
         plpd = (prob.gather(1, cls) - prob_shuffled.gather(1, cls)).squeeze(1)
-        grounded = plpd > p["plpd_threshold"]
-        self.last_counts = (self.last_counts[0], int(grounded.sum()))
-        if not grounded.any():
+        grounded = selected(plpd > p["plpd_threshold"])
+        self.last_counts = (self.last_counts[0], int(grounded.numel()))
+        if grounded.numel() == 0:
             return False
-        entropy, plpd = entropy[grounded], plpd[grounded]
+        entropy, plpd = entropy.index_select(0, grounded), plpd.index_select(0, grounded)
         weight = torch.exp(p["ent_margin"] - entropy.detach()) + torch.exp(plpd)
         self._step((entropy * weight).mean())
         return True

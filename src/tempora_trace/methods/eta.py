@@ -27,8 +27,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import register
-from ._common import GradientMethod, check_params, default_lr, require_norm
-from .base import MethodContext, configure_batchnorm, entropy_margin, norm_affine_params, softmax_entropy
+from ._common import TRACKED_BN_STATISTICS, GradientMethod, selected
+from .base import MethodContext, entropy_margin, softmax_entropy
 
 
 def redundancy_margin(context: MethodContext) -> float:
@@ -48,43 +48,38 @@ class ETA(GradientMethod):
     #: source BatchNorm statistics: ``discard`` in the authors' code.
     default_source_stats = "discard"
 
+    non_negative_options = ("lr", "e_margin", "d_margin")
+    fraction_options = ("momentum", "probs_momentum", "bn_momentum")
+    departures = (TRACKED_BN_STATISTICS,)
+
     @classmethod
     def default_params(cls, context: MethodContext) -> dict[str, Any]:
         return {
-            "lr": default_lr(context),
-            "momentum": 0.9,
+            **super().default_params(context),
             "e_margin": entropy_margin(context.num_classes, 0.4),
             "d_margin": redundancy_margin(context),
             "probs_momentum": 0.9,
-            "source_stats": cls.default_source_stats,
-            "bn_momentum": 0.1,
         }
 
     def __init__(self, model: nn.Module, context: MethodContext, **params: Any):
         super().__init__(model, context, **params)
-        check_params(self, non_negative=("lr", "e_margin", "d_margin"), fractions=("momentum", "probs_momentum", "bn_momentum"))
-        require_norm(self, model)
-        model.eval()
-        self.set_train_modules(configure_batchnorm(model, self.params["source_stats"], self.params["bn_momentum"]))
-        self.optimizer = self._build_sgd(norm_affine_params(model))
         #: moving average of the selected samples' probabilities (None until the first one).
         self.mean_probs: torch.Tensor | None = None
         self.num_reliable = 0  # samples that passed the reliability filter so far
         self.num_selected = 0  # ... and the redundancy filter (the ones that were learnt from)
         #: how many samples each filter kept on the last batch (diagnostics and tests).
         self.last_kept: tuple[int, int] = (0, 0)
-        self._finish_setup()
 
     def _update(self, x: torch.Tensor, logits: torch.Tensor) -> bool:
         entropy = softmax_entropy(logits)
-        reliable = entropy < self.params["e_margin"]
-        entropy, logits = entropy[reliable], logits[reliable]
+        reliable = selected(entropy < self.params["e_margin"])
+        entropy, logits = entropy.index_select(0, reliable), logits.index_select(0, reliable)
         probs = logits.detach().softmax(1)
         if self.mean_probs is not None and probs.size(0) > 0:
             cos = F.cosine_similarity(self.mean_probs.unsqueeze(0), probs, dim=1)
-            novel = cos.abs() < self.params["d_margin"]
-            entropy, probs = entropy[novel], probs[novel]
-        n_reliable, n_selected = int(reliable.sum()), int(entropy.size(0))
+            novel = selected(cos.abs() < self.params["d_margin"])
+            entropy, probs = entropy.index_select(0, novel), probs.index_select(0, novel)
+        n_reliable, n_selected = int(reliable.numel()), int(entropy.size(0))
         self.last_kept = (n_reliable, n_selected)
         self.num_reliable += n_reliable
         self.num_selected += n_selected

@@ -24,19 +24,24 @@ import torch.nn.functional as F
 
 from . import register
 from ._common import check_params
-from .base import MethodContext, TTAMethod, classifier_head
+from .base import Departure, MethodContext, TTAMethod, classifier_head
 
 
-def knn_affinity(features: torch.Tensor, k: int) -> torch.Tensor:
+def knn_affinity(features: torch.Tensor, k: int, drop_first: bool = False) -> torch.Tensor:
     """``W[i, j] = 1`` iff ``j`` is one of the ``k`` nearest other samples of ``i`` (Euclidean);
-    not symmetrised, as in the authors' default."""
+    not symmetrised, as in the authors' default. ``drop_first`` is the Tempora reference's
+    rule: take the ``k + 1`` nearest and drop the first, assumed to be the sample itself (with
+    duplicate features it may be another sample, and the sample becomes its own neighbour)."""
     n = features.size(0)
     w = torch.zeros(n, n, device=features.device, dtype=features.dtype)
     if n < 2 or k < 1:
         return w
     dist = torch.cdist(features, features)
-    dist.fill_diagonal_(float("inf"))  # a sample is not its own neighbour
-    idx = dist.topk(min(k, n - 1), dim=1, largest=False).indices
+    if drop_first:
+        idx = dist.topk(min(k + 1, n), dim=1, largest=False).indices[:, 1:]
+    else:
+        dist.fill_diagonal_(float("inf"))  # a sample is not its own neighbour
+        idx = dist.topk(min(k, n - 1), dim=1, largest=False).indices
     w.scatter_(1, idx, 1.0)
     return w
 
@@ -65,6 +70,21 @@ class LAME(TTAMethod):
     paper = "Boudiaf et al., Parameter-free Online Test-time Adaptation, CVPR 2022"
     updates = "nothing (refines each batch's output probabilities)"
     overhead = "intrinsic: kNN affinity + up to 100 fixed-point iterations before the output"
+    departures = (
+        Departure(
+            point="unary term",
+            default="−log(p + 1e-10) from the softmax",
+            reference="−log_softmax(logits)",
+            reason="the LAME authors' formula (the two differ only where p is below about 1e-8)",
+        ),
+        Departure(
+            point="self-exclusion from the neighbours",
+            default="the diagonal of the distance matrix is set to +inf before the k nearest are taken",
+            reference="the k + 1 nearest are taken and the first dropped",
+            reason="the same neighbours unless features coincide, where the reference can keep the "
+                   "sample as its own neighbour",
+        ),
+    )
 
     @classmethod
     def default_params(cls, context: MethodContext) -> dict[str, Any]:
@@ -90,9 +110,12 @@ class LAME(TTAMethod):
             handle.remove()
         if self.frozen:
             return logits
-        probs = logits.float().softmax(1)
-        unary = -torch.log(probs + 1e-10)
+        paper = self.paper_profile
+        if paper:
+            unary = -logits.float().log_softmax(1)  # Tempora reference
+        else:
+            unary = -torch.log(logits.float().softmax(1) + 1e-10)  # the LAME authors
         features = F.normalize(captured[0].float().flatten(1), p=2, dim=-1)
-        affinity = knn_affinity(features, int(self.params["knn"]))
+        affinity = knn_affinity(features, int(self.params["knn"]), drop_first=paper)
         y, self.last_iterations = laplacian_refinement(unary, affinity, int(self.params["max_steps"]), float(self.params["tol"]))
         return torch.log(y.clamp_min(1e-20))

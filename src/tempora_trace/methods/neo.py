@@ -8,10 +8,10 @@ batch *before* centring, as in the authors' code) and subtracts it before the cl
 No gradients, no parameter changes: all of the work precedes the output, so it is all in
 ``predict`` and ``adapt`` is empty (ℓ ≈ 0).
 
-Frozen mode centres with the mean reached so far and stops updating it (the authors' ``adapt=False``
-path); the Tempora reference instead falls back to the uncentred source model when frozen,
-which cannot matter for the paper's numbers because a gradient-free method never exhausts an
-amortised budget.
+Frozen mode centres with the mean reached so far and stops updating it (the authors'
+``adapt=False`` path); the Tempora reference instead falls back to the uncentred source model
+when frozen (``profile=paper``). That matters wherever NEO freezes: its centring is intrinsic
+overhead, so under a tight amortised budget it can exhaust the budget like any other method.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 
 from . import register
-from .base import MethodContext, MethodError, TTAMethod, classifier_head
+from .base import Departure, MethodContext, MethodError, TTAMethod, classifier_head
 
 
 @register
@@ -32,6 +32,15 @@ class NEO(TTAMethod):
     paper = "Murphy et al., NEO: No-Optimization Test-Time Adaptation through Latent Re-Centering, arXiv:2510.05635 (2025)"
     updates = "running mean of penultimate features (no parameters)"
     overhead = "intrinsic: one mean and one subtraction before the classifier"
+    departures = (
+        Departure(
+            point="frozen inference",
+            default="centred with the mean reached so far, which stops moving",
+            reference="the uncentred source model",
+            reason="the authors' adapt=False path: what NEO has learnt is the mean, and freezing "
+                   "should keep it, as it keeps other methods' adapted weights",
+        ),
+    )
 
     def __init__(self, model: nn.Module, context: MethodContext, **params: Any):
         super().__init__(model, context, **params)
@@ -57,6 +66,8 @@ class NEO(TTAMethod):
 
     @torch.no_grad()
     def predict(self, x: torch.Tensor) -> torch.Tensor:
+        if self.frozen and self.paper_profile:
+            return self.model(x)  # Tempora reference: frozen NEO is the uncentred source model
         handle = self.head.register_forward_pre_hook(self._centre)
         try:
             return self.model(x)

@@ -18,10 +18,10 @@ whose stages sit in one ``layers``/``stages`` container, its last element — th
 stage, ``layers.2``, of the demo ResNet) and "the last quarter of the transformer blocks plus
 the final ``norm``".
 
-Deviations, all documented in the trace metadata: the second (perturbed) forward does not move
-the tracked BatchNorm buffers (only the clean stream should, docs/design.md §5); when a filter leaves no
-sample the step is skipped (the authors' code still applies a momentum-only step); a model
-recovery also clears the loss average (the authors' code accidentally keeps the old value).
+Where the default differs from the Tempora reference (what ``profile=paper`` restores) and
+from the authors' code is listed, with the reason, in the class's generated "Departures"
+section. The trace metadata records the options (``profile`` included), the excluded modules
+and the number of adapted tensors.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ import torch
 import torch.nn as nn
 
 from . import register
-from ._common import GradientMethod, check_params, default_lr, require_norm
+from ._common import TRACKED_BN_STATISTICS, GradientMethod, auxiliary_view_statistics, selected
 from ._sam import SAM
-from .base import NORM_TYPES, MethodContext, MethodError, configure_batchnorm, entropy_margin, no_stat_tracking, softmax_entropy
+from .base import AS_DEFAULT, Departure, MethodContext, MethodError, entropy_margin, named_norm_affine_params, softmax_entropy
 
 
 def sar_excluded_modules(model: nn.Module) -> list[str]:
@@ -78,88 +78,135 @@ def _is_within(name: str, prefixes: list[str]) -> bool:
 
 @register
 class SAR(GradientMethod):
+    """SAR. Choice of defaults (see Departures): a batch with nothing to learn from costs
+    nothing and moves nothing, and a reset returns the optimiser to its source state, so that
+    "reset" means the same thing for every method in the tracer."""
+
     name = "sar"
     compatible_norms = frozenset({"bn", "gn", "ln"})
     paper = "Niu et al., Towards Stable Test-Time Adaptation in Dynamic Wild World (SAR), ICLR 2023"
     updates = "affine parameters of normalisation layers outside the last stage"
     overhead = "extrinsic: two backward passes and a second forward (SAM) after the prediction"
+    non_negative_options = ("lr", "rho", "e_margin", "reset_constant")
+    fraction_options = ("momentum", "loss_ema", "bn_momentum")
+    departures = (
+        auxiliary_view_statistics("second (perturbed) forward"),
+        Departure(
+            point="no reliable sample (first or second filter empty)",
+            default="no step: the perturbation is undone (second filter) or never made (first), "
+                    "nothing moves",
+            reference="both passes still run on a NaN loss (the mean of an empty selection); its "
+                      "zero gradients leave SGD a momentum-only step",
+            authors="as the reference",
+            reason="a batch without a reliable sample carries no learning signal; stepping along "
+                   "stale momentum moves the weights anyway and costs two passes",
+        ),
+        Departure(
+            point="SGD momentum through a reset (model recovery and the episode reset)",
+            default="restored with the model: the optimiser returns to its source state",
+            reference="kept: its SAM wrapper's load_state_dict restores only the wrapper's own "
+                      "state, so the inner SGD's momentum buffers survive",
+            authors="as the reference (same SAM wrapper)",
+            reason="a reset should return to the source state; leftover momentum pushes the "
+                   "recovered model straight back where it collapsed",
+        ),
+        Departure(
+            point="loss average after a model recovery",
+            default="cleared",
+            reference=AS_DEFAULT,
+            authors="overwritten with the pre-recovery value right after the reset, so a recovery "
+                    "repeats on every batch until the average climbs back above the threshold",
+            reason="the recovery is meant to start the average afresh",
+        ),
+        TRACKED_BN_STATISTICS,
+    )
 
     @classmethod
     def default_params(cls, context: MethodContext) -> dict[str, Any]:
         return {
-            "lr": default_lr(context),
-            "momentum": 0.9,
+            **super().default_params(context),
             "rho": 0.05,
             "e_margin": entropy_margin(context.num_classes, 0.4),
             "reset_constant": 0.2,
             "loss_ema": 0.9,
-            "source_stats": "discard",
-            "bn_momentum": 0.1,
         }
 
     def __init__(self, model: nn.Module, context: MethodContext, **params: Any):
         super().__init__(model, context, **params)
-        check_params(self, non_negative=("lr", "rho", "e_margin", "reset_constant"), fractions=("momentum", "loss_ema", "bn_momentum"))
-        require_norm(self, model)
-        model.eval()
-        self.set_train_modules(configure_batchnorm(model, self.params["source_stats"], self.params["bn_momentum"]))
-        self.excluded = sar_excluded_modules(model)
-        self.adapted = [
-            (f"{mn}.{pn}", p)
-            for mn, m in model.named_modules()
-            if isinstance(m, NORM_TYPES) and not _is_within(mn, self.excluded)
-            for pn, p in m.named_parameters(recurse=False)
-            if pn in ("weight", "bias")
-        ]
-        if not self.adapted:
-            raise MethodError("method 'sar' found no normalisation parameters outside the model's last stage to adapt")
-        self.optimizer = SAM(self._build_sgd([p for _, p in self.adapted]), rho=self.params["rho"])  # type: ignore[assignment]
         #: moving average of the sharpness-aware loss (None until the first value, and after a recovery).
         self.loss_average: float | None = None
         #: model recoveries so far and whether the last batch triggered one (diagnostics, not state).
         self.recoveries = 0
         self.last_recovered = False
         self.last_loss: float | None = None
-        self._finish_setup()
+
+    def choose_parameters(self, model: nn.Module) -> list[tuple[str, nn.Parameter]]:
+        self.excluded = sar_excluded_modules(model)
+        adapted = named_norm_affine_params(model, skip=lambda mn: _is_within(mn, self.excluded))
+        if not adapted:
+            raise MethodError("method 'sar' found no normalisation parameters outside the model's last stage to adapt")
+        return adapted
+
+    def build_optimizer(self, params: list[nn.Parameter]) -> SAM:  # type: ignore[override]
+        return SAM(super().build_optimizer(params), rho=self.params["rho"])
 
     def hparams(self) -> dict[str, Any]:
         return {**super().hparams(), "excluded_modules": list(self.excluded), "adapted_tensors": len(self.adapted)}
 
     def _update(self, x: torch.Tensor, logits: torch.Tensor) -> bool:
         sam: SAM = self.optimizer  # type: ignore[assignment]
+        paper = self.paper_profile
         self.last_recovered = False
         self.last_loss = None
         margin = self.params["e_margin"]
         sam.zero_grad()
         entropy = softmax_entropy(logits)
-        reliable = entropy < margin
-        if not bool(reliable.any()):
+        reliable = selected(entropy < margin)
+        if not paper and reliable.numel() == 0:
             return False
-        entropy[reliable].mean(0).backward()
+        # profile=paper, Tempora reference quirk: with no reliable sample this is the NaN mean of
+        # an empty selection; its backward gives zero gradients and both passes still run.
+        entropy.index_select(0, reliable).mean(0).backward()
         sam.first_step()
-        with no_stat_tracking(self.model):
-            entropy2 = softmax_entropy(self.model(x))[reliable]
-        still_reliable = entropy2 < margin
-        if not bool(still_reliable.any()):
+        entropy2 = softmax_entropy(self.auxiliary_forward(x)).index_select(0, reliable)
+        still_reliable = selected(entropy2 < margin)
+        if not paper and still_reliable.numel() == 0:
             sam.undo_perturbation()
             sam.zero_grad()
             return False
-        loss = entropy2[still_reliable].mean(0)
+        loss = entropy2.index_select(0, still_reliable).mean(0)
         value = loss.item()
         self.last_loss = value
         if not math.isnan(value):
             a = self.params["loss_ema"]
             self.loss_average = value if self.loss_average is None else a * self.loss_average + (1 - a) * value
+        # profile=paper on an empty second filter: zero gradients, so SGD takes a momentum-only step.
         loss.backward()
         sam.second_step()
         if self.loss_average is not None and self.loss_average < self.params["reset_constant"]:
             self._recover()
         return True
 
+    def _inner_momentum(self) -> dict[Any, Any]:
+        return dict(self.optimizer.base.state)  # type: ignore[union-attr]
+
+    def _reinstate_momentum(self, saved: dict[Any, Any]) -> None:
+        # profile=paper, Tempora reference quirk: the inner SGD's momentum survives a reset.
+        self.optimizer.base.state.update(saved)  # type: ignore[union-attr]
+
+    def reset(self) -> None:
+        saved = self._inner_momentum() if self.paper_profile else None
+        super().reset()
+        if saved is not None:
+            self._reinstate_momentum(saved)
+
     def _recover(self) -> None:
         """Model recovery: parameters, optimiser and loss average back to the source state."""
         assert self._initial_state is not None
+        saved = self._inner_momentum() if self.paper_profile else None
         self.restore(self._initial_state)
+        if saved is not None:
+            self._reinstate_momentum(saved)
         self.recoveries += 1
         self.last_recovered = True
 

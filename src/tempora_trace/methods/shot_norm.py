@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch.nn as nn
 
 from . import register
-from .base import NORM_TYPES
+from ._common import TRACKED_BN_STATISTICS
+from .base import named_norm_affine_params
 from .shot_im import SHOTIM
 
 
@@ -25,11 +26,7 @@ class SHOTNorm(SHOTIM):
     overhead = "extrinsic: backward pass and SGD step after the prediction"
     default_source_stats = "discard"
 
-    def _adapted_parameters(self, model: nn.Module) -> list[tuple[str, nn.Parameter]]:
-        return [
-            (f"{mn}.{pn}", p)
-            for mn, m in model.named_modules()
-            if isinstance(m, NORM_TYPES)
-            for pn, p in m.named_parameters(recurse=False)
-            if pn in ("weight", "bias")
-        ]
+    departures = (SHOTIM.departures[1], TRACKED_BN_STATISTICS)
+
+    def choose_parameters(self, model: nn.Module) -> list[tuple[str, nn.Parameter]]:
+        return named_norm_affine_params(model)

@@ -12,13 +12,11 @@ stream with momentum 0.1 so frozen inference has valid buffers (docs/design.md Â
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from . import register
-from ._common import GradientMethod, check_params, default_lr, require_norm
-from .base import MethodContext, configure_batchnorm, norm_affine_params, softmax_entropy
+from ._common import TRACKED_BN_STATISTICS, GradientMethod
+from .base import softmax_entropy
 
 
 @register
@@ -29,21 +27,8 @@ class Tent(GradientMethod):
     paper = "Wang et al., Tent: Fully Test-Time Adaptation by Entropy Minimization (ICLR 2021)"
     updates = "normalisation affine parameters (SGD)"
     overhead = "extrinsic (backward + step)"
+    departures = (TRACKED_BN_STATISTICS,)
 
-    @classmethod
-    def default_params(cls, context: MethodContext) -> dict[str, Any]:
-        return {"lr": default_lr(context), "momentum": 0.9, "bn_momentum": 0.1, "source_stats": "discard"}
-
-    def __init__(self, model: torch.nn.Module, context: MethodContext, **params):
-        super().__init__(model, context, **params)
-        check_params(self, non_negative=("lr",), fractions=("momentum", "bn_momentum"))
-        require_norm(self, model)
-        model.eval()
-        self.set_train_modules(configure_batchnorm(model, self.params["source_stats"], self.params["bn_momentum"]))
-        self.optimizer = self._build_sgd(norm_affine_params(model))
-        self._finish_setup()
-
-    def _update(self, x: torch.Tensor, logits: torch.Tensor) -> bool:
+    def loss(self, x: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         # Predict-then-adapt: the entropy of the very forward that produced the prediction.
-        self._step(softmax_entropy(logits).mean())
-        return True
+        return softmax_entropy(logits).mean()

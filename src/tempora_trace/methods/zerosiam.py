@@ -14,8 +14,8 @@ import torch.nn as nn
 
 from . import register
 from ._augment import DetachedTargetMethod, ProjectorView
-from ._common import check_params, is_vit, require_norm
-from .base import MethodContext, norm_affine_params, softmax_entropy
+from ._common import is_vit
+from .base import AS_DEFAULT, Departure, MethodContext, softmax_entropy
 
 
 def symmetric_kl(clean_logits: torch.Tensor, view_logits: torch.Tensor) -> torch.Tensor:
@@ -36,7 +36,7 @@ class ZeroSIAM(DetachedTargetMethod):
     its own SGD optimiser (momentum 0.9), whose state is part of the method's snapshot.
 
     Prediction boundary: the clean backbone forward is the prediction; nothing back-propagates
-    through it (the KL uses it detached), so ``predict`` runs it without a graph. The projector
+    through it (the KL uses it detached), so by default ``predict`` runs it without a graph. The projector
     forward, backward and both optimiser steps are ``adapt``.
 
     Compatible models: those with the authors' settings, GroupNorm (ResNet-50-GN: lr 0.0025,
@@ -51,6 +51,25 @@ class ZeroSIAM(DetachedTargetMethod):
     updates = "norm-layer affine parameters + projector head (separate optimiser)"
     overhead = "adapt: projector-view grad forward, backward, two optimiser steps"
 
+    non_negative_options = ("lr", "projector_lr", "momentum")
+    fraction_options = ()
+    departures = (
+        Departure(
+            point="clean forward",
+            default="without autograd (it is a detached target)",
+            reference="with autograd, the unused graph kept until the update is done",
+            reason="no gradient can flow through it; recording one only adds intrinsic time and "
+                   "peak memory",
+        ),
+        Departure(
+            point="optimiser state at a reset",
+            default="both optimisers (norm layers and projector) return to their source state",
+            reference=AS_DEFAULT,
+            authors="only the projector's optimiser is reset between distributions",
+            reason="a reset returns the whole method to its source state",
+        ),
+    )
+
     @classmethod
     def default_params(cls, context: MethodContext) -> dict[str, Any]:
         vit = is_vit(context)
@@ -60,17 +79,14 @@ class ZeroSIAM(DetachedTargetMethod):
             "momentum": 0.9,
         }
 
+    def prepare(self, model: nn.Module) -> None:
+        self.view = ProjectorView(model)
+        self.projector_optimizer = torch.optim.SGD([self.view.projector.weight], lr=self.params["projector_lr"],
+                                                   momentum=self.params["momentum"], foreach=True)
+
     def __init__(self, model: nn.Module, context: MethodContext, **params: Any):
         super().__init__(model, context, **params)
-        require_norm(self, model)
-        check_params(self, non_negative=("lr", "projector_lr", "momentum"))
-        p = self.params
-        model.eval()
-        self.trainable = norm_affine_params(model)
-        self.optimizer = self._build_sgd(self.trainable)
-        self.view = ProjectorView(model)
-        self.projector_optimizer = torch.optim.SGD([self.view.projector.weight], lr=p["projector_lr"], momentum=p["momentum"])
-        self._finish_setup()
+        self.trainable = [q for _, q in self.adapted]
 
     def _update(self, x: torch.Tensor, clean: torch.Tensor) -> bool:
         with self.view.active():

@@ -77,7 +77,7 @@ def train_one(norm: str, images: np.ndarray, labels: np.ndarray, epochs: int, ba
     rng = np.random.default_rng([TRAIN_SEED, 0 if norm == "bn" else 1])
     model = build_demo_resnet(norm=norm, num_classes=NUM_CLASSES)
     decay, no_decay = [], []
-    for name, p in model.named_parameters():
+    for p in model.parameters():
         (no_decay if p.ndim <= 1 else decay).append(p)
     opt = torch.optim.SGD([{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
                           lr=lr, momentum=0.9, nesterov=True)

@@ -1,0 +1,325 @@
+"""``tempora-sim advise``: which method to deploy at *your* constraint, and how sure that is.
+
+For each comparison group (seeds pooled, like episodes) the traces are replayed at exactly
+the given constraint (``--rho``, ``--gamma-ms``, ``--T`` or ``--B``; one at a time: the
+protocols do not combine) and the answer is a few lines: the method with the highest pooled
+utility, its bootstrap interval, its lead over the runner-up with the paired interval and
+whether that lead is certain (docs/statistics.md), the terms that decide it (α and ā_served,
+ā and κ̄, or β and ā_frozen), and how far the constraint can move before another method wins:
+the kernels replay a fine grid on both sides of the constraint and the switch points are
+refined on a second, finer grid between the last grid value where the recommendation holds
+and the first where it does not.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from dataclasses import dataclass
+
+import click
+import numpy as np
+
+from tempora_sim.cli import main
+from tempora_sim.errors import SimError
+from tempora_sim.stats import bootstrap_options, make_bootstrap
+
+#: Fine-grid resolution of the boundary search (values per side), then the refinement.
+GRID_POINTS = 160
+REFINE_POINTS = 48
+#: Where the search stops: ρ down to 1 %, γ and T up to ×64 the constraint, B up to the
+#: largest overhead any trace can spend (beyond it every method adapts on every batch).
+RHO_MIN = 0.01
+SPAN = 64.0
+
+
+class AdviseError(SimError, ValueError):
+    """A bad constraint (message is the whole story, shown as one line)."""
+
+
+@dataclass(frozen=True)
+class Constraint:
+    protocol: str  # discrete | continuous | amortised
+    kind: str  # rho | gamma_ms | T_ms | B_ms
+    value: float
+
+    def label(self, v: float | None = None) -> str:
+        v = self.value if v is None else v
+        if self.kind == "rho":
+            return f"ρ = {v * 100:.4g}%"
+        if self.kind == "gamma_ms":
+            return f"γ = {v:.4g} ms"
+        if self.kind == "T_ms":
+            return f"T = {v:.4g} ms"
+        return f"B = {v / 1000:.4g} s" if v >= 1000 else f"B = {v:.4g} ms"
+
+
+def parse_constraint(rho, gamma_ms, T, B) -> Constraint:
+    """Exactly one constraint, parsed with the sweep's units and checked for range."""
+    from tempora_sim import grids
+
+    given = [(k, v) for k, v in (("rho", rho), ("gamma-ms", gamma_ms), ("T", T), ("B", B)) if v is not None]
+    if len(given) != 1:
+        names = ", ".join(f"--{k}" for k, _ in given) or "none"
+        raise AdviseError(f"give exactly one constraint of --rho, --gamma-ms, --T, --B (got {names}); "
+                          "the protocols do not combine")
+    name, raw = given[0]
+    if name == "rho":
+        v = grids.parse_ratio(raw, "rho")
+        if not 0 < v <= 1:
+            raise AdviseError(f"--rho: utilisation must be in (0, 100%] (got {raw}); ρ = λ/γ")
+        return Constraint("discrete", "rho", v)
+    v = grids.parse_time_ms(raw, name)
+    if name == "gamma-ms":
+        if v <= 0:
+            raise AdviseError(f"--gamma-ms: inter-arrival time must be > 0 ms (got {raw})")
+        return Constraint("discrete", "gamma_ms", v)
+    if name == "T":
+        if v <= 0:
+            raise AdviseError(f"--T: threshold must be > 0 ms (got {raw})")
+        return Constraint("continuous", "T_ms", v)
+    if v < 0:
+        raise AdviseError(f"--B: budget must be >= 0 ms (got {raw})")
+    return Constraint("amortised", "B_ms", v)
+
+
+# ----------------------------------------------------------------------------- replay
+def _sweep(traceset, c: Constraint, values, sweep_opts: dict):
+    """Per-seed utility rows of the group at the given constraint values (kernels)."""
+    from tempora_sim.replay import run_sweep
+
+    values = [float(v) for v in values]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if c.kind == "rho":
+            return run_sweep(traceset, protocols="discrete", rho=values, **sweep_opts).frame
+        if c.kind == "gamma_ms":
+            # γ itself: λ := γ and ρ = γ/v makes every inter-arrival time λ/ρ = v
+            g0 = c.value
+            return run_sweep(traceset, protocols="discrete", rho=[g0 / v for v in values], lambda_ms=g0,
+                             **sweep_opts).frame.with_columns(_gamma_value(g0))
+        if c.kind == "T_ms":
+            return run_sweep(traceset, protocols="continuous", T_ms=values, **sweep_opts).frame
+        return run_sweep(traceset, protocols="amortised", B_ms=values, **sweep_opts).frame
+
+
+def _gamma_value(g0: float):
+    import polars as pl
+
+    return (g0 / pl.col("value")).alias("value")
+
+
+def _pooled_utilities(frame, methods: list[str]):
+    """values (sorted) and utility matrix [values, methods] of the seed-pooled rows."""
+    import polars as pl
+
+    from tempora_sim import analyses as an
+
+    p = an.pool_seeds(frame.filter(pl.col("episode") == an.POOLED))
+    values = sorted(set(p.get_column("value").to_list()))
+    vi = {v: i for i, v in enumerate(values)}
+    mi = {m: j for j, m in enumerate(methods)}
+    U = np.full((len(values), len(methods)), -np.inf)
+    for v, m, u in p.select("value", "method", "utility").iter_rows():
+        if u is not None and m in mi:
+            U[vi[v], mi[m]] = u
+    return np.asarray(values), U
+
+
+def _holds(U: np.ndarray, j: int, tol: float = 1e-12) -> np.ndarray:
+    """Per grid value: does method j still have the highest utility (ties count as holding)?"""
+    return U[:, j] >= U.max(axis=1) - tol
+
+
+def _boundary(traceset, c: Constraint, methods, j, lo_v, hi_v, side, sweep_opts):
+    """First value beyond which method j stops winning, searching from the constraint to
+    ``side`` ('down' or 'up') within [lo_v, hi_v]; None if it wins throughout."""
+    v0 = c.value
+    far = lo_v if side == "down" else hi_v
+    if (side == "down" and far >= v0) or (side == "up" and far <= v0):
+        return None
+    grid = _span(v0, far, GRID_POINTS)
+    vals, U = _pooled_utilities(_sweep(traceset, c, grid, sweep_opts), methods)
+    order = np.argsort(np.abs(np.log(np.maximum(vals, 1e-300)) - math.log(max(v0, 1e-300)))) if v0 > 0 else \
+        np.argsort(np.abs(vals - v0))
+    vals, U = vals[order], U[order]
+    held = _holds(U, j)
+    lost = np.flatnonzero(~held)
+    if not lost.size:
+        return None
+    k = lost[0]
+    last_ok = vals[k - 1] if k > 0 else v0
+    fine = _span(last_ok, vals[k], REFINE_POINTS)
+    fv, FU = _pooled_utilities(_sweep(traceset, c, fine, sweep_opts), methods)
+    fo = np.argsort(np.abs(fv - last_ok))
+    fv, FU = fv[fo], FU[fo]
+    fl = np.flatnonzero(~_holds(FU, j))
+    k2 = fl[0] if fl.size else None
+    at = float(fv[k2]) if k2 is not None else float(vals[k])
+    row = FU[k2] if k2 is not None else U[k]
+    return {"value": at, "winner": methods[int(np.argmax(row))]}
+
+
+def _span(a: float, b: float, n: int) -> np.ndarray:
+    """n values from a (excluded) to b (included), geometric when both are > 0."""
+    if a > 0 and b > 0:
+        return np.geomspace(a, b, n + 1)[1:]
+    return np.linspace(a, b, n + 1)[1:]
+
+
+# ----------------------------------------------------------------------------- advice
+def advise(source, constraint: Constraint, bootstrap=None, sweep_opts: dict | None = None) -> list[dict]:
+    """The recommendation per comparison group (a list of plain dicts, JSON-ready)."""
+    import polars as pl
+
+    from tempora_sim import analyses as an
+    from tempora_sim.stats import BootstrapOptions
+    from tempora_sim.traces import TraceSet, group_lambdas, load_traces
+
+    bootstrap = bootstrap or BootstrapOptions()
+    sweep_opts = sweep_opts or {}
+    traceset = source if isinstance(source, TraceSet) else load_traces(source)
+    lambdas = group_lambdas(traceset)
+    groups: dict[tuple, list] = {}
+    for t in traceset.traces:
+        groups.setdefault(tuple(t.meta[k] for k in an.GROUP_COLUMNS), []).append(t)
+    out = []
+    for key, members in groups.items():
+        ts = TraceSet(members)
+        lams = sorted({lambdas[t.group] for t in members})
+        c = constraint
+        if c.kind == "T_ms" and c.value <= max(lams):
+            raise AdviseError(f"--T {c.value:g} ms must exceed λ = {max(lams):.2f} ms of group "
+                              f"{'/'.join(map(str, key))} (continuous utility needs T > λ)")
+        frame = _sweep(ts, c, [c.value], sweep_opts)
+        frame = frame.with_columns(pl.lit(c.value).alias("value"))
+        intervals = an.utility_intervals(frame, None, bootstrap)
+        pw = an.pooled_winners(frame, intervals).row(0, named=True)
+        pooled = an.pool_seeds(frame.filter(pl.col("episode") == an.POOLED))
+        pooled = an.attach_intervals(pooled, intervals).sort("utility", descending=True, nulls_last=True)
+        methods = pooled.get_column("method").to_list()
+        rows = {r["method"]: r for r in pooled.iter_rows(named=True)}
+        rec = pooled.row(0, named=True)
+        j = methods.index(rec["method"])
+        lo_v, hi_v = _search_range(c, members, lams)
+        down = _boundary(ts, c, methods, j, lo_v, hi_v, "down", sweep_opts)
+        up = _boundary(ts, c, methods, j, lo_v, hi_v, "up", sweep_opts)
+        seeds = sorted({int(t.meta["seed"]) for t in members})
+        episodes = sorted({e for t in members for e in t.episodes})
+        runner = rows.get(pw["runner_up"]) if pw["runner_up"] else (pooled.row(1, named=True) if len(methods) > 1 else None)
+        out.append({
+            "group": {k: key[i] for i, k in enumerate(an.GROUP_COLUMNS)},
+            "seeds": seeds, "episodes": len(episodes), "lambda_ms": lams,
+            "constraint": {"protocol": c.protocol, c.kind: c.value},
+            "recommended": rec["method"],
+            "tied_with": [m for m in pw["winners"] if m != rec["method"]],
+            "utility": rec["utility"], "utility_ci": [rec["lo"], rec["hi"]],
+            "runner_up": None if runner is None else runner["method"],
+            "runner_up_utility": None if runner is None else runner["utility"],
+            "lead": None if runner is None else rec["utility"] - runner["utility"],
+            "lead_ci": [pw["lead_lo"], pw["lead_hi"]],
+            "certain": pw["certain"],
+            "ci_level": bootstrap.level,
+            "mechanism": {m: _mechanism(c, rows[m]) for m in [rec["method"]] + ([runner["method"]] if runner else [])},
+            "holds_from": None if down is None else down["value"], "below_winner": None if down is None else down["winner"],
+            "holds_to": None if up is None else up["value"], "above_winner": None if up is None else up["winner"],
+            "search_range": [lo_v, hi_v],
+        })
+    return out
+
+
+def _search_range(c: Constraint, members, lams) -> tuple[float, float]:
+    if c.kind == "rho":
+        return RHO_MIN, 1.0
+    if c.kind == "gamma_ms":
+        return c.value / SPAN, c.value * SPAN
+    if c.kind == "T_ms":
+        return max(lams) * (1 + 1e-9), c.value * SPAN
+    lam = max(lams)
+    spend = max((float(np.clip(t.adapt["delta_ms"].to_numpy() - lam, 0, None).sum()) for t in members), default=0.0)
+    return 0.0, max(spend * 1.01, c.value * 1.01, 1.0)
+
+
+def _mechanism(c: Constraint, r: dict) -> dict:
+    if c.protocol == "discrete":
+        return {"alpha": r["alpha"], "served_acc": r["served_acc"]}
+    if c.protocol == "continuous":
+        return {"acc": r["acc"], "kappa": r["kappa"], "cov": r["cov"]}
+    return {"beta": r["beta"], "acc_adapt": r["acc_adapt"], "acc_frozen": r["acc_frozen"]}
+
+
+# ----------------------------------------------------------------------------- text
+def _pc(x) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * 100:.2f}%"
+
+
+def _pp(x) -> str:
+    return "–" if x is None else f"{x * 100:+.2f}"
+
+
+def _why(c: Constraint, m: str, mech: dict) -> str:
+    if c.protocol == "discrete":
+        return f"{m} serves α = {_pc(mech['alpha'])} of batches at ā_served = {_pc(mech['served_acc'])}"
+    if c.protocol == "continuous":
+        return f"{m}: ā = {_pc(mech['acc'])} discounted by κ̄ = {_pc(mech['kappa'])}"
+    frozen = "" if mech["acc_frozen"] is None else f", then ā_frozen = {_pc(mech['acc_frozen'])}"
+    adapt = "" if mech["acc_adapt"] is None else f" (ā_adapt = {_pc(mech['acc_adapt'])})"
+    return f"{m} adapts on β = {_pc(mech['beta'])} of the stream{adapt}{frozen}"
+
+
+def text_lines(advice: list[dict], c: Constraint) -> list[str]:
+    lines = []
+    for a in advice:
+        g = a["group"]
+        seeds = f"seed {a['seeds'][0]}" if len(a["seeds"]) == 1 else f"seeds {', '.join(map(str, a['seeds']))} pooled"
+        lam = ", ".join(f"{x:.2f}" for x in a["lambda_ms"])
+        lines.append(f"{g['dataset']} · {g['model']} · {g['device']} · bs {g['batch_size']} · {g['stream']} · {seeds} · {a['episodes']} episodes · λ = {lam} ms")
+        level = f"{a['ci_level'] * 100:g}%"
+        tie = f" (tied with {', '.join(a['tied_with'])})" if a["tied_with"] else ""
+        lines.append(f"  at {c.label()}: use {a['recommended']}{tie}: U = {_pc(a['utility'])} "
+                     f"[{_pc(a['utility_ci'][0])}, {_pc(a['utility_ci'][1])}] ({level} CI, episodes resampled)")
+        if a["runner_up"] is not None:
+            verdict = {True: "certain", False: "uncertain: could be a coin toss", None: "not assessed"}[a["certain"]]
+            lines.append(f"  lead over {a['runner_up']}: {_pp(a['lead'])} pp [{_pp(a['lead_ci'][0])}, "
+                         f"{_pp(a['lead_ci'][1])}] (paired) → {verdict}")
+        lines.append("  why: " + "; ".join(_why(c, m, mech) for m, mech in a["mechanism"].items()))
+        lo, hi = a["search_range"]
+        below = (f"{a['below_winner']} wins from {c.label(a['holds_from'])}" if a["holds_from"] is not None
+                 else f"no change down to {c.label(lo)}")
+        above = (f"{a['above_winner']} wins from {c.label(a['holds_to'])}" if a["holds_to"] is not None
+                 else f"no change up to {c.label(hi)}")
+        lines.append(f"  stays best while the constraint moves: down: {below}; up: {above}")
+    return lines
+
+
+@main.command("advise")
+@click.argument("source", nargs=-1, required=True, type=click.Path())
+@click.option("--rho", default=None, help="Utilisation ρ = λ/γ, a fraction or %, e.g. 0.6 or 60%.")
+@click.option("--gamma-ms", "gamma_ms", default=None, help="Inter-arrival time γ (ms, or with ms/s suffix).")
+@click.option("--T", "T", default=None, help="HCI threshold T (ms, or with ms/s suffix); must exceed λ.")
+@click.option("--B", "B", default=None, help="Overhead budget B per episode (ms, or with ms/s suffix).")
+@click.option("--budget-rule", "budget_rule", default="strict", show_default=True,
+              type=click.Choice(["strict", "overshoot"]), help="As in `tempora-sim sweep`.")
+@click.option("--format", "fmt", default="text", show_default=True, type=click.Choice(["text", "json"]),
+              help="json: one object per comparison group, for scripts.")
+@bootstrap_options
+def advise_command(source, rho, gamma_ms, T, B, budget_rule, fmt, ci_level, resamples, ci_seed):
+    """Recommend a method for each trace group at one constraint, with its certainty and
+    how far the constraint can move before the recommendation changes."""
+    # every error is a SimError: the command group prints it as one line, exit status 2
+    c = parse_constraint(rho, gamma_ms, T, B)
+    boot = make_bootstrap(ci_level, resamples, ci_seed)
+    advice = advise([str(s) for s in source], c, boot, {"budget_rule": budget_rule})
+    if fmt == "json":
+        click.echo(json.dumps(advice, default=_json_default))
+    else:
+        click.echo("\n".join(text_lines(advice, c)))
+
+
+def _json_default(x):
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.floating,)):
+        return float(x)
+    return str(x)

@@ -1,0 +1,226 @@
+"""Scenarios beyond the paper's three (docs/design.md §9): non-periodic arrivals and two
+pressures at once, replayed from the same traces with the general discrete kernel.
+
+* ``discrete`` under ``poisson``/``burst``/``file`` arrivals (periodic stays on the O(1) kernel);
+* ``discrete-continuous`` (deadline + patience, grid ρ × T): a served batch is worth
+  ``a_j · κ(r_j)`` with its full response time ``r_j = (pickup − arrival) + e_j``;
+* ``discrete-amortised`` (deadline + budget, grid ρ × B): the first ``m`` events adapt (``m``
+  from the amortised cut-off of the same budget rule), then the frozen checkpoint serves the
+  rest of the stream under the same arrivals with its own latency (mean δ of its frozen rows)
+  and accuracy (the amortised protocol's frozen accuracy).
+
+Each arrival seed is replayed like another episode: per-(episode, seed) rows carry
+``arrival_seed``; the pooled ``__all__`` rows pool episodes and seeds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import polars as pl
+
+from . import grids
+from .arrivals import ArrivalSpec, arrival_times
+from .errors import GridError
+
+
+def expand_seeds(series, n_seeds: int):
+    """The series repeated once per arrival seed (row ``s·n_seeds + k``), for output framing."""
+    if n_seeds == 1:
+        return series
+    n = np.repeat(series.n, n_seeds)
+    return dataclasses.replace(
+        series,
+        trace_of=np.repeat(series.trace_of, n_seeds),
+        episode=[ep for ep in series.episode for _ in range(n_seeds)],
+        offsets=np.concatenate(([0], np.cumsum(n))).astype(np.int64),
+        lam=np.repeat(series.lam, n_seeds),
+    )
+
+
+def unit_arrivals(series, spec: ArrivalSpec, seeds, absolute: bool) -> list[np.ndarray]:
+    """Per seed: arrival times of every series at unit mean gap (or as recorded), flattened."""
+    out = []
+    for seed in seeds:
+        sp = spec.with_seed(seed)
+        parts = [arrival_times(sp, int(n), 1.0, ep, absolute=absolute) for n, ep in zip(series.n, series.episode)]
+        out.append(np.concatenate(parts) if parts else np.zeros(0))
+    return out
+
+
+def frozen_latency(series, amortised: dict) -> np.ndarray:
+    """Mean δ of the frozen checkpoint each (series, B) falls back to; NaN where none is used."""
+    m, gap = amortised["m"], amortised["gap"]
+    out = np.full(m.shape, np.nan)
+    means: dict[int, dict[tuple[str, int], float]] = {}
+    for s in range(m.shape[0]):
+        t_idx = int(series.trace_of[s])
+        for v in range(m.shape[1]):
+            if m[s, v] >= series.n[s] or gap[s, v] < 0:
+                continue
+            if series.frozen_from_adapt[s]:
+                out[s, v] = series.delta[series.offsets[s] + m[s, v]:series.offsets[s + 1]].mean()
+                continue
+            if t_idx not in means:
+                agg = series.traces[t_idx].frozen.group_by("episode", "checkpoint").agg(pl.col("delta_ms").mean())
+                means[t_idx] = {(ep, int(ck)): d for ep, ck, d in agg.iter_rows()}
+            out[s, v] = means[t_idx][(series.episode[s], int(m[s, v] - gap[s, v]))]
+    return out
+
+
+def _replay(series, u, scale, opts, h, n_adapt, f_delta, f_acc, engine):
+    """Every series × cell once: (served, served_sum, score_sum, ak[S, K, H], frozen_served)."""
+    from . import kernels as K
+
+    mode = K.SKIP_FALLBACK if opts["fallback"] else (K.SKIP_RANDOM if opts["skipped"] == "random" else K.SKIP_NULL)
+    strict = opts["sync"] == "strict"
+    if engine == "numba":
+        K.use_threads(int(series.a.shape[0]) * scale.shape[1] * max(1, h.shape[1]))
+        return K.discrete_general_kernel(
+            series.a, series.e, series.delta, u, scale, series.offsets, series.lam, int(opts["queue"]), strict, mode,
+            series.skip_value, h, n_adapt, f_delta, f_acc,
+        )
+    from .reference import discrete_reference
+
+    S, C = scale.shape
+    served = np.zeros((S, C), np.int64); ssum = np.zeros((S, C)); score = np.zeros((S, C))
+    ak = np.zeros((S, C, h.shape[1])); frozen = np.zeros((S, C), np.int64)
+    for s in range(S):
+        sl = slice(series.offsets[s], series.offsets[s + 1])
+        lam = float(series.lam[s])
+        for c in range(C):
+            res = discrete_reference(
+                series.a[sl].tolist(), series.delta[sl].tolist(), None, opts["queue"], opts["sync"],
+                opts["skipped"], int(round(1.0 / series.skip_value[s])), opts["fallback"],
+                arrivals=(u[sl] * scale[s, c]).tolist(), e=series.e[sl].tolist(), lam=lam,
+                T=[lam + x for x in h[s]], n_adapt=int(n_adapt[s, c]), f_delta=float(f_delta[s, c]),
+                f_acc=float(f_acc[s, c]),
+            )
+            served[s, c], ssum[s, c], score[s, c], frozen[s, c] = (res.served, res.served_sum, res.score_sum,
+                                                                     res.frozen_served)
+            ak[s, c] = res.ak_sums
+    return served, ssum, score, ak, frozen
+
+
+def replay_scenarios(series, protos, rho_v, T_v, B_v, opts, spec: ArrivalSpec, seeds, absolute, engine,
+                     amortised=None) -> dict:
+    """Raw per-(series·seed, grid cell) sums of the scenario protocols in ``protos``.
+
+    Keys: ``discrete`` (only for non-periodic arrivals), ``discrete-continuous``,
+    ``discrete-amortised``; values hold arrays shaped [S·n_seeds, cells] plus ``values`` /
+    ``values2`` (the grid cells, flattened ρ-major).
+    """
+    S = len(series.episode)
+    ns = len(seeds)
+    units = unit_arrivals(series, spec, seeds, absolute)
+    if absolute:
+        rho_v = (float("nan"),)
+    rho_a = np.asarray(rho_v, np.float64)
+    gamma = np.ones((S, len(rho_a))) if absolute else series.lam[:, None] / rho_a[None, :]
+    out = {}
+
+    def run(scale, h, n_adapt, f_delta, f_acc):
+        """Stack the seeds' results into rows s·ns + k."""
+        parts = [_replay(series, u, scale, opts, h, n_adapt, f_delta, f_acc, engine) for u in units]
+        return [np.stack(p, axis=1).reshape((S * ns,) + p[0].shape[1:]) for p in zip(*parts)]
+
+    def unlimited(cells):
+        return np.repeat(series.n.astype(np.int64)[:, None], cells, axis=1), np.full((S, cells), np.nan)
+
+    if "discrete" in protos and not spec.periodic:
+        n_adapt, nan = unlimited(len(rho_a))
+        served, ssum, score, _, _ = run(gamma, np.zeros((S, 0)), n_adapt, nan, nan)
+        out["discrete"] = {"served": served, "served_sum": ssum, "score_sum": score, "values": tuple(rho_v),
+                           "values2": None}
+
+    if "discrete-continuous" in protos:
+        h = np.asarray(T_v, np.float64)[None, :] - series.lam[:, None]
+        h = np.where(h > 0, h, 1.0)  # cells with T <= λ are dropped from the output
+        n_adapt, nan = unlimited(len(rho_a))
+        served, ssum, score, ak, _ = run(gamma, h, n_adapt, nan, nan)
+        nT = len(T_v)
+        # cells flattened ρ-major: (ρ_i, T_k) -> i·nT + k
+        out["discrete-continuous"] = {
+            "served": np.repeat(served, nT, axis=1), "served_sum": np.repeat(ssum, nT, axis=1),
+            "score_sum": np.repeat(score - ssum, nT, axis=1) + ak.reshape(S * ns, -1),
+            "ak_sum": ak.reshape(S * ns, -1),
+            "values": tuple(r for r in rho_v for _ in T_v), "values2": tuple(t for _ in rho_v for t in T_v)}
+
+    if "discrete-amortised" in protos:
+        m, facc = amortised["m"], amortised["frozen_acc"]
+        fdelta = frozen_latency(series, amortised)
+        nB = len(B_v)
+        scale = np.repeat(gamma, nB, axis=1)  # (ρ_i, B_b) -> i·nB + b
+        tile = (1, len(rho_a))
+        served, ssum, score, _, frozen = run(scale, np.zeros((S, 0)), np.tile(m.astype(np.int64), tile),
+                                             np.tile(fdelta, tile), np.tile(facc, tile))
+        out["discrete-amortised"] = {
+            "served": served, "served_sum": ssum, "score_sum": score, "frozen_served": frozen,
+            "values": tuple(r for r in rho_v for _ in B_v), "values2": tuple(b for _ in rho_v for b in B_v),
+            "frozen_acc": np.repeat(np.tile(facc, tile), ns, axis=0)}
+    return out
+
+
+def scenario_frame(series, protocol: str, raw: dict, pooled: bool, spec: ArrivalSpec, seeds, absolute,
+                   frame_fn) -> pl.DataFrame:
+    """Output rows of one scenario protocol, in the sweep's columns (``frame_fn`` = replay._frame)."""
+    ns = len(seeds)
+    xs = expand_seeds(series, ns)
+    values = list(raw["values"])
+    frame = frame_fn(xs, "discrete", values, raw, pooled)
+    extra = []
+    if protocol == "discrete-continuous":
+        # κ̃ = Σ a·κ / Σ a over served events, so U = α · served_acc · κ̃ (+ skipped scores)
+        ak = _reduce(xs, raw["ak_sum"], pooled)
+        ssum = _reduce(xs, raw["served_sum"], pooled)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            extra.append(pl.Series("kappa", np.where(ssum > 0, ak / np.where(ssum > 0, ssum, 1.0), np.nan),
+                                   nan_to_null=True))
+    if protocol == "discrete-amortised":
+        served = _reduce(xs, raw["served"], pooled)
+        frozen = _reduce(xs, raw["frozen_served"], pooled)
+        N = frame["num_batches"].to_numpy().astype(np.float64)
+        adapted = served - frozen
+        facc = raw["frozen_acc"]
+        fsum = _reduce(xs, np.where(raw["frozen_served"] > 0, np.nan_to_num(facc) * raw["frozen_served"], 0.0), pooled)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            extra += [
+                pl.Series("m", adapted, nan_to_null=True),
+                pl.Series("beta", adapted / N, nan_to_null=True),
+                pl.Series("acc_frozen", np.where(frozen > 0, fsum / np.maximum(frozen, 1), np.nan), nan_to_null=True),
+            ]
+    frame = frame.with_columns(
+        pl.lit(protocol).alias("protocol"),
+        pl.lit(grids.PARAM2_OF.get(protocol), pl.Utf8).alias("param2"),
+        pl.Series("value2", np.tile(np.asarray(raw["values2"] or [np.nan] * len(values), np.float64),
+                                    frame.height // max(1, len(values))), nan_to_null=True),
+        *extra,
+    )
+    if absolute:
+        mean_gap = float(np.mean(spec.gaps))
+        frame = frame.with_columns((pl.col("lambda_ms") / mean_gap).alias("value"))
+    seed_col = pl.lit(None, pl.Int64) if pooled else pl.Series(
+        "arrival_seed", np.tile(np.asarray(seeds, np.int64), frame.height // ns), pl.Int64)
+    frame = frame.with_columns(pl.lit(spec.label()).alias("arrivals"), seed_col.alias("arrival_seed"))
+    if protocol == "discrete-continuous":
+        frame = frame.filter(pl.col("value2") > pl.col("lambda_ms"))
+    return frame
+
+
+def _reduce(xs, x, pooled):
+    """Rows of ``x`` [S·ns, K] flattened as the frame orders them (pooled per trace if asked)."""
+    x = np.asarray(x, np.float64)
+    if pooled:
+        starts = np.flatnonzero(np.r_[True, xs.trace_of[1:] != xs.trace_of[:-1]])
+        x = np.add.reduceat(x, starts, axis=0)
+    return x.reshape(-1)
+
+
+def check_scenario_options(protos, spec: ArrivalSpec, seeds, absolute: bool, rho_given: bool) -> None:
+    if absolute and spec.kind != "file":
+        raise GridError("--arrivals-absolute needs --arrivals file:PATH (only recorded times have absolute meaning)")
+    if absolute and rho_given:
+        raise GridError("--rho has no effect with --arrivals-absolute (the recorded times fix the load); leave it out")
+    if len(seeds) > 1 and not spec.random:
+        raise GridError("--arrival-seeds > 1 needs a random arrival process (poisson, burst or file)")

@@ -1,0 +1,89 @@
+"""How far the per-batch δ of a `standard` trace spread, for `tempora-trace calibrate`.
+
+λ = mean + 6σ amplifies every outlier: one 100 ms hiccup among 17 ms batches moves λ by
+several milliseconds and hands every method that much slack. So calibrate shows the spread
+next to λ — σ/mean, max/median, the five largest δ and where they happened — and warns in
+one line when the machine looks noisy (σ above 2 % of the mean, or any δ above 3× the
+median), which is when λ should be re-measured on a quiet machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+#: σ/mean above this looks like a noisy machine.
+NOISY_CV = 0.02
+#: a δ above this multiple of the median looks like a hiccup.
+NOISY_MAX_OVER_MEDIAN = 3.0
+
+
+@dataclass(frozen=True)
+class Dispersion:
+    count: int
+    mean_ms: float
+    std_ms: float
+    median_ms: float
+    max_ms: float
+    #: the largest δ, largest first: (episode, step, δ ms)
+    largest: tuple[tuple[str, int, float], ...]
+
+    @property
+    def cv(self) -> float:
+        """σ/mean (population σ, as in λ)."""
+        return self.std_ms / self.mean_ms if self.mean_ms > 0 else 0.0
+
+    @property
+    def max_over_median(self) -> float:
+        return self.max_ms / self.median_ms if self.median_ms > 0 else 0.0
+
+    def noisy_reasons(self) -> list[str]:
+        reasons = []
+        if self.cv > NOISY_CV:
+            reasons.append(f"σ {self.std_ms:.3f} ms is {100 * self.cv:.1f} % of the mean (> {100 * NOISY_CV:g} %)")
+        if self.max_over_median > NOISY_MAX_OVER_MEDIAN:
+            ep, step, d = self.largest[0]
+            reasons.append(f"δ {d:.3f} ms at {ep} step {step} is {self.max_over_median:.1f}× the median (> {NOISY_MAX_OVER_MEDIAN:g}×)")
+        return reasons
+
+
+def dispersion(episodes: list[str], steps: list[int], deltas: list[float], top: int = 5) -> Dispersion:
+    """Spread of the adapt-row δ given as parallel lists."""
+    d = np.asarray(deltas, dtype=float)
+    if d.size == 0:
+        raise ValueError("no adapt rows")
+    order = np.argsort(-d, kind="stable")[:top]
+    return Dispersion(
+        count=int(d.size), mean_ms=float(d.mean()), std_ms=float(d.std()), median_ms=float(np.median(d)),
+        max_ms=float(d.max()), largest=tuple((episodes[i], int(steps[i]), float(d[i])) for i in order),
+    )
+
+
+def trace_dispersion(path: Path) -> Dispersion:
+    """:func:`dispersion` of the adapt rows of a trace file."""
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(path, columns=["phase", "episode", "step", "delta_ms"]).to_pydict()
+    idx = [i for i, p in enumerate(t["phase"]) if p == "adapt"]
+    return dispersion([t["episode"][i] for i in idx], [t["step"][i] for i in idx], [t["delta_ms"][i] for i in idx])
+
+
+def dispersion_lines(disp: Dispersion) -> list[str]:
+    """What calibrate prints under λ: two lines, plus a one-line warning on a noisy machine."""
+    lines = [
+        f"spread: σ/mean {100 * disp.cv:.2f} %, max/median {disp.max_over_median:.2f} "
+        f"(median {disp.median_ms:.3f} ms, max {disp.max_ms:.3f} ms)",
+        "largest δ: " + ", ".join(f"{d:.3f} ms ({ep} step {step})" for ep, step, d in disp.largest),
+    ]
+    reasons = disp.noisy_reasons()
+    if reasons:
+        lines.append("warning: this machine looks noisy — " + "; ".join(reasons)
+                     + ": λ = mean + 6σ turns such hiccups into slack; re-measure on a quiet machine or pass --lambda-ms")
+    return lines
+
+
+def print_dispersion(path: Path) -> None:
+    for line in dispersion_lines(trace_dispersion(path)):
+        print(line)

@@ -1,0 +1,571 @@
+"""Tracing campaigns: a whole study from one TOML file, on this machine or a Ray cluster.
+
+A campaign names the trace groups of a study (dataset, model, weights, device type, batch
+size, severities, seeds, streams) × methods × domains, and where each kind of machine keeps
+its data. :func:`load_campaign` expands it into one :class:`TraceTask` per trace file and
+checks everything a run would trip over later (unknown method, model or dataset, a missing
+data root) up front, as one-line errors.
+
+Every trace runs as its own ``tempora-trace run`` process, so it starts from a clean
+interpreter and nothing of the scheduler shares its cores or its GIL while it is timed.
+Two engines place those processes:
+
+* ``local``: one trace at a time per device. On a machine with several GPUs, one dispatcher
+  per GPU, each launching its traces with ``CUDA_VISIBLE_DEVICES`` set to its own GPU, so no
+  two traces ever share one. CPU traces run one at a time.
+* ``ray``: every trace is a Ray task that asks for one whole GPU (or the machine kind's CPU
+  cores, and its accelerator type when the campaign names one), so Ray never co-locates two
+  traces on one device. A task lost with its worker or node is retried; the retry resumes the
+  trace after its last complete episode (``--resume``), which gives the same rows.
+
+Both run each group's ``standard`` trace first (its λ sets budget checkpoints), skip traces
+that are already complete, and report done / running / failed as they go.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError, TraceError
+
+DEVICE_TYPES = ("cpu", "cuda")
+ENGINES = ("local", "ray")
+#: Tracer options a group may set under ``options`` (the `tempora-trace run` flags, as keys).
+TRACE_OPTIONS = {
+    "max_batches": int, "frozen_sample": (int, str), "threads": int, "workers": int, "checkpoints": list,
+    "no_default_checkpoints": bool,
+}
+_GROUP_KEYS = {"machine", "dataset", "model", "weights", "batch_size", "severities", "seeds", "streams", "methods",
+               "domains", "options", "params", "budgets_ms"}
+_MACHINE_KEYS = {"device", "data_root", "accelerator", "cpus_per_trace", "gpus"}
+
+
+class CampaignError(TraceError):
+    """A campaign file that cannot be run (one line: the file, the place, the rule)."""
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A kind of machine: the device its traces use and where it keeps the data."""
+
+    kind: str
+    device: str = "cpu"
+    data_root: str | None = None
+    accelerator: str | None = None
+    cpus_per_trace: int = 1
+    #: local engine: the GPU indices to use (default: every visible GPU)
+    gpus: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class TraceTask:
+    """One trace file of the campaign, as the arguments of one ``tempora-trace run``."""
+
+    group: int
+    machine: Machine
+    dataset: str
+    model: str | None
+    method: str
+    batch_size: int
+    severity: int
+    seed: int
+    stream: str
+    domains: tuple[str, ...] | None = None
+    weights: str | None = None
+    options: tuple[tuple[str, Any], ...] = ()
+    params: tuple[tuple[str, Any], ...] = ()
+    budgets_ms: tuple[float, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return (f"{self.dataset}/{self.model or 'default'}/{self.machine.device}/{self.method}"
+                f" bs{self.batch_size} sev{self.severity} seed{self.seed} {self.stream}")
+
+    @property
+    def group_key(self) -> tuple:
+        """Traces that share λ: everything but the method."""
+        return (self.group, self.machine.kind, self.dataset, self.model, self.batch_size, self.severity, self.seed,
+                self.stream, self.domains)
+
+    def argv(self, out_root: Path, lambda_ms: float | None = None, device: str | None = None) -> list[str]:
+        """``tempora-trace run`` arguments writing into ``out_root/<dataset>/<model>/<device-slug>``."""
+        args = ["run", "--method", self.method, "--dataset", self.dataset, "--device", device or self.machine.device,
+                "--batch-size", str(self.batch_size), "--severity", str(self.severity), "--seed", str(self.seed),
+                "--stream", self.stream, "--quiet"]
+        if self.model:
+            args += ["--model", self.model]
+        if self.weights:
+            args += ["--weights", self.weights]
+        if self.machine.data_root:
+            args += ["--data-root", str(Path(self.machine.data_root).expanduser())]
+        if self.domains:
+            args += ["--domains", ",".join(self.domains)]
+        for key, value in self.options:
+            flag = "--" + key.replace("_", "-")
+            if value is True:
+                args.append(flag)
+            elif isinstance(value, (list, tuple)):
+                args += [flag, ",".join(str(v) for v in value)]
+            else:
+                args += [flag, str(value)]
+        for key, value in self.params:
+            args += ["--param", f"{key}={value}"]
+        if self.budgets_ms and lambda_ms is not None:
+            args += ["--budgets-ms", ",".join(f"{b:g}" for b in self.budgets_ms), "--lambda-ms", f"{lambda_ms:.6f}"]
+        return args
+
+
+@dataclass
+class Campaign:
+    path: Path
+    name: str
+    out: Path
+    shared_storage: bool
+    machines: dict[str, Machine]
+    tasks: list[TraceTask] = field(default_factory=list)
+
+    def ordered(self) -> tuple[list[TraceTask], list[TraceTask]]:
+        """(the groups' ``standard`` traces, everything else): the first set runs first."""
+        first = [t for t in self.tasks if t.method == "standard"]
+        return first, [t for t in self.tasks if t.method != "standard"]
+
+
+# --------------------------------------------------------------------------- loading
+def _read_toml(path: Path) -> dict:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise CampaignError(f"{path}: no such campaign file") from None
+    except OSError as exc:
+        raise CampaignError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise CampaignError(f"{path}: not valid TOML ({exc})") from None
+
+
+def _list(value: Any, where: str, kind: type | tuple) -> list:
+    items = value if isinstance(value, list) else [value]
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, kind):
+            raise CampaignError(f"{where}: expected {'a list of ' if isinstance(value, list) else ''}"
+                                f"{getattr(kind, '__name__', 'value')}, got {item!r}")
+    return items
+
+
+def load_campaign(path: str | os.PathLike) -> Campaign:
+    """Parse, expand and check a campaign file (CampaignError on the first problem)."""
+    from .data import get_dataset
+    from .methods import available_methods, get_method
+    from .models import MODEL_NORMS
+
+    path = Path(path)
+    raw = _read_toml(path)
+    unknown = set(raw) - {"campaign", "machines", "groups"}
+    if unknown:
+        raise CampaignError(f"{path}: unknown table(s) {sorted(unknown)}; expected campaign, machines, groups")
+    head = raw.get("campaign", {})
+    bad = set(head) - {"name", "out", "shared_storage"}
+    if bad:
+        raise CampaignError(f"{path}: [campaign] has unknown key(s) {sorted(bad)}; known: name, out, shared_storage")
+    out = Path(str(head.get("out", "traces"))).expanduser()
+    if not out.is_absolute():
+        out = (path.parent / out).resolve() if "out" in head else Path("traces").resolve()
+    machines: dict[str, Machine] = {}
+    for kind, spec in (raw.get("machines") or {"cpu": {"device": "cpu"}}).items():
+        if not isinstance(spec, dict):
+            raise CampaignError(f"{path}: [machines.{kind}] must be a table")
+        bad = set(spec) - _MACHINE_KEYS
+        if bad:
+            raise CampaignError(f"{path}: [machines.{kind}] has unknown key(s) {sorted(bad)}; known: "
+                                f"{', '.join(sorted(_MACHINE_KEYS))}")
+        device = spec.get("device", "cpu")
+        if device not in DEVICE_TYPES:
+            raise CampaignError(f"{path}: [machines.{kind}] device must be cpu or cuda, not {device!r}")
+        cpus = spec.get("cpus_per_trace", 1)
+        if isinstance(cpus, bool) or not isinstance(cpus, int) or cpus < 1:
+            raise CampaignError(f"{path}: [machines.{kind}] cpus_per_trace must be an integer >= 1")
+        gpus = spec.get("gpus")
+        if gpus is not None:
+            gpus = tuple(_list(gpus, f"{path}: [machines.{kind}] gpus", int))
+        machines[kind] = Machine(kind, device, spec.get("data_root"), spec.get("accelerator"), cpus, gpus)
+    groups = raw.get("groups")
+    if not isinstance(groups, list) or not groups:
+        raise CampaignError(f"{path}: no [[groups]]: a campaign needs at least one trace group")
+    methods_known = set(available_methods())
+    tasks: list[TraceTask] = []
+    for g, group in enumerate(groups):
+        where = f"{path}: groups[{g}]"
+        bad = set(group) - _GROUP_KEYS
+        if bad:
+            raise CampaignError(f"{where}: unknown key(s) {sorted(bad)}; known: {', '.join(sorted(_GROUP_KEYS))}")
+        kind = group.get("machine", next(iter(machines)))
+        if kind not in machines:
+            raise CampaignError(f"{where}: machine kind {kind!r} is not declared under [machines] "
+                                f"(declared: {', '.join(machines)})")
+        machine = machines[kind]
+        dataset = group.get("dataset", "demo")
+        try:
+            spec = get_dataset(dataset)
+        except ConfigError as exc:
+            raise CampaignError(f"{where}: {exc}") from None
+        if spec.data_folder is not None and not machine.data_root and not os.environ.get("TEMPORA_DATA"):
+            raise CampaignError(f"{where}: dataset {dataset!r} needs data, but machine kind {kind!r} has no "
+                                f"data_root (set [machines.{kind}] data_root = \"/path\")")
+        model = group.get("model")
+        if model is not None and model not in MODEL_NORMS:
+            raise CampaignError(f"{where}: unknown model {model!r}; available: {', '.join(MODEL_NORMS)}")
+        methods = _list(group.get("methods", []), f"{where} methods", str)
+        if not methods:
+            raise CampaignError(f"{where}: methods is empty")
+        for m in methods:
+            if m not in methods_known:
+                raise CampaignError(f"{where}: unknown method {m!r}; available: {', '.join(sorted(methods_known))}")
+            norm = MODEL_NORMS.get(model or spec.default_model)
+            if norm is not None and norm not in get_method(m).compatible_norms:
+                raise CampaignError(f"{where}: method {m!r} does not run on model {model or spec.default_model!r} "
+                                    f"({norm} normalisation)")
+        if "standard" not in methods:
+            methods = ["standard", *methods]  # λ of the group comes from its standard trace
+        options = group.get("options", {})
+        for key, value in options.items():
+            if key not in TRACE_OPTIONS:
+                raise CampaignError(f"{where}: options.{key} is not a tracer option here; known: "
+                                    f"{', '.join(sorted(TRACE_OPTIONS))}")
+            if isinstance(value, bool) != (TRACE_OPTIONS[key] is bool) or not isinstance(value, TRACE_OPTIONS[key]):
+                raise CampaignError(f"{where}: options.{key} has the wrong type ({value!r})")
+        domains = group.get("domains")
+        if domains is not None:
+            domains = tuple(_list(domains, f"{where} domains", str))
+            try:
+                from .data import expand_domains
+
+                expand_domains(list(domains), spec.domains)
+            except ConfigError as exc:
+                raise CampaignError(f"{where}: {exc}") from None
+        budgets = tuple(float(b) for b in _list(group.get("budgets_ms", []), f"{where} budgets_ms", (int, float)))
+        for sev in _list(group.get("severities", [5]), f"{where} severities", int):
+            for seed in _list(group.get("seeds", [2025]), f"{where} seeds", int):
+                for stream in _list(group.get("streams", ["episodic"]), f"{where} streams", str):
+                    for m in methods:
+                        tasks.append(TraceTask(
+                            g, machine, dataset, model, m, int(group.get("batch_size", 64)), sev, seed, stream,
+                            domains, group.get("weights"), tuple(sorted(options.items())),
+                            tuple(sorted((group.get("params") or {}).get(m, {}).items())),
+                            budgets if m != "standard" else (),
+                        ))
+    return Campaign(path, str(head.get("name", path.stem)), out, bool(head.get("shared_storage", True)), machines,
+                    tasks)
+
+
+# --------------------------------------------------------------------------- one trace
+@dataclass
+class TaskResult:
+    task: TraceTask
+    status: str  # done | skipped | failed
+    path: str | None = None
+    seconds: float = 0.0
+    message: str = ""
+    data: bytes | None = None  # the trace file, when it travels back to the driver
+
+
+def trace_location(task: TraceTask, out_root: Path) -> Path:
+    """Where ``tempora-trace run`` puts this task's trace on the machine that runs it."""
+    from .config import TraceConfig
+    from .timing import device_slug, resolve_device
+
+    options = dict(task.options)
+    cfg = TraceConfig(
+        method=task.method, method_params=dict(task.params), dataset=task.dataset, model=task.model,
+        weights=task.weights, data_root=task.machine.data_root, device=task.machine.device,
+        domains=list(task.domains) if task.domains else None, severity=task.severity,
+        max_batches=options.get("max_batches"), batch_size=task.batch_size, seed=task.seed, stream=task.stream,
+        threads=options.get("threads"), quiet=True,
+    ).resolved()
+    slug = device_slug(resolve_device(task.machine.device))
+    return out_root / cfg.dataset / str(cfg.model) / slug / f"{cfg.file_stem()}.parquet"
+
+
+def _complete(path: Path) -> bool:
+    if not path.is_file():
+        return False
+    try:
+        import pyarrow.parquet as pq
+
+        from tempora_schema import decode_metadata
+
+        decode_metadata(pq.read_schema(path), path)
+        return True
+    except Exception:  # an unreadable file is re-traced (the tracer refuses to overwrite it: --force below)
+        return False
+
+
+def run_trace_process(task: TraceTask, out_root: Path, lambda_ms: float | None = None,
+                      env: dict[str, str] | None = None) -> TaskResult:
+    """Run one trace as a ``tempora-trace run`` process (resuming an interrupted one)."""
+    t0 = time.perf_counter()
+    path = trace_location(task, out_root)
+    if _complete(path):
+        return TaskResult(task, "skipped", str(path))
+    args = task.argv(out_root, lambda_ms) + ["--out", str(path.parent)]
+    partial = path.with_suffix(".partial")
+    if partial.exists():
+        args.append("--resume")
+    elif path.exists():
+        args.append("--force")  # an unreadable leftover, not a trace
+    proc = subprocess.run([sys.executable, "-m", "tempora_trace.cli", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})
+    seconds = time.perf_counter() - t0
+    if proc.returncode != 0:
+        lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
+        return TaskResult(task, "failed", str(path), seconds, lines[-1] if lines else f"exit status {proc.returncode}")
+    return TaskResult(task, "done", str(path), seconds)
+
+
+def group_lambda(path: str | Path) -> float:
+    """λ of a group from its ``standard`` trace (the provision `tempora-sim` uses)."""
+    from .cli import lambda_ms_of
+
+    return lambda_ms_of(Path(path))[0]
+
+
+# --------------------------------------------------------------------------- engines
+Launcher = Callable[[TraceTask, Path, "float | None", "dict[str, str]"], TaskResult]
+
+
+def visible_gpus() -> list[int]:
+    """Indices of the GPUs this machine shows (none without CUDA)."""
+    try:
+        import torch
+
+        return list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    except Exception:
+        return []
+
+
+class Progress:
+    """Counts of done / skipped / running / failed traces, drawn with rich when attached to a terminal."""
+
+    def __init__(self, total: int, quiet: bool = False):
+        self.total = total
+        self.counts = {"done": 0, "skipped": 0, "failed": 0, "running": 0}
+        self.lock = threading.Lock()
+        self.quiet = quiet
+        self._bar = None
+        if not quiet and sys.stderr.isatty():
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as Bar
+
+            self._bar = Bar(TextColumn("traces"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                            TimeElapsedColumn(), transient=True)
+            self._bar.start()
+            self._id = self._bar.add_task(self._text(), total=total)
+
+    def _text(self) -> str:
+        c = self.counts
+        return f"{c['running']} running · {c['done']} done · {c['skipped']} skipped · {c['failed']} failed"
+
+    def start(self, task: TraceTask) -> None:
+        with self.lock:
+            self.counts["running"] += 1
+            self._draw()
+
+    def finish(self, result: TaskResult) -> None:
+        with self.lock:
+            self.counts["running"] -= 1
+            self.counts[result.status] += 1
+            self._draw(advance=1)
+            if not self.quiet and self._bar is None and result.status != "skipped":
+                extra = f": {result.message}" if result.message else ""
+                print(f"{result.status:>7}  {result.task.label}  ({result.seconds:.0f} s){extra}", file=sys.stderr,
+                      flush=True)
+
+    def _draw(self, advance: int = 0) -> None:
+        if self._bar is not None:
+            self._bar.update(self._id, description=self._text(), advance=advance)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def _lambdas_needed(campaign: Campaign, results: list[TaskResult]) -> dict[tuple, float]:
+    """λ per group from the finished standard traces (only groups with budget checkpoints)."""
+    need = {t.group_key for t in campaign.tasks if t.budgets_ms}
+    out = {}
+    for r in results:
+        if r.task.method == "standard" and r.task.group_key in need and r.status in ("done", "skipped") and r.path:
+            out[r.task.group_key] = group_lambda(r.path)
+    return out
+
+
+def run_local(campaign: Campaign, launcher: Launcher | None = None, gpus: Sequence[int] | None = None,
+              progress: Progress | None = None) -> list[TaskResult]:
+    """One trace at a time per device: a dispatcher per GPU, pinned with CUDA_VISIBLE_DEVICES."""
+    launcher = launcher or run_trace_process
+    progress = progress or Progress(len(campaign.tasks), quiet=True)
+    results: list[TaskResult] = []
+    cuda = [t for t in campaign.tasks if t.machine.device == "cuda"]
+    if gpus is None:
+        gpus = visible_gpus()
+    if cuda and not gpus:
+        raise CampaignError(f"{campaign.path}: the campaign has CUDA traces but this machine shows no GPU "
+                            "(run it where the GPUs are, or with --engine ray)")
+
+    def run_phase(tasks: list[TraceTask], lambdas: dict) -> None:
+        cpu_tasks = [t for t in tasks if t.machine.device != "cuda"]
+        gpu_tasks = [t for t in tasks if t.machine.device == "cuda"]
+        lock = threading.Lock()
+
+        def one(task: TraceTask, env: dict[str, str]) -> None:
+            progress.start(task)
+            try:
+                result = launcher(task, campaign.out, lambdas.get(task.group_key), env)
+            except Exception as exc:  # a launcher that breaks fails its task, not the campaign
+                result = TaskResult(task, "failed", message=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            progress.finish(result)
+            with lock:
+                results.append(result)
+
+        def dispatcher(device: int) -> None:
+            while True:
+                with lock:
+                    if not gpu_tasks:
+                        return
+                    task = gpu_tasks.pop(0)
+                one(task, {"CUDA_VISIBLE_DEVICES": str(device)})
+
+        threads = [threading.Thread(target=dispatcher, args=(d,), daemon=True) for d in gpus] if gpu_tasks else []
+        for th in threads:
+            th.start()
+        for task in cpu_tasks:  # CPU traces one at a time (GPU traces leave the CPU mostly idle)
+            one(task, {"CUDA_VISIBLE_DEVICES": ""})
+        for th in threads:
+            th.join()
+
+    first, rest = campaign.ordered()
+    run_phase(first, {})
+    run_phase(rest, _lambdas_needed(campaign, results))
+    return results
+
+
+def _ray_task(task: TraceTask, out_root: str, lambda_ms: float | None, shared: bool, node_root: str) -> TaskResult:
+    """Body of one Ray task: the trace as a process on whatever node Ray chose."""
+    root = Path(out_root) if shared else Path(node_root).expanduser()
+    env = {}
+    if task.machine.device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    result = run_trace_process(task, root, lambda_ms, env)
+    if result.status == "failed":
+        raise TraceError(f"{task.label}: {result.message}")  # Ray retries it; the retry resumes
+    if not shared and result.path:
+        result.data = Path(result.path).read_bytes()
+        result.path = str(Path(result.path).relative_to(root))
+    return result
+
+
+def run_ray(campaign: Campaign, address: str | None = None, retries: int = 3, progress: Progress | None = None,
+            ray_init: dict | None = None) -> list[TaskResult]:
+    """Every trace a Ray task holding one whole GPU (or its CPU cores); lost tasks are retried."""
+    try:
+        import ray
+    except ModuleNotFoundError:
+        raise CampaignError("--engine ray needs Ray: pip install 'tempora[cluster]'") from None
+    progress = progress or Progress(len(campaign.tasks), quiet=True)
+    started_here = not ray.is_initialized()
+    if started_here:
+        kwargs = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
+        kwargs.update(ray_init or {})
+        ray.init(address=address, **kwargs)
+    try:
+        resources = ray.cluster_resources()
+        for t in campaign.tasks:
+            if t.machine.device == "cuda" and resources.get("GPU", 0) < 1:
+                raise CampaignError(f"{campaign.path}: machine kind {t.machine.kind!r} needs a GPU but no Ray node has one")
+            if t.machine.accelerator and resources.get(f"accelerator_type:{t.machine.accelerator}", 0) <= 0:
+                raise CampaignError(f"{campaign.path}: no Ray node has accelerator type {t.machine.accelerator!r} "
+                                    f"(machine kind {t.machine.kind!r})")
+            if t.machine.device == "cpu" and resources.get("CPU", 0) < t.machine.cpus_per_trace:
+                raise CampaignError(f"{campaign.path}: machine kind {t.machine.kind!r} asks for "
+                                    f"{t.machine.cpus_per_trace} CPUs per trace; the cluster has {resources.get('CPU', 0):g}")
+        remote = ray.remote(_ray_task)
+        node_root = f"~/.cache/tempora/campaigns/{campaign.name}"
+        results: list[TaskResult] = []
+
+        def submit(task: TraceTask, lam: float | None):
+            opts: dict[str, Any] = {"max_retries": retries, "retry_exceptions": True}
+            if task.machine.device == "cuda":
+                opts["num_gpus"] = 1
+                opts["num_cpus"] = task.machine.cpus_per_trace
+                if task.machine.accelerator:
+                    opts["accelerator_type"] = task.machine.accelerator
+            else:
+                opts["num_cpus"] = task.machine.cpus_per_trace
+            progress.start(task)
+            return remote.options(**opts).remote(task, str(campaign.out), lam, campaign.shared_storage, node_root)
+
+        def collect(pending: dict) -> None:
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                task = pending.pop(ready[0])
+                try:
+                    result = ray.get(ready[0])
+                except Exception as exc:  # retries exhausted
+                    text = str(exc).strip().splitlines()
+                    result = TaskResult(task, "failed", message=text[-1] if text else type(exc).__name__)
+                if result.data is not None:
+                    from tempora_schema.outputs import write_file
+
+                    target = campaign.out / result.path
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    write_file(target, result.data, what="cannot write the trace returned by a Ray task")
+                    result.path, result.data = str(target), None
+                progress.finish(result)
+                results.append(result)
+
+        first, rest = campaign.ordered()
+        collect({submit(t, None): t for t in first})
+        lambdas = _lambdas_needed(campaign, results)
+        collect({submit(t, lambdas.get(t.group_key)): t for t in rest})
+        return results
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def run_campaign(path: str | os.PathLike, engine: str = "local", address: str | None = None, retries: int = 3,
+                 quiet: bool = False) -> tuple[Campaign, list[TaskResult], float]:
+    """Load and run a campaign; returns it, its results and the wall time (s)."""
+    if engine not in ENGINES:
+        raise CampaignError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    campaign = load_campaign(path)
+    t0 = time.perf_counter()
+    progress = Progress(len(campaign.tasks), quiet=quiet)
+    try:
+        if engine == "ray":
+            results = run_ray(campaign, address, retries, progress)
+        else:
+            if address is not None:
+                raise CampaignError("--address is for --engine ray")
+            results = run_local(campaign, progress=progress)
+    finally:
+        progress.close()
+    return campaign, results, time.perf_counter() - t0
+
+
+def summary_line(campaign: Campaign, results: list[TaskResult], seconds: float) -> str:
+    counts = {s: sum(r.status == s for r in results) for s in ("done", "skipped", "failed")}
+    return (f"campaign {campaign.name}: {len(results)} traces — {counts['done']} traced, {counts['skipped']} already "
+            f"complete, {counts['failed']} failed — in {seconds:.0f} s; traces under {campaign.out}")
+

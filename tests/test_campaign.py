@@ -1,0 +1,223 @@
+"""Campaigns: loading and checking the TOML, the local engine's device pinning, skipping
+complete traces, and a real local Ray cluster surviving a worker killed mid-trace."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from tempora_trace.campaign import CampaignError, TaskResult, load_campaign, run_local, summary_line
+
+DEMO_ENV = {"TEMPORA_DEMO_TEST_SIZE": "256"}
+
+
+def write(tmp_path: Path, text: str, name: str = "c.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+TINY = """
+[campaign]
+name = "tiny"
+out = "traces"
+
+[machines.cpu]
+device = "cpu"
+
+[[groups]]
+machine = "cpu"
+dataset = "demo"
+model = "demo-resnet"
+batch_size = 32
+methods = ["tent", "eta"]
+domains = ["gaussian_noise", "fog", "contrast"]
+options = { max_batches = 6, frozen_sample = 2, threads = 1 }
+"""
+
+
+def test_expands_groups_and_puts_standard_first(tmp_path):
+    c = load_campaign(write(tmp_path, TINY.replace('seeds', 'x') + ""))
+    assert [t.method for t in c.tasks] == ["standard", "tent", "eta"]
+    first, rest = c.ordered()
+    assert [t.method for t in first] == ["standard"] and len(rest) == 2
+    assert c.out == (tmp_path / "traces").resolve()
+    multi = load_campaign(write(tmp_path, TINY.replace('batch_size = 32', 'batch_size = 32\nseeds = [1, 2]\nseverities = [3, 5]'),
+                                "m.toml"))
+    assert len(multi.tasks) == 12 and {(t.seed, t.severity) for t in multi.tasks} == {(1, 3), (1, 5), (2, 3), (2, 5)}
+
+
+@pytest.mark.parametrize("change, message", [
+    (('"tent", "eta"', '"tent", "tnet"'), "unknown method 'tnet'"),
+    (('model = "demo-resnet"', 'model = "resnet1000"'), "unknown model"),
+    (('dataset = "demo"', 'dataset = "imagenet-c"\nweights = "random"'), "has no data_root"),
+    (('machine = "cpu"\ndataset', 'machine = "h100"\ndataset'), "not declared under [machines]"),
+    (('device = "cpu"', 'device = "tpu"'), "device must be cpu or cuda"),
+    (('"tent", "eta"', '"adabn"]\nmodel2 = ["x"'), "unknown key"),
+    (('domains = ["gaussian_noise", "fog", "contrast"]', 'domains = ["rain"]'), "unknown domain 'rain'"),
+    (('options = { max_batches = 6', 'options = { max_batches = "6"'), "wrong type"),
+    (('options = { max_batches = 6', 'options = { lr = 3'), "not a tracer option"),
+])
+def test_bad_campaign_files_are_one_line(tmp_path, change, message):
+    path = write(tmp_path, TINY.replace(*change))
+    with pytest.raises(CampaignError) as info:
+        load_campaign(path)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_bad_toml_and_missing_file_are_one_line(tmp_path):
+    with pytest.raises(CampaignError, match="not valid TOML"):
+        load_campaign(write(tmp_path, "[campaign\n"))
+    with pytest.raises(CampaignError, match="no such campaign file"):
+        load_campaign(tmp_path / "none.toml")
+
+
+def test_incompatible_method_is_refused(tmp_path):
+    path = write(tmp_path, TINY.replace('model = "demo-resnet"', 'model = "demo-resnet-gn"').replace('"tent", "eta"', '"adabn"'))
+    with pytest.raises(CampaignError, match="does not run on model 'demo-resnet-gn'"):
+        load_campaign(path)
+
+
+def test_local_engine_pins_one_trace_per_gpu(tmp_path):
+    text = TINY.replace('[machines.cpu]\ndevice = "cpu"', '[machines.cpu]\ndevice = "cuda"').replace(
+        'methods = ["tent", "eta"]', 'methods = ["tent", "eta", "sar", "deyo", "cmf", "shot-im"]')
+    campaign = load_campaign(write(tmp_path, text.replace("batch_size = 32", "batch_size = 32\nseeds = [1, 2]")))
+    log, lock = [], threading.Lock()
+
+    def fake(task, out, lam, env):
+        start = time.perf_counter()
+        time.sleep(0.02)
+        with lock:
+            log.append((env["CUDA_VISIBLE_DEVICES"], start, time.perf_counter(), task))
+        return TaskResult(task, "done", f"{task.method}-{task.seed}")
+
+    results = run_local(campaign, launcher=fake, gpus=[0, 1, 2])
+    assert len(results) == len(campaign.tasks) == 14 and all(r.status == "done" for r in results)
+    by_device = {}
+    for dev, s, e, _ in log:
+        by_device.setdefault(dev, []).append((s, e))
+    assert set(by_device) == {"0", "1", "2"}
+    for spans in by_device.values():  # never two traces at once on one GPU
+        spans.sort()
+        assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
+    std_end = max(e for _, _, e, t in log if t.method == "standard")
+    assert all(s >= std_end for _, s, _, t in log if t.method != "standard")  # λ first
+    with pytest.raises(CampaignError, match="shows no GPU"):
+        run_local(campaign, launcher=fake, gpus=[])
+
+
+def _rows(path):
+    t = pq.read_table(path).drop_columns(["e_ms", "l_ms", "delta_ms", "peak_mem_bytes"])
+    return t.sort_by([("phase", "ascending"), ("episode", "ascending"), ("checkpoint", "ascending"),
+                      ("step", "ascending")]).to_pydict()
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory):
+    """The tiny campaign traced by the local engine (3 traces), and run a second time."""
+    tmp = tmp_path_factory.mktemp("local")
+    path = write(tmp, TINY)
+    mp = pytest.MonkeyPatch()
+    for k, v in DEMO_ENV.items():
+        mp.setenv(k, v)
+    try:
+        campaign = load_campaign(path)
+        first = run_local(campaign)
+        mtimes = {r.path: os.stat(r.path).st_mtime_ns for r in first}
+        second = run_local(campaign)
+    finally:
+        mp.undo()
+    return campaign, first, mtimes, second
+
+
+def test_local_engine_traces_and_a_second_run_does_nothing(local_run):
+    campaign, first, mtimes, second = local_run
+    assert [r.status for r in first] == ["done"] * 3, [r.message for r in first]
+    assert [r.status for r in second] == ["skipped"] * 3
+    assert {r.path: os.stat(r.path).st_mtime_ns for r in second} == mtimes
+    assert "3 traces — 0 traced, 3 already complete, 0 failed" in summary_line(campaign, second, 1.0)
+
+
+def _kill_first_trace_worker(root: Path, stop: threading.Event, killed: list) -> None:
+    """Wait until some trace has completed an episode, then SIGKILL the Ray worker running it
+    (and the trace process under it): a worker lost mid-trace."""
+    while not stop.is_set():
+        for rows in root.rglob("*.partial/episode-0000.rows"):
+            stem = rows.parent.name[: -len(".partial")]
+            for pid in os.listdir("/proc"):
+                if not pid.isdigit():
+                    continue
+                try:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if b"tempora_trace.cli" not in cmd or b"--method" not in cmd:
+                    continue
+                method = cmd[cmd.index(b"--method") + 1].decode()
+                ours = str(rows.parent.parent).encode() in cmd
+                if ours and (stem == method or stem.startswith(method + "-")):
+                    ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                    for victim in (ppid, int(pid)):
+                        try:
+                            os.kill(victim, signal.SIGKILL)
+                        except ProcessLookupError:
+                            pass
+                    killed.append(stem)
+                    return
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A real local Ray instance with 2 CPUs for the module's Ray tests."""
+    ray = pytest.importorskip("ray", reason="the cluster extra (Ray) is not installed")
+    mp = pytest.MonkeyPatch()
+    for k, v in DEMO_ENV.items():  # Ray's workers take the environment the cluster starts with
+        mp.setenv(k, v)
+    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield ray
+    ray.shutdown()
+    mp.undo()
+
+
+def test_ray_campaign_survives_a_killed_worker_with_identical_rows(local_run, ray_cluster, tmp_path, monkeypatch):
+    from tempora_trace.campaign import run_ray
+
+    for k, v in DEMO_ENV.items():
+        monkeypatch.setenv(k, v)
+    _, reference, _, _ = local_run
+    campaign = load_campaign(write(tmp_path, TINY))
+    stop, killed = threading.Event(), []
+    watcher = threading.Thread(target=_kill_first_trace_worker, args=(campaign.out, stop, killed), daemon=True)
+    watcher.start()
+    try:
+        results = run_ray(campaign, retries=3)
+    finally:
+        stop.set()
+        watcher.join(5)
+    assert killed, "no worker was killed mid-trace: the test did not exercise a lost task"
+    assert [r.status for r in results] == ["done"] * 3, [r.message for r in results]
+    # every trace, the killed-and-resumed one included, has the rows of the local-engine run
+    by_stem = {Path(r.path).stem: r.path for r in reference}
+    for r in results:
+        a, b = _rows(r.path), _rows(by_stem[Path(r.path).stem])
+        assert a.keys() == b.keys()
+        for col in a:
+            assert np.array_equal(np.asarray(a[col]), np.asarray(b[col])), (r.path, col)
+    again = run_ray(campaign, retries=0)
+    assert [r.status for r in again] == ["skipped"] * 3
+
+
+def test_ray_refuses_a_device_type_no_node_has(ray_cluster, tmp_path):
+    from tempora_trace.campaign import run_ray
+
+    campaign = load_campaign(write(tmp_path, TINY.replace('device = "cpu"', 'device = "cuda"')))
+    with pytest.raises(CampaignError, match="needs a GPU but no Ray node has one"):
+        run_ray(campaign)

@@ -1,0 +1,259 @@
+"""Hostile input to ``tempora-trace``: one stderr line, exit status 2, no traceback, and the
+workspace exactly as it was (see tests/hostile.py). In-process on the tiny CIFAR-C layout and
+the tiny BN model (4 batches of 8 per domain), so a case that runs costs about a second."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from hostile import assert_refused, inject_errno, invoke, snapshot
+from tempora_schema.outputs import output_lock
+from tempora_sim.synthetic import write_trace
+from tempora_trace.cli import cli
+
+PROG = "tempora-trace"
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.usefixtures("one_thread", "tiny_models")
+
+
+def tiny(ws: Path, *extra, out: str | None = None) -> list[str]:
+    return ["--dataset", "cifar10-c", "--model", "tiny-bn", "--data-root", str(ws / "cifar-c"), "--domains", "fog",
+            "--batch-size", "8", "--out", out if out is not None else str(ws / "out"), "--quiet", *extra]
+
+
+@pytest.fixture
+def ws(cifar_c_root: Path, monkeypatch) -> Path:
+    monkeypatch.setenv("TORCH_HOME", str(cifar_c_root.parent / "torch-home"))
+    (cifar_c_root.parent / "notes.txt").write_text("the user's own file")
+    return cifar_c_root.parent
+
+
+def _loop(ws):
+    os.symlink(ws / "loop-b", ws / "loop-a")
+    os.symlink(ws / "loop-a", ws / "loop-b")
+
+
+def _garbage_standard(ws):
+    (ws / "out").mkdir()
+    (ws / "out" / "standard-bs8.parquet").write_bytes(b"not parquet at all")
+
+
+def _tent_as_standard(ws):
+    write_trace(ws / "out" / "standard-bs8.parquet", "tent", num_batches=4, episodes=("fog",), batch_size=8,
+                num_classes=10)
+
+
+def _partial(ws):
+    (ws / "out" / "tent-bs8.partial").mkdir(parents=True)
+    (ws / "out" / "tent-bs8.partial" / "config.json").write_text('{"method": "tent", "seed": 1}')
+
+
+RUN = ["run", "--method", "tent"]
+CASES = {
+    "unknown option": ([*RUN, "--bogus"], "no such option '--bogus'", None),
+    "unknown subcommand": (["nosuch"], "no such command 'nosuch'", None),
+    "missing method": (["run"], "--method is required", None),
+    "unknown method": (["run", "--method", "nope"], "unknown method 'nope'", None),
+    "unknown dataset": ([*RUN, "--dataset", "mnist-c"], "unknown dataset 'mnist-c'", None),
+    "negative seed": ([*RUN, "--seed", "-1"], "'--seed'", None),
+    "seed beyond int64": ([*RUN, "--seed", "99999999999999999999999"], "'--seed'", None),
+    "seed not a number": ([*RUN, "--seed", "abc"], "'--seed'", None),
+    "param NaN": ([*RUN, "--param", "lr=NaN"], "not a finite number", None),
+    "param overflow": ([*RUN, "--param", "lr=1e999"], "not a finite number", None),
+    "param -Infinity": ([*RUN, "--param", "lr=-Infinity"], "not a finite number", None),
+    "param NaN in a list": ([*RUN, "--param", "betas=[0.9, NaN]"], "not a finite number", None),
+    "param without value": ([*RUN, "--param", "lr"], "KEY=VALUE", None),
+    "param unknown": ([*RUN, "--param", "lr_typo=1"], "has no option", None),
+    "batch size zero": ([*RUN, "--batch-size", "0"], "'--batch-size'", None),
+    "batch size beyond int32": ([*RUN, "--batch-size", "2147483648"], "'--batch-size'", None),
+    "max batches zero": ([*RUN, "--max-batches", "0"], "'--max-batches'", None),
+    "budgets NaN": ([*RUN, "--budgets-ms", "nan", "--lambda-ms", "10"], "'--budgets-ms'", None),
+    "budgets negative": ([*RUN, "--budgets-ms", "1s,-2", "--lambda-ms", "10"], "'--budgets-ms'", None),
+    "lambda NaN": ([*RUN, "--budgets-ms", "1s", "--lambda-ms", "nan"], "'--lambda-ms'", None),
+    "lambda zero": ([*RUN, "--budgets-ms", "1s", "--lambda-ms", "0"], "'--lambda-ms'", None),
+    "budgets without lambda": ([*RUN, "--budgets-ms", "1s"], "needs --lambda-ms", None),
+    "checkpoints empty item": ([*RUN, "--checkpoints", "1,,2"], "empty item", None),
+    "checkpoints beyond int32": ([*RUN, "--checkpoints", "2147483648"], "'--checkpoints'", None),
+    "frozen sample zero": ([*RUN, "--frozen-sample", "0"], "'--frozen-sample'", None),
+    "frozen sample word": ([*RUN, "--frozen-sample", "many"], "'--frozen-sample'", None),
+    "severity 9": ([*RUN, "--severity", "9"], "'--severity'", None),
+    "stream unknown": ([*RUN, "--stream", "sometimes"], "'--stream'", None),
+    "threads zero": ([*RUN, "--threads", "0"], "'--threads'", None),
+    "workers negative": ([*RUN, "--workers", "-1"], "'--workers'", None),
+    "name with a slash": ([*RUN, "--name", "a/b"], "may only use", None),
+    "unknown domain": ([*RUN, "--domains", "rain"], "unknown domain 'rain'", None),
+    "list: unknown model": (["list", "--methods-for", "nosuch"], "unknown model 'nosuch'", None),
+    "resume and force": ("tiny", ["--resume", "--force"], "contradict", None),
+    "out empty": ("tiny-out", "", "--out is empty", None),
+    "out is a file": ("tiny-out", "{ws}/notes.txt", "is a file, not a folder", None),
+    "out below a file": ("tiny-out", "{ws}/notes.txt/deeper", "is a file, not a folder", None),
+    "out symlink loop": ("tiny-out", "{ws}/loop-a", "symbolic links", _loop),
+    "nothing to resume": ("tiny", ["--resume"], "nothing to resume", None),
+    "interrupted run without --resume": ("tiny", [], "pass --resume to continue it or --force", _partial),
+    "resume with other options": ("tiny", ["--resume"], "options differ from the interrupted run", _partial),
+    "complete trace without --force": ("tiny", [], "already exists (a complete trace)",
+                                       lambda ws: write_trace(ws / "out" / "tent-bs8.parquet", "tent", num_batches=4,
+                                                              episodes=("fog",), batch_size=8, num_classes=10)),
+    "calibrate: garbage standard.parquet": ("calibrate", [], "is not a readable trace", _garbage_standard),
+    "calibrate: a tent trace named standard": ("calibrate", [], "is not the trace this run would write",
+                                               _tent_as_standard),
+    "demo cache below a file": ("env", ["run", "--method", "tent", "--dataset", "demo", "--domains", "fog",
+                                        "--max-batches", "1", "--out", "{ws}/demo-out", "--quiet"],
+                                "cannot write the demo data cache", None),
+}
+
+
+def _argv(case, ws):
+    spec = CASES[case]
+    if spec[0] == "tiny":
+        return ["run", "--method", "tent", *tiny(ws, *spec[1])]
+    if spec[0] == "tiny-out":
+        return ["run", "--method", "tent", *tiny(ws, out=spec[1].replace("{ws}", str(ws)))]
+    if spec[0] == "calibrate":
+        return ["calibrate", *tiny(ws, *spec[1])]
+    if spec[0] == "env":
+        return [a.replace("{ws}", str(ws)) for a in spec[1]]
+    if spec[0][:1] == ["run"]:  # the case's own values come last, so they win over the tiny defaults
+        return ["run", *tiny(ws), *spec[0][1:]]
+    return spec[0]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_refused_in_one_line_and_nothing_changes(case, ws, monkeypatch):
+    spec = CASES[case]
+    needle, setup = spec[-2], spec[-1]
+    if setup is not None:
+        setup(ws)
+    if case == "demo cache below a file":
+        monkeypatch.setenv("TEMPORA_HOME", str(ws / "notes.txt" / "cache"))
+        monkeypatch.setenv("TEMPORA_DEMO_TEST_SIZE", "64")
+    before = snapshot(ws)
+    assert_refused(invoke(cli, _argv(case, ws)), PROG, needle, before, ws)
+
+
+FAULTS = [(errno.EACCES, "permission denied"), (errno.EROFS, "read-only file system"), (errno.ENOSPC, "no space left")]
+IN_USE = ([], ["--resume"], ["--force"])  # --force must not delete the holder's partial run
+START_UP = [
+    (["-m", "tempora_trace.cli", "--method", "tent", "--domains", "fog", "--max-batches", "1"], "tempora-trace"),
+    (["-m", "tempora_sim.cli", "sweep", str(ROOT / "traces" / "demo")], "tempora-sim"),
+]
+
+
+@pytest.mark.parametrize("code,needle", FAULTS)
+def test_unwritable_output_is_one_line_and_leaves_nothing(code, needle, ws, monkeypatch):
+    (ws / "out").mkdir()
+    before = snapshot(ws)
+    calls = ("write",) if code == errno.ENOSPC else ("open", "mkdir", "rename", "replace")
+    inject_errno(monkeypatch, ws / "out", code, calls)
+    assert_refused(invoke(cli, ["run", "--method", "tent", *tiny(ws)]), PROG, needle, before, ws)
+
+
+def test_an_output_in_use_is_refused_naming_the_holder(ws):
+    _partial(ws)  # the holder's run in progress
+    with output_lock(ws / "out" / "tent-bs8.parquet", "trace"):
+        before = snapshot(ws)
+        for extra in IN_USE:
+            line = assert_refused(invoke(cli, ["run", "--method", "tent", *tiny(ws, *extra)]), PROG,
+                                  "is being written by process", before, ws)
+            assert str(os.getpid()) in line
+
+
+def _adapt_rows(path: Path) -> list[tuple]:
+    d = pq.read_table(path).to_pydict()
+    keys = ("episode", "domain", "phase", "checkpoint", "step", "n", "correct", "updated")
+    return sorted(zip(*(d[k] for k in keys)))
+
+
+def test_full_disk_mid_run_then_resume_gives_the_rows_of_an_uninterrupted_run(ws, monkeypatch):
+    two = ["--domains", "gaussian_noise,fog"]
+    whole = invoke(cli, ["run", "--method", "tent", *tiny(ws, *two, out=str(ws / "whole"))])
+    assert whole.exit_code == 0, whole.stderr
+    # the disk fills while the second episode is written: the first stays, nothing else
+    real_write = os.write
+
+    def write(fd, data):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            target = ""
+        if "episode-0001" in target:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    full = invoke(cli, ["run", "--method", "tent", *tiny(ws, *two)])
+    assert_refused(full, PROG, "no space left")
+    partial = ws / "out" / "tent-bs8.partial"
+    assert sorted(p.name for p in partial.iterdir()) == ["config.json", "episode-0000.rows"]
+    monkeypatch.setattr(os, "write", real_write)
+    # a truncated episode file (a crash while the disk was full) is traced again, with a warning
+    rows = partial / "episode-0000.rows"
+    rows.write_bytes(rows.read_bytes()[:100])
+    resumed = invoke(cli, ["run", "--method", "tent", *tiny(ws, *two, "--resume")])
+    assert resumed.exit_code == 0, resumed.stderr
+    assert resumed.stderr.count("\n") == 1 and "warning:" in resumed.stderr and "damaged" in resumed.stderr
+    assert _adapt_rows(ws / "out" / "tent-bs8.parquet") == _adapt_rows(ws / "whole" / "tent-bs8.parquet")
+    assert not partial.exists() and not list((ws / "out").glob(".*"))
+
+
+def test_outputs_take_permissions_from_the_umask(ws):
+    old = os.umask(0o027)
+    try:
+        res = invoke(cli, ["run", "--method", "standard", *tiny(ws)])
+    finally:
+        os.umask(old)
+    assert res.exit_code == 0, res.stderr
+    assert oct((ws / "out" / "standard-bs8.parquet").stat().st_mode & 0o777) == oct(0o640)
+
+
+def test_calibrate_reuses_only_the_matching_standard_trace(ws):
+    assert invoke(cli, ["calibrate", *tiny(ws)]).exit_code == 0
+    res = invoke(cli, ["calibrate", *tiny(ws)])
+    assert res.exit_code == 0 and "using existing" in res.stdout and "λ = " in res.stdout
+
+
+def test_bare_method_is_run_and_domains_take_words_or_commas(ws):
+    res = invoke(cli, ["--method", "standard", *tiny(ws)[:-1], "--name", "words", "--domains", "fog", "gaussian_noise"])
+    assert res.exit_code == 0, res.stderr
+    res = invoke(cli, ["run", "--method", "standard", *tiny(ws), "--name", "commas", "--domains", "fog,gaussian_noise"])
+    assert res.exit_code == 0, res.stderr
+    assert _adapt_rows(ws / "out" / "words.parquet") and \
+        pq.read_table(ws / "out" / "words.parquet").column("episode").unique().to_pylist() == \
+        pq.read_table(ws / "out" / "commas.parquet").column("episode").unique().to_pylist()
+
+
+# ------------------------------------------------------------------------ real processes
+def _env() -> dict:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), *sys.path]))
+
+
+@pytest.mark.parametrize("argv,prog", START_UP)
+def test_ctrl_c_during_start_up_is_one_line(argv, prog, tmp_path):
+    proc = subprocess.Popen([sys.executable, *argv], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(0.4)  # importing torch / polars / numba
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert err.startswith(f"{prog}: interrupted"), err
+
+
+def test_the_documented_case_count_is_the_suite():
+    """docs/errors.md states how many hostile cases the suite covers; keep it true."""
+    import test_hostile_sim as sim
+
+    sim_cases = len(sim.CASES) + len(sim.FAULTS) * len(sim.COMMANDS) + len(sim.COMMANDS)  # + one held output each
+    trace_cases = len(CASES) + len(FAULTS) + len(IN_USE) + 1 + len(START_UP)  # + full disk mid-run
+    text = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
+    assert f"**{sim_cases + trace_cases} cases**: {sim_cases}" in text and f"and {trace_cases} against" in text

@@ -1,0 +1,181 @@
+"""Packaging: the simulator installs and runs without torch; the version has one source.
+
+The sim-only install is real where it matters: the wheel is built from this tree, installed
+with pip into a fresh virtual environment that cannot see torch, and ``pip check`` must find
+every requirement of that install satisfied. To stay fast and offline, the third-party
+packages are not downloaded again: the requirement closure of ``tempora[sim]`` (read from the
+built wheel's own metadata) is resolved against the test environment's installed
+distributions and exposed to the fresh environment through a ``.pth`` file holding links to
+exactly those distributions, nothing else.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _requirements(metadata_text: str) -> list[str]:
+    return Parser().parsestr(metadata_text).get_all("Requires-Dist") or []
+
+
+def _closure(requirements: list[str], extra: str) -> dict[str, md.Distribution]:
+    """Installed distributions needed by ``requirements`` with ``extra``, transitively."""
+    found: dict[str, md.Distribution] = {}
+    todo = [(r, extra) for r in requirements]
+    while todo:
+        text, active = todo.pop()
+        req = Requirement(text)
+        if req.marker is not None and not req.marker.evaluate({"extra": active}):
+            continue
+        key = canonicalize_name(req.name)
+        if key in found:
+            continue
+        dist = md.distribution(req.name)  # raises if the test environment lacks it
+        found[key] = dist
+        todo.extend((r, e) for r in (dist.requires or []) for e in ("", *req.extras))
+    return found
+
+
+def _link_distributions(dists: dict[str, md.Distribution], into: Path) -> None:
+    """Symlink each distribution's top-level entries (packages, modules, dist-info) into ``into``."""
+    into.mkdir()
+    for dist in dists.values():
+        base = Path(dist.locate_file(""))
+        tops = {Path(f).parts[0] for f in (dist.files or []) if not str(f).startswith("..")}
+        for top in tops:
+            if top == "__pycache__" or top.endswith(".pth"):
+                continue
+            target = into / top
+            if not target.exists():
+                target.symlink_to(base / top)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """A wheel of this tree, built from a copy so the checkout gets no build/ folder."""
+    work = tmp_path_factory.mktemp("wheel")
+    tree = work / "tree"
+    tree.mkdir()
+    shutil.copytree(ROOT / "src", tree / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ["pyproject.toml", "README.md", *(p.name for p in ROOT.glob("LICEN[CS]E*"))]:
+        shutil.copy(ROOT / name, tree / name)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-w",
+            str(work / "dist"),
+            str(tree),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    (built,) = (work / "dist").glob("tempora-*.whl")
+    return built
+
+
+def _wheel_metadata(wheel: Path) -> str:
+    with zipfile.ZipFile(wheel) as zf:
+        name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        return zf.read(name).decode()
+
+
+def test_trace_stack_is_an_extra_and_the_base_is_torch_free(wheel):
+    meta = _wheel_metadata(wheel)
+    reqs = [Requirement(r) for r in _requirements(meta)]
+    base = {canonicalize_name(r.name) for r in reqs if r.marker is None}
+    trace = {canonicalize_name(r.name) for r in reqs if r.marker is not None and r.marker.evaluate({"extra": "trace"})}
+    assert {"numba", "polars", "pyarrow", "click"} <= base
+    assert {"torch", "torchvision", "timm"} <= trace
+    assert not base & {"torch", "torchvision", "timm", "huggingface-hub", "imagecorruptions"}
+    # Upper bounds only for known incompatibilities (setuptools 81 dropped pkg_resources).
+    capped = {canonicalize_name(r.name) for r in reqs if any(s.operator in ("<", "<=") for s in r.specifier)}
+    assert capped <= {"setuptools"}, capped
+    assert re.search(r"^Provides-Extra: sim$", meta, re.M) and re.search(r"^Provides-Extra: trace$", meta, re.M)
+
+
+def test_sim_extra_installs_and_sweeps_without_torch(wheel, tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    site = Path(
+        subprocess.run(
+            [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], check=True, capture_output=True, text=True
+        ).stdout.strip()
+    )
+    deps = _closure(_requirements(_wheel_metadata(wheel)), "sim")
+    assert not set(deps) & {"torch", "torchvision", "timm"}
+    _link_distributions(deps, tmp_path / "deps")
+    (site / "sim_deps.pth").write_text(str(tmp_path / "deps") + "\n")
+
+    pip = [sys.executable, "-m", "pip", "--python", str(py)]
+    subprocess.run(pip + ["install", "--quiet", "--no-deps", "--no-index", str(wheel)], check=True, capture_output=True)
+    check = subprocess.run(pip + ["check"], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr  # every base requirement is met, no torch
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["NUMBA_CACHE_DIR"] = str(tmp_path / "numba")
+    no_torch = subprocess.run([str(py), "-c", "import torch"], capture_output=True, text=True, env=env)
+    assert no_torch.returncode != 0 and "No module named 'torch'" in no_torch.stderr
+    tracer = subprocess.run([str(py), "-c", "import tempora_trace"], capture_output=True, text=True, env=env)
+    assert "pip install 'tempora[trace]'" in tracer.stderr
+
+    traces = tmp_path / "traces"
+    subprocess.run(
+        [
+            str(py),
+            "-c",
+            "import sys; from tempora_sim.synthetic import write_trace_set; "
+            "write_trace_set(sys.argv[1], ['standard', 'tent'], num_batches=12, episodes=['gaussian_noise'])",
+            str(traces),
+        ],
+        check=True,
+        env=env,
+    )
+    sweep = subprocess.run(
+        [str(venv / "bin" / "tempora-sim"), "sweep", str(traces), "--protocol", "offline,discrete", "--rho", "1,0.5", "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert sweep.returncode == 0, sweep.stderr
+    rows = json.loads(sweep.stdout)
+    assert {r["method"] for r in rows} == {"standard", "tent"}
+    assert (
+        "torch"
+        not in subprocess.run(
+            [str(py), "-c", "import sys, tempora_sim.cli, tempora_sim.replay; print(sorted(sys.modules))"],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=env,
+        ).stdout
+    )
+
+
+def test_version_comes_from_the_package_metadata():
+    import tempora_sim
+    import tempora_trace
+
+    assert tempora_sim.__version__ == tempora_trace.__version__ == md.version("tempora")
