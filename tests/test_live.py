@@ -100,7 +100,7 @@ def test_live_decisions_equal_the_replay_kernel(queue, data):
     extra = float(np.sum(occ - intended[: occ.size]))
     k_int = discrete_served(intended, gamma, queue, False)
     f_int = []
-    free, p = 0.0, -1
+    free = 0.0
     for j, b in enumerate(k_int[k_int >= 0]):
         free = max(free, b * gamma) + intended[j]
         f_int.append(free)

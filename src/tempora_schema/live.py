@@ -39,13 +39,13 @@ pauses between chunks are excluded, see ``docs/validation.md``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from typing import Any, Mapping
 
 import numpy as np
 import pyarrow as pa
-
-import dataclasses
 
 from . import METADATA_FIELDS, STREAMS, GroupKey, TraceSchemaError, _arrow_kind_ok, _is_int
 
@@ -94,6 +94,23 @@ RUN_FIELDS = {
 }
 #: Slack for "this time is not before that one": rounding of ns → ms differences.
 _EPS_MS = 1e-6
+
+
+def last_arrival(f: float, gamma: float, inv_gamma: float) -> int:
+    """Largest i ≥ 0 with i·γ ≤ f, exactly as arrivals are timed (i·γ in float64).
+
+    The one definition of "has batch i arrived by instant f": the replay kernels compile this
+    function with Numba and the live runner calls it as it is, so a live run and its replay
+    can only disagree where f and i·γ are equal to the last bit."""
+    q = f * inv_gamma
+    if q > 4.0e18:
+        return 4_000_000_000_000_000_000
+    k = math.floor(q)
+    while (k + 1) * gamma <= f:
+        k += 1
+    while k > 0 and k * gamma > f:
+        k -= 1
+    return k
 
 
 def comparable_group(key: GroupKey) -> GroupKey:

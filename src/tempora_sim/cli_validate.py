@@ -10,10 +10,7 @@ and exits 1 when a tolerance is exceeded. Bad input is one line and exit status 
 from __future__ import annotations
 
 import math
-import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import click
@@ -21,7 +18,6 @@ import click
 from tempora_schema.errors import OptionError
 
 from .cli import main
-from .errors import SimError
 from .validation import (
     DEFAULT_ABS_TOL_PP,
     DEFAULT_AMORTISED_TOL_PP,
@@ -35,29 +31,15 @@ EXIT_TOLERANCE = 1
 
 
 def write_frames(frames: dict, out: Path) -> list[Path]:
-    """Write each frame as NAME.parquet and NAME.csv into ``out``: staged in a temporary
-    directory beside it, then each file renamed into place (never a half-written file)."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise SimError(f"{out}: --out exists and is not a directory")
-    parent = out.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent))
-    written = []
-    try:
+    """Write each frame as NAME.parquet and NAME.csv into ``out``, published together (the
+    shared staged, locked, atomic output of every Tempora command)."""
+    from tempora_schema.outputs import staged_dir, to_bytes, write_file
+
+    with staged_dir(out, what="validation output") as stage:
         for name, frame in frames.items():
-            frame.write_parquet(tmp / f"{name}.parquet")
-            frame.write_csv(tmp / f"{name}.csv")
-        out.mkdir(parents=True, exist_ok=True)
-        for name in frames:
-            for ext in ("parquet", "csv"):
-                os.replace(tmp / f"{name}.{ext}", out / f"{name}.{ext}")
-                written.append(out / f"{name}.{ext}")
-    except OSError as exc:
-        raise SimError(f"{out}: cannot write outputs ({exc.strerror or exc})") from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return written
+            write_file(stage / f"{name}.parquet", to_bytes(frame.write_parquet))
+            write_file(stage / f"{name}.csv", frame.write_csv().encode("utf-8"))
+    return [Path(out) / f"{name}.{ext}" for name in frames for ext in ("parquet", "csv")]
 
 
 def _f(x, digits: int = 2, scale: float = 100.0, signed: bool = False) -> str:
@@ -68,10 +50,9 @@ def _f(x, digits: int = 2, scale: float = 100.0, signed: bool = False) -> str:
 
 
 def print_validation(result, console) -> None:
+    import polars as pl
     from rich import box
     from rich.table import Table
-
-    import polars as pl
 
     s = result.settings
     runs = result.runs

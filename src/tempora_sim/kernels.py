@@ -16,10 +16,10 @@ With capacity 0 a batch is only taken if it arrives when the pipeline is free.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numba import njit, prange
+
+from tempora_schema.live import last_arrival as _schema_last_arrival
 
 #: Below this many per-batch operations a kernel call runs on one thread: waking a thread
 #: pool costs more than it saves (tens of ms on a loaded 2-core machine, where OpenMP
@@ -40,23 +40,9 @@ def use_threads(work: int) -> int:
     return threads
 
 
-@njit(cache=True, inline="always")
-def last_arrival(f, gamma, inv_gamma):
-    """Largest i >= 0 with i * gamma <= f (exactly as arrivals are timed: i * gamma).
-
-    Public because the live runner decides "has batch i arrived by f?" with this very
-    function, so a live run and its replay can only disagree where f and i·γ are equal."""
-    q = f * inv_gamma
-    if q > 4.0e18:
-        return np.int64(4_000_000_000_000_000_000)
-    k = np.int64(math.floor(q))
-    while (k + 1) * gamma <= f:
-        k += 1
-    while k > 0 and k * gamma > f:
-        k -= 1
-    return k
-
-
+#: "Has batch i arrived by f?" — tempora_schema's one definition, compiled here and called
+#: as plain Python by the live runner (same float64 operations, same answers).
+last_arrival = njit(cache=True, inline="always")(_schema_last_arrival)
 _last_arrival = last_arrival
 
 

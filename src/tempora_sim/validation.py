@@ -275,7 +275,7 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
         settings.setdefault(st.setting(), []).append(st)
 
     setting_rows, run_rows, dis_rows = [], [], []
-    for key, runs in settings.items():
+    for runs in settings.values():
         first = runs[0]
         meta = first.file.meta
         trace = _find_trace(traces, first.file)

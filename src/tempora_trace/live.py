@@ -47,28 +47,35 @@ from tempora_schema.live import (
     BUDGET_RULES,
     LIVE_COLUMNS,
     LIVE_SCHEMA_VERSION,
+    comparable_group,
     live_arrow_schema,
     validate_live_table,
 )
+from tempora_schema.live import last_arrival as _schema_last_arrival
 
 from .config import TraceConfig
 from .errors import ConfigError, OutputError
-from .timing import (SPIN_NS, Event, clock_resolution_ns, collect_between_chunks, collect_between_events, collector_paused,
-                     device_slug, now_ns, resolve_device, timed_event, wait_until)
+from .timing import (
+    SPIN_NS,
+    Event,
+    clock_resolution_ns,
+    collect_between_chunks,
+    collect_between_events,
+    collector_paused,
+    device_slug,
+    now_ns,
+    resolve_device,
+    timed_event,
+    wait_until,
+)
 
 PROTOCOLS = ("discrete", "amortised")
-
-_kernel_last_arrival = None
-
+#: The non-adaptive method whose trace defines λ (as in the simulator).
+STANDARD_METHOD = "standard"
 
 def last_arrival(f_ms: float, gamma_ms: float) -> int:
-    """Largest i ≥ 0 with i·γ ≤ f: the simulator kernels' own function (same float rules)."""
-    global _kernel_last_arrival
-    if _kernel_last_arrival is None:
-        from tempora_sim.kernels import last_arrival as kernel
-
-        _kernel_last_arrival = kernel
-    return int(_kernel_last_arrival(float(f_ms), float(gamma_ms), 1.0 / float(gamma_ms)))
+    """Largest i ≥ 0 with i·γ ≤ f: the schema's definition, the one the replay kernels compile."""
+    return int(_schema_last_arrival(float(f_ms), float(gamma_ms), 1.0 / float(gamma_ms)))
 
 
 # ------------------------------------------------------------------------ settings
@@ -124,15 +131,17 @@ class LiveSettings:
 
 
 def standard_trace_lambda(cfg: TraceConfig, group, source: str | None) -> tuple[float, str]:
-    """λ of the group from its ``standard`` trace (the simulator's definition), and where from.
+    """λ of the group from its ``standard`` trace (the schema's definition, the simulator's
+    too), and the file it came from.
 
     ``source`` is a trace file or a folder searched recursively; default the folder the
-    tracer writes this group's traces to. The trace must be of the same group as the live run
-    (:func:`~tempora_schema.live.comparable_group`; a trace of exactly this group wins).
+    tracer writes this group's traces to. The trace must be of the same comparable group as
+    the live run (:func:`~tempora_schema.live.comparable_group`; a trace of exactly this group wins).
     """
-    from tempora_schema.live import comparable_group
-    from tempora_sim.errors import SimError
-    from tempora_sim.traces import STANDARD_METHOD, lambda_from_standard, read_trace
+    import pyarrow.parquet as pq
+
+    from tempora_schema import GroupKey, decode_metadata
+    from tempora_schema.provision import lambda_provision
 
     want = comparable_group(group)
     if source is None:
@@ -145,23 +154,24 @@ def standard_trace_lambda(cfg: TraceConfig, group, source: str | None) -> tuple[
         where = str(path)
     found = []
     for cand in candidates:
-        if not cand.is_file():
-            continue
         try:
-            trace = read_trace(cand)
-        except SimError as exc:
+            meta = decode_metadata(pq.read_schema(cand), cand)
+            key = GroupKey.from_metadata(meta)
+        except Exception:  # not a trace, or one without a full group (schema v1): not a candidate
             if source is not None and not Path(source).is_dir():
-                raise ConfigError(f"--standard: {exc}") from None
+                raise ConfigError(f"--standard: {cand} is not a readable Tempora trace with a complete group") from None
             continue
-        if trace.method == STANDARD_METHOD and comparable_group(trace.group) == want:
-            found.append((trace.group != group, str(cand), trace))
-    if found:
-        _, path, trace = min(found, key=lambda f: (f[0], f[1]))
-        return lambda_from_standard(trace), path
-    raise ConfigError(
-        f"no λ: pass --lambda-ms, or trace the standard method of this group first (no standard trace of "
-        f"{group.label()} in {where}; `tempora-trace calibrate` with the same options writes one)"
-    )
+        if meta.get("method") == STANDARD_METHOD and comparable_group(key) == want:
+            found.append((key != group, str(cand)))
+    if not found:
+        raise ConfigError(
+            f"no λ: pass --lambda-ms, or trace the standard method of this group first (no standard trace of "
+            f"{group.label()} in {where}; `tempora-trace calibrate` with the same options writes one)"
+        )
+    path = min(found)[1]
+    table = pq.read_table(path, columns=["phase", "delta_ms"]).to_pydict()
+    delta = [d for p, d in zip(table["phase"], table["delta_ms"]) if p == "adapt"]
+    return lambda_provision(delta)[0], path
 
 
 # ------------------------------------------------------------------------ the two protocols
@@ -413,6 +423,18 @@ class LiveRun:
             for k, v in row.items():
                 c[k].append(v)
 
+    # -- the strict rule's undo: a host copy of the state before each step (outside the timed regions)
+    def _save(self) -> Any:
+        from .runner import capture_rng, host_snapshot
+
+        return host_snapshot(self.base.method), capture_rng(self.base.device)
+
+    def _undo(self, saved: Any) -> None:
+        from .runner import restore_rng
+
+        self.base.method.restore(saved[0])
+        restore_rng(saved[1], self.base.device)
+
     # -- one run
     def play(self, plan: RunPlan) -> None:
         base = self.base
@@ -428,17 +450,8 @@ class LiveRun:
                 outcome = play_discrete(n, plan.gamma_ms, plan.queue, self._server(episode, True), prepare,
                                         int(self.settings.spin_us * 1000))
             else:
-                method = base.method
-                from .runner import capture_rng, host_snapshot, restore_rng
-
-                def save():
-                    return host_snapshot(method), capture_rng(base.device)
-
-                def undo(saved):
-                    method.restore(saved[0])
-                    restore_rng(saved[1], base.device)
-
-                hooks = AmortisedHooks(self._server(episode, True), self._server(episode, False), save, undo, method.freeze)
+                hooks = AmortisedHooks(self._server(episode, True), self._server(episode, False), self._save,
+                                       self._undo, base.method.freeze)
                 outcome, m = play_amortised(n, self.lambda_ms, plan.budget_ms, plan.budget_rule, hooks, prepare)
                 if base.method.frozen:
                     base.method.unfreeze()
