@@ -93,3 +93,15 @@ def dispersion_lines(disp: Dispersion) -> list[str]:
 def print_dispersion(path: Path) -> None:
     for line in dispersion_lines(trace_dispersion(path)):
         print(line)
+
+
+def lambda_ms_of(path: Path) -> tuple[float, float, float, int]:
+    """λ = mean + 6σ (population σ) of the adapt-row δ of a `standard` trace: (λ, mean, σ, batches)."""
+    import pyarrow.parquet as pq
+
+    from tempora_schema.provision import lambda_provision
+
+    table = pq.read_table(path, columns=["phase", "delta_ms"]).to_pydict()
+    deltas = np.array([d for p, d in zip(table["phase"], table["delta_ms"]) if p == "adapt"], dtype=float)
+    lam, mean, std = lambda_provision(deltas)
+    return lam, mean, std, len(deltas)
