@@ -302,6 +302,14 @@ def _panic(exc: BaseException) -> bool:
     return type(exc).__name__ == "PanicException"
 
 
+def _utf8_name(path: Path) -> bool:
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def read_trace(path: str | os.PathLike) -> Trace:
     """Read and validate one trace file; any problem becomes a one-line TraceFileError.
 
@@ -310,14 +318,13 @@ def read_trace(path: str | os.PathLike) -> Trace:
     """
     path = Path(path)
     try:
-        try:
+        if _utf8_name(path):
             kv = pl.read_parquet_metadata(path)
             df = pl.read_parquet(path, parallel="none")  # per-file thread pools cost more than they save here
-        except UnicodeEncodeError:  # a file name that is not UTF-8: read through an open file
-            with open(path, "rb") as fh:
-                data = fh.read()
+        else:  # a file name that is not UTF-8 (the readers need one): read the bytes ourselves
             import io
 
+            data = path.read_bytes()
             kv = pl.read_parquet_metadata(io.BytesIO(data))
             df = pl.read_parquet(io.BytesIO(data), parallel="none")
     except BaseException as exc:  # noqa: BLE001 - polars reports corrupt files as panics, too
