@@ -73,14 +73,17 @@ def shown_values(values: list) -> list:
 
 
 def _latency_of(latency: dict[str, dict[str, float]], group: pl.DataFrame) -> dict[str, float]:
-    """Mean δ per method over the seeds of this group (the sweep keys latency per seed)."""
-    r = group.row(0, named=True)
-    head = f"{r['dataset']} · {r['model']} · {r['device']} · bs {r['batch_size']} · seed "
+    """Mean δ per method over the seeds of this group: the sweep keys latency by the group's
+    label with its seed (``…/bs64/seed2025/episodic/…``); the seed-pooled rows carry it without."""
+    import re
+
+    name = group["group"][0] if "group" in group.columns else None
     merged: dict[str, list[float]] = {}
     for label, per in latency.items():
-        if label.startswith(head) and label.endswith(f" · {r['stream']}"):
-            for m, d in per.items():
-                merged.setdefault(m, []).append(d)
+        if name is not None and re.sub(r"/seed-?\d+/", "/", label, count=1) != name:
+            continue
+        for m, d in per.items():
+            merged.setdefault(m, []).append(d)
     return {m: sum(v) / len(v) for m, v in merged.items()}
 
 

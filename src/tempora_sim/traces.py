@@ -302,14 +302,6 @@ def _panic(exc: BaseException) -> bool:
     return type(exc).__name__ == "PanicException"
 
 
-def _utf8_name(path: Path) -> bool:
-    try:
-        str(path).encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def read_trace(path: str | os.PathLike) -> Trace:
     """Read and validate one trace file; any problem becomes a one-line TraceFileError.
 
@@ -318,15 +310,17 @@ def read_trace(path: str | os.PathLike) -> Trace:
     """
     path = Path(path)
     try:
-        if _utf8_name(path):
-            kv = pl.read_parquet_metadata(path)
-            df = pl.read_parquet(path, parallel="none")  # per-file thread pools cost more than they save here
-        else:  # a file name that is not UTF-8 (the readers need one): read the bytes ourselves
+        source = path
+        try:
+            str(path).encode("utf-8")
+        except UnicodeEncodeError:  # a file name that is not UTF-8: polars cannot open it by name
             import io
 
-            data = path.read_bytes()
-            kv = pl.read_parquet_metadata(io.BytesIO(data))
-            df = pl.read_parquet(io.BytesIO(data), parallel="none")
+            source = io.BytesIO(path.read_bytes())
+        kv = pl.read_parquet_metadata(source)
+        if not isinstance(source, Path):
+            source.seek(0)
+        df = pl.read_parquet(source, parallel="none")  # per-file thread pools cost more than they save here
     except BaseException as exc:  # noqa: BLE001 - polars reports corrupt files as panics, too
         if not isinstance(exc, Exception) and not _panic(exc):
             raise
