@@ -194,7 +194,8 @@ def test_full_disk_mid_run_then_resume_gives_the_rows_of_an_uninterrupted_run(ws
     full = invoke(cli, ["run", "--method", "tent", *tiny(ws, *two)])
     assert_refused(full, PROG, "no space left")
     partial = ws / "out" / "tent-bs8.partial"
-    assert sorted(p.name for p in partial.iterdir()) == ["config.json", "episode-0000.rows"]
+    kept = {p.name for p in partial.iterdir()}
+    assert {"config.json", "episode-0000.rows"} <= kept and not [n for n in kept if n.startswith("episode-0001")]
     monkeypatch.setattr(os, "write", real_write)
     # a truncated episode file (a crash while the disk was full) is traced again, with a warning
     rows = partial / "episode-0000.rows"
