@@ -1,8 +1,9 @@
 """δ̄ / δ̄_standard per method under both profiles (``default`` and ``paper``), through the tracer.
 
 Each method is traced on the demo data (committed demo models) for ``--batches`` adapt events
-of one corruption, one trace at a time, with ``standard`` traced first and last so that drift of
-the machine's speed shows. Prints a Markdown table naming the machine; the Tempora paper's
+of one corruption, one trace at a time, with ``standard`` traced right before and after each
+method's pair of traces (the ratio's baseline is their mean), so that the machine's drifting
+speed biases the ratios as little as possible. Prints a Markdown table naming the machine; the Tempora paper's
 Tables 2 and 27 give the same ratio for ResNet-50 and ViT-B/16 on a GPU.
 
     python bench/bench_method_profiles.py --models demo-resnet demo-resnet-gn --batches 20
@@ -47,29 +48,27 @@ def main() -> int:
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), platform.processor())
     print(f"Machine: {cpu}, {args.threads} thread(s); torch {torch.__version__}; {args.batches} adapt events of "
           f"{args.batch_size} on demo {args.domain} per trace, after the tracer's warm-up.\n")
-    print("| model | method | δ̄ default (ms) | δ̄ paper (ms) | ratio default | ratio paper |")
-    print("|---|---|---|---|---|---|")
+    print("| model | method | δ̄ standard (ms) | δ̄ default (ms) | δ̄ paper (ms) | ratio default | ratio paper |")
+    print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models:
-            def trace(method: str, profile: str) -> float:
+            def trace(method: str, profile: str, model: str = model) -> float:
                 cfg = TraceConfig(method=method, dataset="demo", model=model, domains=[args.domain], max_batches=args.batches,
                                   batch_size=args.batch_size, out=str(Path(tmp) / model / profile), quiet=True,
                                   frozen_sample=1, method_params={"profile": profile}, force=True)
                 return mean_delta(trace_run(cfg))
 
-            std = [trace("standard", "default")]
-            rows = []
             for name in methods_for_model(model):
                 if name == "standard":
                     continue
-                rows.append((name, trace(name, "default"), trace(name, "paper")))
-            std.append(trace("standard", "default"))
-            base = sum(std) / 2
-            print(f"| {model} | standard | {std[0]:.1f} / {std[1]:.1f} (first / last) | | 1.00 | |")
-            for name, d, p in rows:
+                # standard right before and after each pair: the ratio is paired in time, so a
+                # machine whose speed drifts (shared CPUs do) biases it far less
+                before = trace("standard", "default")
+                d, p = trace(name, "default"), trace(name, "paper")
+                base = (before + trace("standard", "default")) / 2
                 same = not any(dep.switched_by_paper_profile for dep in get_method(name).departures)
-                print(f"| {model} | {name} | {d:.1f} | {p:.1f}{' (same code path)' if same else ''} | {d / base:.2f} | {p / base:.2f} |",
-                      flush=True)
+                print(f"| {model} | {name} | {base:.1f} | {d:.1f} | {p:.1f}{' (same code path)' if same else ''} | "
+                      f"{d / base:.2f} | {p / base:.2f} |", flush=True)
     return 0
 
 

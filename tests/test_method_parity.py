@@ -13,11 +13,10 @@ import math
 
 import pytest
 import torch
-import torch.nn as nn
 import torchvision.transforms.functional as TF
-from methods_helpers import tiny_model
 from torchvision.transforms import InterpolationMode
 
+from methods_helpers import tiny_model
 from tempora_trace.methods import MethodContext, MethodError, available_methods, get_method
 from tempora_trace.methods._augment import PatchNoise, _resized_crop_box, random_resized_crop_flip
 from tempora_trace.methods.base import BN_TYPES, PROFILES
@@ -73,7 +72,9 @@ def test_committed_parity_page_is_the_generated_one():
 
 
 # ------------------------------------------------------------------ SHOT-IM
-def _vit_b16():
+@pytest.fixture(scope="module")
+def vit():
+    """timm's ViT-B/16 with random weights, built once for the module (about 2 s)."""
     timm = pytest.importorskip("timm")
     torch.manual_seed(0)
     return timm.create_model("vit_base_patch16_224", pretrained=False, num_classes=1000)
@@ -86,8 +87,7 @@ def _resnet50():
     return tvm.resnet50(weights=None)
 
 
-def test_shot_im_on_vit_b16_paper_freezes_the_mlps_default_only_the_head():
-    vit = _vit_b16()
+def test_shot_im_on_vit_b16_paper_freezes_the_mlps_default_only_the_head(vit):
     ctx = MethodContext(num_classes=1000, norm_kind="ln", model_name="vit_base_patch16_224")
     default = get_method("shot-im")(vit, ctx)
     assert len(default.adapted) == 150
@@ -122,6 +122,20 @@ def test_shot_im_epsilon_is_float32_eps_in_the_paper_profile():
         expected = -(p * p.log()).sum(1).mean() + (marginal * torch.log(marginal + eps)).sum()
         torch.testing.assert_close(method.loss(batch(), logits), expected)
     assert not torch.equal(information_maximisation_loss(logits, 1e-5), information_maximisation_loss(logits, torch.finfo(torch.float32).eps))
+
+
+def test_sar_top_layer_rules_agree_on_the_paper_architectures_not_on_the_demo(vit):
+    from tempora_trace.models.demo import build_demo_resnet
+
+    vit_ctx = MethodContext(num_classes=1000, norm_kind="ln", model_name="vit_base_patch16_224")
+    r50_ctx = MethodContext(num_classes=1000, norm_kind="bn", model_name="resnet50")
+    for model, ctx, excluded in ((vit, vit_ctx, ["blocks.9", "blocks.10", "blocks.11", "norm"]), (_resnet50(), r50_ctx, ["layer4"])):
+        sets = {p: [n for n, _ in get_method("sar")(model, ctx, profile=p).adapted] for p in PROFILES}
+        assert sets["default"] == sets["paper"]
+        assert get_method("sar")(model, ctx, profile="paper").excluded == excluded
+    demo = {p: get_method("sar")(build_demo_resnet("bn", 10), CTX["bn"], profile=p) for p in PROFILES}
+    assert demo["default"].excluded == ["layers.2"] and demo["paper"].excluded == []
+    assert len(demo["paper"].adapted) > len(demo["default"].adapted)
 
 
 # ------------------------------------------------------------------ BN buffers and auxiliary forwards

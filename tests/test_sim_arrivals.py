@@ -315,3 +315,26 @@ def test_cli_bad_scenario_options_are_one_line(traces, args, message):
     assert r.exit_code == 2
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and message in lines[0], r.output
+
+
+def test_report_scenarios_section(traces, tmp_path):
+    """`report --scenarios` adds the bursty-vs-periodic table and both 2-D winners maps, keeps the
+    paper's analyses on periodic single-pressure rows, and writes the scenario rows."""
+    from click.testing import CliRunner
+
+    from tempora_sim.cli import main
+    from tempora_sim.report_scenarios import burst_comparison, split
+
+    out = tmp_path / "rep"
+    r = CliRunner().invoke(main, ["report", str(traces), "--out", str(out), "--scenarios", "--rho", "1,0.5",
+                                  "--T", "200ms,1s", "--B", "1s,4s", "--resamples", "200"])
+    assert r.exit_code == 0, r.output
+    text = (out / "report.md").read_text()
+    assert "Beyond the paper's scenarios" in text and "Bursty vs periodic arrivals" in text
+    assert "Deadline + patience" in text and "Deadline + budget" in text
+    scen = pl.read_parquet(out / "scenarios.parquet")
+    assert set(scen["protocol"].unique()) == {"discrete", "discrete-continuous", "discrete-amortised"}
+    paper = pl.read_parquet(out / "utility.parquet")
+    assert split(paper)[1].height == 0  # the paper's tables never see scenario rows
+    comp = burst_comparison(paper, scen)
+    assert comp.height == 2 and set(comp["arrivals"]) == {"burst:1,4"}

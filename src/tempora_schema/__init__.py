@@ -39,6 +39,29 @@ PHASE_ADAPT = "adapt"
 PHASE_FROZEN = "frozen"
 PHASES = (PHASE_ADAPT, PHASE_FROZEN)
 STREAMS = ("episodic", "continual")
+#: Label-shift streams name their Dirichlet concentration: ``dirichlet:<α>`` (episodic resets).
+DIRICHLET_PREFIX = "dirichlet:"
+
+
+def stream_alpha(stream: str) -> float | None:
+    """α of a ``dirichlet:<α>`` stream (finite, > 0), or None for any other value."""
+    if not isinstance(stream, str) or not stream.startswith(DIRICHLET_PREFIX):
+        return None
+    try:
+        alpha = float(stream[len(DIRICHLET_PREFIX):])
+    except ValueError:
+        return None
+    return alpha if math.isfinite(alpha) and alpha > 0 else None
+
+
+def is_stream(stream: object) -> bool:
+    """``episodic``, ``continual`` or ``dirichlet:<α>`` with a finite α > 0."""
+    return stream in STREAMS or stream_alpha(stream) is not None  # type: ignore[arg-type]
+
+
+def resets_per_episode(stream: str) -> bool:
+    """Every stream but ``continual`` resets the method at each episode (domain)."""
+    return stream != "continual"
 #: ``checkpoint`` value of adapt rows.
 NO_CHECKPOINT = -1
 
@@ -202,7 +225,7 @@ def file_stem(method: str, batch_size: int, seed: int, severity: int | None, str
     if severity is not None and severity != DEFAULT_SEVERITY:
         stem += f"-sev{severity}"
     if stream != DEFAULT_STREAM:
-        stem += f"-{stream}"
+        stem += f"-{stream.replace(':', '')}"
     return stem
 
 
@@ -290,8 +313,9 @@ def validate_metadata(meta: Mapping[str, Any], path: object = "<trace>") -> int:
     for key in ("seed", "warmup_batches"):
         if not _is_int(meta[key]) or meta[key] < 0:
             raise TraceSchemaError(path, f"metadata '{key}' must be a non-negative integer, got {meta[key]!r}")
-    if meta["stream"] not in STREAMS:
-        raise TraceSchemaError(path, f"metadata 'stream' must be one of {', '.join(STREAMS)}, got {meta['stream']!r}")
+    if not is_stream(meta["stream"]):
+        raise TraceSchemaError(path, f"metadata 'stream' must be one of {', '.join(STREAMS)} or dirichlet:<α>, "
+                                     f"got {meta['stream']!r}")
     if not isinstance(meta["method_params"], dict):
         raise TraceSchemaError(path, "metadata 'method_params' must be a JSON object")
     fe = meta["frozen_eval"]
@@ -612,7 +636,7 @@ def check_metadata_matches_rows(meta: Mapping[str, Any], episode_names: Sequence
     if meta["severity"] is not None and sev - {meta["severity"]}:
         raise TraceSchemaError(path, f"rows have severity {sorted(sev)} but metadata 'severity' is {meta['severity']}")
     mb = meta["max_batches"]
-    if mb is not None and meta["stream"] == "episodic" and adapt_counts.size and int(adapt_counts.max()) > mb * len(listed):
+    if mb is not None and resets_per_episode(meta["stream"]) and adapt_counts.size and int(adapt_counts.max()) > mb * len(listed):
         raise TraceSchemaError(path, f"an episode has {int(adapt_counts.max())} batches, more than max_batches allows")
     length = dict(zip(episode_names, (int(c) for c in adapt_counts)))
     for i, item in enumerate(meta["speed_probe"]):

@@ -15,6 +15,7 @@ import click
 from tempora_sim.cli import main
 from tempora_sim.options import click_options as sweep_options
 from tempora_sim.options import from_click
+
 # bootstrap intervals (docs/statistics.md): the same options as `tempora-sim advise`
 from tempora_sim.stats import bootstrap_options, make_bootstrap
 
@@ -26,13 +27,13 @@ def _fail(message: str) -> None:
     raise ReportError(message)
 
 
-def _load(rp, source, options, out=None, bootstrap=None):
+def _load(rp, source, options, out=None, bootstrap=None, scenarios=False):
     """Load results, or sweep traces, echoing the simulator's warnings as one line each."""
     import warnings
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        inputs = rp.load_inputs(list(source), options, out, bootstrap)
+        inputs = rp.load_inputs(list(source), options, out, bootstrap, scenarios)
     for w in caught:
         if w.category.__name__ == "SimWarning":
             click.echo(f"tempora-sim: warning: {w.message}", err=True)
@@ -47,20 +48,22 @@ _SOURCE = click.argument("source", nargs=-1, required=True, type=click.Path(path
 @click.option("--out", "out", required=True, type=click.Path(path_type=str), help="Directory for the report.")
 @click.option("--all-episodes", is_flag=True, help="Utility curves for every episode (default: one per category).")
 @click.option("--episodes", default=None, help="Utility curves for these episodes, comma-separated.")
+@click.option("--scenarios", is_flag=True,
+              help="Also replay the traces under bursty arrivals (burst:1,4, 5 seeds) and the combined "
+                   "deadline+patience / deadline+budget protocols, in a section of their own (docs/design.md §9).")
 @sweep_options
 @bootstrap_options
-def report_command(source, out, all_episodes, episodes, ci_level, resamples, ci_seed, **options):
+def report_command(source, out, all_episodes, episodes, scenarios, ci_level, resamples, ci_seed, **options):
     """Analyse RESULTS_OR_TRACES and write DIR/report.md with tables, CSVs and figures.
 
     SOURCE is a sweep's results (a directory holding utility.parquet) or trace files /
     directories, which are swept first with the paper's grid (or --protocol/--rho/--T/--B)."""
+    from tempora_schema.outputs import check_output_dir
     from tempora_sim import report as rp
 
-    from tempora_schema.outputs import check_output_dir
-
-    check_output_dir(out)  # an unwritable --out is refused before anything is swept
+    check_output_dir(out, folders=rp.REPORT_FOLDERS, files=rp.REPORT_FILES)  # before anything is swept
     t0 = time.perf_counter()
-    inputs = _load(rp, source, from_click(options), out, make_bootstrap(ci_level, resamples, ci_seed))
+    inputs = _load(rp, source, from_click(options), out, make_bootstrap(ci_level, resamples, ci_seed), scenarios)
     swept = time.perf_counter() - t0
     eps = [e.strip() for e in episodes.split(",") if e.strip()] if episodes else None
     result = rp.build_report(inputs, out, all_episodes=all_episodes, episodes=eps)

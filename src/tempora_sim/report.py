@@ -40,6 +40,8 @@ class ReportInputs:
     source: str = ""
     from_traces: bool = False
     bootstrap: st.BootstrapOptions = field(default_factory=st.BootstrapOptions)
+    #: rows of scenarios beyond the paper's (docs/design.md §9): their own report section
+    scenarios: pl.DataFrame | None = None
     _cache: dict = field(default_factory=dict, repr=False)
 
     def lambdas(self) -> pl.DataFrame:
@@ -73,18 +75,26 @@ def results_path(source: str | Path) -> Path | None:
 
 
 def load_inputs(sources: str | Path | Sequence[str | Path], sweep_options=None,
-                out: str | Path | None = None, bootstrap: st.BootstrapOptions | None = None) -> ReportInputs:
+                out: str | Path | None = None, bootstrap: st.BootstrapOptions | None = None,
+                scenarios: bool = False) -> ReportInputs:
     """Read results, or load traces and sweep them with ``sweep_options`` (a
     :class:`~tempora_sim.options.SweepOptions` or a dict of its fields). ``out``, the report
     directory to be written, must not lie inside a trace directory. ``bootstrap`` sets the
-    intervals' level, resamples and seed."""
-    inp = _load_inputs(sources, sweep_options, out)
+    intervals' level, resamples and seed. ``scenarios`` also replays the traces under bursty
+    arrivals and the combined protocols (docs/design.md §9) for their own section."""
+    from . import report_scenarios as rs
+
+    inp = _load_inputs(sources, sweep_options, out, scenarios)
     if bootstrap is not None:
         inp.bootstrap = bootstrap
+    paper, scen = rs.split(inp.utility)
+    if scen.height:
+        inp.utility = paper
+        inp.scenarios = scen if inp.scenarios is None else pl.concat([scen, inp.scenarios], how="diagonal_relaxed")
     return inp
 
 
-def _load_inputs(sources, sweep_options, out) -> ReportInputs:
+def _load_inputs(sources, sweep_options, out, scenarios: bool = False) -> ReportInputs:
     from tempora_sim.options import SweepOptions
 
     if not isinstance(sweep_options, SweepOptions):
@@ -105,7 +115,12 @@ def _load_inputs(sources, sweep_options, out) -> ReportInputs:
             utility = pl.concat([pl.read_parquet(r) for r in results], how="diagonal_relaxed")
         except Exception as exc:  # noqa: BLE001 - any unreadable file is a one-line user error
             raise ReportError(f"{results[0]}: not a readable utility table ({exc})") from None
-        an.check_utility_table(utility)
+        if scenarios:
+            raise ReportError("--scenarios replays traces; these are sweep results (their scenario rows, if any, "
+                              "are reported anyway)")
+        from . import report_scenarios as rs
+
+        an.check_utility_table(rs.split(utility)[0])
         # a report directory keeps the traces' per-batch times beside its results
         times = [r.parent / TRACE_TIMES_FILE for r in results]
         rows = None
@@ -127,7 +142,13 @@ def _load_inputs(sources, sweep_options, out) -> ReportInputs:
     traces = load_traces(items if len(items) > 1 else items[0])
     utility = sweep(traces, sweep_options)
     rows = an.align_group_dtypes(an.trace_rows(traces.traces), utility)
-    return ReportInputs(utility=utility, trace_rows=rows, source=", ".join(map(str, items)), from_traces=True)
+    extra = None
+    if scenarios:
+        from . import report_scenarios as rs
+
+        extra = rs.scenario_sweeps(traces, sweep_options)
+    return ReportInputs(utility=utility, trace_rows=rows, source=", ".join(map(str, items)), from_traces=True,
+                        scenarios=extra)
 
 
 # ----------------------------------------------------------------------------- formatting
@@ -597,6 +618,11 @@ SECTIONS = (
     ("What a larger budget buys", ("pareto",)),
 )
 TRACE_TIMES_FILE = "trace_times.parquet"
+#: Rows of the scenarios beyond the paper's (bursty arrivals, combined protocols), when present.
+SCENARIOS_FILE = "scenarios.parquet"
+#: What a report writes into its folder (checked for clashes before any work).
+REPORT_FOLDERS = ("tables", "figures")
+REPORT_FILES = ("report.md", RESULTS_FILE, TRACE_TIMES_FILE, SCENARIOS_FILE)
 
 
 # ----------------------------------------------------------------------------- summary
@@ -620,7 +646,7 @@ def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
     """Plain-language findings for one group, each sentence generated from the tables."""
     g = lambda name: (lambda t: None if t is None else filter_group(t, group))(compute_table(name, inp))  # noqa: E731
     u = filter_group(inp.pooled, group)
-    w, wc = g("winners"), g("win_counts")
+    w = g("winners")
     lines: list[str] = []
     episodes = an.episode_order(w.get_column("episode").unique().to_list())
     n_ep = len(episodes)
@@ -628,8 +654,16 @@ def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
     temporal = w.filter(pl.col("protocol") != "offline")
     scope = (f" and {temporal.select('scenario').n_unique()} temporal scenarios ({temporal.height} temporal cells)"
              if temporal.height else " (offline only: no temporal scenarios in these results)")
-    lines.append(f"{len(methods)} methods over {n_ep} episode{'s' if n_ep != 1 else ''}{scope}, "
-                 f"λ = {u.get_column('lambda_ms').first():.2f} ms.")
+    per_seed = _seed_lambdas(inp.utility, group)
+    lam_text = (f"λ = {u.get_column('lambda_ms').first():.2f} ms" if len(per_seed) <= 1 else
+                "λ per seed " + ", ".join(f"{s}: {x:.2f} ms" for s, x in per_seed))
+    lines.append(f"{len(methods)} methods over {n_ep} episode{'s' if n_ep != 1 else ''}{scope}, {lam_text}.")
+    if len(per_seed) > 1:
+        lo, hi = min(x for _, x in per_seed), max(x for _, x in per_seed)
+        if hi > SEED_LAMBDA_SPREAD * lo:
+            lines.append(f"**The seeds were not timed under the same conditions**: their λ differ by {hi / lo - 1:.0%} "
+                         f"({lo:.1f} to {hi:.1f} ms), so pooling them mixes machine states; the pooled winners and "
+                         "intervals include that spread (re-trace on a quiet machine to measure the seeds alone).")
     # offline favourite vs temporal winners
     off = w.filter(pl.col("protocol") == "offline").explode("winners")
     fav = None
@@ -677,6 +711,18 @@ def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
     elif inp.trace_rows is None:
         lines.append("The latency breakdown needs the traces: run `tempora-sim report TRACES` to include it.")
     return lines
+
+
+#: Seeds whose λ differ by more than this factor were timed under different machine conditions.
+SEED_LAMBDA_SPREAD = 1.10
+
+
+def _seed_lambdas(utility: pl.DataFrame, group: dict) -> list[tuple[int, float]]:
+    """(seed, λ) of the seeds pooled in one comparison group (empty without a seed column)."""
+    if an.SEED not in utility.columns:
+        return []
+    t = filter_group(utility, group).group_by(an.SEED).agg(pl.col("lambda_ms").first()).sort(an.SEED)
+    return [(int(s), float(x)) for s, x in t.iter_rows() if x is not None]
 
 
 def _changed_cells(w: pl.DataFrame) -> pl.DataFrame:
@@ -824,10 +870,15 @@ def build_report(inp: ReportInputs, out: str | Path, all_episodes: bool = False,
     ``episodes`` to choose, ``all_episodes`` for every episode."""
     from tempora_schema.outputs import check_output_dir, staged_dir
 
-    final = check_output_dir(out)
+    final = check_output_dir(out, folders=REPORT_FOLDERS, files=REPORT_FILES)
+    if episodes:  # refused before anything is drawn
+        known = an.episode_order([e for e in inp.utility.get_column("episode").unique().to_list() if e != an.POOLED])
+        missing = [e for e in episodes if e not in known]
+        if missing:
+            raise ReportError(f"episode(s) {', '.join(missing)} not in the results; episodes: {', '.join(known)}")
     # Built in a staging folder and published whole (report.md last): a failure anywhere leaves
     # the previous report, if any, exactly as it was.
-    with staged_dir(final, what="report", last=("report.md",)) as stage:
+    with staged_dir(final, what="report", last=("report.md",), folders=REPORT_FOLDERS, files=REPORT_FILES) as stage:
         result = _build_report(inp, stage, all_episodes, episodes, figures)
     moved = lambda p: final / p.relative_to(stage)  # noqa: E731
     return ReportResult(moved(result.report), [moved(p) for p in result.tables], [moved(p) for p in result.figures],
@@ -846,6 +897,8 @@ def _build_report(inp: ReportInputs, out: Path, all_episodes: bool, episodes: Se
     if inp.from_traces:
         write_file(out / RESULTS_FILE, to_bytes(inp.utility.write_parquet))
         write_file(out / TRACE_TIMES_FILE, to_bytes(inp.trace_rows.write_parquet))
+    if inp.scenarios is not None and inp.scenarios.height:
+        write_file(out / SCENARIOS_FILE, to_bytes(inp.scenarios.write_parquet))
     computed: dict[str, pl.DataFrame | None] = {name: compute_table(name, inp) for name in TABLES}
     table_paths = []
     for name, t in computed.items():
@@ -885,6 +938,13 @@ def _build_report(inp: ReportInputs, out: Path, all_episodes: bool, episodes: Se
                            f"*{caption}* ([PDF]({pdf.relative_to(out).as_posix()}))", ""]
             for name in names:
                 md += _table_markdown(name, computed[name], group, hx, why_missing(name, inp))
+        if inp.scenarios is not None and inp.scenarios.height:
+            from . import report_scenarios as rs
+
+            md += rs.markdown(filter_group(inp.utility, group), filter_group(inp.scenarios, group), hx)
+    from . import report_devices
+
+    md += report_devices.markdown(inp.utility)
     seconds["figures+markdown"] = time.perf_counter() - t1
     report = out / "report.md"
     write_file(report, ("\n".join(md).rstrip() + "\n").encode("utf-8"))

@@ -99,7 +99,11 @@ class TraceTask:
         """``tempora-trace run`` arguments writing into ``out_root/<dataset>/<model>/<device-slug>``."""
         args = ["run", "--method", self.method, "--dataset", self.dataset, "--device", device or self.machine.device,
                 "--batch-size", str(self.batch_size), "--severity", str(self.severity), "--seed", str(self.seed),
-                "--stream", self.stream, "--quiet"]
+                "--quiet"]
+        if self.stream.startswith("dirichlet:"):
+            args += ["--stream", "dirichlet", "--dirichlet-alpha", self.stream.split(":", 1)[1]]
+        else:
+            args += ["--stream", self.stream]
         if self.model:
             args += ["--model", self.model]
         if self.weights:
@@ -291,6 +295,7 @@ def trace_location(task: TraceTask, out_root: Path) -> Path:
         weights=task.weights, data_root=task.machine.data_root, device=task.machine.device,
         domains=list(task.domains) if task.domains else None, severity=task.severity,
         max_batches=options.get("max_batches"), batch_size=task.batch_size, seed=task.seed, stream=task.stream,
+        dirichlet_alpha=None,
         threads=options.get("threads"), quiet=True,
     ).resolved()
     slug = device_slug(resolve_device(task.machine.device))
@@ -335,7 +340,7 @@ def run_trace_process(task: TraceTask, out_root: Path, lambda_ms: float | None =
 
 def group_lambda(path: str | Path) -> float:
     """λ of a group from its ``standard`` trace (the provision `tempora-sim` uses)."""
-    from .cli import lambda_ms_of
+    from .calibration import lambda_ms_of
 
     return lambda_ms_of(Path(path))[0]
 

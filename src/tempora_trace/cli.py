@@ -62,6 +62,7 @@ from .config import (  # noqa: E402
     TraceConfig,
 )
 from .errors import ConfigError  # noqa: E402
+from .calibration import lambda_ms_of  # noqa: E402
 
 PROG = "tempora-trace"
 
@@ -168,8 +169,11 @@ RUN_OPTIONS: list[Callable] = [
     _opt("--max-batches", type=click.IntRange(1, INT32_MAX), default=None, help="At most this many batches per domain."),
     _opt("--batch-size", type=click.IntRange(1, INT32_MAX), default=DEFAULT_BATCH_SIZE, help="Images per batch."),
     _opt("--seed", type=click.IntRange(0, INT64_MAX), default=DEFAULT_SEED, help="Seed of the batch order and the method."),
-    _opt("--stream", type=click.Choice(["episodic", "continual"]), default="episodic",
-         help="episodic: reset per domain; continual: never reset."),
+    _opt("--stream", type=click.Choice(["episodic", "continual", "dirichlet"]), default="episodic",
+         help="episodic: reset per domain; continual: never reset; dirichlet: reset per domain, batches in a "
+              "label-shifted order (classes spread over time by Dirichlet(α))."),
+    _opt("--dirichlet-alpha", type=click.FloatRange(0, None, min_open=True), default=None, metavar="ALPHA",
+         help="Concentration α of --stream dirichlet: smaller α, longer single-class runs [e.g. 0.01]."),
     _opt("--workers", type=click.IntRange(0, 1024), default=None,
          help="Parallel decode workers, active only between staged chunks, never during a timed event [default: min(8, cores)]."),
     _opt("--stage-mb", type=click.FloatRange(0, None, min_open=True), default=DEFAULT_STAGE_MB, metavar="MIB",
@@ -227,7 +231,8 @@ def make_config(method: str, opts: dict[str, Any], **extra: Any) -> TraceConfig:
         method=method, dataset=opts["dataset"], model=opts["model"], weights=opts["weights"],
         data_root=opts["data_root"], device=opts["device"], out=opts["out"], name=opts["name"],
         domains=_domains(opts["domains"]), severity=opts["severity"], max_batches=opts["max_batches"],
-        batch_size=opts["batch_size"], seed=opts["seed"], stream=opts["stream"], workers=opts["workers"],
+        batch_size=opts["batch_size"], seed=opts["seed"], stream=opts["stream"],
+        dirichlet_alpha=opts["dirichlet_alpha"], workers=opts["workers"],
         threads=opts["threads"],  # part of the trace identity; the run applies it
         stage_mb=opts["stage_mb"], resume=opts["resume"], force=opts["force"], quiet=opts["quiet"],
         warmup_batches=opts["warmup_batches"], **extra,
@@ -244,7 +249,7 @@ def make_config(method: str, opts: dict[str, Any], **extra: Any) -> TraceConfig:
 
 def _common(opts: dict[str, Any]) -> dict[str, Any]:
     return {k: opts[k] for k in ("dataset", "model", "weights", "data_root", "device", "out", "name", "domains",
-                                 "severity", "max_batches", "batch_size", "seed", "stream", "workers", "stage_mb",
+                                 "severity", "max_batches", "batch_size", "seed", "stream", "dirichlet_alpha", "workers", "stage_mb",
                                  "threads", "resume", "force", "quiet", "offline", "warmup_batches")}
 
 
@@ -412,17 +417,6 @@ methods_for = methods_for_model
 
 
 # ------------------------------------------------------------------------ calibration
-def lambda_ms_of(path: Path) -> tuple[float, float, float, int]:
-    """λ = mean + 6σ (population σ) of the adapt-row δ of a `standard` trace: (λ, mean, σ, batches)."""
-    import numpy as np
-    import pyarrow.parquet as pq
-
-    from tempora_schema.provision import lambda_provision
-
-    table = pq.read_table(path, columns=["phase", "delta_ms"]).to_pydict()
-    deltas = np.array([d for p, d in zip(table["phase"], table["delta_ms"]) if p == "adapt"], dtype=float)
-    lam, mean, std = lambda_provision(deltas)
-    return lam, mean, std, len(deltas)
 
 
 def calibrate(cfg: TraceConfig) -> None:

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tempora_schema.command import INT32_MAX, INT64_MAX
 import tempora_schema as schema
+from tempora_schema.command import INT32_MAX, INT64_MAX
 
 from .errors import ConfigError
 
@@ -65,6 +65,8 @@ class TraceConfig:
     batch_size: int = DEFAULT_BATCH_SIZE
     seed: int = DEFAULT_SEED
     stream: str = "episodic"
+    #: Dirichlet concentration of a ``dirichlet`` stream (resolved into ``stream = dirichlet:<α>``).
+    dirichlet_alpha: float | None = None
     #: later batches scored per checkpoint; None = all of them (exact).
     frozen_sample: int | None = DEFAULT_FROZEN_SAMPLE
     default_checkpoints: bool = True
@@ -96,8 +98,16 @@ class TraceConfig:
             from .data import expand_domains
 
             cfg.domains = expand_domains(cfg.domains, spec.domains)
-        if cfg.stream not in ("episodic", "continual"):
-            raise ConfigError(f"--stream must be 'episodic' or 'continual', not '{cfg.stream}'")
+        if cfg.stream == "dirichlet":
+            if cfg.dirichlet_alpha is None or not (math.isfinite(cfg.dirichlet_alpha) and cfg.dirichlet_alpha > 0):
+                raise ConfigError(f"--dirichlet-alpha must be a finite number > 0, not {cfg.dirichlet_alpha}")
+            cfg.stream = f"{schema.DIRICHLET_PREFIX}{cfg.dirichlet_alpha:g}"
+        elif cfg.dirichlet_alpha is not None and schema.stream_alpha(cfg.stream) is None:
+            raise ConfigError("--dirichlet-alpha is for --stream dirichlet")
+        if not schema.is_stream(cfg.stream):
+            raise ConfigError(f"--stream must be episodic, continual or dirichlet (with --dirichlet-alpha), "
+                              f"not '{cfg.stream}'")
+        cfg.dirichlet_alpha = schema.stream_alpha(cfg.stream)
         if not 1 <= cfg.batch_size <= INT32_MAX:
             raise ConfigError(f"--batch-size must be in 1..{INT32_MAX}, not {cfg.batch_size}")
         if not 0 <= cfg.seed <= INT64_MAX:

@@ -34,26 +34,41 @@ from . import __version__
 from .checkpoints import BudgetCutoffs, default_schedule, sample_steps
 from .config import TraceConfig
 from .data import Episode, batch_order, get_dataset
-from .data.streams import domain_seed
+from .data.streams import dirichlet_order, domain_seed, source_labels
 from .errors import ConfigError, DataError
 from .methods import get_method
 from .methods._common import NORM_NAMES, incompatibility_message
 from .methods.base import MethodContext, TTAMethod
 from .models import get_model
 from .staging import BatchStager, StagedBatch, default_workers
-from .timing import (DeviceClock, SpeedProbe, collect_between_chunks, collect_between_events, collector_paused,
-                     describe_device, device_slug, resolve_device, timed_event)
+from .timing import (
+    DeviceClock,
+    SpeedProbe,
+    collect_between_chunks,
+    collect_between_events,
+    collector_paused,
+    describe_device,
+    device_slug,
+    resolve_device,
+    timed_event,
+)
 from .writer import RowBuffer, TraceWriter
 
 
 # ------------------------------------------------------------------------ streams
 def build_episodes(domains, cfg: TraceConfig) -> list[Episode]:
-    """Episodic: one episode per domain. Continual: one episode over all domains in order."""
+    """Episodic: one episode per domain. Continual: one episode over all domains in order.
+    Dirichlet: one episode per domain, its batches in a label-shifted order."""
     orders = []
+    alpha = schema.stream_alpha(cfg.stream)
     for d in domains:
         if len(d.source) < cfg.batch_size:
             raise DataError(f"domain '{d.name}' has {len(d.source)} samples, fewer than one batch of {cfg.batch_size}")
-        orders.append(batch_order(len(d.source), cfg.batch_size, cfg.seed, d.name, cfg.max_batches))
+        if alpha is not None:
+            orders.append(dirichlet_order(source_labels(d.source), cfg.batch_size, cfg.seed, d.name, alpha,
+                                          cfg.max_batches))
+        else:
+            orders.append(batch_order(len(d.source), cfg.batch_size, cfg.seed, d.name, cfg.max_batches))
     if cfg.stream == "continual":
         return [Episode("continual", list(domains), orders)]
     return [Episode(d.name, [d], [o]) for d, o in zip(domains, orders)]
@@ -229,11 +244,12 @@ class MethodRun:
         timed_event(self.method, x, self.clock, adapt=False)
         self.method.unfreeze()
         self.method.reset()
+        self._last_event_end = time.perf_counter()
 
     def start_episode(self, index: int, episode: Episode) -> None:
         """Reset where the stream says so (each episodic episode, the first continual one) and
         seed the RNGs from ``(seed, episode)``, so every run of an episode starts alike."""
-        if self.cfg.stream == "episodic" or index == 0:
+        if schema.resets_per_episode(self.cfg.stream) or index == 0:
             self.method.reset()
         seed_everything(domain_seed(self.cfg.seed, episode.name))
 
@@ -249,7 +265,6 @@ class MethodRun:
             "warmup_batches": cfg.warmup_batches,
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
-
 
     def _staged(self, episode: Episode, steps: Sequence[int]):
         """``steps`` as staged chunks, each followed (before its first event) by a full garbage

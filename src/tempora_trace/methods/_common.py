@@ -17,7 +17,17 @@ import torch
 import torch.nn as nn
 
 from ..norms import NORM_NAMES, compatible_models
-from .base import AS_DEFAULT, Departure, MethodContext, MethodError, TTAMethod, configure_batchnorm, named_norm_affine_params, no_stat_tracking, norm_kind
+from .base import (
+    AS_DEFAULT,
+    Departure,
+    MethodContext,
+    MethodError,
+    TTAMethod,
+    configure_batchnorm,
+    named_norm_affine_params,
+    no_stat_tracking,
+    norm_kind,
+)
 
 #: Shared departure: BN buffers keep tracking the target stream so frozen inference is possible.
 TRACKED_BN_STATISTICS = Departure(
@@ -44,6 +54,19 @@ def auxiliary_view_statistics(view: str) -> Departure:
 
 def is_vit(context: MethodContext) -> bool:
     return "vit" in context.model_name.lower() or context.norm_kind == "ln"
+
+
+_REFERENCE_TOP_BLOCKS = {"9", "10", "11"}
+
+
+def reference_top_layer(name: str) -> bool:
+    """The Tempora reference's "top of the network" (DeYO; SAR under ``profile=paper``): a module
+    named ``layer4`` (ResNet-50), ``blocks.9``-``blocks.11`` or ``norm`` (ViT-B/16), matched on
+    whole name components so that it also holds inside wrappers (``net.blocks.9``, ``net.norm``)."""
+    parts = name.split(".")
+    if "layer4" in parts or "norm" in parts:
+        return True
+    return any(a == "blocks" and b in _REFERENCE_TOP_BLOCKS for a, b in zip(parts, parts[1:]))
 
 
 def dense_nchw(x: torch.Tensor) -> torch.Tensor:

@@ -168,10 +168,17 @@ class CMF(GradientMethod):
         self._filtered = filtered
         trainable_ids = {id(q) for q in self.trainable}
         self._adapted_slots = [i for i, q in enumerate(filtered) if id(q) in trainable_ids]
-        #: the frozen source values of the filtered parameters (the Kalman prior's mean).
-        self.source = [q.detach().clone() for q in filtered]
-        #: the hidden model: only the filtered parameters, since CMF never changes the others.
-        self.hidden = [q.detach().clone() for q in filtered]
+        if len({q.dtype for q in filtered}) != 1:
+            raise MethodError("cmf needs the filtered parameters to share one dtype")
+        # The source and hidden models live in one flat tensor each (per-parameter views on
+        # top), so the Kalman stages that touch only them are three operations, not 3 per tensor.
+        self._sizes = [q.numel() for q in filtered]
+        #: the frozen source values of the filtered parameters (the Kalman prior's mean), flat.
+        self.source_flat = self._flatten(filtered)
+        #: the hidden model's values of the filtered parameters, flat; ``hidden`` views it.
+        self.hidden_flat = self.source_flat.clone()
+        self.source = self._views(self.source_flat)
+        self.hidden = self._views(self.hidden_flat)
         self.hidden_var = 0.0
         self.class_probs_ema = torch.full((context.num_classes,), 1.0 / context.num_classes,
                                           device=self.trainable[0].device)
@@ -223,31 +230,38 @@ class CMF(GradientMethod):
         self._filter()
         return True
 
+    def _flatten(self, tensors: list[torch.Tensor]) -> torch.Tensor:
+        return torch.cat([t.detach().reshape(-1) for t in tensors])
+
+    def _views(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        return [v.view_as(q) for v, q in zip(flat.split(self._sizes), self._filtered)]
+
     @torch.no_grad()
     def _filter(self) -> None:
         """Kalman predict (towards source), update (towards the adapted model), ensemble.
 
         Each blend is ``t·a + ((1 − a)·s)`` evaluated as a scaled copy then an add, exactly as
-        a per-tensor ``t.mul_(a).add_((1 − a) * s)`` rounds, but in one call per list."""
+        a per-tensor ``t.mul_(a).add_((1 − a) * s)`` rounds: on the flat hidden/source tensors
+        for the first two stages, as list-wide ``torch._foreach_*`` calls for the last."""
         alpha, gamma = float(self.params["alpha"]), float(self.params["gamma"])
         if alpha < 1.0:
-            _blend(self.hidden, self.source, alpha)
+            _blend([self.hidden_flat], [self.source_flat], alpha)
         beta, self.hidden_var = kalman_gain(self.hidden_var, alpha, float(self.params["q"]))
         if beta < 1.0:
-            _blend(self.hidden, [q.detach() for q in self._filtered], beta)
+            _blend([self.hidden_flat], [self._flatten(self._filtered)], beta)
         if gamma < 1.0:
             _blend([q.detach() for q in self.trainable], [self.hidden[i] for i in self._adapted_slots], gamma)
 
     def extra_state(self) -> dict[str, Any]:
         return {
-            "hidden": [h.clone() for h in self.hidden],
+            "hidden": self.hidden_flat.clone(),
             "hidden_var": self.hidden_var,
             "class_probs_ema": self.class_probs_ema.clone(),
             "rng": self.rng.state(),
         }
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
-        torch._foreach_copy_(self.hidden, state["hidden"])
+        self.hidden_flat.copy_(state["hidden"])
         self.hidden_var = float(state["hidden_var"])
         self.class_probs_ema = state["class_probs_ema"].clone()
         self.rng.load(state["rng"])

@@ -13,20 +13,13 @@ import torch.nn as nn
 
 from . import register
 from ._augment import MethodRNG, patch_shuffle
-from ._common import TRACKED_BN_STATISTICS, GradientMethod, auxiliary_view_statistics, selected
+from ._common import TRACKED_BN_STATISTICS, GradientMethod, auxiliary_view_statistics, reference_top_layer, selected
 from .base import MethodContext, MethodError, entropy_margin, named_norm_affine_params, softmax_entropy
 
 #: DeYO leaves the top of the network untouched, as the authors' code does: ResNet ``layer4``,
 #: ViT-B blocks 9–11 and the final ``norm``. Matched on whole name components so the rule also
 #: holds inside wrappers (e.g. the tracer's ``Normalized``: ``net.blocks.9``, ``net.norm``).
-_SKIP_BLOCKS = {"9", "10", "11"}
-
-
-def _skipped(name: str) -> bool:
-    parts = name.split(".")
-    if "layer4" in parts or "norm" in parts:
-        return True
-    return any(a == "blocks" and b in _SKIP_BLOCKS for a, b in zip(parts, parts[1:]))
+_skipped = reference_top_layer
 
 
 def deyo_params(model: nn.Module) -> list[nn.Parameter]:

@@ -34,7 +34,7 @@ import torch
 import torch.nn as nn
 
 from . import register
-from ._common import TRACKED_BN_STATISTICS, GradientMethod, auxiliary_view_statistics, selected
+from ._common import TRACKED_BN_STATISTICS, GradientMethod, auxiliary_view_statistics, reference_top_layer, selected
 from ._sam import SAM
 from .base import AS_DEFAULT, Departure, MethodContext, MethodError, entropy_margin, named_norm_affine_params, softmax_entropy
 
@@ -90,6 +90,15 @@ class SAR(GradientMethod):
     non_negative_options = ("lr", "rho", "e_margin", "reset_constant")
     fraction_options = ("momentum", "loss_ema", "bn_momentum")
     departures = (
+        Departure(
+            point="top layers left unadapted",
+            default="the last residual stage (the highest layerN, or the last element of a "
+                    "layers/stages container) and the last quarter of the transformer blocks "
+                    "plus the final norm",
+            reference="modules named layer4, blocks.9-11 or norm: the same set on ResNet-50 and "
+                      "ViT-B/16, nothing on models named otherwise (the demo ResNets)",
+            reason="the authors' intent (leave the top of the network alone) on any architecture",
+        ),
         auxiliary_view_statistics("second (perturbed) forward"),
         Departure(
             point="no reliable sample (first or second filter empty)",
@@ -141,8 +150,15 @@ class SAR(GradientMethod):
         self.last_loss: float | None = None
 
     def choose_parameters(self, model: nn.Module) -> list[tuple[str, nn.Parameter]]:
-        self.excluded = sar_excluded_modules(model)
-        adapted = named_norm_affine_params(model, skip=lambda mn: _is_within(mn, self.excluded))
+        if self.paper_profile:
+            # Tempora reference: its literal names (layer4, blocks.9-11, norm), as DeYO uses them.
+            self.excluded = [mn for mn, m in model.named_modules()
+                             if mn and reference_top_layer(mn) and not reference_top_layer(mn.rpartition(".")[0])
+                             and next(m.parameters(), None) is not None]
+            adapted = named_norm_affine_params(model, skip=reference_top_layer)
+        else:
+            self.excluded = sar_excluded_modules(model)
+            adapted = named_norm_affine_params(model, skip=lambda mn: _is_within(mn, self.excluded))
         if not adapted:
             raise MethodError("method 'sar' found no normalisation parameters outside the model's last stage to adapt")
         return adapted

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from . import register
 from ._augment import DetachedTargetMethod, MethodRNG, PatchNoise, ProjectorView, low_frequency_amplitude_mask
-from ._common import is_vit
+from ._common import is_vit, selected
 from .base import Departure, MethodContext, MethodError
 
 
@@ -23,11 +23,11 @@ def confident_kl(weak_logits: torch.Tensor, clean_logits: torch.Tensor) -> torch
     weak view (SPA's implicit reliability filter); a constant 0 (no gradient, so no step) when
     no sample qualifies."""
     with torch.no_grad():
-        keep = clean_logits.softmax(1).amax(1) > weak_logits.softmax(1).amax(1)
-    if not keep.any():
+        keep = selected(clean_logits.softmax(1).amax(1) > weak_logits.softmax(1).amax(1))
+    if keep.numel() == 0:
         return weak_logits.new_zeros(())
-    target = clean_logits[keep].softmax(1)
-    return F.kl_div(weak_logits[keep].log_softmax(1), target, reduction="batchmean")
+    target = clean_logits.index_select(0, keep).softmax(1)
+    return F.kl_div(weak_logits.index_select(0, keep).log_softmax(1), target, reduction="batchmean")
 
 
 @register
