@@ -304,3 +304,19 @@ def test_summary_says_when_pooled_seeds_were_timed_under_different_conditions(tm
     inp = rp.ReportInputs(utility=u, trace_rows=an.align_group_dtypes(an.trace_rows(ts.traces), u))
     text = " ".join(rp.summary_lines(inp, rp.groups_of(u)[0]))
     assert "λ per seed 2025:" in text and "not timed under the same conditions" in text
+
+
+def test_committed_seed_study_pools_into_one_group_of_five_seeds():
+    from pathlib import Path
+
+    from tempora_sim import sweep
+    from tempora_sim.traces import load_traces
+
+    root = Path(__file__).resolve().parents[1] / "traces" / "demo-seeds"
+    ts = load_traces(root)
+    assert len(ts) == 20 and {t.method for t in ts.traces} == {"standard", "adabn", "tent", "eta"}
+    u = sweep(ts, protocols="offline,discrete", rho="1,0.5")
+    stab = an.seed_stability(u)
+    pooled = stab.filter(pl.col("kind") == "pooled").sort("k")
+    assert pooled["k"].to_list() == [1, 2, 3, 4, 5] and pooled["share"][-1] == 1.0
+    assert an.pool_seeds(u)["seeds"].unique().to_list() == ["2025, 2026, 2027, 2028, 2029"]
