@@ -22,7 +22,7 @@ SIM    := $(PY) -m tempora_sim.cli
 TRACES  ?= traces
 RESULTS ?= results
 
-.PHONY: install test bench docs demo demo-run demo-traces demo-trace-files demo-models lint clean \
+.PHONY: install test bench docs demo demo-run demo-traces demo-trace-files demo-models validate lint clean \
         paper paper-vit paper-cifar paper-traces paper-vit-traces paper-cifar-traces
 
 install: $(INSTALL)
@@ -46,7 +46,7 @@ bench: install
 # imports torch, tracer and simulator meet only in tempora_schema, no import cycles), then
 # `ruff format --check` on FORMATTED: the files already in ruff's format (all of src tests
 # bench once the code base has been formatted in one go).
-FORMATTED ?= src/tempora_trace/norms.py src/tempora_trace/paths.py src/tempora_trace/models/pretrained.py \
+FORMATTED ?= src/tempora_trace/norms.py src/tempora_trace/paths.py src/tempora_trace/provision.py src/tempora_trace/models/pretrained.py \
              tests/test_packaging.py tests/test_make_targets.py tests/test_weights_download.py
 lint: install
 	$(PY) -m ruff check src tests bench tools
@@ -135,6 +135,39 @@ $$(DEMO_TRACES)/%-seed$(1).parquet:
 	    $$(if $$(wildcard $$(@D)/$$(notdir $$*)-seed$(1).partial),--resume)
 endef
 $(foreach s,$(SEEDS),$(eval $(call demo_seed_rule,$(s))))
+
+# ------------------------------------------------------------------ validate (how faithful is the replay?)
+# `make validate`: trace four methods on the demo benchmark, play each live against a real clock
+# (discrete ρ = 100 %, 50 %, b = 1; amortised at two budgets; every setting twice), then
+# `tempora-sim validate` puts replay and live side by side and exits 1 when a target is missed
+# (docs/validation.md). One thing at a time: a live run beside another job would time that job.
+VALIDATE_METHODS ?= standard tent eta cmf
+VALIDATE_DOMAINS ?= gaussian_noise,motion_blur,fog,contrast
+VALIDATE_BATCHES ?= 40
+VALIDATE_RHO     ?= 1,0.5
+VALIDATE_B       ?= 250ms,1s
+VALIDATE_REPEATS ?= 2
+VALIDATE_DEVICE  ?= cpu
+VALIDATE_OUT     ?= results/validate
+VALIDATE_OPTS    ?= --dataset demo --model demo-resnet --device $(VALIDATE_DEVICE) --domains $(VALIDATE_DOMAINS) \
+                    --max-batches $(VALIDATE_BATCHES) --threads 1 --force
+# Checkpoints scored on 16 later batches each (the amortised replay reads them).
+VALIDATE_TRACE_OPTS ?= --frozen-sample 16
+
+validate: install
+	@mkdir -p $(VALIDATE_OUT)
+	@for m in $(VALIDATE_METHODS); do \
+	    extra=$$( [ $$m = standard ] && echo --no-default-checkpoints || echo $(VALIDATE_TRACE_OPTS) ); \
+	    echo "trace $$m"; \
+	    $(TRACE) run --method $$m $(VALIDATE_OPTS) --out $(VALIDATE_OUT)/traces $$extra || exit 2; \
+	done
+	@for m in $(VALIDATE_METHODS); do \
+	    echo "live $$m"; \
+	    $(TRACE) live --method $$m $(VALIDATE_OPTS) --out $(VALIDATE_OUT)/live --standard $(VALIDATE_OUT)/traces \
+	        --protocol discrete,amortised --rho $(VALIDATE_RHO) --queue 1 --B $(VALIDATE_B) \
+	        --repeats $(VALIDATE_REPEATS) || exit 2; \
+	done
+	$(SIM) validate $(VALIDATE_OUT)/live --traces $(VALIDATE_OUT)/traces --out $(VALIDATE_OUT)/report
 
 # ------------------------------------------------------------------ paper reproduction
 # `make paper DATA=/path/to/ImageNet-C [WEIGHTS=resnet50-0676ba61.pth] DEVICE=cuda`

@@ -52,7 +52,7 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models:
-            def trace(method: str, profile: str) -> float:
+            def trace(method: str, profile: str, model: str = model) -> float:
                 cfg = TraceConfig(method=method, dataset="demo", model=model, domains=[args.domain], max_batches=args.batches,
                                   batch_size=args.batch_size, out=str(Path(tmp) / model / profile), quiet=True,
                                   frozen_sample=1, method_params={"profile": profile}, force=True)

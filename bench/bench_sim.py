@@ -9,9 +9,13 @@ see ``tempora_sim.synthetic``) and measures, with ``time.perf_counter``:
 (b) kernel speed vs the plain-Python reference on the paper grid, and end to end on a dense
     300-scenario sweep (100 ρ + 100 T + 100 B) of the same traces;
 (c) 1,000 ρ values over the same traces;
-(d) one 1,000,000-batch trace × 100 values per protocol, with the scaling in N and grid size.
+(d) one 1,000,000-batch trace × 100 values per protocol, with the scaling in N and grid size;
+(e) the warm start-to-finish CLI with *exact* frozen evaluation, ten traces × 15 episodes × 781
+    batches with 20 checkpoints each scored on every later batch (≈ 2.4 M rows): the paper grid
+    (``tempora-sim sweep --protocol all``, target < 1 s wall) and a 300-value dense grid
+    (target < 1.5 s wall), as medians of repeated runs.
 
-Kernel timings are the best of several repetitions (noise on a shared machine only ever adds
+Synthetic traces are written in schema v2. Kernel timings are the best of several repetitions (noise on a shared machine only ever adds
 time) with the median printed beside them. Run: ``python bench/bench_sim.py [--full]``.
 """
 
@@ -75,19 +79,87 @@ def cli_run(trace_dir: Path, out: Path, env: dict | None = None) -> tuple[float,
     return wall, cpu, proc.stdout
 
 
+#: Checkpoints of the exact-frozen set: 20 per episode, like a tracer run with --frozen-sample all.
+EXACT_CHECKPOINTS = tuple(range(16)) + (16, 32, 64, 128)
+
+
+def write_exact_frozen_set(directory: Path) -> int:
+    """Ten paper-shaped traces with every later batch scored at every checkpoint; returns rows."""
+    paths = write_trace_set(directory, tuple(PROFILES), num_batches=781, episodes=CORRUPTIONS,
+                            checkpoints=EXACT_CHECKPOINTS, frozen_eval="all")
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
+
+
+def cli_wall(args: list[str], runs: int) -> tuple[list[float], list[float]]:
+    """Wall and CPU seconds of ``runs`` warm ``tempora-sim`` processes (after one untimed run)."""
+    cmd = [sys.executable, "-m", "tempora_sim.cli", *args]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    subprocess.run(cmd, capture_output=True, env=env, check=True)  # warm: Numba cache, page cache
+    walls, cpus = [], []
+    for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        subprocess.run(cmd, capture_output=True, env=env, check=True)
+        walls.append(time.perf_counter() - t0)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+    return walls, cpus
+
+
+def machine_line() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import numba
+    import polars
+
+    return (f"{cpu}, {os.cpu_count()} CPU cores (os.cpu_count()), load average "
+            f"{os.getloadavg()[0]:.1f}; Python {sys.version.split()[0]}, numpy {np.__version__}, "
+            f"polars {polars.__version__}, Numba {numba.__version__} ({numba.config.NUMBA_NUM_THREADS} threads)")
+
+
+def bench_exact_frozen(tmp: Path, runs: int) -> None:
+    """(e): the warm CLI over the exact-frozen set, paper grid and 300-value dense grid."""
+    exact = tmp / "exact"
+    t0 = time.perf_counter()
+    rows = write_exact_frozen_set(exact)
+    print(f"\n  exact-frozen set: 10 traces × 15 episodes × 781 batches, {len(EXACT_CHECKPOINTS)} checkpoints "
+          f"on every later batch: {rows / 1e6:.2f} M rows (written in {time.perf_counter() - t0:.1f} s)")
+    dense = {"--rho": np.linspace(0.05, 1.5, 100), "--T": np.linspace(45, 2000, 100),
+             "--B": np.linspace(0, 40000, 100)}
+    dense_args = [a for flag, vals in dense.items() for a in (flag, ",".join(f"{v:.6g}" for v in vals))]
+    for label, extra, target in (("paper grid", [], 1.0), ("300-value dense grid", dense_args, 1.5)):
+        walls, cpus = cli_wall(["sweep", str(exact), "--protocol", "all", *extra], runs)
+        med = statistics.median(walls)
+        record(f"(e) warm CLI, exact frozen, {label} (median of {runs})",
+               f"{med:.2f} s (min {min(walls):.2f}, CPU {statistics.median(cpus):.2f} s)", f"< {target:g} s", med < target)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true",
                         help="run the Python reference over all 300 dense scenarios instead of 1 in 5")
     parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--cli-runs", type=int, default=7, help="warm CLI runs per measurement in (e)")
+    parser.add_argument("--only-exact", action="store_true", help="run only (e), the exact-frozen CLI benchmarks")
     args = parser.parse_args()
 
     import numba
 
-    print(f"tempora-sim benchmark — {os.cpu_count()} CPU cores (os.cpu_count()), "
-          f"Numba {numba.__version__} with {numba.config.NUMBA_NUM_THREADS} threads, Python {sys.version.split()[0]}")
+    print(f"tempora-sim benchmark — {machine_line()}")
     with tempfile.TemporaryDirectory(prefix="tempora-bench-") as tmp:
         tmp = Path(tmp)
+        if args.only_exact:
+            bench_exact_frozen(tmp, args.cli_runs)
+            summary()
+            return
         paper_dir = tmp / "paper"
         t0 = time.perf_counter()
         write_trace_set(paper_dir, tuple(PROFILES), num_batches=781, episodes=CORRUPTIONS)
@@ -178,6 +250,12 @@ def main() -> None:
             print(f"  {row['N']:>10,} {row['values']:>7} {ms(row['discrete'][0]):>12} {ms(row['continuous'][0]):>12}"
                   f" {ms(row['amortised'][0]):>12} {rate / 1e6:>23,.0f} M")
 
+        # ---- (e) -------------------------------------------------------------------------
+        bench_exact_frozen(tmp, args.cli_runs)
+    summary()
+
+
+def summary() -> None:
     failed = [r for r in RESULTS if r[3] is False]
     print(f"\n  {sum(r[3] is True for r in RESULTS)} targets met, {len(failed)} missed"
           + ("" if not failed else ": " + "; ".join(r[0] for r in failed)))

@@ -10,9 +10,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import torch
-from methods_helpers import batches, check_frozen_changes_nothing, check_reset_bit_identical, check_snapshot_restore, context, tiny_model
 
 import tempora_schema as schema
+from methods_helpers import batches, check_frozen_changes_nothing, check_reset_bit_identical, check_snapshot_restore, context, tiny_model
 from tempora_trace import methods as registry
 from tempora_trace.config import TraceConfig
 from tempora_trace.runner import trace_run

@@ -19,14 +19,17 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 
-#: Text that would send a reader to files outside this repository. Built from parts so this
-#: file does not match itself.
+#: Text that would send a reader to files outside this repository, or talk about where the
+#: project was built rather than about the product. Built from parts so this file does not
+#: match itself.
 FORBIDDEN = [
     re.compile(r"(?<![\w.-])" + "shared" + r"/"),
     re.compile("DESIGN" + r"\.md"),
     re.compile("design " + "of record", re.IGNORECASE),
     re.compile("steering " + "repo", re.IGNORECASE),
     re.compile(r"(?<![\w.])" + "DESIGN" + r" §"),
+    # the product speaks about itself, not about where it was built
+    re.compile("development " + r"(?:machine|VM|CPU)", re.IGNORECASE),
 ]
 #: Files allowed to mention history (a changelog may name what moved where).
 HISTORY_FILES = {"CHANGELOG.md"}
@@ -193,3 +196,12 @@ def test_cli_reference_lists_every_command_and_option(target):
 
     walk(root, click.Context(root, info_name=root.name))
     assert "<dataset>" not in text.replace("`", "")  # angle brackets escaped outside code
+
+
+def test_readme_is_a_front_door():
+    readme = (ROOT / "README.md").read_bytes()
+    assert len(readme) <= 12 * 1024, f"README.md is {len(readme)} bytes; reference material belongs in docs/"
+    text = readme.decode("utf-8")
+    for needed in ("make install", "make demo", "make test", "tempora-trace", "tempora-sim", "docs/design.md",
+                   "docs/img/demo-winners.png"):
+        assert needed in text, needed

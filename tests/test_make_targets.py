@@ -121,7 +121,7 @@ def demo_env(tmp_path_factory) -> dict[str, str]:
 def test_demo_and_demo_traces_run_end_to_end(tmp_path, demo_env):
     """`make demo` (traces, report) and `make demo-traces` (the committed set, written
     elsewhere), side by side on one demo cache."""
-    common = dict(DEMO_MODELS="demo-resnet", DEMO_METHODS="standard tent", DEMO_JOBS="1")
+    common = dict(DEMO_MODELS="demo-resnet", DEMO_METHODS="standard tent")
     wait_all(
         [
             start_make(

@@ -15,8 +15,8 @@ from contextlib import contextmanager
 import pytest
 import torch
 import torch.nn.functional as F
-from methods_helpers import tiny_model
 
+from methods_helpers import tiny_model
 from tempora_trace.methods import MethodContext, get_method
 from tempora_trace.methods._augment import cmf_augment
 from tempora_trace.methods._sam import SAM

@@ -5,7 +5,6 @@ synthetic traces (recommendation, boundary search, one-line errors)."""
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 import polars as pl
@@ -17,7 +16,6 @@ from tempora_sim import analyses as an
 from tempora_sim import report as rp
 from tempora_sim import stats as st
 from tempora_sim.cli import main
-
 from test_analysis_tables import utility_frame
 
 
@@ -62,7 +60,7 @@ def _offline_cell(scores: dict[str, list[int]]):
                            "utility": sum(s) / len(s)} for m, s in scores.items()])
     util = util.with_columns(pl.lit(len(next(iter(scores.values())))).cast(pl.Int64).alias("num_batches"))
     rows = pl.DataFrame([{"method": m, "episode": "fog", "phase": "adapt", "step": i, "correct": c, "n": 1,
-                          "e_ms": 1.0, "l_ms": 0.0, "delta_ms": 1.0, **{k: util[k][0] for k in an.GROUP_COLUMNS},
+                          "e_ms": 1.0, "l_ms": 0.0, "delta_ms": 1.0, **{k: util[k][0] for k in an.group_columns(util)},
                           "seed": util["seed"][0]}
                          for m, s in scores.items() for i, c in enumerate(s)])
     return util, rows
@@ -239,12 +237,27 @@ def test_advise_json_and_each_constraint_kind(advise_traces):
     assert res.exit_code == 0 and "use " in res.output and "stays best while the constraint moves" in res.output
 
 
+def test_advise_on_a_combined_protocol_moves_each_pressure_alone(advise_traces):
+    from tempora_sim import sweep
+
+    res = CliRunner().invoke(main, ["advise", str(advise_traces), "--rho", "0.3", "--T", "300ms", "--format", "json",
+                                    "--resamples", "200"])
+    assert res.exit_code == 0, res.output
+    a = json.loads(res.output)[0]
+    assert a["constraint"] == {"protocol": "discrete-continuous", "rho": 0.3, "T_ms": 300.0}
+    assert [m["moves"] for m in a["moves"]] == ["rho", "T_ms"]
+    p = an.pool_seeds(sweep(str(advise_traces), protocols="discrete-continuous", rho=[0.3], T_ms=[300.0]))
+    p = p.filter(pl.col("episode") == an.POOLED).sort("utility", descending=True)
+    assert a["recommended"] == p["method"][0] and a["utility"] == pytest.approx(p["utility"][0])
+
+
 @pytest.mark.parametrize("args, msg", [
     (["--rho", "1.5"], "--rho: utilisation must be in (0, 100%]"),
     (["--rho", "0"], "--rho: utilisation must be in (0, 100%]"),
     (["--rho", "fast"], "cannot read 'fast'"),
-    ([], "give exactly one constraint"),
-    (["--rho", "0.5", "--T", "100"], "give exactly one constraint"),
+    ([], "give one constraint"),
+    (["--T", "100", "--B", "1s"], "give one constraint"),
+    (["--gamma-ms", "80", "--T", "100"], "or a combined one (--rho with --T"),
     (["--T", "5ms"], "must exceed λ"),
     (["--B", "-1s"], "--B: budget must be >= 0"),
     (["--gamma-ms", "0"], "--gamma-ms: inter-arrival time must be > 0"),
@@ -277,3 +290,17 @@ def test_report_on_several_seeds_pools_them_and_measures_winner_stability(tmp_pa
     assert (pooled["cells"] == 3 * 3).all()
     u = pl.read_parquet(out / "utility.parquet")
     assert sorted(set(u["seed"].to_list())) == [2025, 2026, 2027]  # per-seed rows kept
+
+
+def test_summary_says_when_pooled_seeds_were_timed_under_different_conditions(tmp_path):
+    from tempora_sim import sweep
+    from tempora_sim.traces import load_traces
+
+    d = tmp_path / "t"
+    for s, scale in ((2025, 1.0), (2026, 1.6)):  # the second seed ran on a slower (busier) machine
+        _synthetic(d, ("standard", "adabn"), seeds=(s,), time_scale=scale)
+    ts = load_traces(d)
+    u = sweep(ts, protocols="offline,discrete", rho="1,0.5")
+    inp = rp.ReportInputs(utility=u, trace_rows=an.align_group_dtypes(an.trace_rows(ts.traces), u))
+    text = " ".join(rp.summary_lines(inp, rp.groups_of(u)[0]))
+    assert "λ per seed 2025:" in text and "not timed under the same conditions" in text

@@ -20,8 +20,10 @@ def test_hand_worked_noisy_example():
     lines = dispersion_lines(disp)
     assert lines[0] == "spread: σ/mean 69.23 %, max/median 4.00 (median 10.000 ms, max 40.000 ms)"
     assert lines[1].startswith("largest δ: 40.000 ms (fog step 9), 10.000 ms (fog step 0)")
-    assert len(lines) == 3 and lines[2].startswith("warning: this machine looks noisy")
-    assert "69.2 % of the mean (> 2 %)" in lines[2] and "at fog step 9 is 4.0× the median (> 3×)" in lines[2]
+    # robust rule: median 10, MAD 0 → λ = 10 (the hiccup moves it not at all; mean + 6σ = 67)
+    assert disp.robust_lambda_ms == 10.0 and lines[2].startswith("robust rule: λ = 10.000 ms")
+    assert len(lines) == 4 and lines[3].startswith("warning: this machine looks noisy")
+    assert "69.2 % of the mean (> 2 %)" in lines[3] and "at fog step 9 is 4.0× the median (> 3×)" in lines[3]
 
 
 @pytest.mark.parametrize("deltas, warns", [
@@ -32,7 +34,7 @@ def test_hand_worked_noisy_example():
 def test_warning_thresholds(deltas, warns):
     lines = dispersion_lines(dispersion(["a"] * len(deltas), list(range(len(deltas))), deltas))
     assert any(line.startswith("warning:") for line in lines) is warns
-    assert len(lines) == 2 + warns
+    assert len(lines) == 3 + warns
 
 
 def test_calibrate_prints_spread_under_lambda(cifar_c_root, tmp_path, capsys, one_thread, tiny_models):
@@ -47,3 +49,4 @@ def test_calibrate_prints_spread_under_lambda(cifar_c_root, tmp_path, capsys, on
     assert out[i].startswith(f"λ = {lam:.3f} ms")
     assert out[i + 1].startswith("spread: σ/mean ") and out[i + 2].startswith("largest δ: ")
     assert out[i + 2].count(" step ") == 4  # four adapt rows: all of them listed
+    assert out[i + 3].startswith("robust rule: λ = ")

@@ -224,7 +224,7 @@ def cli_reference(target: str) -> str:
 
     command = cli_command(target)
     ctx = click.Context(command, info_name=command.name)
-    note = [f"Every command accepts `-h`/`--help`, which prints the same text.", ""]
+    note = ["Every command accepts `-h`/`--help`, which prints the same text.", ""]
     return "\n".join(note + _command_markdown(command, ctx, level=2)).rstrip() + "\n"
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from . import (
-    SCHEMA_VERSION,
-    TraceSchemaError,
     _SHA256,
+    SCHEMA_VERSION,
     WEIGHTS_RANDOM,
+    TraceSchemaError,
     arrow_schema,
     decode_metadata,
     metadata_version,
@@ -48,10 +48,9 @@ def migrate_metadata(meta: dict[str, Any], severities, domains, *, weights: str,
 
 def migrate_file(path: str | os.PathLike, *, weights: str, threads: int, max_batches: int | None = None) -> bool:
     """Rewrite one v1 file as v2 in place; return False (and leave it alone) if it is v2 already."""
+    import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
-
-    import pyarrow as pa
 
     path = Path(path)
     try:
@@ -69,11 +68,7 @@ def migrate_file(path: str | os.PathLike, *, weights: str, threads: int, max_bat
                                 max_batches=max_batches)
     new_table = table.cast(arrow_schema(new_meta))
     validate_table(new_table, new_meta, path)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    try:
-        pq.write_table(new_table, tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    from .outputs import to_bytes, write_file
+
+    write_file(path, to_bytes(lambda f: pq.write_table(new_table, f)))  # atomic, fsynced, one-line errors
     return True

@@ -112,13 +112,15 @@ def to_bytes(write: Callable[[io.BytesIO], object]) -> bytes:
     return buffer.getvalue()
 
 
-def check_output_dir(out: str | os.PathLike, option: str = "--out") -> Path:
+def check_output_dir(out: str | os.PathLike, option: str = "--out", folders: tuple[str, ...] = (),
+                     files: tuple[str, ...] = ()) -> Path:
     """Refuse an output folder that can never be written, before any work starts.
 
     ``out`` must be non-empty, must not be (or lie below) a regular file, must not be a symlink
     loop, and a file must be creatable in it (or in its nearest existing ancestor): a probe file
     is created and removed at once, so permissions, ACLs and read-only mounts all answer as the
-    real write would. Nothing is left behind."""
+    real write would. Nothing is left behind. ``folders``/``files`` are entries the output will
+    write into an existing ``out``: a file where a folder goes (or the reverse) is refused now."""
     text = os.fspath(out)
     if not str(text).strip():
         raise OutputError(f"{option} is empty; give a folder")
@@ -142,6 +144,11 @@ def check_output_dir(out: str | os.PathLike, option: str = "--out") -> Path:
             raise OutputError(f"{option} {path} {where}, not a folder; choose another {option}")
         _probe_write(probe, path, option)
         break
+    if path.is_dir():
+        for name in folders:
+            _check_kind(True, path / name)
+        for name in files:
+            _check_kind(False, path / name)
     return path
 
 
@@ -212,15 +219,18 @@ def output_lock(target: str | os.PathLike, what: str = "output") -> Iterator[Pat
 
 # ------------------------------------------------------------------------ whole folders
 @contextlib.contextmanager
-def staged_dir(out: str | os.PathLike, *, what: str = "output", last: tuple[str, ...] = ()) -> Iterator[Path]:
+def staged_dir(out: str | os.PathLike, *, what: str = "output", last: tuple[str, ...] = (),
+               folders: tuple[str, ...] = (), files: tuple[str, ...] = ()) -> Iterator[Path]:
     """Build the folder ``out`` in a staging folder and publish it only if the block succeeds.
 
     A new ``out`` is the staging folder renamed into place. An existing ``out`` keeps the files
     this output does not write; each entry written replaces its namesake (folders whole), the
     names in ``last`` (e.g. ``report.md``) after the rest, so a complete old output is replaced
     by a complete new one. The block must write with :func:`write_file` (or any writer, whose
-    ``OSError`` is reported against ``out``). Holds :func:`output_lock` on ``out`` throughout."""
-    out = check_output_dir(out)
+    ``OSError`` is reported against ``out``). Holds :func:`output_lock` on ``out`` throughout.
+    ``folders``/``files``: entries the output will write, checked for a file-versus-folder
+    clash in an existing ``out`` before any work (the rest are checked before publishing)."""
+    out = check_output_dir(out, folders=folders, files=files)
     exists = out.is_dir()
     if not exists:
         try:
@@ -246,6 +256,15 @@ def staged_dir(out: str | os.PathLike, *, what: str = "output", last: tuple[str,
                 shutil.rmtree(stage, ignore_errors=True)
 
 
+def _check_kind(stage_entry_is_dir: bool, dest: Path) -> None:
+    if stage_entry_is_dir and (dest.exists() or dest.is_symlink()) and (dest.is_symlink() or not dest.is_dir()):
+        raise OutputError(f"cannot write {dest}: a file is in the way of a folder of this output; "
+                          "remove it or choose another --out")
+    if not stage_entry_is_dir and dest.is_dir() and not dest.is_symlink():
+        raise OutputError(f"cannot write {dest}: a folder is in the way of a file of this output; "
+                          "remove it or choose another --out")
+
+
 def _publish(stage: Path, out: Path, exists: bool, last: tuple[str, ...]) -> None:
     mode = dir_mode()
     for sub in [stage, *(p for p in stage.rglob("*") if p.is_dir())]:
@@ -263,13 +282,7 @@ def _publish(stage: Path, out: Path, exists: bool, last: tuple[str, ...]) -> Non
     names = sorted(p.name for p in stage.iterdir())
     names = [n for n in names if n not in last] + [n for n in last if n in names]
     for name in names:  # every conflict is found before anything is replaced
-        src, dest = stage / name, out / name
-        if src.is_dir() and (dest.exists() or dest.is_symlink()) and (dest.is_symlink() or not dest.is_dir()):
-            raise OutputError(f"cannot write {dest}: a file is in the way of a folder of this output; "
-                              "remove it or choose another --out")
-        if not src.is_dir() and dest.is_dir() and not dest.is_symlink():
-            raise OutputError(f"cannot write {dest}: a folder is in the way of a file of this output; "
-                              "remove it or choose another --out")
+        _check_kind((stage / name).is_dir(), out / name)
     for name in names:
         src, dest = stage / name, out / name
         if src.is_dir() and dest.is_dir():

@@ -40,9 +40,18 @@ class AdviseError(SimError, ValueError):
 
 @dataclass(frozen=True)
 class Constraint:
-    protocol: str  # discrete | continuous | amortised
+    protocol: str  # discrete | continuous | amortised | discrete-continuous | discrete-amortised
     kind: str  # rho | gamma_ms | T_ms | B_ms
     value: float
+    #: combined protocols: the T or B that holds together with ρ (docs/design.md §9)
+    second: "Constraint | None" = None
+
+    @property
+    def axes(self) -> list["Constraint"]:
+        return [self] + ([self.second] if self.second is not None else [])
+
+    def full_label(self) -> str:
+        return " with ".join(a.label() for a in self.axes)
 
     def label(self, v: float | None = None) -> str:
         v = self.value if v is None else v
@@ -51,7 +60,7 @@ class Constraint:
         if self.kind == "gamma_ms":
             return f"γ = {v:.4g} ms"
         if self.kind == "T_ms":
-            return f"T = {v:.4g} ms"
+            return f"T = {v / 1000:.4g} s" if v >= 1000 else f"T = {v:.4g} ms"
         return f"B = {v / 1000:.4g} s" if v >= 1000 else f"B = {v:.4g} ms"
 
 
@@ -60,10 +69,17 @@ def parse_constraint(rho, gamma_ms, T, B) -> Constraint:
     from tempora_sim import grids
 
     given = [(k, v) for k, v in (("rho", rho), ("gamma-ms", gamma_ms), ("T", T), ("B", B)) if v is not None]
+    names = [k for k, _ in given]
+    if names in (["rho", "T"], ["rho", "B"]):
+        # a combined protocol: deadline + patience (ρ × T) or deadline + budget (ρ × B)
+        first = parse_constraint(rho, None, None, None)
+        second = parse_constraint(None, None, T, None) if T is not None else parse_constraint(None, None, None, B)
+        proto = "discrete-continuous" if T is not None else "discrete-amortised"
+        return Constraint(proto, first.kind, first.value, second)
     if len(given) != 1:
-        names = ", ".join(f"--{k}" for k, _ in given) or "none"
-        raise AdviseError(f"give exactly one constraint of --rho, --gamma-ms, --T, --B (got {names}); "
-                          "the protocols do not combine")
+        listed = ", ".join(f"--{k}" for k in names) or "none"
+        raise AdviseError(f"give one constraint (--rho, --gamma-ms, --T or --B) or a combined one (--rho with --T, "
+                          f"or --rho with --B); got {listed}")
     name, raw = given[0]
     if name == "rho":
         v = grids.parse_ratio(raw, "rho")
@@ -85,43 +101,50 @@ def parse_constraint(rho, gamma_ms, T, B) -> Constraint:
 
 
 # ----------------------------------------------------------------------------- replay
-def _sweep(traceset, c: Constraint, values, sweep_opts: dict):
-    """Per-seed utility rows of the group at the given constraint values (kernels)."""
+def _sweep(traceset, c: Constraint, values, sweep_opts: dict, axis: int = 0):
+    """Per-seed utility rows of the group with ``axis`` of the constraint at ``values`` (the
+    other axis, if any, held), a column ``_x`` giving the moved value (kernels)."""
+    import polars as pl
+
     from tempora_sim.replay import run_sweep
 
     values = [float(v) for v in values]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        if c.second is not None:
+            fixed = {"T_ms": "T_ms", "B_ms": "B_ms"}[c.second.kind]
+            if axis == 0:
+                frame = run_sweep(traceset, protocols=c.protocol, rho=values, **{fixed: [c.second.value]}, **sweep_opts).frame
+                return frame.with_columns(pl.col("value").alias("_x"))
+            frame = run_sweep(traceset, protocols=c.protocol, rho=[c.value], **{fixed: values}, **sweep_opts).frame
+            return frame.with_columns(pl.col("value2").alias("_x"))
         if c.kind == "rho":
-            return run_sweep(traceset, protocols="discrete", rho=values, **sweep_opts).frame
-        if c.kind == "gamma_ms":
-            # γ itself: λ := γ and ρ = γ/v makes every inter-arrival time λ/ρ = v
+            frame = run_sweep(traceset, protocols="discrete", rho=values, **sweep_opts).frame
+        elif c.kind == "gamma_ms":
+            # γ itself: λ := γ0 and ρ = γ0/γ make every inter-arrival time λ/ρ = γ
             g0 = c.value
-            return run_sweep(traceset, protocols="discrete", rho=[g0 / v for v in values], lambda_ms=g0,
-                             **sweep_opts).frame.with_columns(_gamma_value(g0))
-        if c.kind == "T_ms":
-            return run_sweep(traceset, protocols="continuous", T_ms=values, **sweep_opts).frame
-        return run_sweep(traceset, protocols="amortised", B_ms=values, **sweep_opts).frame
-
-
-def _gamma_value(g0: float):
-    import polars as pl
-
-    return (g0 / pl.col("value")).alias("value")
+            frame = run_sweep(traceset, protocols="discrete", rho=[g0 / v for v in values], lambda_ms=g0,
+                              **sweep_opts).frame
+            return frame.with_columns((g0 / pl.col("value")).alias("_x"))
+        elif c.kind == "T_ms":
+            frame = run_sweep(traceset, protocols="continuous", T_ms=values, **sweep_opts).frame
+        else:
+            frame = run_sweep(traceset, protocols="amortised", B_ms=values, **sweep_opts).frame
+        return frame.with_columns(pl.col("value").alias("_x"))
 
 
 def _pooled_utilities(frame, methods: list[str]):
-    """values (sorted) and utility matrix [values, methods] of the seed-pooled rows."""
+    """Moved values (sorted) and the utility matrix [values, methods] of the seed-pooled rows."""
     import polars as pl
 
     from tempora_sim import analyses as an
 
     p = an.pool_seeds(frame.filter(pl.col("episode") == an.POOLED))
-    values = sorted(set(p.get_column("value").to_list()))
+    values = sorted(set(p.get_column("_x").to_list()))
     vi = {v: i for i, v in enumerate(values)}
     mi = {m: j for j, m in enumerate(methods)}
     U = np.full((len(values), len(methods)), -np.inf)
-    for v, m, u in p.select("value", "method", "utility").iter_rows():
+    for v, m, u in p.select("_x", "method", "utility").iter_rows():
         if u is not None and m in mi:
             U[vi[v], mi[m]] = u
     return np.asarray(values), U
@@ -132,15 +155,15 @@ def _holds(U: np.ndarray, j: int, tol: float = 1e-12) -> np.ndarray:
     return U[:, j] >= U.max(axis=1) - tol
 
 
-def _boundary(traceset, c: Constraint, methods, j, lo_v, hi_v, side, sweep_opts):
-    """First value beyond which method j stops winning, searching from the constraint to
-    ``side`` ('down' or 'up') within [lo_v, hi_v]; None if it wins throughout."""
-    v0 = c.value
+def _boundary(traceset, c: Constraint, methods, j, lo_v, hi_v, side, sweep_opts, axis: int = 0):
+    """First value of ``axis`` at which method j stops winning, searching from the constraint
+    to ``side`` ('down' or 'up') within [lo_v, hi_v]; None if it wins throughout."""
+    v0 = c.axes[axis].value
     far = lo_v if side == "down" else hi_v
     if (side == "down" and far >= v0) or (side == "up" and far <= v0):
         return None
     grid = _span(v0, far, GRID_POINTS)
-    vals, U = _pooled_utilities(_sweep(traceset, c, grid, sweep_opts), methods)
+    vals, U = _pooled_utilities(_sweep(traceset, c, grid, sweep_opts, axis), methods)
     order = np.argsort(np.abs(np.log(np.maximum(vals, 1e-300)) - math.log(max(v0, 1e-300)))) if v0 > 0 else \
         np.argsort(np.abs(vals - v0))
     vals, U = vals[order], U[order]
@@ -151,7 +174,7 @@ def _boundary(traceset, c: Constraint, methods, j, lo_v, hi_v, side, sweep_opts)
     k = lost[0]
     last_ok = vals[k - 1] if k > 0 else v0
     fine = _span(last_ok, vals[k], REFINE_POINTS)
-    fv, FU = _pooled_utilities(_sweep(traceset, c, fine, sweep_opts), methods)
+    fv, FU = _pooled_utilities(_sweep(traceset, c, fine, sweep_opts, axis), methods)
     fo = np.argsort(np.abs(fv - last_ok))
     fv, FU = fv[fo], FU[fo]
     fl = np.flatnonzero(~_holds(FU, j))
@@ -182,18 +205,24 @@ def advise(source, constraint: Constraint, bootstrap=None, sweep_opts: dict | No
     traceset = source if isinstance(source, TraceSet) else load_traces(source)
     lambdas = group_lambdas(traceset)
     groups: dict[tuple, list] = {}
+    names = [k for k in an.GROUP_COLUMNS if k != "group"] + ["group"]
     for t in traceset.traces:
-        groups.setdefault(tuple(t.meta[k] for k in an.GROUP_COLUMNS), []).append(t)
+        # the comparison group: the setting without its seed (seeds pool like episodes)
+        key = tuple(t.meta[k] for k in names[:-1]) + (t.group.label(seed=False),)
+        groups.setdefault(key, []).append(t)
     out = []
     for key, members in groups.items():
         ts = TraceSet(members)
         lams = sorted({lambdas[t.group] for t in members})
         c = constraint
-        if c.kind == "T_ms" and c.value <= max(lams):
-            raise AdviseError(f"--T {c.value:g} ms must exceed λ = {max(lams):.2f} ms of group "
-                              f"{'/'.join(map(str, key))} (continuous utility needs T > λ)")
+        for a in c.axes:
+            if a.kind == "T_ms" and a.value <= max(lams):
+                raise AdviseError(f"--T {a.value:g} ms must exceed λ = {max(lams):.2f} ms of group "
+                                  f"{key[-1]} (continuous utility needs T > λ)")
         frame = _sweep(ts, c, [c.value], sweep_opts)
-        frame = frame.with_columns(pl.lit(c.value).alias("value"))
+        # one scenario: label it as a single-parameter one so the interval machinery reads it
+        frame = frame.with_columns(pl.lit(c.value).alias("value"), pl.lit("discrete" if c.second else c.protocol)
+                                   .alias("protocol")).drop([x for x in ("param2", "value2") if x in frame.columns])
         intervals = an.utility_intervals(frame, None, bootstrap)
         pw = an.pooled_winners(frame, intervals).row(0, named=True)
         pooled = an.pool_seeds(frame.filter(pl.col("episode") == an.POOLED))
@@ -202,16 +231,22 @@ def advise(source, constraint: Constraint, bootstrap=None, sweep_opts: dict | No
         rows = {r["method"]: r for r in pooled.iter_rows(named=True)}
         rec = pooled.row(0, named=True)
         j = methods.index(rec["method"])
-        lo_v, hi_v = _search_range(c, members, lams)
-        down = _boundary(ts, c, methods, j, lo_v, hi_v, "down", sweep_opts)
-        up = _boundary(ts, c, methods, j, lo_v, hi_v, "up", sweep_opts)
+        moves = []
+        for axis, a in enumerate(c.axes):
+            lo_v, hi_v = _search_range(a, members, lams)
+            down = _boundary(ts, c, methods, j, lo_v, hi_v, "down", sweep_opts, axis)
+            up = _boundary(ts, c, methods, j, lo_v, hi_v, "up", sweep_opts, axis)
+            moves.append({"moves": a.kind, "holds_from": None if down is None else down["value"],
+                          "below_winner": None if down is None else down["winner"],
+                          "holds_to": None if up is None else up["value"],
+                          "above_winner": None if up is None else up["winner"], "search_range": [lo_v, hi_v]})
         seeds = sorted({int(t.meta["seed"]) for t in members})
         episodes = sorted({e for t in members for e in t.episodes})
         runner = rows.get(pw["runner_up"]) if pw["runner_up"] else (pooled.row(1, named=True) if len(methods) > 1 else None)
         out.append({
-            "group": {k: key[i] for i, k in enumerate(an.GROUP_COLUMNS)},
+            "group": dict(zip(names, key)),
             "seeds": seeds, "episodes": len(episodes), "lambda_ms": lams,
-            "constraint": {"protocol": c.protocol, c.kind: c.value},
+            "constraint": {"protocol": c.protocol, **{a.kind: a.value for a in c.axes}},
             "recommended": rec["method"],
             "tied_with": [m for m in pw["winners"] if m != rec["method"]],
             "utility": rec["utility"], "utility_ci": [rec["lo"], rec["hi"]],
@@ -222,9 +257,9 @@ def advise(source, constraint: Constraint, bootstrap=None, sweep_opts: dict | No
             "certain": pw["certain"],
             "ci_level": bootstrap.level,
             "mechanism": {m: _mechanism(c, rows[m]) for m in [rec["method"]] + ([runner["method"]] if runner else [])},
-            "holds_from": None if down is None else down["value"], "below_winner": None if down is None else down["winner"],
-            "holds_to": None if up is None else up["value"], "above_winner": None if up is None else up["winner"],
-            "search_range": [lo_v, hi_v],
+            # the first axis's switch points at the top level; every axis in `moves`
+            **{k: v for k, v in moves[0].items() if k != "moves"},
+            "moves": moves,
         })
     return out
 
@@ -242,6 +277,11 @@ def _search_range(c: Constraint, members, lams) -> tuple[float, float]:
 
 
 def _mechanism(c: Constraint, r: dict) -> dict:
+    if c.protocol == "discrete-continuous":
+        return {"alpha": r["alpha"], "served_acc": r["served_acc"], "kappa": r.get("kappa")}
+    if c.protocol == "discrete-amortised":
+        return {"alpha": r["alpha"], "served_acc": r["served_acc"], "beta": r.get("beta"),
+                "acc_frozen": r.get("acc_frozen")}
     if c.protocol == "discrete":
         return {"alpha": r["alpha"], "served_acc": r["served_acc"]}
     if c.protocol == "continuous":
@@ -259,6 +299,13 @@ def _pp(x) -> str:
 
 
 def _why(c: Constraint, m: str, mech: dict) -> str:
+    if c.protocol == "discrete-continuous":
+        return (f"{m} serves α = {_pc(mech['alpha'])} at ā_served = {_pc(mech['served_acc'])}, "
+                f"responsiveness κ̃ = {_pc(mech['kappa'])}")
+    if c.protocol == "discrete-amortised":
+        frozen = "" if mech["acc_frozen"] is None else f", then ā_frozen = {_pc(mech['acc_frozen'])}"
+        return (f"{m} serves α = {_pc(mech['alpha'])} at ā_served = {_pc(mech['served_acc'])}, adapting on "
+                f"β = {_pc(mech['beta'])}{frozen}")
     if c.protocol == "discrete":
         return f"{m} serves α = {_pc(mech['alpha'])} of batches at ā_served = {_pc(mech['served_acc'])}"
     if c.protocol == "continuous":
@@ -277,19 +324,22 @@ def text_lines(advice: list[dict], c: Constraint) -> list[str]:
         lines.append(f"{g['dataset']} · {g['model']} · {g['device']} · bs {g['batch_size']} · {g['stream']} · {seeds} · {a['episodes']} episodes · λ = {lam} ms")
         level = f"{a['ci_level'] * 100:g}%"
         tie = f" (tied with {', '.join(a['tied_with'])})" if a["tied_with"] else ""
-        lines.append(f"  at {c.label()}: use {a['recommended']}{tie}: U = {_pc(a['utility'])} "
+        lines.append(f"  at {c.full_label()}: use {a['recommended']}{tie}: U = {_pc(a['utility'])} "
                      f"[{_pc(a['utility_ci'][0])}, {_pc(a['utility_ci'][1])}] ({level} CI, episodes resampled)")
         if a["runner_up"] is not None:
             verdict = {True: "certain", False: "uncertain: could be a coin toss", None: "not assessed"}[a["certain"]]
             lines.append(f"  lead over {a['runner_up']}: {_pp(a['lead'])} pp [{_pp(a['lead_ci'][0])}, "
                          f"{_pp(a['lead_ci'][1])}] (paired) → {verdict}")
         lines.append("  why: " + "; ".join(_why(c, m, mech) for m, mech in a["mechanism"].items()))
-        lo, hi = a["search_range"]
-        below = (f"{a['below_winner']} wins from {c.label(a['holds_from'])}" if a["holds_from"] is not None
-                 else f"no change down to {c.label(lo)}")
-        above = (f"{a['above_winner']} wins from {c.label(a['holds_to'])}" if a["holds_to"] is not None
-                 else f"no change up to {c.label(hi)}")
-        lines.append(f"  stays best while the constraint moves: down: {below}; up: {above}")
+        for ax, mv in zip(c.axes, a["moves"]):
+            lo, hi = mv["search_range"]
+            below = (f"{mv['below_winner']} wins from {ax.label(mv['holds_from'])}" if mv["holds_from"] is not None
+                     else f"no change down to {ax.label(lo)}")
+            above = (f"{mv['above_winner']} wins from {ax.label(mv['holds_to'])}" if mv["holds_to"] is not None
+                     else f"no change up to {ax.label(hi)}")
+            what = "the constraint moves" if c.second is None else \
+                f"{ax.label().split(' = ')[0]} moves ({' and '.join(o.label() for o in c.axes if o is not ax)} held)"
+            lines.append(f"  stays best while {what}: down: {below}; up: {above}")
     return lines
 
 

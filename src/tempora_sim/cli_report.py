@@ -15,6 +15,7 @@ import click
 from tempora_sim.cli import main
 from tempora_sim.options import click_options as sweep_options
 from tempora_sim.options import from_click
+
 # bootstrap intervals (docs/statistics.md): the same options as `tempora-sim advise`
 from tempora_sim.stats import bootstrap_options, make_bootstrap
 
@@ -57,11 +58,10 @@ def report_command(source, out, all_episodes, episodes, scenarios, ci_level, res
 
     SOURCE is a sweep's results (a directory holding utility.parquet) or trace files /
     directories, which are swept first with the paper's grid (or --protocol/--rho/--T/--B)."""
+    from tempora_schema.outputs import check_output_dir
     from tempora_sim import report as rp
 
-    from tempora_schema.outputs import check_output_dir
-
-    check_output_dir(out)  # an unwritable --out is refused before anything is swept
+    check_output_dir(out, folders=rp.REPORT_FOLDERS, files=rp.REPORT_FILES)  # before anything is swept
     t0 = time.perf_counter()
     inputs = _load(rp, source, from_click(options), out, make_bootstrap(ci_level, resamples, ci_seed), scenarios)
     swept = time.perf_counter() - t0

@@ -28,7 +28,7 @@ def write_outputs(frame, out: Path, traces=()) -> None:
     from .traces import check_out_outside
 
     check_out_outside(traces, out)
-    with staged_dir(out, what="sweep output") as stage:
+    with staged_dir(out, what="sweep output", files=("utility.parquet", "utility.csv")) as stage:
         write_file(stage / "utility.parquet", to_bytes(frame.write_parquet))
         write_file(stage / "utility.csv", frame.write_csv().encode("utf-8"))
 

@@ -16,10 +16,10 @@ With capacity 0 a batch is only taken if it arrives when the pipeline is free.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numba import njit, prange
+
+from tempora_schema.live import last_arrival as _schema_last_arrival
 
 #: Below this many per-batch operations a kernel call runs on one thread: waking a thread
 #: pool costs more than it saves (tens of ms on a loaded 2-core machine, where OpenMP
@@ -40,23 +40,31 @@ def use_threads(work: int) -> int:
     return threads
 
 
-@njit(cache=True, inline="always")
-def _last_arrival(f, gamma, inv_gamma):
-    """Largest i >= 0 with i * gamma <= f (exactly as arrivals are timed: i * gamma)."""
-    q = f * inv_gamma
-    if q > 4.0e18:
-        return np.int64(4_000_000_000_000_000_000)
-    k = np.int64(math.floor(q))
-    while (k + 1) * gamma <= f:
-        k += 1
-    while k > 0 and k * gamma > f:
-        k -= 1
-    return k
+#: "Has batch i arrived by f?" — tempora_schema's one definition, compiled here and called
+#: as plain Python by the live runner (same float64 operations, same answers).
+last_arrival = njit(cache=True, inline="always")(_schema_last_arrival)
+_last_arrival = last_arrival
 
 
 @njit(cache=True)
 def discrete_one(a, delta, gamma, queue, strict, skip_mode, skip_value):
-    """Replay one episode at inter-arrival ``gamma``; return (served, Σa served, Σ skipped scores).
+    """Replay one episode at inter-arrival ``gamma``; return (served, Σa served, Σ skipped scores)."""
+    return _discrete_walk(a, delta, gamma, queue, strict, skip_mode, skip_value, np.empty(0, np.int64))
+
+
+@njit(cache=True)
+def discrete_served(delta, gamma, queue, strict):
+    """Batch index served by each event (−1 after the last) of one episode: the same walk as
+    :func:`discrete_one`, for checks that compare decisions batch by batch (``validate``)."""
+    out = np.full(delta.shape[0], -1, np.int64)
+    _discrete_walk(np.zeros(delta.shape[0]), delta, gamma, queue, strict, SKIP_NULL, 0.0, out)
+    return out
+
+
+@njit(cache=True)
+def _discrete_walk(a, delta, gamma, queue, strict, skip_mode, skip_value, served_out):
+    """The discrete replay of one episode; writes the batch of event j to ``served_out[j]``
+    when that array is non-empty.
 
     Event ``j`` (0-based) is served with latency ``delta[j]`` and accuracy ``a[j]``
     (step-indexed replay). ``p`` is the batch index served by the current event; after it
@@ -79,7 +87,10 @@ def discrete_one(a, delta, gamma, queue, strict, skip_mode, skip_value):
     start_next = 0.0
     served_sum = 0.0
     skipped_score = 0.0
+    record = served_out.shape[0] > 0
     while True:
+        if record:
+            served_out[j] = p
         f = start + delta[j]
         served_sum += a[j]
         k = _last_arrival(f, gamma, inv_gamma)

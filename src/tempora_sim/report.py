@@ -620,6 +620,9 @@ SECTIONS = (
 TRACE_TIMES_FILE = "trace_times.parquet"
 #: Rows of the scenarios beyond the paper's (bursty arrivals, combined protocols), when present.
 SCENARIOS_FILE = "scenarios.parquet"
+#: What a report writes into its folder (checked for clashes before any work).
+REPORT_FOLDERS = ("tables", "figures")
+REPORT_FILES = ("report.md", RESULTS_FILE, TRACE_TIMES_FILE, SCENARIOS_FILE)
 
 
 # ----------------------------------------------------------------------------- summary
@@ -643,7 +646,7 @@ def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
     """Plain-language findings for one group, each sentence generated from the tables."""
     g = lambda name: (lambda t: None if t is None else filter_group(t, group))(compute_table(name, inp))  # noqa: E731
     u = filter_group(inp.pooled, group)
-    w, wc = g("winners"), g("win_counts")
+    w = g("winners")
     lines: list[str] = []
     episodes = an.episode_order(w.get_column("episode").unique().to_list())
     n_ep = len(episodes)
@@ -651,8 +654,16 @@ def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
     temporal = w.filter(pl.col("protocol") != "offline")
     scope = (f" and {temporal.select('scenario').n_unique()} temporal scenarios ({temporal.height} temporal cells)"
              if temporal.height else " (offline only: no temporal scenarios in these results)")
-    lines.append(f"{len(methods)} methods over {n_ep} episode{'s' if n_ep != 1 else ''}{scope}, "
-                 f"λ = {u.get_column('lambda_ms').first():.2f} ms.")
+    per_seed = _seed_lambdas(inp.utility, group)
+    lam_text = (f"λ = {u.get_column('lambda_ms').first():.2f} ms" if len(per_seed) <= 1 else
+                "λ per seed " + ", ".join(f"{s}: {x:.2f} ms" for s, x in per_seed))
+    lines.append(f"{len(methods)} methods over {n_ep} episode{'s' if n_ep != 1 else ''}{scope}, {lam_text}.")
+    if len(per_seed) > 1:
+        lo, hi = min(x for _, x in per_seed), max(x for _, x in per_seed)
+        if hi > SEED_LAMBDA_SPREAD * lo:
+            lines.append(f"**The seeds were not timed under the same conditions**: their λ differ by {hi / lo - 1:.0%} "
+                         f"({lo:.1f} to {hi:.1f} ms), so pooling them mixes machine states; the pooled winners and "
+                         "intervals include that spread (re-trace on a quiet machine to measure the seeds alone).")
     # offline favourite vs temporal winners
     off = w.filter(pl.col("protocol") == "offline").explode("winners")
     fav = None
@@ -700,6 +711,18 @@ def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
     elif inp.trace_rows is None:
         lines.append("The latency breakdown needs the traces: run `tempora-sim report TRACES` to include it.")
     return lines
+
+
+#: Seeds whose λ differ by more than this factor were timed under different machine conditions.
+SEED_LAMBDA_SPREAD = 1.10
+
+
+def _seed_lambdas(utility: pl.DataFrame, group: dict) -> list[tuple[int, float]]:
+    """(seed, λ) of the seeds pooled in one comparison group (empty without a seed column)."""
+    if an.SEED not in utility.columns:
+        return []
+    t = filter_group(utility, group).group_by(an.SEED).agg(pl.col("lambda_ms").first()).sort(an.SEED)
+    return [(int(s), float(x)) for s, x in t.iter_rows() if x is not None]
 
 
 def _changed_cells(w: pl.DataFrame) -> pl.DataFrame:
@@ -847,10 +870,15 @@ def build_report(inp: ReportInputs, out: str | Path, all_episodes: bool = False,
     ``episodes`` to choose, ``all_episodes`` for every episode."""
     from tempora_schema.outputs import check_output_dir, staged_dir
 
-    final = check_output_dir(out)
+    final = check_output_dir(out, folders=REPORT_FOLDERS, files=REPORT_FILES)
+    if episodes:  # refused before anything is drawn
+        known = an.episode_order([e for e in inp.utility.get_column("episode").unique().to_list() if e != an.POOLED])
+        missing = [e for e in episodes if e not in known]
+        if missing:
+            raise ReportError(f"episode(s) {', '.join(missing)} not in the results; episodes: {', '.join(known)}")
     # Built in a staging folder and published whole (report.md last): a failure anywhere leaves
     # the previous report, if any, exactly as it was.
-    with staged_dir(final, what="report", last=("report.md",)) as stage:
+    with staged_dir(final, what="report", last=("report.md",), folders=REPORT_FOLDERS, files=REPORT_FILES) as stage:
         result = _build_report(inp, stage, all_episodes, episodes, figures)
     moved = lambda p: final / p.relative_to(stage)  # noqa: E731
     return ReportResult(moved(result.report), [moved(p) for p in result.tables], [moved(p) for p in result.figures],

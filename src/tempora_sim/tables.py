@@ -73,15 +73,32 @@ def shown_values(values: list) -> list:
 
 
 def _latency_of(latency: dict[str, dict[str, float]], group: pl.DataFrame) -> dict[str, float]:
-    """Mean δ per method over the seeds of this group (the sweep keys latency per seed)."""
-    r = group.row(0, named=True)
-    head = f"{r['dataset']} · {r['model']} · {r['device']} · bs {r['batch_size']} · seed "
+    """Mean δ per method over the seeds of this group: the sweep keys latency by the group's
+    label with its seed (``…/bs64/seed2025/episodic/…``); the seed-pooled rows carry it without."""
+    import re
+
+    name = group["group"][0] if "group" in group.columns else None
     merged: dict[str, list[float]] = {}
     for label, per in latency.items():
-        if label.startswith(head) and label.endswith(f" · {r['stream']}"):
-            for m, d in per.items():
-                merged.setdefault(m, []).append(d)
+        if name is not None and re.sub(r"/seed-?\d+/", "/", label, count=1) != name:
+            continue
+        for m, d in per.items():
+            merged.setdefault(m, []).append(d)
     return {m: sum(v) / len(v) for m, v in merged.items()}
+
+
+def _shown_rows(frame: pl.DataFrame) -> pl.DataFrame:
+    """The rows of the grid values the tables show: intervals are bootstrapped for those only,
+    so printing a 100,000-value grid costs what printing the paper's grid does."""
+    keep = []
+    for protocol in frame.get_column("protocol").unique(maintain_order=True).to_list():
+        part = frame.filter(pl.col("protocol") == protocol)
+        values = part.get_column("value").unique(maintain_order=True).to_list()
+        shown = shown_values(values)
+        if len(shown) < len(values):
+            part = part.filter(pl.col("value").is_in([v for v in shown if v is not None]))
+        keep.append(part)
+    return pl.concat(keep, how="vertical") if keep else frame
 
 
 def utility_tables(group: pl.DataFrame, latency: dict[str, float], intervals=None,
@@ -198,7 +215,7 @@ def print_report(result: SweepResult, console: Console | None = None,
     frame = result.frame
     # intervals and certainty for the single-parameter protocols (the combined ρ × T / ρ × B
     # grids have their own winners maps)
-    single = frame.filter(pl.col("protocol").is_in(an.PROTOCOLS))
+    single = _shown_rows(frame.filter(pl.col("protocol").is_in(an.PROTOCOLS)))
     intervals = an.utility_intervals(single, None, bootstrap) if single.height else None
     certain = {}
     if intervals is not None and single.filter(pl.col("episode") == ALL_EPISODES).height:

@@ -2,8 +2,8 @@
 
 λ = mean + 6σ amplifies every outlier: one 100 ms hiccup among 17 ms batches moves λ by
 several milliseconds and hands every method that much slack. So calibrate shows the spread
-next to λ — σ/mean, max/median, the five largest δ and where they happened — and warns in
-one line when the machine looks noisy (σ above 2 % of the mean, or any δ above 3× the
+next to λ — σ/mean, max/median, the five largest δ and where they happened, and λ under
+the robust rule for comparison — and warns in one line when the machine looks noisy (σ above 2 % of the mean, or any δ above 3× the
 median), which is when λ should be re-measured on a quiet machine.
 """
 
@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from tempora_schema import lambda_ms
 
 #: σ/mean above this looks like a noisy machine.
 NOISY_CV = 0.02
@@ -29,6 +31,8 @@ class Dispersion:
     max_ms: float
     #: the largest δ, largest first: (episode, step, δ ms)
     largest: tuple[tuple[str, int, float], ...]
+    #: λ under the robust rule (median + 6 × 1.4826 × MAD), for comparison with the paper's
+    robust_lambda_ms: float
 
     @property
     def cv(self) -> float:
@@ -58,6 +62,7 @@ def dispersion(episodes: list[str], steps: list[int], deltas: list[float], top: 
     return Dispersion(
         count=int(d.size), mean_ms=float(d.mean()), std_ms=float(d.std()), median_ms=float(np.median(d)),
         max_ms=float(d.max()), largest=tuple((episodes[i], int(steps[i]), float(d[i])) for i in order),
+        robust_lambda_ms=lambda_ms(d, "robust"),
     )
 
 
@@ -71,11 +76,12 @@ def trace_dispersion(path: Path) -> Dispersion:
 
 
 def dispersion_lines(disp: Dispersion) -> list[str]:
-    """What calibrate prints under λ: two lines, plus a one-line warning on a noisy machine."""
+    """What calibrate prints under λ: three lines, plus a one-line warning on a noisy machine."""
     lines = [
         f"spread: σ/mean {100 * disp.cv:.2f} %, max/median {disp.max_over_median:.2f} "
         f"(median {disp.median_ms:.3f} ms, max {disp.max_ms:.3f} ms)",
         "largest δ: " + ", ".join(f"{d:.3f} ms ({ep} step {step})" for ep, step, d in disp.largest),
+        f"robust rule: λ = {disp.robust_lambda_ms:.3f} ms (median + 6 × 1.4826 × MAD; `tempora-sim --lambda-rule robust`)",
     ]
     reasons = disp.noisy_reasons()
     if reasons:
@@ -87,3 +93,15 @@ def dispersion_lines(disp: Dispersion) -> list[str]:
 def print_dispersion(path: Path) -> None:
     for line in dispersion_lines(trace_dispersion(path)):
         print(line)
+
+
+def lambda_ms_of(path: Path) -> tuple[float, float, float, int]:
+    """λ = mean + 6σ (population σ) of the adapt-row δ of a `standard` trace: (λ, mean, σ, batches)."""
+    import pyarrow.parquet as pq
+
+    from tempora_schema.provision import lambda_provision
+
+    table = pq.read_table(path, columns=["phase", "delta_ms"]).to_pydict()
+    deltas = np.array([d for p, d in zip(table["phase"], table["delta_ms"]) if p == "adapt"], dtype=float)
+    lam, mean, std = lambda_provision(deltas)
+    return lam, mean, std, len(deltas)

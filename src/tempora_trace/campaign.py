@@ -340,7 +340,7 @@ def run_trace_process(task: TraceTask, out_root: Path, lambda_ms: float | None =
 
 def group_lambda(path: str | Path) -> float:
     """λ of a group from its ``standard`` trace (the provision `tempora-sim` uses)."""
-    from .cli import lambda_ms_of
+    from .calibration import lambda_ms_of
 
     return lambda_ms_of(Path(path))[0]
 

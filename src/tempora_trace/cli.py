@@ -4,6 +4,7 @@
     tempora-trace --method tent --device cuda                  # the same: `run` is the default
     tempora-trace run --method tent --dataset imagenet-c --data-root ~/data/ImageNet-C --device cuda
     tempora-trace calibrate --device cuda                      # trace `standard`, print λ
+    tempora-trace live --method tent --rho 1,0.5 --queue 1     # the protocol against a real clock
     tempora-trace list [--methods-for MODEL]
 
 Bad input is one ``tempora-trace: error: …`` line on stderr with exit status 2 (see
@@ -61,6 +62,7 @@ from .config import (  # noqa: E402
     TraceConfig,
 )
 from .errors import ConfigError  # noqa: E402
+from .calibration import lambda_ms_of  # noqa: E402
 
 PROG = "tempora-trace"
 
@@ -285,6 +287,77 @@ def calibrate_command(**opts: Any) -> None:
     calibrate(make_config("standard", opts))
 
 
+def _ratio_list(text: str, option: str) -> list[float]:
+    from tempora_schema.command import parse_ratio, split_list
+
+    values = [parse_ratio(t, option) for t in split_list(text, option)]
+    bad = [v for v in values if not v > 0]
+    if bad:
+        raise OptionError(f"{option}: utilisation must be > 0 (got {bad[0]:g}); ρ = λ/γ and γ must be finite")
+    return values
+
+
+def _positive_time_list(text: str, option: str) -> list[float]:
+    values = time_list_type(0.0).parse(text, option)
+    if any(v <= 0 for v in values):
+        raise OptionError(f"{option}: every inter-arrival time must be > 0 ms")
+    return values
+
+
+#: Options of `live` beyond the run options: the protocol and how λ is found.
+LIVE_OPTIONS: list[Callable] = [
+    _opt("--method", default=None, help="TTA method (see `tempora-trace list`). Required."),
+    _opt("--param", "params", multiple=True, metavar="KEY=VALUE", help="Override a method hyperparameter (repeatable)."),
+    _opt("--protocol", default="discrete", help="discrete, amortised, or both: discrete,amortised."),
+    _opt("--rho", type=ValueType("RATIOS", _ratio_list), default=None, metavar="RATIOS",
+         help="Discrete: utilisations ρ = λ/γ, fractions or %, comma-separated (1,0.5 or 100%,50%)."),
+    _opt("--gamma-ms", type=ValueType("TIMES", _positive_time_list), default=None, metavar="TIMES",
+         help="Discrete: inter-arrival times γ instead of --rho (ms, or with ms/s)."),
+    _opt("--queue", type=click.IntRange(0, INT32_MAX), default=1, help="Discrete: queue capacity b (0 = drop arrivals while busy)."),
+    _opt("--B", "budgets", type=time_list_type(0.0), default=None, metavar="TIMES",
+         help="Amortised: overhead budgets (ms, or with ms/s: 1s,4s)."),
+    _opt("--budget-rule", type=click.Choice(["strict", "overshoot"]), default="strict",
+         help="Amortised cut-off: strict m = max{j: Σc ≤ B}, or overshoot (adapt while spent < B)."),
+    _opt("--lambda-ms", type=time_type(0.0, allow_zero=False), default=None, metavar="TIME",
+         help="λ (ms, or with ms/s) [default: mean + 6σ of the group's standard trace]."),
+    _opt("--standard", default=None, type=click.Path(path_type=str),
+         help="Standard trace (file or folder) to take λ from [default: the folder `run` writes this group to]."),
+    _opt("--repeats", type=click.IntRange(1, 1000), default=1, help="Play every setting this many times (run-to-run spread)."),
+    _opt("--spin-us", type=click.FloatRange(0, 1e6), default=500.0,
+         help="Before an arrival, busy-wait this last stretch (µs) instead of sleeping."),
+]
+
+
+@cli.command("live", cls=_TraceCommand)
+@run_options(LIVE_OPTIONS, RUN_OPTIONS)
+def live_command(**opts: Any) -> None:
+    """Play one method live against a real clock and write <out>/<name>.live.parquet.
+
+    Discrete: batch i arrives at t0 + i·γ, a queue of b, the pipeline takes the oldest waiting
+    batch; amortised: live overhead accounting, frozen from the cut-off on. Compare with the
+    replay: `tempora-sim validate LIVE --traces DIR`."""
+    from .live import LiveSettings, run_live
+
+    if opts["method"] is None:
+        from .methods import available_methods
+
+        raise ConfigError(f"--method is required; available: {', '.join(available_methods())}")
+    if opts["resume"]:
+        raise ConfigError("--resume: a live run cannot be resumed (its clock would not be one run); start it again")
+    settings = LiveSettings(
+        protocols=opts["protocol"], rho=opts["rho"], gamma_ms=opts["gamma_ms"], queue=opts["queue"],
+        budgets_ms=opts["budgets"] or [], budget_rule=opts["budget_rule"], lambda_ms=opts["lambda_ms"],
+        standard=opts["standard"], repeats=opts["repeats"], spin_us=opts["spin_us"],
+    ).checked()
+    params = dict(parse_param(p) for p in opts["params"])
+    cfg = make_config(opts["method"], _common(opts), method_params=params)
+    try:
+        path = run_live(cfg, settings)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt("interrupted: nothing written (a live run is written whole or not at all)") from None
+    click.echo(f"wrote {path}")
+
+
 @cli.command("list")
 @click.option("--methods-for", metavar="MODEL", default=None,
               help="Print only the methods that run on MODEL (space-separated, for scripts).")
@@ -344,17 +417,6 @@ methods_for = methods_for_model
 
 
 # ------------------------------------------------------------------------ calibration
-def lambda_ms_of(path: Path) -> tuple[float, float, float, int]:
-    """λ = mean + 6σ (population σ) of the adapt-row δ of a `standard` trace: (λ, mean, σ, batches)."""
-    import numpy as np
-    import pyarrow.parquet as pq
-
-    from tempora_schema.provision import lambda_provision
-
-    table = pq.read_table(path, columns=["phase", "delta_ms"]).to_pydict()
-    deltas = np.array([d for p, d in zip(table["phase"], table["delta_ms"]) if p == "adapt"], dtype=float)
-    lam, mean, std = lambda_provision(deltas)
-    return lam, mean, std, len(deltas)
 
 
 def calibrate(cfg: TraceConfig) -> None:

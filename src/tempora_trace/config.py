@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tempora_schema.command import INT32_MAX, INT64_MAX
 import tempora_schema as schema
+from tempora_schema.command import INT32_MAX, INT64_MAX
 
 from .errors import ConfigError
 

@@ -41,8 +41,17 @@ from .methods._common import NORM_NAMES, incompatibility_message
 from .methods.base import MethodContext, TTAMethod
 from .models import get_model
 from .staging import BatchStager, StagedBatch, default_workers
-from .timing import (DeviceClock, SpeedProbe, collect_between_chunks, collect_between_events, collector_paused,
-                     describe_device, device_slug, resolve_device, timed_event)
+from .timing import (
+    DeviceClock,
+    SpeedProbe,
+    collect_between_chunks,
+    collect_between_events,
+    collector_paused,
+    describe_device,
+    device_slug,
+    resolve_device,
+    timed_event,
+)
 from .writer import RowBuffer, TraceWriter
 
 
@@ -164,8 +173,13 @@ class _Progress:
             self.bar.stop()
 
 
-class TraceRun:
-    """The mutable state of one run; :func:`trace_run` is the entry point."""
+class MethodRun:
+    """Device, data, model, method, stager and clock of one run, built and checked once.
+
+    What the tracer (:class:`TraceRun`) and the live runner (:mod:`tempora_trace.live`) share,
+    so both time the same events the same way: the same episodes and batch order, the same
+    staging and warm-up, the same scoring outside the timed regions.
+    """
 
     def __init__(self, cfg: TraceConfig, echo: Callable[[str], None]):
         self.cfg = cfg
@@ -189,7 +203,6 @@ class TraceRun:
         root = self.dataset.root(cfg.data_root)
         self.episodes = build_episodes([self.dataset.open(d, cfg.severity, root) for d in cfg.domains], cfg)
         self.clock = DeviceClock(self.device)
-        self.out_path = cfg.output_dir(device_slug(self.device)) / f"{cfg.file_stem()}.parquet"
         workers = cfg.workers if cfg.workers is not None else default_workers(os.cpu_count())
         self.stager = BatchStager(workers, pin_memory=self.device.type == "cuda", stage_mb=cfg.stage_mb)
         self.probe = SpeedProbe(self.device)
@@ -204,9 +217,6 @@ class TraceRun:
             device=str(self.device), model_name=cfg.model, norm_kind=self.model_spec.norm,
         )
         self.method: TTAMethod = self.method_cls(model, context, **cfg.method_params)
-        # Last, once every input is known to be good: claim the output path.
-        self.writer = TraceWriter(self.out_path, cfg.identity(self.identity), cfg.resume, cfg.force)
-        self.budgets = BudgetCutoffs(cfg.budgets_ms, cfg.lambda_ms) if cfg.budgets_ms else None
         self.masks = {}
         for ep in self.episodes:
             for d in ep.domains:
@@ -234,6 +244,27 @@ class TraceRun:
         timed_event(self.method, x, self.clock, adapt=False)
         self.method.unfreeze()
         self.method.reset()
+        self._last_event_end = time.perf_counter()
+
+    def start_episode(self, index: int, episode: Episode) -> None:
+        """Reset where the stream says so (each episodic episode, the first continual one) and
+        seed the RNGs from ``(seed, episode)``, so every run of an episode starts alike."""
+        if schema.resets_per_episode(self.cfg.stream) or index == 0:
+            self.method.reset()
+        seed_everything(domain_seed(self.cfg.seed, episode.name))
+
+    def run_metadata(self) -> dict[str, Any]:
+        """The metadata every Tempora file about this run carries (trace and live run alike)."""
+        cfg = self.cfg
+        return {
+            **self.identity.as_metadata(),
+            "method_params": self.method.hparams(),
+            "num_classes": self.dataset.num_classes,
+            "torch_version": torch.__version__,
+            "tracer_version": __version__,
+            "warmup_batches": cfg.warmup_batches,
+            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
 
     def _staged(self, episode: Episode, steps: Sequence[int]):
         """``steps`` as staged chunks, each followed (before its first event) by a full garbage
@@ -261,6 +292,16 @@ class TraceRun:
             self.method.restore(saved_method)
             restore_rng(saved_rng, self.device)
         self._last_event_end = time.perf_counter()
+
+class TraceRun(MethodRun):
+    """The mutable state of one trace run; :func:`trace_run` is the entry point."""
+
+    def __init__(self, cfg: TraceConfig, echo: Callable[[str], None]):
+        super().__init__(cfg, echo)
+        self.out_path = cfg.output_dir(device_slug(self.device)) / f"{cfg.file_stem()}.parquet"
+        # Last, once every input is known to be good: claim the output path.
+        self.writer = TraceWriter(self.out_path, cfg.identity(self.identity), cfg.resume, cfg.force)
+        self.budgets = BudgetCutoffs(cfg.budgets_ms, cfg.lambda_ms) if cfg.budgets_ms else None
 
     def _maybe_probe(self, episode_index: int, episode: Episode, step: int) -> None:
         if step % PROBE_EVERY == 0:
@@ -299,9 +340,7 @@ class TraceRun:
     def run_episode(self, index: int, episode: Episode, progress: _Progress) -> RowBuffer:
         cfg = self.cfg
         n_batches = episode.num_batches
-        if schema.resets_per_episode(cfg.stream) or index == 0:
-            self.method.reset()
-        seed_everything(domain_seed(cfg.seed, episode.name))
+        self.start_episode(index, episode)
         schedule = set(default_schedule(n_batches) if cfg.default_checkpoints else []) | {m for m in cfg.checkpoints if m < n_batches}
         done: set[int] = set()
         if self.budgets is not None:
@@ -346,16 +385,8 @@ class TraceRun:
         cfg = self.cfg
         return {
             "schema_version": schema.SCHEMA_VERSION,
-            **self.identity.as_metadata(),
-            "method_params": self.method.hparams(),
-            "num_classes": self.dataset.num_classes,
-            "speed_probe": list(self.speed_probe),
-            "speed_probe_kind": self.speed_probe_kind,
-            "torch_version": torch.__version__,
-            "tracer_version": __version__,
-            "warmup_batches": cfg.warmup_batches,
+            **self.run_metadata(),
             "frozen_eval": "all" if cfg.frozen_sample is None else int(cfg.frozen_sample),
-            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "speed_probe": [p for i in sorted(self.probes) for p in self.probes[i]],
             "speed_probe_kind": self.probe.kind,
         }

@@ -99,22 +99,56 @@ class Event:
     l_ms: float
     peak_mem_bytes: int | None
     updated: bool
+    #: ``now_ns()`` stamps of pickup, prediction emitted and pipeline free (the live runner
+    #: places events on its arrival timeline with them; ``e_ms``/``l_ms`` are their differences).
+    start_ns: int = 0
+    predict_ns: int = 0
+    end_ns: int = 0
+
+
+#: The one clock of the tracer and the live runner: monotonic, integer nanoseconds.
+now_ns = time.perf_counter_ns
+
+#: Default spin window of :func:`wait_until`: sleep until this close to the target, then spin.
+SPIN_NS = 500_000
+
+
+def clock_resolution_ns() -> float:
+    """Resolution the OS reports for :data:`now_ns` (ns)."""
+    return time.get_clock_info("perf_counter").resolution * 1e9
+
+
+def wait_until(target_ns: int, spin_ns: int = SPIN_NS) -> int:
+    """Block until ``now_ns() >= target_ns`` and return that reading.
+
+    ``time.sleep`` alone wakes up late by up to a scheduler tick, so it only covers the wait
+    up to ``spin_ns`` before the target; the last stretch is a busy loop on the clock.
+    """
+    now = now_ns()
+    remaining = target_ns - now
+    if remaining > spin_ns:
+        time.sleep((remaining - spin_ns) / 1e9)
+    now = now_ns()
+    while now < target_ns:
+        now = now_ns()
+    return now
 
 
 def timed_event(method: TTAMethod, x: torch.Tensor, clock: DeviceClock, adapt: bool = True) -> Event:
     """Run predict (and adapt) on ``x`` and time both phases; ``x`` must already be on the device."""
     clock.reset_peak()
     clock.sync()
-    t0 = time.perf_counter_ns()
+    t0 = now_ns()
     logits = method.predict(x)
     clock.sync()
-    t1 = time.perf_counter_ns()
+    t1 = now_ns()
     if adapt:
         method.adapt()
         clock.sync()
-    t2 = time.perf_counter_ns()
+    t2 = now_ns()
     peak = clock.peak_bytes()
-    return Event(logits, (t1 - t0) / 1e6, (t2 - t1) / 1e6 if adapt else 0.0, peak, bool(method.last_updated) and adapt)
+    return Event(logits, (t1 - t0) / 1e6, (t2 - t1) / 1e6 if adapt else 0.0, peak, bool(method.last_updated) and adapt,
+                 t0, t1, t2)
 
 
 # ------------------------------------------------------------------ garbage collection

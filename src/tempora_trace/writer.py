@@ -184,12 +184,14 @@ class TraceWriter:
 
 
 #: Metadata that must match for an existing trace to stand in for a fresh run of ``cfg``.
-_REUSE_KEYS = ("method", "dataset", "model", "batch_size", "seed", "stream")
+_REUSE_KEYS = ("method", "dataset", "model", "batch_size", "seed", "stream", "severity", "domains", "max_batches",
+               "threads")
 
 
 def check_reusable(path: Path, cfg) -> dict:
     """Refuse to reuse ``path`` unless it is a valid trace of exactly ``cfg``'s run (method,
-    data, model, batch size, seed, stream). Returns its metadata."""
+    data, model, batch size, seed, stream, severity, domains, batch limit, threads; weights and
+    device are fixed by the folder). Returns its metadata."""
     try:
         table = pq.read_table(path)
         meta = schema.decode_metadata(table.schema, path)
@@ -200,7 +202,8 @@ def check_reusable(path: Path, cfg) -> dict:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise OutputError(f"{path} is not a readable trace ({first}); pass --force to re-measure it") from None
     wanted = {"method": cfg.method, "dataset": cfg.dataset, "model": cfg.model, "batch_size": cfg.batch_size,
-              "seed": cfg.seed, "stream": cfg.stream}
+              "seed": cfg.seed, "stream": cfg.stream, "severity": cfg._severity(), "domains": list(cfg.domains or ()),
+              "max_batches": cfg.max_batches, "threads": cfg.threads}
     differ = [f"{k} {meta.get(k)!r} ≠ {wanted[k]!r}" for k in _REUSE_KEYS if meta.get(k) != wanted[k]]
     if differ:
         raise OutputError(f"{path} is not the trace this run would write ({'; '.join(differ)}); "

@@ -28,7 +28,6 @@ every size.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import multiprocessing

@@ -10,8 +10,8 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from .base import AS_DEFAULT, Departure, MethodContext, MethodError, TTAMethod, entropy_margin, softmax_entropy
 from ._common import GradientMethod
+from .base import AS_DEFAULT, Departure, MethodContext, MethodError, TTAMethod, entropy_margin, softmax_entropy
 
 _REGISTRY: dict[str, type[TTAMethod]] = {}
 _DISCOVERED = False

@@ -17,7 +17,17 @@ import torch
 import torch.nn as nn
 
 from ..norms import NORM_NAMES, compatible_models
-from .base import AS_DEFAULT, Departure, MethodContext, MethodError, TTAMethod, configure_batchnorm, named_norm_affine_params, no_stat_tracking, norm_kind
+from .base import (
+    AS_DEFAULT,
+    Departure,
+    MethodContext,
+    MethodError,
+    TTAMethod,
+    configure_batchnorm,
+    named_norm_affine_params,
+    no_stat_tracking,
+    norm_kind,
+)
 
 #: Shared departure: BN buffers keep tracking the target stream so frozen inference is possible.
 TRACKED_BN_STATISTICS = Departure(

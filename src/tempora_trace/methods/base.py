@@ -124,9 +124,9 @@ class TTAMethod(metaclass=_MethodMeta):
     family: ClassVar[str] = "gradient-based"
     #: which normalisation families the method works with (see NORM_KINDS).
     compatible_norms: ClassVar[frozenset[str]] = frozenset(NORM_KINDS)
-    #: one-line citation of the source paper, shown in the README table and metadata.
+    #: one-line citation of the source paper, shown in the methods reference (docs/methods.md).
     paper: ClassVar[str] = ""
-    #: what the method updates, and where its overhead falls (README method table).
+    #: what the method updates, and where its overhead falls (the methods reference table).
     updates: ClassVar[str] = ""
     overhead: ClassVar[str] = ""
     #: where the default differs from the Tempora reference / the authors' code (see Departure).

@@ -1,0 +1,341 @@
+"""How faithful is the replay? Live runs beside the replay of their trace group (no torch).
+
+For every live run (``tempora-trace live``) this module computes, from the live rows, the
+protocol's decomposition (α, |Q|, served accuracy, utility; amortised: m and utility), and
+beside it the replay of the matching trace — same group and method, the live run's episodes
+and first N batches, the same λ, ρ (γ), b or B and budget rule — through
+:func:`tempora_sim.replay.run_sweep`, i.e. the simulator's own trace loading and kernels.
+Runs of one setting (repeats, other files) are pooled: their mean is compared with the
+replay and their range is the run-to-run spread.
+
+The **self-consistency** check replays a discrete live run's own measured times through the
+discrete kernel (:func:`tempora_sim.kernels.discrete_served`): event j occupied the pipeline
+from its nominal start ``max(free_{j−1}, i_j·γ)`` to the clock reading ``free_j`` on which
+the next decision was made, so the kernel, fed those occupancies, must serve the same batches.
+A disagreement can only come from an arrival within float rounding of a decision instant;
+each is listed with that distance.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tempora_schema import GroupKey, TraceSchemaError
+from tempora_schema.live import comparable_group, decode_live_metadata, validate_live_table
+
+from .errors import GroupError, SimError, TraceFileError
+from .replay import ALL_EPISODES, run_sweep
+from .traces import Trace, TraceSet, load_traces
+
+#: The tracker's targets (``docs/validation.md``), as defaults of the CLI options.
+DEFAULT_ABS_TOL_PP = 2.0
+DEFAULT_SPREAD_SLACK_PP = 0.5
+DEFAULT_AMORTISED_TOL_PP = 0.5
+DEFAULT_MIN_AGREEMENT_PCT = 99.5
+DEFAULT_TIE_US = 1.0
+
+
+@dataclass
+class LiveFile:
+    path: Path
+    meta: dict
+    rows: pl.DataFrame
+
+    @property
+    def group(self) -> GroupKey:
+        return GroupKey.from_metadata(self.meta)
+
+
+def find_live_files(sources: Sequence[str | os.PathLike]) -> list[Path]:
+    files: list[Path] = []
+    if not sources:
+        raise SimError("no live-run paths given")
+    for item in sources:
+        path = Path(item)
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*.parquet") if p.is_file())
+            if not found:
+                raise TraceFileError(path, "no *.parquet live-run files found in this directory")
+            files += found
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise TraceFileError(path, "no such file or directory")
+    return list(dict.fromkeys(files))
+
+
+def read_live(path: str | os.PathLike) -> LiveFile:
+    """Read and validate one live-run file; any problem is a one-line TraceFileError."""
+    path = Path(path)
+    try:
+        table = pq.read_table(path, use_threads=False)
+    except (pa.ArrowException, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TraceFileError(path, f"not a readable Parquet file ({first})") from None
+    try:
+        meta = decode_live_metadata(table.schema, path)
+        validate_live_table(table, meta, path)
+    except TraceSchemaError as exc:
+        raise TraceFileError.from_schema_error(exc) from None
+    return LiveFile(path, meta, pl.from_arrow(table))
+
+
+# ------------------------------------------------------------------------ live statistics
+@dataclass
+class LiveRunStats:
+    file: LiveFile
+    run: dict
+    episodes: list[str]
+    num_batches: dict[str, int]
+    served: int
+    total: int
+    served_acc: float | None
+    utility: float
+    m: dict[str, int] = field(default_factory=dict)
+    agreement: float | None = None  # share of identical serve/skip decisions (self-consistency)
+    agreement_delta_only: float | None = None  # same, replaying δ = e + ℓ only (what a trace sees)
+    overhead_us: float | None = None  # mean occupancy beyond δ: scoring, bookkeeping, wake-up lag
+    disagreements: list[dict] = field(default_factory=list)
+
+    @property
+    def alpha(self) -> float:
+        return self.served / self.total
+
+    def setting(self) -> tuple:
+        r = self.run
+        meta = self.file.meta
+        base = (self.file.group, meta["method"], r["protocol"], round(float(meta["lambda_ms"]), 9), tuple(self.episodes),
+                tuple(self.num_batches[e] for e in self.episodes))
+        if r["protocol"] == "discrete":
+            return base + (round(float(r["gamma_ms"]), 9), int(r["queue"]))
+        return base + (float(r["budget_ms"]), r["budget_rule"])
+
+
+def run_stats(live: LiveFile) -> list[LiveRunStats]:
+    out = []
+    rows = live.rows.with_columns((pl.col("correct").cast(pl.Float64) / pl.col("n").cast(pl.Float64)).alias("_a"))
+    for run in live.meta["runs"]:
+        part = rows.filter(pl.col("run") == run["run"])
+        if part.height == 0:
+            continue
+        episodes = part["episode"].unique(maintain_order=True).to_list()
+        sizes = {e: int(part.filter(pl.col("episode") == e).height) for e in episodes}
+        served = part.filter(pl.col("served"))
+        sum_a = float(served["_a"].sum())
+        stats = LiveRunStats(live, run, episodes, sizes, served.height, part.height,
+                             sum_a / served.height if served.height else None, sum_a / part.height)
+        if run["protocol"] == "amortised":
+            stats.m = {e: int(part.filter((pl.col("episode") == e) & (pl.col("mode") == "adapt")).height) for e in episodes}
+        else:
+            self_consistency(stats, part)
+        out.append(stats)
+    return out
+
+
+def _walk(delta: np.ndarray, gamma: float, queue: int, n: int) -> np.ndarray:
+    from .kernels import discrete_served
+
+    padded = np.full(n, float(np.mean(delta)) if delta.size else gamma)
+    padded[: delta.size] = delta
+    order = discrete_served(padded, float(gamma), int(queue), False)
+    served = np.zeros(n, bool)
+    served[order[order >= 0]] = True
+    return served
+
+
+def self_consistency(stats: LiveRunStats, part: pl.DataFrame, tie_us: float = DEFAULT_TIE_US) -> None:
+    """Replay the run's measured occupancies through the discrete kernel; fill the agreement."""
+    gamma = float(stats.run["gamma_ms"])
+    queue = int(stats.run["queue"])
+    same = same_delta = 0
+    extra = []
+    for ep in stats.episodes:
+        rows = part.filter(pl.col("episode") == ep).sort("step")
+        n = rows.height
+        live_served = rows["served"].to_numpy().astype(bool)
+        ev = rows.filter(pl.col("served")).sort("event")
+        steps = ev["step"].to_numpy()
+        free = ev["free_ms"].to_numpy().astype(np.float64)
+        arrival = steps * gamma
+        nominal = np.maximum(np.r_[0.0, free[:-1]], arrival)
+        occupancy = free - nominal
+        extra.append(occupancy - ev["delta_ms"].to_numpy())
+        replayed = _walk(occupancy, gamma, queue, n)
+        same += int((replayed == live_served).sum())
+        same_delta += int((_walk(ev["delta_ms"].to_numpy().astype(np.float64), gamma, queue, n) == live_served).sum())
+        differ = np.flatnonzero(replayed != live_served)
+        if differ.size:
+            # distance of each live decision instant to its nearest arrival: a true tie is ~0
+            k = np.floor(free / gamma)
+            margin_us = np.minimum(np.abs(free - k * gamma), np.abs((k + 1) * gamma - free)) * 1e3
+            before = np.flatnonzero(steps < differ[0])
+            j = int(before[-1]) if before.size else 0
+            for b in differ.tolist():
+                stats.disagreements.append({"episode": ep, "step": b, "live_served": bool(live_served[b]),
+                                            "replay_served": bool(replayed[b]), "margin_us": float(margin_us[j]),
+                                            "near_tie": bool(margin_us[j] <= tie_us)})
+    stats.agreement = same / stats.total
+    stats.agreement_delta_only = same_delta / stats.total
+    stats.overhead_us = float(np.mean(np.concatenate(extra))) * 1e3 if extra else None
+
+
+# ------------------------------------------------------------------------ replay of the traces
+def _restricted(trace: Trace, episodes: Sequence[str], sizes: dict[str, int]) -> Trace:
+    """The trace cut to the live run's episodes and their first N batches (the batch order of
+    an episode depends only on (seed, episode), so these are the batches the live run saw)."""
+    have = dict(zip(*np.unique(trace.adapt["episode"].to_numpy(), return_counts=True)))
+    for ep in episodes:
+        if ep not in have:
+            raise GroupError(f"{trace.path}: no episode '{ep}' (the live run has it); trace that domain too")
+        if have[ep] < sizes[ep]:
+            raise GroupError(f"{trace.path}: episode '{ep}' has {have[ep]} batches, the live run {sizes[ep]}")
+    keep = pl.any_horizontal([(pl.col("episode") == ep) & (pl.col("step") < sizes[ep]) & (pl.col("checkpoint") < sizes[ep])
+                              for ep in episodes])
+    rows = trace.rows.filter(keep)
+    order = {ep: i for i, ep in enumerate(episodes)}
+    rows = rows.with_columns(pl.col("episode").replace_strict(order, return_dtype=pl.Int64).alias("_o")).sort(
+        ["_o", "phase", "checkpoint", "step"]).drop("_o")
+    return Trace(trace.path, trace.meta, rows)
+
+
+def _find_trace(traces: TraceSet, live: LiveFile) -> Trace:
+    """The trace of the live run's method and group (a trace of exactly its group first, else
+    one of the same comparable group, which is then cut to the live run's episodes)."""
+    want = comparable_group(live.group)
+    found = [t for t in traces.traces if t.method == live.meta["method"] and comparable_group(t.group) == want]
+    if not found:
+        raise GroupError(f"{live.path}: no trace of method '{live.meta['method']}' in group {live.group.label()} under --traces")
+    return min(found, key=lambda t: (t.group != live.group, str(t.path)))
+
+
+def replay_setting(trace: Trace, first: LiveRunStats) -> dict:
+    restricted = _restricted(trace, first.episodes, first.num_batches)
+    lam = float(first.file.meta["lambda_ms"])
+    run = first.run
+    if run["protocol"] == "discrete":
+        rho = lam / float(run["gamma_ms"])
+        res = run_sweep(TraceSet([restricted]), protocols="discrete", rho=[rho], lambda_ms=lam, queue=int(run["queue"]))
+    else:
+        res = run_sweep(TraceSet([restricted]), protocols="amortised", B_ms=[float(run["budget_ms"])], lambda_ms=lam,
+                        budget_rule=run["budget_rule"])
+    frame = res.frame
+    pooled = frame.filter(pl.col("episode") == ALL_EPISODES).row(0, named=True)
+    per_ep = {r["episode"]: r for r in frame.filter(pl.col("episode") != ALL_EPISODES).iter_rows(named=True)}
+    return {"pooled": pooled, "episodes": per_ep}
+
+
+# ------------------------------------------------------------------------ the comparison
+@dataclass
+class Tolerances:
+    abs_pp: float = DEFAULT_ABS_TOL_PP
+    spread_slack_pp: float = DEFAULT_SPREAD_SLACK_PP
+    amortised_pp: float = DEFAULT_AMORTISED_TOL_PP
+    min_agreement_pct: float = DEFAULT_MIN_AGREEMENT_PCT
+    tie_us: float = DEFAULT_TIE_US
+
+
+@dataclass
+class Validation:
+    settings: pl.DataFrame
+    runs: pl.DataFrame
+    disagreements: pl.DataFrame
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.settings["pass"].all()) and bool(self.runs["pass"].all())
+
+
+def _pp(x: float | None) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else 100.0 * x
+
+
+def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Tolerances | None = None) -> Validation:
+    """Compare every live run under ``live_sources`` with the replay of ``trace_source``."""
+    tol = tol or Tolerances()
+    lives = [read_live(p) for p in find_live_files(live_sources)]
+    traces = trace_source if isinstance(trace_source, TraceSet) else load_traces(trace_source)
+    all_runs: list[LiveRunStats] = []
+    for live in lives:
+        for st in run_stats(live):
+            if st.run["protocol"] == "discrete":
+                # recompute with the requested tie tolerance
+                st.disagreements = [dict(d, near_tie=d["margin_us"] <= tol.tie_us) for d in st.disagreements]
+            all_runs.append(st)
+    settings: dict[tuple, list[LiveRunStats]] = {}
+    for st in all_runs:
+        settings.setdefault(st.setting(), []).append(st)
+
+    setting_rows, run_rows, dis_rows = [], [], []
+    for runs in settings.values():
+        first = runs[0]
+        meta = first.file.meta
+        trace = _find_trace(traces, first.file)
+        replay = replay_setting(trace, first)["pooled"]
+        proto = first.run["protocol"]
+        u = np.array([r.utility for r in runs])
+        a = np.array([r.alpha for r in runs])
+        row = {
+            "dataset": meta["dataset"], "model": meta["model"], "device": meta["device"], "method": meta["method"],
+            "protocol": proto, "lambda_ms": float(meta["lambda_ms"]), "runs": len(runs),
+            "rho": float(first.run["rho"]) if proto == "discrete" else None,
+            "gamma_ms": float(first.run["gamma_ms"]) if proto == "discrete" else None,
+            "queue": int(first.run["queue"]) if proto == "discrete" else None,
+            "budget_ms": float(first.run["budget_ms"]) if proto == "amortised" else None,
+            "budget_rule": first.run["budget_rule"] if proto == "amortised" else None,
+            "num_batches": first.total, "trace": str(trace.path),
+            "utility_live": float(u.mean()), "utility_replay": float(replay["utility"]),
+            "spread_utility_pp": float(100 * (u.max() - u.min())) if len(runs) > 1 else None,
+        }
+        row["delta_utility_pp"] = 100 * (row["utility_replay"] - row["utility_live"])
+        if proto == "discrete":
+            sacc = [r.served_acc for r in runs if r.served_acc is not None]
+            row.update(
+                alpha_live=float(a.mean()), alpha_replay=float(replay["alpha"]),
+                served_live=float(np.mean([r.served for r in runs])), served_replay=int(replay["served"]),
+                served_acc_live=float(np.mean(sacc)) if sacc else None, served_acc_replay=replay["served_acc"],
+                spread_alpha_pp=float(100 * (a.max() - a.min())) if len(runs) > 1 else None,
+            )
+            row["delta_alpha_pp"] = 100 * (row["alpha_replay"] - row["alpha_live"])
+            row["delta_served_acc_pp"] = (100 * (row["served_acc_replay"] - row["served_acc_live"])
+                                          if row["served_acc_live"] is not None and row["served_acc_replay"] is not None else None)
+            limit_u = tol.abs_pp if len(runs) < 2 else min(tol.abs_pp, row["spread_utility_pp"] + tol.spread_slack_pp)
+            limit_a = tol.abs_pp if len(runs) < 2 else min(tol.abs_pp, row["spread_alpha_pp"] + tol.spread_slack_pp)
+            row["tolerance_pp"] = limit_u
+            row["pass"] = abs(row["delta_utility_pp"]) <= limit_u + 1e-9 and abs(row["delta_alpha_pp"]) <= limit_a + 1e-9
+        else:
+            m_live = float(np.mean([np.mean(list(r.m.values())) for r in runs]))
+            row.update(m_live=m_live, m_replay=float(replay["m"]), frozen_gap_replay=replay["frozen_gap"])
+            row["tolerance_pp"] = tol.amortised_pp
+            row["pass"] = abs(row["delta_utility_pp"]) <= tol.amortised_pp + 1e-9
+        setting_rows.append(row)
+        for r in runs:
+            ok = True
+            if proto == "discrete":
+                ok = (100 * r.agreement >= tol.min_agreement_pct - 1e-9) and all(d["near_tie"] for d in r.disagreements)
+            run_rows.append({
+                "file": str(r.file.path), "run": int(r.run["run"]), "repeat": int(r.run["repeat"]), "method": meta["method"],
+                "protocol": proto, "lambda_ms": row["lambda_ms"], "rho": row["rho"], "queue": row["queue"], "budget_ms": row["budget_ms"],
+                "budget_rule": row["budget_rule"], "num_batches": r.total, "served": r.served, "alpha": r.alpha,
+                "served_acc": r.served_acc, "utility": r.utility,
+                "m": float(np.mean(list(r.m.values()))) if r.m else None,
+                "agreement_pct": _pp(r.agreement), "agreement_delta_only_pct": _pp(r.agreement_delta_only),
+                "overhead_us": r.overhead_us, "disagreements": len(r.disagreements), "pass": ok,
+            })
+            for d in r.disagreements:
+                dis_rows.append({"file": str(r.file.path), "run": int(r.run["run"]), **d})
+    settings_frame = pl.DataFrame(setting_rows, infer_schema_length=None)
+    runs_frame = pl.DataFrame(run_rows, infer_schema_length=None)
+    dis_schema = {"file": pl.Utf8, "run": pl.Int64, "episode": pl.Utf8, "step": pl.Int64, "live_served": pl.Boolean,
+                  "replay_served": pl.Boolean, "margin_us": pl.Float64, "near_tie": pl.Boolean}
+    dis_frame = pl.DataFrame(dis_rows, schema=dis_schema)
+    return Validation(settings_frame, runs_frame, dis_frame)
+

@@ -1,0 +1,531 @@
+"""Live protocol runs: the method against a real clock, to check what the replay claims.
+
+``tempora-sim`` replays traces; this module plays the same protocols for real, so
+``tempora-sim validate`` can put a replay and a live run side by side (``docs/validation.md``).
+
+**Discrete** (ρ or γ, queue b): batch i becomes available at ``t0 + i·γ`` on the tracer's
+monotonic clock (:data:`~tempora_trace.timing.now_ns`). Whenever the pipeline is free it
+reads the clock once and decides with the simulator's own :func:`last_arrival` which batches
+have arrived: every arrival up to that reading is enqueued first (the oldest evicted from a
+full queue), then the oldest queued batch is taken — the replay's order at equal times
+(completion, arrival, pickup). With nothing queued it waits for the next arrival (sleep,
+then spin) and takes it; with b = 0 only a batch arriving while the pipeline is free is
+taken. After the last arrival the queue drains. Arrivals need no producer thread: they are
+instants on the clock, and the batches are already staged, so nothing competes with the
+measured computation.
+
+**Amortised** (budget B): batches back to back; each adapting event charges
+``c = max(0, δ − λ)``; at the cut-off the method freezes for the rest of the episode. Rule
+``overshoot`` adapts while the overhead spent before a batch is below B; rule ``strict``
+(m = max{j : Σc ≤ B}) only learns that a step went over B after running it, so it keeps a
+host snapshot of the state before each step (outside the timed regions, as the tracer does),
+undoes that step, and predicts its batch with the frozen model.
+
+Everything shares the tracer's house: :class:`~tempora_trace.runner.MethodRun` builds the
+data, model, method and clock and warms up, :func:`~tempora_trace.timing.timed_event` times
+every event (the same syncs, so ``e_ms``/``l_ms`` mean what they mean in a trace), and scoring
+happens outside the timed regions. Batches are staged before an episode's clock starts; an
+episode larger than ``stage_mb`` is staged in chunks, and the episode clock is paused while a
+chunk stages (at a pickup, after the decision), so staging never shifts an arrival relative
+to the events.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tempora_schema.live import (
+    BUDGET_RULES,
+    LIVE_COLUMNS,
+    LIVE_SCHEMA_VERSION,
+    comparable_group,
+    live_arrow_schema,
+    validate_live_table,
+)
+from tempora_schema.live import last_arrival as _schema_last_arrival
+
+from .config import TraceConfig
+from .errors import ConfigError, OutputError
+from .timing import (
+    SPIN_NS,
+    Event,
+    clock_resolution_ns,
+    collect_between_chunks,
+    collect_between_events,
+    collector_paused,
+    device_slug,
+    now_ns,
+    resolve_device,
+    timed_event,
+    wait_until,
+)
+
+PROTOCOLS = ("discrete", "amortised")
+#: The non-adaptive method whose trace defines λ (as in the simulator).
+STANDARD_METHOD = "standard"
+
+def last_arrival(f_ms: float, gamma_ms: float) -> int:
+    """Largest i ≥ 0 with i·γ ≤ f: the schema's definition, the one the replay kernels compile."""
+    return int(_schema_last_arrival(float(f_ms), float(gamma_ms), 1.0 / float(gamma_ms)))
+
+
+# ------------------------------------------------------------------------ settings
+@dataclass
+class LiveSettings:
+    """The protocol side of a live run; the data/model/method/device side is a TraceConfig."""
+
+    protocols: Sequence[str] = ("discrete",)
+    #: utilisations ρ = λ/γ (discrete); or ``gamma_ms`` directly, not both.
+    rho: Sequence[float] | None = None
+    gamma_ms: Sequence[float] | None = None
+    queue: int = 1
+    budgets_ms: Sequence[float] = ()
+    budget_rule: str = "strict"
+    #: λ in ms; None = mean + 6σ of the group's ``standard`` trace, found at ``standard``
+    #: (a file or folder; default the folder the tracer writes this group's traces to).
+    lambda_ms: float | None = None
+    standard: str | None = None
+    repeats: int = 1
+    spin_us: float = SPIN_NS / 1000
+
+    def checked(self) -> "LiveSettings":
+        s = dataclasses.replace(self)
+        protos = [s.protocols] if isinstance(s.protocols, str) else list(s.protocols)
+        protos = [p.strip() for item in protos for p in str(item).split(",") if p.strip()]
+        bad = [p for p in protos if p not in PROTOCOLS]
+        if bad or not protos:
+            raise ConfigError(f"--protocol must be discrete, amortised or both (comma-separated), not '{','.join(bad) or ''}'")
+        s.protocols = tuple(dict.fromkeys(protos))
+        if "discrete" in s.protocols:
+            if (s.rho is None) == (s.gamma_ms is None):
+                raise ConfigError("the discrete protocol needs exactly one of --rho (ρ = λ/γ) and --gamma-ms")
+            values = list(s.rho if s.rho is not None else s.gamma_ms)
+            if not values or any(not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0) for v in values):
+                name = "--rho" if s.rho is not None else "--gamma-ms"
+                raise ConfigError(f"{name} values must be > 0, got {', '.join(f'{v:g}' for v in values) or 'none'}")
+            if isinstance(s.queue, bool) or not isinstance(s.queue, int) or s.queue < 0:
+                raise ConfigError(f"--queue must be an integer ≥ 0, got {s.queue!r}")
+        if "amortised" in s.protocols:
+            if not s.budgets_ms:
+                raise ConfigError("the amortised protocol needs --B (overhead budgets)")
+            if any(not math.isfinite(b) or b < 0 for b in s.budgets_ms):
+                raise ConfigError("--B budgets must be ≥ 0 ms")
+            if s.budget_rule not in BUDGET_RULES:
+                raise ConfigError(f"--budget-rule must be strict or overshoot, not '{s.budget_rule}'")
+        if s.lambda_ms is not None and not (math.isfinite(s.lambda_ms) and s.lambda_ms > 0):
+            raise ConfigError(f"--lambda-ms must be > 0, got {s.lambda_ms:g}")
+        if s.repeats < 1:
+            raise ConfigError("--repeats must be ≥ 1")
+        if not s.spin_us >= 0:
+            raise ConfigError("--spin-us must be ≥ 0")
+        return s
+
+
+def standard_trace_lambda(cfg: TraceConfig, group, source: str | None) -> tuple[float, str]:
+    """λ of the group from its ``standard`` trace (the schema's definition, the simulator's
+    too), and the file it came from.
+
+    ``source`` is a trace file or a folder searched recursively; default the folder the
+    tracer writes this group's traces to. The trace must be of the same comparable group as
+    the live run (:func:`~tempora_schema.live.comparable_group`; a trace of exactly this group wins).
+    """
+    import pyarrow.parquet as pq
+
+    from tempora_schema import GroupKey, decode_metadata
+    from tempora_schema.provision import lambda_provision
+
+    want = comparable_group(group)
+    if source is None:
+        folder = cfg.output_dir(device_slug(resolve_device(cfg.device)))
+        candidates = sorted(folder.glob("*.parquet")) if folder.is_dir() else []
+        where = str(folder)
+    else:
+        path = Path(source).expanduser()
+        candidates = sorted(path.rglob("*.parquet")) if path.is_dir() else [path]
+        where = str(path)
+    found = []
+    for cand in candidates:
+        try:
+            meta = decode_metadata(pq.read_schema(cand), cand)
+            key = GroupKey.from_metadata(meta)
+        except Exception:  # not a trace, or one without a full group (schema v1): not a candidate
+            if source is not None and not Path(source).is_dir():
+                raise ConfigError(f"--standard: {cand} is not a readable Tempora trace with a complete group") from None
+            continue
+        if meta.get("method") == STANDARD_METHOD and comparable_group(key) == want:
+            found.append((key != group, str(cand)))
+    if not found:
+        raise ConfigError(
+            f"no λ: pass --lambda-ms, or trace the standard method of this group first (no standard trace of "
+            f"{group.label()} in {where}; `tempora-trace calibrate` with the same options writes one)"
+        )
+    path = min(found)[1]
+    table = pq.read_table(path, columns=["phase", "delta_ms"]).to_pydict()
+    delta = [d for p, d in zip(table["phase"], table["delta_ms"]) if p == "adapt"]
+    return lambda_provision(delta)[0], path
+
+
+# ------------------------------------------------------------------------ the two protocols
+@dataclass
+class Served:
+    """One served batch on the episode clock (ms since t0)."""
+
+    event: int
+    pickup_ms: float
+    predict_ms: float
+    free_ms: float
+    ev: Event
+    correct: int
+    mode: str = "adapt"
+    charged_ms: float | None = None
+    spent_ms: float | None = None
+
+
+#: ``serve(i) -> (event, correct)``: run and score batch i (staged, on the device).
+ServeFn = Callable[[int], tuple[Event, int]]
+#: ``prepare(i) -> ns``: make batch i available (stage its chunk); returns the ns it took.
+PrepareFn = Callable[[int], int]
+
+
+def play_discrete(num_batches: int, gamma_ms: float, queue: int, serve: ServeFn, prepare: PrepareFn | None = None,
+                  spin_ns: int = SPIN_NS) -> list[Served | None]:
+    """Play one episode of the discrete protocol on the real clock; per batch, how it was served.
+
+    ``None`` marks a skipped batch. The decision after each event uses one clock reading
+    ``f`` (recorded as that event's ``free_ms`` and, when a batch is waiting, the next event's
+    ``pickup_ms``), so replaying the recorded times reproduces every decision.
+    """
+    if num_batches <= 0:
+        return []
+    out: list[Served | None] = [None] * num_batches
+    t0 = now_ns()
+    pickup = t0
+    nxt, p, j = 0, -1, 0
+    while True:
+        if prepare is not None:
+            paused = prepare(nxt)
+            t0 += paused  # the episode clock stands still while a chunk stages
+            pickup += paused
+        ev, correct = serve(nxt)
+        ready = now_ns()
+        out[nxt] = Served(j, (pickup - t0) / 1e6, (ev.predict_ns - t0) / 1e6, (ready - t0) / 1e6, ev, correct)
+        p, j = nxt, j + 1
+        f = (ready - t0) / 1e6
+        k = last_arrival(f, gamma_ms)
+        if queue == 0:
+            first = k if k * gamma_ms == f else k + 1
+            cand = max(p + 1, first)
+            if cand >= num_batches:
+                break
+            nxt = cand
+            pickup = ready if cand * gamma_ms == f else wait_until(t0 + math.ceil(cand * gamma_ms * 1e6), spin_ns)
+        else:
+            kc = min(k, num_batches - 1)
+            if kc > p:
+                nxt = max(p + 1, kc - queue + 1)
+                pickup = ready
+            elif p + 1 < num_batches:
+                nxt = p + 1
+                pickup = wait_until(t0 + math.ceil(nxt * gamma_ms * 1e6), spin_ns)
+            else:
+                break
+    return out
+
+
+@dataclass
+class AmortisedHooks:
+    """What the amortised loop needs from the method, beyond running events."""
+
+    serve_adapt: ServeFn
+    serve_frozen: ServeFn
+    #: save / restore the state before a step (strict rule only), freeze for the rest.
+    save: Callable[[], Any]
+    undo: Callable[[Any], None]
+    freeze: Callable[[], None]
+
+
+def play_amortised(num_batches: int, lambda_ms: float, budget_ms: float, rule: str, hooks: AmortisedHooks,
+                   prepare: PrepareFn | None = None) -> tuple[list[Served], int]:
+    """Play one episode of the amortised protocol; return the batches and the cut-off m."""
+    out: list[Served] = []
+    t0 = now_ns()
+    spent = 0.0
+    m: int | None = None
+    for i in range(num_batches):
+        if prepare is not None:
+            t0 += prepare(i)
+        if m is None and rule == "overshoot" and not spent < budget_ms:
+            m = i
+            hooks.freeze()
+        if m is not None:
+            ev, correct = hooks.serve_frozen(i)
+            out.append(Served(i, (ev.start_ns - t0) / 1e6, (ev.predict_ns - t0) / 1e6, (now_ns() - t0) / 1e6, ev, correct,
+                              "frozen", 0.0, spent))
+            continue
+        saved = hooks.save() if rule == "strict" else None
+        ev, correct = hooks.serve_adapt(i)
+        charged = max(0.0, ev.e_ms + ev.l_ms - lambda_ms)
+        if rule == "strict" and spent + charged > budget_ms:
+            spent += charged  # the undone step was paid for in real time
+            m = i
+            hooks.undo(saved)
+            hooks.freeze()
+            ev, correct = hooks.serve_frozen(i)
+            out.append(Served(i, (ev.start_ns - t0) / 1e6, (ev.predict_ns - t0) / 1e6, (now_ns() - t0) / 1e6, ev, correct,
+                              "frozen", charged, spent))
+            continue
+        spent += charged
+        out.append(Served(i, (ev.start_ns - t0) / 1e6, (ev.predict_ns - t0) / 1e6, (now_ns() - t0) / 1e6, ev, correct,
+                          "adapt", charged, spent))
+    return out, (num_batches if m is None else m)
+
+
+# ------------------------------------------------------------------------ the run
+@dataclass
+class RunPlan:
+    run: int
+    protocol: str
+    repeat: int
+    rho: float | None = None
+    gamma_ms: float | None = None
+    queue: int | None = None
+    budget_ms: float | None = None
+    budget_rule: str | None = None
+    summary: dict = field(default_factory=dict)
+
+    def params(self) -> dict[str, Any]:
+        keys = ("rho", "gamma_ms", "queue") if self.protocol == "discrete" else ("budget_ms", "budget_rule")
+        return {"run": self.run, "protocol": self.protocol, "repeat": self.repeat, **{k: getattr(self, k) for k in keys},
+                **self.summary}
+
+    def label(self) -> str:
+        if self.protocol == "discrete":
+            return f"discrete ρ={self.rho * 100:.4g}% γ={self.gamma_ms:.2f} ms b={self.queue}"
+        return f"amortised B={self.budget_ms:g} ms ({self.budget_rule})"
+
+
+def plan_runs(settings: LiveSettings, lambda_ms: float) -> list[RunPlan]:
+    """Every setting once per repeat; repeats outermost, so two runs of one setting are apart in time."""
+    plans: list[RunPlan] = []
+    for rep in range(1, settings.repeats + 1):
+        if "discrete" in settings.protocols:
+            if settings.rho is not None:
+                pairs = [(float(r), lambda_ms / float(r)) for r in settings.rho]
+            else:
+                pairs = [(lambda_ms / float(g), float(g)) for g in settings.gamma_ms]  # type: ignore[union-attr]
+            for rho, gamma in pairs:
+                plans.append(RunPlan(len(plans), "discrete", rep, rho=rho, gamma_ms=gamma, queue=int(settings.queue)))
+        if "amortised" in settings.protocols:
+            for b in settings.budgets_ms:
+                plans.append(RunPlan(len(plans), "amortised", rep, budget_ms=float(b), budget_rule=settings.budget_rule))
+    return plans
+
+
+class LiveRun:
+    """One ``tempora-trace live`` invocation: every planned run over every episode."""
+
+    def __init__(self, cfg: TraceConfig, settings: LiveSettings, echo: Callable[[str], None]):
+        from .runner import MethodRun
+
+        self.cfg = cfg
+        self.settings = settings
+        self.echo = echo
+        self.out_path = self._out_path(resolve_device(cfg.device))
+        self.base = MethodRun(cfg, echo)
+        if settings.lambda_ms is not None:
+            self.lambda_ms, self.lambda_source = float(settings.lambda_ms), "--lambda-ms"
+        else:
+            self.lambda_ms, self.lambda_source = standard_trace_lambda(cfg, self.base.identity.group, settings.standard)
+        self.plans = plan_runs(settings, self.lambda_ms)
+        self.columns: dict[str, list] = {name: [] for name in LIVE_COLUMNS}
+        self.staged: dict[int, tuple[Any, Any]] = {}
+        self.pauses = 0
+
+    def _out_path(self, device) -> Path:
+        cfg = self.cfg
+        folder = Path(cfg.out).expanduser() if cfg.out is not None else Path("live") / cfg.dataset / str(cfg.model) / device_slug(device)
+        path = folder / f"{cfg.file_stem()}.live.parquet"
+        if path.exists() and not cfg.force:
+            raise OutputError(f"{path} already exists; pass --force to overwrite it or --name to write another file")
+        return path
+
+    # -- staging: the tracer's stager, batches on the device before the clock starts
+    def _stage_from(self, episode, start: int) -> int:
+        """Stage batches ``start..`` of ``episode`` — as many as fit in ``--stage-mb`` — onto the
+        device, with every decode finished before it returns; return the ns it took."""
+        t = now_ns()
+        self.staged.clear()
+        stager = self.base.stager
+        first = stager.stage(episode, [start])
+        length = stager.chunk_length(first[0].nbytes)
+        batches = first + stager.stage(episode, range(start + 1, min(episode.num_batches, start + length)))
+        for b in batches:
+            self.staged[b.step] = (b.x.to(self.base.device), b.y)
+        del first, batches
+        collect_between_chunks()
+        from .runner import REWARM_AFTER_S
+
+        if time.perf_counter() - self.base._last_event_end >= REWARM_AFTER_S:
+            self.base._rewarm(self.staged[start][0])  # as the tracer does after a staging pause
+        self.base.clock.sync()
+        return now_ns() - t
+
+    def _prepare(self, episode) -> PrepareFn:
+        def prepare(i: int) -> int:
+            if i in self.staged:
+                return 0
+            self.pauses += 1
+            return self._stage_from(episode, i)
+
+        return prepare
+
+    def _server(self, episode, adapt: bool) -> ServeFn:
+        base = self.base
+
+        def serve(i: int) -> tuple[Event, int]:
+            x, y = self.staged[i]
+            ev = timed_event(base.method, x, base.clock, adapt=adapt)
+            domain, _ = episode.locate(i)
+            base._last_event_end = time.perf_counter()
+            correct = base._correct(ev.logits, y, domain.name)
+            ev.logits = None  # the event's tensors go before the next one (as in the tracer)
+            collect_between_events()
+            return ev, correct
+
+        return serve
+
+    # -- rows
+    def _add_rows(self, plan: RunPlan, episode, outcome: Sequence[Served | None]) -> None:
+        c = self.columns
+        for i, s in enumerate(outcome):
+            domain, idx = episode.locate(i)
+            row = {
+                "run": plan.run, "episode": episode.name, "domain": domain.name, "severity": domain.severity, "step": i,
+                "n": len(idx), "served": s is not None, "event": -1 if s is None else s.event,
+                "mode": "skipped" if s is None else s.mode, "correct": None if s is None else s.correct,
+                "arrival_ms": i * plan.gamma_ms if plan.protocol == "discrete" else None,
+                "pickup_ms": None, "predict_ms": None, "free_ms": None, "e_ms": None, "l_ms": None, "delta_ms": None,
+                "charged_ms": None, "spent_ms": None, "peak_mem_bytes": None,
+            }
+            if s is not None:
+                row.update(pickup_ms=s.pickup_ms, predict_ms=s.predict_ms, free_ms=s.free_ms, e_ms=s.ev.e_ms,
+                           l_ms=s.ev.l_ms, delta_ms=s.ev.e_ms + s.ev.l_ms, charged_ms=s.charged_ms, spent_ms=s.spent_ms,
+                           peak_mem_bytes=s.ev.peak_mem_bytes)
+            for k, v in row.items():
+                c[k].append(v)
+
+    # -- the strict rule's undo: a host copy of the state before each step (outside the timed regions)
+    def _save(self) -> Any:
+        from .runner import capture_rng, host_snapshot
+
+        return host_snapshot(self.base.method), capture_rng(self.base.device)
+
+    def _undo(self, saved: Any) -> None:
+        from .runner import restore_rng
+
+        self.base.method.restore(saved[0])
+        restore_rng(saved[1], self.base.device)
+
+    # -- one run
+    def play(self, plan: RunPlan) -> None:
+        base = self.base
+        base.method.reset()  # every run starts from the source model, continual streams too
+        totals = {"num_batches": 0, "served": 0, "served_correct_frac": 0.0, "m": {}, "spent_ms": {}}
+        t_run = now_ns()
+        for index, episode in enumerate(base.episodes):
+            base.start_episode(index, episode)
+            n = episode.num_batches
+            self._stage_from(episode, 0)
+            prepare = self._prepare(episode)
+            if plan.protocol == "discrete":
+                outcome = play_discrete(n, plan.gamma_ms, plan.queue, self._server(episode, True), prepare,
+                                        int(self.settings.spin_us * 1000))
+            else:
+                hooks = AmortisedHooks(self._server(episode, True), self._server(episode, False), self._save,
+                                       self._undo, base.method.freeze)
+                outcome, m = play_amortised(n, self.lambda_ms, plan.budget_ms, plan.budget_rule, hooks, prepare)
+                if base.method.frozen:
+                    base.method.unfreeze()
+                totals["m"][episode.name] = m
+                totals["spent_ms"][episode.name] = outcome[-1].spent_ms if outcome else 0.0
+            self.staged.clear()
+            self._add_rows(plan, episode, outcome)
+            sizes = [len(episode.locate(i)[1]) for i in range(n)]
+            for i, s in enumerate(outcome):
+                if s is not None:
+                    totals["served"] += 1
+                    totals["served_correct_frac"] += s.correct / sizes[i]
+            totals["num_batches"] += n
+        served, total = totals["served"], totals["num_batches"]
+        acc_sum = totals.pop("served_correct_frac")
+        plan.summary = {
+            "num_batches": total, "served": served, "alpha": served / total, "served_acc": acc_sum / served if served else None,
+            "utility": acc_sum / total, "wall_s": (now_ns() - t_run) / 1e9,
+        }
+        if plan.protocol == "amortised":
+            plan.summary.update(m=totals["m"], spent_ms=totals["spent_ms"])
+        else:
+            plan.summary.pop("m", None)
+        line = f"run {plan.run} (repeat {plan.repeat}) {plan.label()}: "
+        if plan.protocol == "discrete":
+            line += f"α {100 * plan.summary['alpha']:6.2f}%  served acc {100 * (plan.summary['served_acc'] or 0):6.2f}%  "
+        else:
+            line += f"m {np.mean(list(totals['m'].values())):.1f}/{total / len(base.episodes):.0f}  "
+        line += f"U {100 * plan.summary['utility']:6.2f}%  ({plan.summary['wall_s']:.1f} s)"
+        self.echo(line)
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "live_schema_version": LIVE_SCHEMA_VERSION,
+            **self.base.run_metadata(),
+            "lambda_ms": self.lambda_ms,
+            "lambda_source": self.lambda_source,
+            "clock": "time.perf_counter_ns",
+            "clock_resolution_ns": clock_resolution_ns(),
+            "spin_us": float(self.settings.spin_us),
+            "stage_mb": float(self.cfg.stage_mb),
+            "stage_pauses": self.pauses,
+            "runs": [p.params() for p in self.plans],
+        }
+
+    def run(self) -> Path:
+        from tempora_schema.outputs import output_lock, to_bytes, write_file
+
+        self.out_path.parent.mkdir(parents=True, exist_ok=True)
+        with output_lock(self.out_path, "live run"):
+            try:
+                last_arrival(1.0, 1.0)  # compile / load the kernel function now, not at the first decision
+                with collector_paused():  # the collector runs between events only, as in a trace
+                    self.base.warm_up()
+                    for plan in self.plans:
+                        self.play(plan)
+            finally:
+                self.base.stager.close()
+            meta = self.metadata()
+            table = pa.table(self.columns, schema=live_arrow_schema(meta))
+            validate_live_table(table, meta, self.out_path)  # never publish a file the reader rejects
+            return write_file(self.out_path, to_bytes(lambda f: pq.write_table(table, f)))
+
+
+def run_live(config: TraceConfig, settings: LiveSettings | None = None, echo: Callable[[str], None] | None = None,
+             **options: Any) -> Path:
+    """Play ``config``'s method live under ``settings`` (or keyword options of
+    :class:`LiveSettings`) and return the path of the written live-run Parquet file."""
+    if settings is None:
+        settings = LiveSettings(**options)
+    elif options:
+        settings = dataclasses.replace(settings, **options)
+    settings = settings.checked()
+    cfg = config.resolved()
+    if echo is None:
+        echo = (lambda s: None) if cfg.quiet else (lambda s: print(s, flush=True))
+    return LiveRun(cfg, settings, echo).run()
