@@ -25,8 +25,8 @@ GUIDE = Path(__file__).resolve().parents[1] / "docs" / "add-a-method.md"
 @pytest.fixture
 def guide_method(monkeypatch):
     """Execute the guide's first Python block; the registry is restored afterwards."""
+    registry._discover()  # first, so the built-in methods land in the real registry
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
-    registry._discover()
     code = re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"), re.S)[0]
     namespace: dict = {"__name__": "guide_example"}
     exec(compile(code, str(GUIDE), "exec"), namespace)
