@@ -52,6 +52,7 @@ from tempora_schema.command import (  # noqa: E402
 from tempora_schema.errors import OptionError  # noqa: E402
 
 from . import __version__  # noqa: E402
+from .calibration import lambda_ms_of  # noqa: E402
 from .config import (  # noqa: E402
     DEFAULT_BATCH_SIZE,
     DEFAULT_FROZEN_SAMPLE,
@@ -62,7 +63,6 @@ from .config import (  # noqa: E402
     TraceConfig,
 )
 from .errors import ConfigError  # noqa: E402
-from .calibration import lambda_ms_of  # noqa: E402
 
 PROG = "tempora-trace"
 
