@@ -310,16 +310,17 @@ def read_trace(path: str | os.PathLike) -> Trace:
     """
     path = Path(path)
     try:
+        source = path
         try:
-            kv = pl.read_parquet_metadata(path)
-            df = pl.read_parquet(path, parallel="none")  # per-file thread pools cost more than they save here
-        except UnicodeEncodeError:  # a file name that is not UTF-8: read through an open file
-            with open(path, "rb") as fh:
-                data = fh.read()
+            str(path).encode("utf-8")
+        except UnicodeEncodeError:  # a file name that is not UTF-8: polars cannot open it by name
             import io
 
-            kv = pl.read_parquet_metadata(io.BytesIO(data))
-            df = pl.read_parquet(io.BytesIO(data), parallel="none")
+            source = io.BytesIO(path.read_bytes())
+        kv = pl.read_parquet_metadata(source)
+        if not isinstance(source, Path):
+            source.seek(0)
+        df = pl.read_parquet(source, parallel="none")  # per-file thread pools cost more than they save here
     except BaseException as exc:  # noqa: BLE001 - polars reports corrupt files as panics, too
         if not isinstance(exc, Exception) and not _panic(exc):
             raise
