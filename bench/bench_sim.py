@@ -151,7 +151,6 @@ def main() -> None:
     parser.add_argument("--only-exact", action="store_true", help="run only (e), the exact-frozen CLI benchmarks")
     args = parser.parse_args()
 
-    import numba
 
     print(f"tempora-sim benchmark — {machine_line()}")
     with tempfile.TemporaryDirectory(prefix="tempora-bench-") as tmp:

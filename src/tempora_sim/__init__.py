@@ -7,18 +7,21 @@ polars and numba.
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
-
-try:
-    __version__ = version("tempora")  # the one place it is declared: pyproject.toml
-except PackageNotFoundError:  # a source tree on sys.path that was never installed
-    __version__ = "0+unknown"
 
 __all__ = ["sweep", "run_sweep", "SweepOptions", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
+    # The version is read from the package metadata (declared once, in pyproject.toml) on first
+    # use, not at import: the command line installs its Ctrl-C guard after this module runs.
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("tempora")
+        except PackageNotFoundError:  # a source tree on sys.path that was never installed
+            return "0+unknown"
     if name in ("sweep", "run_sweep", "SweepOptions"):
         from . import replay
 
