@@ -334,3 +334,21 @@ def test_lame_paper_unary_is_log_softmax():
     unary_paper = -logits.log_softmax(1)
     unary_default = -torch.log(logits.softmax(1) + 1e-10)
     assert not torch.equal(unary_paper, unary_default)
+
+
+def test_paper_profile_trace_sits_beside_the_default_one(tmp_path, monkeypatch):
+    """`--profile paper` names the trace <method>-paper and the simulator keeps it apart."""
+    from tempora_sim.replay import run_sweep
+    from tempora_trace.cli import main
+
+    monkeypatch.setenv("TEMPORA_DEMO_TEST_SIZE", "128")
+    common = ["--dataset", "demo", "--domains", "fog", "--batch-size", "32", "--max-batches", "2",
+              "--no-default-checkpoints", "--threads", "1", "--out", str(tmp_path), "--quiet"]
+    assert main(["run", "--method", "standard", *common]) == 0
+    assert main(["run", "--method", "tent", *common]) == 0
+    assert main(["run", "--method", "tent", "--profile", "paper", *common]) == 0
+    assert sorted(p.name for p in tmp_path.glob("*.parquet")) == [
+        "standard-bs32.parquet", "tent-bs32.parquet", "tent-paper-bs32.parquet"]
+    frame = run_sweep(tmp_path, protocols="offline").frame
+    assert set(frame["method"].unique()) == {"standard", "tent", "tent-paper"}
+    assert main(["run", "--method", "tent", "--profile", "paper", "--param", "profile=default", *common]) == 2

@@ -211,6 +211,14 @@ class TraceIdentity:
         return [k for k in IDENTITY_KEYS if a[k] != b[k]]
 
 
+def method_label(method: str, method_params: Mapping[str, Any] | None) -> str:
+    """The method as traces of one group tell it apart: ``tent``, or ``tent-paper`` for a trace
+    taken with ``profile=paper`` (the reference code's behaviour, docs/methods-parity.md), so a
+    default and a paper-profile trace of one method can sit side by side."""
+    profile = (method_params or {}).get("profile", "default") if isinstance(method_params, Mapping) else "default"
+    return method if profile in (None, "default") else f"{method}-{profile}"
+
+
 def file_stem(method: str, batch_size: int, seed: int, severity: int | None, stream: str) -> str:
     """``<method>`` plus ``-bs<B>``, ``-seed<S>``, ``-sev<k>``, ``-continual`` where they differ
     from the defaults, so the common variants never share a file. The other identity fields

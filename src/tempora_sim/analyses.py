@@ -780,7 +780,8 @@ def trace_rows(traces: Iterable, columns: Sequence[str] = ("phase", "episode", "
         lits = [pl.lit(meta[k]).alias(k) for k in GROUP_COLUMNS + (SEED,) if k in meta]
         if hasattr(t, "group"):
             lits.append(pl.lit(t.group.label(seed=False)).alias("group"))
-        frames.append(rows.with_columns(*lits, pl.lit(meta["method"]).alias("method")))
+        method = t.method if hasattr(t, "method") else meta["method"]
+        frames.append(rows.with_columns(*lits, pl.lit(method).alias("method")))
     if not frames:
         raise AnalysisError("no traces given")
     return pl.concat(frames, how="diagonal_relaxed")

@@ -471,7 +471,7 @@ def _frame(series: Series, protocol: str, values, stats: dict, pooled: bool) -> 
     ident_cols = ("dataset", "model", "device", "batch_size", "seed", "stream", "severity", "group", "method")
     per_trace = [
         (m["dataset"], m["model"], m["device"], int(m["batch_size"]), int(m["seed"]), m["stream"], m["severity"],
-         t.group.label(seed=False), m["method"])
+         t.group.label(seed=False), t.method)
         for t in s.traces for m in (t.meta,)
     ]
     ident = pl.DataFrame(

@@ -37,6 +37,7 @@ from tempora_schema import (
     TraceSchemaError,
     check_metadata_matches_rows,
     lambda_ms,
+    method_label,
     parse_metadata,
     probe_median_ms,
     upgrade_v1_metadata,
@@ -70,7 +71,8 @@ class Trace:
 
     @property
     def method(self) -> str:
-        return str(self.meta["method"])
+        """The method's name, with ``-paper`` for a paper-profile trace (tempora_schema.method_label)."""
+        return method_label(str(self.meta["method"]), self.meta.get("method_params"))
 
     @cached_property
     def group(self) -> GroupKey:

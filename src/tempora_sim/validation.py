@@ -211,7 +211,10 @@ def _find_trace(traces: TraceSet, live: LiveFile) -> Trace:
     """The trace of the live run's method and group (a trace of exactly its group first, else
     one of the same comparable group, which is then cut to the live run's episodes)."""
     want = comparable_group(live.group)
-    found = [t for t in traces.traces if t.method == live.meta["method"] and comparable_group(t.group) == want]
+    from tempora_schema import method_label
+
+    wanted = method_label(str(live.meta["method"]), live.meta.get("method_params"))
+    found = [t for t in traces.traces if t.method == wanted and comparable_group(t.group) == want]
     if not found:
         raise GroupError(f"{live.path}: no trace of method '{live.meta['method']}' in group {live.group.label()} under --traces")
     return min(found, key=lambda t: (t.group != live.group, str(t.path)))

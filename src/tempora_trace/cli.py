@@ -191,6 +191,9 @@ RUN_OPTIONS: list[Callable] = [
 METHOD_OPTIONS: list[Callable] = [
     _opt("--method", default=None, help="TTA method (see `tempora-trace list`). Required."),
     _opt("--param", "params", multiple=True, metavar="KEY=VALUE", help="Override a method hyperparameter (repeatable)."),
+    _opt("--profile", type=click.Choice(["default", "paper"]), default=None,
+         help="paper: behave as the Tempora reference code wherever the default departs from it "
+              "(docs/methods-parity.md); the trace is named <method>-paper. Same as --param profile=paper."),
     _opt("--frozen-sample", type=FROZEN_SAMPLE, default=str(DEFAULT_FROZEN_SAMPLE),
          help="Later batches scored per frozen checkpoint, or 'all' (exact)."),
     _opt("--checkpoints", type=int_list_type(0, INT32_MAX), default=None, metavar="STEPS",
@@ -213,6 +216,16 @@ def run_options(*groups: list[Callable]) -> Callable:
         return fn
 
     return apply
+
+
+def method_params(opts: dict[str, Any]) -> dict[str, Any]:
+    """``--param`` pairs plus ``--profile`` (which is the method parameter ``profile``)."""
+    params = dict(parse_param(p) for p in opts["params"])
+    if opts.get("profile") is not None:
+        if params.get("profile", opts["profile"]) != opts["profile"]:
+            raise ConfigError(f"--profile {opts['profile']} contradicts --param profile={params['profile']}")
+        params["profile"] = opts["profile"]
+    return params
 
 
 def _domains(text: str | None) -> list[str] | None:
@@ -265,7 +278,7 @@ def run_command(**opts: Any) -> None:
         from .methods import available_methods
 
         raise ConfigError(f"--method is required; available: {', '.join(available_methods())}")
-    params = dict(parse_param(p) for p in opts["params"])
+    params = method_params(opts)
     cfg = make_config(
         opts["method"], _common(opts), method_params=params, frozen_sample=opts["frozen_sample"],
         checkpoints=opts["checkpoints"] or [], default_checkpoints=not opts["no_default_checkpoints"],
@@ -308,6 +321,9 @@ def _positive_time_list(text: str, option: str) -> list[float]:
 LIVE_OPTIONS: list[Callable] = [
     _opt("--method", default=None, help="TTA method (see `tempora-trace list`). Required."),
     _opt("--param", "params", multiple=True, metavar="KEY=VALUE", help="Override a method hyperparameter (repeatable)."),
+    _opt("--profile", type=click.Choice(["default", "paper"]), default=None,
+         help="paper: behave as the Tempora reference code wherever the default departs from it "
+              "(docs/methods-parity.md); the trace is named <method>-paper. Same as --param profile=paper."),
     _opt("--protocol", default="discrete", help="discrete, amortised, or both: discrete,amortised."),
     _opt("--rho", type=ValueType("RATIOS", _ratio_list), default=None, metavar="RATIOS",
          help="Discrete: utilisations ρ = λ/γ, fractions or %, comma-separated (1,0.5 or 100%,50%)."),
@@ -349,7 +365,7 @@ def live_command(**opts: Any) -> None:
         budgets_ms=opts["budgets"] or [], budget_rule=opts["budget_rule"], lambda_ms=opts["lambda_ms"],
         standard=opts["standard"], repeats=opts["repeats"], spin_us=opts["spin_us"],
     ).checked()
-    params = dict(parse_param(p) for p in opts["params"])
+    params = method_params(opts)
     cfg = make_config(opts["method"], _common(opts), method_params=params)
     try:
         path = run_live(cfg, settings)

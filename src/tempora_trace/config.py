@@ -150,7 +150,8 @@ class TraceConfig:
         """``--name``, else the identity's stem (:func:`tempora_schema.file_stem`)."""
         if self.name:
             return self.name
-        return schema.file_stem(self.method, self.batch_size, self.seed, self._severity(), self.stream)
+        method = schema.method_label(self.method, self.method_params)
+        return schema.file_stem(method, self.batch_size, self.seed, self._severity(), self.stream)
 
     def _severity(self) -> int | None:
         from .data import get_dataset
