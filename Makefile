@@ -25,6 +25,10 @@ RESULTS ?= results
 .PHONY: install test bench docs demo demo-run demo-traces demo-trace-files demo-models validate lint clean \
         paper paper-vit paper-cifar paper-traces paper-vit-traces paper-cifar-traces
 
+# Never two recipes at once, whatever -j says: two traces on one machine would time each other
+# (several devices: `tempora-trace campaign`, docs/cluster.md).
+.NOTPARALLEL:
+
 install: $(INSTALL)
 
 $(STAMP): pyproject.toml
@@ -108,7 +112,7 @@ demo-traces: install
 demo-trace-files: $(DEMO_FILES)
 
 demo-run: $(DEMO_FILES)
-	$(SIM) report $(DEMO_TRACES) --out $(DEMO_OUT)/report
+	$(SIM) report $(DEMO_TRACES) --out $(DEMO_OUT)/report --scenarios
 	@echo "report: $(DEMO_OUT)/report/report.md"
 
 # <root>/<model>/<device>/<method>.parquet; the model is the stem's first path component.
@@ -171,9 +175,9 @@ validate: install
 
 # ------------------------------------------------------------------ paper reproduction
 # `make paper DATA=/path/to/ImageNet-C [WEIGHTS=resnet50-0676ba61.pth] DEVICE=cuda`
-# Each trace is its own target (`make -j` on several GPUs, or several machines writing into
-# traces/); the simulator merges whatever lands there. Don't run two traces on one GPU at
-# once: they would time each other. λ comes from the `standard` trace of each group.
+# Each trace is its own target, taken one at a time (.NOTPARALLEL above); several GPUs or
+# machines: run campaigns/paper.toml with `tempora-trace campaign`. λ comes from the
+# `standard` trace of each group.
 # Results: $(RESULTS)/<study>/utility.{parquet,csv} (the sweep) and $(RESULTS)/<study>/report/.
 DATA    ?=
 WEIGHTS ?=
