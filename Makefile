@@ -50,7 +50,7 @@ bench: install
 # imports torch, tracer and simulator meet only in tempora_schema, no import cycles), then
 # `ruff format --check` on FORMATTED: the files already in ruff's format (all of src tests
 # bench once the code base has been formatted in one go).
-FORMATTED ?= src/tempora_trace/norms.py src/tempora_trace/paths.py src/tempora_trace/models/pretrained.py \
+FORMATTED ?= src tests bench tools
              tests/test_packaging.py tests/test_make_targets.py tests/test_weights_download.py
 lint: install
 	$(PY) -m ruff check src tests bench tools

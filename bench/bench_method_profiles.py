@@ -46,16 +46,29 @@ def main() -> int:
     from tempora_trace.cli import methods_for_model  # the same list `--methods-for` prints
 
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), platform.processor())
-    print(f"Machine: {cpu}, {args.threads} thread(s); torch {torch.__version__}; {args.batches} adapt events of "
-          f"{args.batch_size} on demo {args.domain} per trace, after the tracer's warm-up.\n")
+    print(
+        f"Machine: {cpu}, {args.threads} thread(s); torch {torch.__version__}; {args.batches} adapt events of "
+        f"{args.batch_size} on demo {args.domain} per trace, after the tracer's warm-up.\n"
+    )
     print("| model | method | δ̄ standard (ms) | δ̄ default (ms) | δ̄ paper (ms) | ratio default | ratio paper |")
     print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models:
+
             def trace(method: str, profile: str, model: str = model) -> float:
-                cfg = TraceConfig(method=method, dataset="demo", model=model, domains=[args.domain], max_batches=args.batches,
-                                  batch_size=args.batch_size, out=str(Path(tmp) / model / profile), quiet=True,
-                                  frozen_sample=1, method_params={"profile": profile}, force=True)
+                cfg = TraceConfig(
+                    method=method,
+                    dataset="demo",
+                    model=model,
+                    domains=[args.domain],
+                    max_batches=args.batches,
+                    batch_size=args.batch_size,
+                    out=str(Path(tmp) / model / profile),
+                    quiet=True,
+                    frozen_sample=1,
+                    method_params={"profile": profile},
+                    force=True,
+                )
                 return mean_delta(trace_run(cfg))
 
             for name in methods_for_model(model):
@@ -67,8 +80,11 @@ def main() -> int:
                 d, p = trace(name, "default"), trace(name, "paper")
                 base = (before + trace("standard", "default")) / 2
                 same = not any(dep.switched_by_paper_profile for dep in get_method(name).departures)
-                print(f"| {model} | {name} | {base:.1f} | {d:.1f} | {p:.1f}{' (same code path)' if same else ''} | "
-                      f"{d / base:.2f} | {p / base:.2f} |", flush=True)
+                print(
+                    f"| {model} | {name} | {base:.1f} | {d:.1f} | {p:.1f}{' (same code path)' if same else ''} | "
+                    f"{d / base:.2f} | {p / base:.2f} |",
+                    flush=True,
+                )
     return 0
 
 

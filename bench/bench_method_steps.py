@@ -71,8 +71,7 @@ def run(method_name: str, model_name: str, batch: int, events: int, warmup: int,
     model, size, classes, family = build_model(model_name)
     model.to(device)
     norm = norm_of(model)
-    ctx = MethodContext(num_classes=classes, dataset_family=family, batch_size=batch, device=device,
-                        model_name=model_name, norm_kind=norm)
+    ctx = MethodContext(num_classes=classes, dataset_family=family, batch_size=batch, device=device, model_name=model_name, norm_kind=norm)
     cls = get_method(method_name)
     if norm not in cls.compatible_norms:
         return None
@@ -129,14 +128,28 @@ def main() -> int:
 
     importlib.import_module("tempora_trace.methods")
     torch.set_num_threads(args.threads)
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
-    print(f"# {cpu}; {args.threads} thread(s); torch {torch.__version__}; device {args.device}; batch {args.batch}; "
-          f"{args.events} events after {args.warmup} warm-up; src {args.src}")
+    cpu = (
+        next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), platform.processor())
+        if Path("/proc/cpuinfo").exists()
+        else platform.processor()
+    )
+    print(
+        f"# {cpu}; {args.threads} thread(s); torch {torch.__version__}; device {args.device}; batch {args.batch}; "
+        f"{args.events} events after {args.warmup} warm-up; src {args.src}"
+    )
     print(f"{'model':<15} {'method':<9} {'ops/event':>9} {'sync/event':>10} {'ms/event':>9}  most frequent ops")
     params = {} if args.profile == "default" else {"profile": args.profile}
     for model_name in args.models:
         for name in args.methods:
-            res = run(name, model_name, args.batch, args.events, args.warmup, args.device, params if name != "standard" or args.profile == "default" else params)
+            res = run(
+                name,
+                model_name,
+                args.batch,
+                args.events,
+                args.warmup,
+                args.device,
+                params if name != "standard" or args.profile == "default" else params,
+            )
             if res is None:
                 continue
             if isinstance(res, str):

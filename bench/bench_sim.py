@@ -70,7 +70,9 @@ def cli_run(trace_dir: Path, out: Path, env: dict | None = None) -> tuple[float,
     t0 = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "tempora_sim.cli", "sweep", str(trace_dir), "--out", str(out)],
-        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})},
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})},
         check=True,
     )
     wall = time.perf_counter() - t0
@@ -85,8 +87,9 @@ EXACT_CHECKPOINTS = tuple(range(16)) + (16, 32, 64, 128)
 
 def write_exact_frozen_set(directory: Path) -> int:
     """Ten paper-shaped traces with every later batch scored at every checkpoint; returns rows."""
-    paths = write_trace_set(directory, tuple(PROFILES), num_batches=781, episodes=CORRUPTIONS,
-                            checkpoints=EXACT_CHECKPOINTS, frozen_eval="all")
+    paths = write_trace_set(
+        directory, tuple(PROFILES), num_batches=781, episodes=CORRUPTIONS, checkpoints=EXACT_CHECKPOINTS, frozen_eval="all"
+    )
     import pyarrow.parquet as pq
 
     return sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
@@ -120,9 +123,11 @@ def machine_line() -> str:
     import numba
     import polars
 
-    return (f"{cpu}, {os.cpu_count()} CPU cores (os.cpu_count()), load average "
-            f"{os.getloadavg()[0]:.1f}; Python {sys.version.split()[0]}, numpy {np.__version__}, "
-            f"polars {polars.__version__}, Numba {numba.__version__} ({numba.config.NUMBA_NUM_THREADS} threads)")
+    return (
+        f"{cpu}, {os.cpu_count()} CPU cores (os.cpu_count()), load average "
+        f"{os.getloadavg()[0]:.1f}; Python {sys.version.split()[0]}, numpy {np.__version__}, "
+        f"polars {polars.__version__}, Numba {numba.__version__} ({numba.config.NUMBA_NUM_THREADS} threads)"
+    )
 
 
 def bench_exact_frozen(tmp: Path, runs: int) -> None:
@@ -130,27 +135,30 @@ def bench_exact_frozen(tmp: Path, runs: int) -> None:
     exact = tmp / "exact"
     t0 = time.perf_counter()
     rows = write_exact_frozen_set(exact)
-    print(f"\n  exact-frozen set: 10 traces × 15 episodes × 781 batches, {len(EXACT_CHECKPOINTS)} checkpoints "
-          f"on every later batch: {rows / 1e6:.2f} M rows (written in {time.perf_counter() - t0:.1f} s)")
-    dense = {"--rho": np.linspace(0.05, 1.5, 100), "--T": np.linspace(45, 2000, 100),
-             "--B": np.linspace(0, 40000, 100)}
+    print(
+        f"\n  exact-frozen set: 10 traces × 15 episodes × 781 batches, {len(EXACT_CHECKPOINTS)} checkpoints "
+        f"on every later batch: {rows / 1e6:.2f} M rows (written in {time.perf_counter() - t0:.1f} s)"
+    )
+    dense = {"--rho": np.linspace(0.05, 1.5, 100), "--T": np.linspace(45, 2000, 100), "--B": np.linspace(0, 40000, 100)}
     dense_args = [a for flag, vals in dense.items() for a in (flag, ",".join(f"{v:.6g}" for v in vals))]
     for label, extra, target in (("paper grid", [], 1.0), ("300-value dense grid", dense_args, 1.5)):
         walls, cpus = cli_wall(["sweep", str(exact), "--protocol", "all", *extra], runs)
         med = statistics.median(walls)
-        record(f"(e) warm CLI, exact frozen, {label} (median of {runs})",
-               f"{med:.2f} s (min {min(walls):.2f}, CPU {statistics.median(cpus):.2f} s)", f"< {target:g} s", med < target)
+        record(
+            f"(e) warm CLI, exact frozen, {label} (median of {runs})",
+            f"{med:.2f} s (min {min(walls):.2f}, CPU {statistics.median(cpus):.2f} s)",
+            f"< {target:g} s",
+            med < target,
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--full", action="store_true",
-                        help="run the Python reference over all 300 dense scenarios instead of 1 in 5")
+    parser.add_argument("--full", action="store_true", help="run the Python reference over all 300 dense scenarios instead of 1 in 5")
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--cli-runs", type=int, default=7, help="warm CLI runs per measurement in (e)")
     parser.add_argument("--only-exact", action="store_true", help="run only (e), the exact-frozen CLI benchmarks")
     args = parser.parse_args()
-
 
     print(f"tempora-sim benchmark — {machine_line()}")
     with tempfile.TemporaryDirectory(prefix="tempora-bench-") as tmp:
@@ -163,27 +171,36 @@ def main() -> None:
         t0 = time.perf_counter()
         write_trace_set(paper_dir, tuple(PROFILES), num_batches=781, episodes=CORRUPTIONS)
         traces = load_traces(paper_dir)
-        print(f"  synthetic paper set: {len(traces)} traces × 15 episodes × 781 batches "
-              f"(written and loaded in {time.perf_counter() - t0:.1f} s)\n")
+        print(
+            f"  synthetic paper set: {len(traces)} traces × 15 episodes × 781 batches "
+            f"(written and loaded in {time.perf_counter() - t0:.1f} s)\n"
+        )
         print(f"  {'measurement':<58} {'measured':>26}   {'target':<12}")
 
         # ---- (a) -------------------------------------------------------------------------
         cold_cache = tmp / "numba-cold-cache"
         wall, cpu, out = cli_run(paper_dir, tmp / "out-cold", {"NUMBA_CACHE_DIR": str(cold_cache)})
         jit = re.search(r"\+(\d+) ms JIT", out)
-        record("(a) cold Numba compile (empty cache), first CLI run", f"{int(jit.group(1)):,} ms JIT" if jit else "n/a",
-               "reported", None)
+        record("(a) cold Numba compile (empty cache), first CLI run", f"{int(jit.group(1)):,} ms JIT" if jit else "n/a", "reported", None)
         run_sweep(traces, **PAPER)  # JIT / cache load in this process
         res, kernel, total = timed_sweeps(traces, args.repeat, **PAPER)
         events = res.stats.batch_events
-        record(f"(a) paper grid kernels: {res.stats.evaluations:,} evals, {events / 1e6:.2f} M batch events",
-               f"{ms(min(kernel))} (median {ms(statistics.median(kernel))})", "≤ 5 ms", min(kernel) <= 5e-3)
+        record(
+            f"(a) paper grid kernels: {res.stats.evaluations:,} evals, {events / 1e6:.2f} M batch events",
+            f"{ms(min(kernel))} (median {ms(statistics.median(kernel))})",
+            "≤ 5 ms",
+            min(kernel) <= 5e-3,
+        )
         cli_run(paper_dir, tmp / "out-warm")  # make sure this process's cache is warm
         runs = [cli_run(paper_dir, tmp / f"out-warm{i}") for i in range(3)]
         best_wall = min(r[0] for r in runs)
         best_cpu = min(r[1] for r in runs)
-        record("(a) warm CLI run: imports+read+replay+write+print (wall)", f"{best_wall:.2f} s (CPU {best_cpu:.2f} s)",
-               "≤ 2 s", best_wall <= 2.0)
+        record(
+            "(a) warm CLI run: imports+read+replay+write+print (wall)",
+            f"{best_wall:.2f} s (CPU {best_cpu:.2f} s)",
+            "≤ 2 s",
+            best_wall <= 2.0,
+        )
 
         # ---- (b) -------------------------------------------------------------------------
         ref = run_sweep(traces, engine="python", **PAPER)
@@ -206,18 +223,20 @@ def main() -> None:
         load_and_rest = slow_e2e - slow.stats.kernel_s
         slow_full = load_and_rest + slow.stats.kernel_s * step
         note = "" if step == 1 else f" (replay ×{step} from 1 in {step} values)"
-        record(f"(b) dense 300-scenario sweep end to end, kernels ({fast.stats.evaluations:,} evals)",
-               f"{min(fast_e2e):.2f} s", "", None)
+        record(f"(b) dense 300-scenario sweep end to end, kernels ({fast.stats.evaluations:,} evals)", f"{min(fast_e2e):.2f} s", "", None)
         record(f"(b) same with the Python reference{note}", f"{slow_full:.1f} s", "", None)
-        record("(b) end-to-end speed-up, dense sweep", f"{slow_full / min(fast_e2e):,.0f}×", "≥ 5×",
-               slow_full / min(fast_e2e) >= 5)
+        record("(b) end-to-end speed-up, dense sweep", f"{slow_full / min(fast_e2e):,.0f}×", "≥ 5×", slow_full / min(fast_e2e) >= 5)
 
         # ---- (c) -------------------------------------------------------------------------
         rho1000 = ",".join(f"{v:.6g}" for v in np.linspace(0.02, 2.0, 1000))
         run_sweep(traces, protocols="discrete", rho=rho1000)
         _, k1000, t1000 = timed_sweeps(traces, 5, protocols="discrete", rho=rho1000)
-        record("(c) 1,000 ρ values × 150 episodes (sweep incl. 151k-row frame)",
-               f"{min(t1000):.3f} s (kernel {ms(min(k1000))})", "≤ 0.5 s", min(t1000) <= 0.5)
+        record(
+            "(c) 1,000 ρ values × 150 episodes (sweep incl. 151k-row frame)",
+            f"{min(t1000):.3f} s (kernel {ms(min(k1000))})",
+            "≤ 0.5 s",
+            min(t1000) <= 0.5,
+        )
 
         # ---- (d) -------------------------------------------------------------------------
         print()
@@ -227,8 +246,9 @@ def main() -> None:
         grid100 = dict(rho=np.linspace(0.05, 1.5, 100), T_ms=np.linspace(45, 2000, 100), B_ms=np.linspace(0, 4e6, 100))
         scaling = []
         for n in (10_000, 100_000, 1_000_000):
-            path = write_trace(big_dir / f"n{n}" / "tent.parquet", "tent", num_batches=n, episodes=("stream",),
-                               checkpoints=ck, frozen_eval=64)
+            path = write_trace(
+                big_dir / f"n{n}" / "tent.parquet", "tent", num_batches=n, episodes=("stream",), checkpoints=ck, frozen_eval=64
+            )
             big = load_traces(path)
             for size in (10, 100):
                 g = {k: ",".join(f"{v:.6g}" for v in vals[:: 100 // size]) for k, vals in grid100.items()}
@@ -242,12 +262,13 @@ def main() -> None:
         worst = max(v[1] for k, v in last.items() if k not in ("N", "values"))
         record("(d) 1 M-batch trace × 100 values, slowest protocol (sweep)", f"{worst:.3f} s", "≤ 2 s", worst <= 2.0)
         print("\n  (d) scaling — kernel time per protocol call (best of 3)")
-        print(f"  {'N batches':>10} {'values':>7} {'discrete':>12} {'continuous':>12} {'amortised':>12}"
-              f" {'batch events/s (discrete)':>26}")
+        print(f"  {'N batches':>10} {'values':>7} {'discrete':>12} {'continuous':>12} {'amortised':>12} {'batch events/s (discrete)':>26}")
         for row in scaling:
             rate = row["N"] * row["values"] / row["discrete"][0]
-            print(f"  {row['N']:>10,} {row['values']:>7} {ms(row['discrete'][0]):>12} {ms(row['continuous'][0]):>12}"
-                  f" {ms(row['amortised'][0]):>12} {rate / 1e6:>23,.0f} M")
+            print(
+                f"  {row['N']:>10,} {row['values']:>7} {ms(row['discrete'][0]):>12} {ms(row['continuous'][0]):>12}"
+                f" {ms(row['amortised'][0]):>12} {rate / 1e6:>23,.0f} M"
+            )
 
         # ---- (e) -------------------------------------------------------------------------
         bench_exact_frozen(tmp, args.cli_runs)
@@ -256,8 +277,10 @@ def main() -> None:
 
 def summary() -> None:
     failed = [r for r in RESULTS if r[3] is False]
-    print(f"\n  {sum(r[3] is True for r in RESULTS)} targets met, {len(failed)} missed"
-          + ("" if not failed else ": " + "; ".join(r[0] for r in failed)))
+    print(
+        f"\n  {sum(r[3] is True for r in RESULTS)} targets met, {len(failed)} missed"
+        + ("" if not failed else ": " + "; ".join(r[0] for r in failed))
+    )
 
 
 if __name__ == "__main__":

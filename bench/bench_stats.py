@@ -45,8 +45,10 @@ def machine() -> str:
     except OSError:
         pass
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return (f"{model}, {os.cpu_count()} cores, load average {load:.1f}; python {platform.python_version()}, "
-            f"numpy {numpy.__version__}, scipy {scipy.__version__}, polars {polars.__version__}")
+    return (
+        f"{model}, {os.cpu_count()} cores, load average {load:.1f}; python {platform.python_version()}, "
+        f"numpy {numpy.__version__}, scipy {scipy.__version__}, polars {polars.__version__}"
+    )
 
 
 def main() -> int:
@@ -65,24 +67,30 @@ def main() -> int:
     an.utility_intervals(u, rows)  # warm
     t0, c0 = time.perf_counter(), cpu_s()
     iv = an.utility_intervals(u, rows)
-    print(f"(a) intervals of {iv.index.height:,} rows × {iv.boot.shape[1]} resamples: "
-          f"{time.perf_counter() - t0:.2f} s wall, {cpu_s() - c0:.2f} s CPU")
+    print(
+        f"(a) intervals of {iv.index.height:,} rows × {iv.boot.shape[1]} resamples: "
+        f"{time.perf_counter() - t0:.2f} s wall, {cpu_s() - c0:.2f} s CPU"
+    )
     with tempfile.TemporaryDirectory() as out:
         t0, c0 = time.perf_counter(), cpu_s(resource.RUSAGE_CHILDREN)
-        subprocess.run([sys.executable, "-m", "tempora_sim.cli", "report", str(DEMO), "--out", out], check=True,
-                       stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+        subprocess.run(
+            [sys.executable, "-m", "tempora_sim.cli", "report", str(DEMO), "--out", out],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        )
         wall, cpu = time.perf_counter() - t0, cpu_s(resource.RUSAGE_CHILDREN) - c0
-    print(f"(b) tempora-sim report traces/demo: {wall:.1f} s wall, {cpu:.1f} s CPU   target < 30 s "
-          f"{'PASS' if wall < 30 else 'FAIL (wall; compare the CPU time on a loaded machine)'}")
+    print(
+        f"(b) tempora-sim report traces/demo: {wall:.1f} s wall, {cpu:.1f} s CPU   target < 30 s "
+        f"{'PASS' if wall < 30 else 'FAIL (wall; compare the CPU time on a loaded machine)'}"
+    )
     advise(ts, parse_constraint("0.6", None, None, None))  # warm
-    for args in (("0.6", None, None, None), (None, "80", None, None), (None, None, "300ms", None),
-                 (None, None, None, "5s")):
+    for args in (("0.6", None, None, None), (None, "80", None, None), (None, None, "300ms", None), (None, None, None, "5s")):
         c = parse_constraint(*args)
         t0, c0 = time.perf_counter(), cpu_s()
         advise(ts, c)
         wall, cpu = time.perf_counter() - t0, cpu_s() - c0
-        print(f"(c) advise {c.label():<14} warm: {wall:.2f} s wall, {cpu:.2f} s CPU   target < 2 s "
-              f"{'PASS' if wall < 2 else 'FAIL (wall)'}")
+        print(f"(c) advise {c.label():<14} warm: {wall:.2f} s wall, {cpu:.2f} s CPU   target < 2 s {'PASS' if wall < 2 else 'FAIL (wall)'}")
     return 0
 
 

@@ -88,7 +88,7 @@ def paired_overhead(model_name: str, weights, root: Path, batch_size: int, devic
             timed_event(method, batches[0], clock)
     for k in range(count):
         x = batches[k % len(batches)]
-        for which in ((0, 1) if k % 2 == 0 else (1, 0)):
+        for which in (0, 1) if k % 2 == 0 else (1, 0):
             if which == 0:
                 with torch.no_grad():
                     clock.sync()
@@ -185,9 +185,21 @@ def jpeg_runs(args, device: torch.device, tmp: Path) -> None:
     bare_runs, traced_runs, walls = [], [], []
     for r in range(args.repeats):
         bare_runs.append(bare_jpeg_loop(model, root, bs, device, 5, count))
-        cfg = TraceConfig(method="standard", dataset="imagenet-c", model=model, weights="random", data_root=str(root),
-                          domains=["fog"], batch_size=bs, max_batches=count, device=str(device), workers=args.workers,
-                          out=str(tmp / f"jpeg-std-{device.type}-{r}"), default_checkpoints=False, quiet=True)
+        cfg = TraceConfig(
+            method="standard",
+            dataset="imagenet-c",
+            model=model,
+            weights="random",
+            data_root=str(root),
+            domains=["fog"],
+            batch_size=bs,
+            max_batches=count,
+            device=str(device),
+            workers=args.workers,
+            out=str(tmp / f"jpeg-std-{device.type}-{r}"),
+            default_checkpoints=False,
+            quiet=True,
+        )
         t0 = time.perf_counter()
         d, adapt, _ = adapt_rows(trace_run(cfg))
         walls.append(time.perf_counter() - t0)
@@ -198,24 +210,35 @@ def jpeg_runs(args, device: torch.device, tmp: Path) -> None:
     bare_l, traced_l = min(lam(b) for b in bare_runs), min(lam(t) for t in traced_runs)
     d_mean = 100 * (statistics.fmean(traced) / statistics.fmean(bare) - 1)
     d_lam = 100 * (traced_l / bare_l - 1)
-    print(f"[overhead, JPEG runs] {model}, batch {bs}, {count} batches, {args.repeats} alternating runs each "
-          f"(tracer decode workers: {'default' if args.workers is None else args.workers}):")
-    print(f"    bare model(x) loop: δ̄ {statistics.fmean(bare):.3f} ms, median {statistics.median(bare):.3f}, σ {statistics.pstdev(bare):.3f}, "
-          f"mean+6σ {bare_l:.3f} ms")
-    print(f"    tracer standard:    δ̄ {statistics.fmean(traced):.3f} ms, median {statistics.median(traced):.3f}, σ {statistics.pstdev(traced):.3f}, "
-          f"λ {traced_l:.3f} ms")
-    print(f"    δ̄ difference {d_mean:+.2f} % (target within ±2 %: {'met' if abs(d_mean) <= 2 else 'NOT met'}); "
-          f"λ difference {d_lam:+.2f} % (target within ±5 %: {'met' if abs(d_lam) <= 5 else 'NOT met'})")
-    print(f"    per-run δ̄ bare {', '.join(f'{statistics.fmean(b):.2f}' for b in bare_runs)}; "
-          f"traced {', '.join(f'{statistics.fmean(t):.2f}' for t in traced_runs)}; "
-          f"tracer wall per run {', '.join(f'{w:.1f}' for w in walls)} s")
+    print(
+        f"[overhead, JPEG runs] {model}, batch {bs}, {count} batches, {args.repeats} alternating runs each "
+        f"(tracer decode workers: {'default' if args.workers is None else args.workers}):"
+    )
+    print(
+        f"    bare model(x) loop: δ̄ {statistics.fmean(bare):.3f} ms, median {statistics.median(bare):.3f}, σ {statistics.pstdev(bare):.3f}, "
+        f"mean+6σ {bare_l:.3f} ms"
+    )
+    print(
+        f"    tracer standard:    δ̄ {statistics.fmean(traced):.3f} ms, median {statistics.median(traced):.3f}, σ {statistics.pstdev(traced):.3f}, "
+        f"λ {traced_l:.3f} ms"
+    )
+    print(
+        f"    δ̄ difference {d_mean:+.2f} % (target within ±2 %: {'met' if abs(d_mean) <= 2 else 'NOT met'}); "
+        f"λ difference {d_lam:+.2f} % (target within ±5 %: {'met' if abs(d_lam) <= 5 else 'NOT met'})"
+    )
+    print(
+        f"    per-run δ̄ bare {', '.join(f'{statistics.fmean(b):.2f}' for b in bare_runs)}; "
+        f"traced {', '.join(f'{statistics.fmean(t):.2f}' for t in traced_runs)}; "
+        f"tracer wall per run {', '.join(f'{w:.1f}' for w in walls)} s"
+    )
 
 
 def machine_line(device: torch.device) -> str:
     from tempora_trace.timing import describe_device
 
-    return (f"machine: {describe_device(device)}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, "
-            f"Python {platform.python_version()}")
+    return (
+        f"machine: {describe_device(device)}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, Python {platform.python_version()}"
+    )
 
 
 def adapt_rows(path: Path):
@@ -260,12 +283,16 @@ def main() -> None:
                 harness = harness_cost_us(device)
                 bare_p, traced_p = paired_overhead(args.model, weights, data, args.batch_size, device, args.batches * args.repeats)
                 ratios = [t / b for b, t in zip(bare_p, traced_p)]
-                print(f"[overhead, paired] {len(ratios)} batches: bare model(x) median {statistics.median(bare_p):.3f} ms, "
-                      f"tracer event (sync, predict, sync, adapt, sync) median {statistics.median(traced_p):.3f} ms; "
-                      f"median per-batch ratio {100 * (statistics.median(ratios) - 1):+.2f} %, "
-                      f"mean {100 * (statistics.fmean(traced_p) / statistics.fmean(bare_p) - 1):+.2f} %  (target ≤ 2 %)")
-                print(f"[overhead, harness] one timed event around a no-op method: {harness:.1f} µs median = "
-                      f"{100 * harness / 1e3 / statistics.median(bare_p):.4f} % of a bare forward")
+                print(
+                    f"[overhead, paired] {len(ratios)} batches: bare model(x) median {statistics.median(bare_p):.3f} ms, "
+                    f"tracer event (sync, predict, sync, adapt, sync) median {statistics.median(traced_p):.3f} ms; "
+                    f"median per-batch ratio {100 * (statistics.median(ratios) - 1):+.2f} %, "
+                    f"mean {100 * (statistics.fmean(traced_p) / statistics.fmean(bare_p) - 1):+.2f} %  (target ≤ 2 %)"
+                )
+                print(
+                    f"[overhead, harness] one timed event around a no-op method: {harness:.1f} µs median = "
+                    f"{100 * harness / 1e3 / statistics.median(bare_p):.4f} % of a bare forward"
+                )
             if "jpeg" not in skip:
                 jpeg_runs(args, device, tmp)
             if "warm" not in skip:
@@ -299,8 +326,13 @@ def warm_device(args, weights, data: Path, device: torch.device) -> None:
             torch.from_numpy(a).float().div_(255.0)
 
     pauses = [0.0, 0.05, 0.5, 2.0, 5.0] if args.warm_long else [0.0, 0.05, 0.5, 2.0]
-    cases = [(p, kind, rewarm) for p in pauses for kind in ("idle", "busy") for rewarm in (False, True)
-             if not (p == 0.0 and (kind == "busy" or rewarm))]
+    cases = [
+        (p, kind, rewarm)
+        for p in pauses
+        for kind in ("idle", "busy")
+        for rewarm in (False, True)
+        if not (p == 0.0 and (kind == "busy" or rewarm))
+    ]
     cases = cases * args.warm_repeats
     random.Random(0).shuffle(cases)
     results: dict[tuple, list[tuple[float, ...]]] = {}
@@ -317,13 +349,14 @@ def warm_device(args, weights, data: Path, device: torch.device) -> None:
             first, second = event(batches[0]), event(batches[1])
             wall = statistics.median(w for w, _ in steady)
             cpu = statistics.median(c for _, c in steady)
-            results.setdefault((p, kind, rewarm), []).append(
-                (first[0] / wall, second[0] / wall, first[1] / cpu, second[1] / cpu))
+            results.setdefault((p, kind, rewarm), []).append((first[0] / wall, second[0] / wall, first[1] / cpu, second[1] / cpu))
     finally:
         if gc_was:
             gc.enable()
-    print(f"[warm device] {args.model}, batch {args.batch_size}: the 1st and 2nd forward after a pause relative to the median of "
-          f"the 5 forwards before it, median over {args.warm_repeats} shuffled repeats; wall clock and this thread's CPU time")
+    print(
+        f"[warm device] {args.model}, batch {args.batch_size}: the 1st and 2nd forward after a pause relative to the median of "
+        f"the 5 forwards before it, median over {args.warm_repeats} shuffled repeats; wall clock and this thread's CPU time"
+    )
     for key in sorted(results):
         p, kind, rewarm = key
         r = results[key]
@@ -337,13 +370,26 @@ def checkpoint_cost(args, weights, data: Path, tmp: Path, device: torch.device) 
     for n in (781, args.episode):
         sched = default_schedule(n)
         extra = sum(len(sample_steps(m, n, 32)) for m in sched)
-        print(f"[checkpoints] defaults at N = {n}: {len(sched)} checkpoints, {extra} frozen forwards = "
-              f"{extra / n:.2f}× the adapt pass's {n} forwards (target ≤ 1.5× at N = 781)")
+        print(
+            f"[checkpoints] defaults at N = {n}: {len(sched)} checkpoints, {extra} frozen forwards = "
+            f"{extra / n:.2f}× the adapt pass's {n} forwards (target ≤ 1.5× at N = 781)"
+        )
     timings = {}
     for label, default in (("with", True), ("without", False)):
-        cfg = TraceConfig(method="tent", dataset="cifar10-c", model=args.model, weights=weights, data_root=str(data),
-                          domains=["fog"], batch_size=args.batch_size, max_batches=args.episode, device=str(device),
-                          out=str(tmp / f"tent-{label}-{device.type}"), default_checkpoints=default, quiet=True)
+        cfg = TraceConfig(
+            method="tent",
+            dataset="cifar10-c",
+            model=args.model,
+            weights=weights,
+            data_root=str(data),
+            domains=["fog"],
+            batch_size=args.batch_size,
+            max_batches=args.episode,
+            device=str(device),
+            out=str(tmp / f"tent-{label}-{device.type}"),
+            default_checkpoints=default,
+            quiet=True,
+        )
         t0 = time.perf_counter()
         d, adapt, frozen = adapt_rows(trace_run(cfg))
         timings[label] = (time.perf_counter() - t0, d, adapt, frozen)
@@ -351,9 +397,11 @@ def checkpoint_cost(args, weights, data: Path, tmp: Path, device: torch.device) 
     wall_without = timings["without"][0]
     adapt_ms = sum(d["delta_ms"][i] for i in adapt)
     frozen_ms = sum(d["e_ms"][i] for i in frozen)
-    print(f"[checkpoints] tent, N = {len(adapt)}: {len(frozen)} frozen forwards ({len(frozen) / len(adapt):.2f}× adapt forwards); "
-          f"timed frozen evaluation {frozen_ms / 1e3:.2f} s = {frozen_ms / adapt_ms:.2f}× the timed adapt pass ({adapt_ms / 1e3:.2f} s); "
-          f"run wall time {wall_with:.1f} s with checkpoints vs {wall_without:.1f} s without ({wall_with / wall_without:.2f}×)")
+    print(
+        f"[checkpoints] tent, N = {len(adapt)}: {len(frozen)} frozen forwards ({len(frozen) / len(adapt):.2f}× adapt forwards); "
+        f"timed frozen evaluation {frozen_ms / 1e3:.2f} s = {frozen_ms / adapt_ms:.2f}× the timed adapt pass ({adapt_ms / 1e3:.2f} s); "
+        f"run wall time {wall_with:.1f} s with checkpoints vs {wall_without:.1f} s without ({wall_with / wall_without:.2f}×)"
+    )
 
 
 if __name__ == "__main__":

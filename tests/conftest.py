@@ -49,9 +49,7 @@ def _tiny_net(norm: str, num_classes: int):
     import torch.nn as nn
 
     layer = nn.BatchNorm2d(8) if norm == "bn" else nn.GroupNorm(2, 8)
-    return nn.Sequential(
-        nn.Conv2d(3, 8, 3, padding=1), layer, nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, num_classes)
-    )
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), layer, nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, num_classes))
 
 
 @pytest.fixture

@@ -44,8 +44,7 @@ def assert_refused(result, prog: str, needle: str, before: dict | None = None, r
     workspace unchanged. Returns the line."""
     err = result.stderr
     everything = result.output + err
-    assert result.exception is None or isinstance(result.exception, SystemExit), (
-        f"unexpected exception {result.exception!r}\n{everything}")
+    assert result.exception is None or isinstance(result.exception, SystemExit), f"unexpected exception {result.exception!r}\n{everything}"
     assert "Traceback" not in everything, everything
     lines = err.splitlines()
     assert len(lines) == 1, f"expected one stderr line, got {len(lines)}:\n{err}"
@@ -81,6 +80,7 @@ def inject_errno(monkeypatch, below: Path, code: int, calls=("open", "mkdir", "r
         real = getattr(os, name)
 
         if name in ("write", "fsync"):
+
             def fake(fd, *args, **kwargs):
                 try:
                     target = os.readlink(f"/proc/self/fd/{fd}")
@@ -90,11 +90,13 @@ def inject_errno(monkeypatch, below: Path, code: int, calls=("open", "mkdir", "r
                     raise OSError(code, os.strerror(code))
                 return real(fd, *args, **kwargs)
         else:
+
             def fake(path, *args, **kwargs):
                 paths = [path] + [a for a in args[:1] if isinstance(a, (str, bytes, os.PathLike))]
                 if any(_under(p, prefix) for p in paths if isinstance(p, (str, bytes, os.PathLike))):
                     raise OSError(code, os.strerror(code), os.fsdecode(path))
                 return real(path, *args, **kwargs)
+
         return fake
 
     for name in calls:

@@ -267,8 +267,9 @@ def changed_parameters(model_before: dict[str, torch.Tensor], model: nn.Module) 
 
 # ---------------------------------------------------------------------- demo data and models
 @functools.lru_cache(maxsize=4)
-def demo_corrupted_stream(corruption: str = "gaussian_noise", severity: int = 5, n_batches: int = 20,
-                          batch_size: int = 64) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+def demo_corrupted_stream(
+    corruption: str = "gaussian_noise", severity: int = 5, n_batches: int = 20, batch_size: int = 64
+) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
     """The first ``n_batches · batch_size`` demo test images with ``corruption`` applied, as
     (float [0, 1] NCHW images, labels) batches; generated in memory (a few seconds), cached."""
     from tempora_trace.data.demo import corrupt_images, generate_clean

@@ -63,9 +63,19 @@ def test_guide_method_registers_and_keeps_the_contract(guide_method):
 
 @pytest.mark.parametrize("profile", ["default", "paper"])
 def test_guide_method_traces_two_demo_batches(guide_method, small_demo_home, tmp_path, profile):
-    cfg = TraceConfig(method="pseudo-label", dataset="demo", model="demo-resnet", domains=["gaussian_noise"],
-                      max_batches=2, batch_size=16, out=str(tmp_path), quiet=True, frozen_sample=1, warmup_batches=1,
-                      method_params={"profile": profile, "lr": 0.001})
+    cfg = TraceConfig(
+        method="pseudo-label",
+        dataset="demo",
+        model="demo-resnet",
+        domains=["gaussian_noise"],
+        max_batches=2,
+        batch_size=16,
+        out=str(tmp_path),
+        quiet=True,
+        frozen_sample=1,
+        warmup_batches=1,
+        method_params={"profile": profile, "lr": 0.001},
+    )
     path = trace_run(cfg)
     table = pq.read_table(path)
     meta = schema.decode_metadata(table.schema, path)

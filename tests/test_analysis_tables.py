@@ -14,10 +14,8 @@ import pytest
 
 from tempora_sim import analyses as an
 
-GROUP = {"dataset": "demo", "model": "demo-resnet", "device": "cpu:test", "batch_size": 64, "seed": 0,
-         "stream": "episodic"}
-DECOMP = ("alpha", "served", "served_acc", "acc", "kappa", "cov", "m", "beta", "acc_adapt", "acc_frozen",
-          "frozen_gap")
+GROUP = {"dataset": "demo", "model": "demo-resnet", "device": "cpu:test", "batch_size": 64, "seed": 0, "stream": "episodic"}
+DECOMP = ("alpha", "served", "served_acc", "acc", "kappa", "cov", "m", "beta", "acc_adapt", "acc_frozen", "frozen_gap")
 PARAM = {"offline": None, "discrete": "rho", "continuous": "T_ms", "amortised": "B_ms"}
 
 
@@ -25,15 +23,27 @@ def utility_frame(rows: list[dict], lambda_ms: float = 10.0) -> pl.DataFrame:
     """Rows of (method, episode, protocol, value, utility, decomposition...) → a §6 table."""
     full = []
     for r in rows:
-        d = {**GROUP, "method": r["method"], "episode": r["episode"], "protocol": r["protocol"],
-             "param": PARAM[r["protocol"]], "value": r.get("value"), "lambda_ms": lambda_ms,
-             "utility": r["utility"]}
+        d = {
+            **GROUP,
+            "method": r["method"],
+            "episode": r["episode"],
+            "protocol": r["protocol"],
+            "param": PARAM[r["protocol"]],
+            "value": r.get("value"),
+            "lambda_ms": lambda_ms,
+            "utility": r["utility"],
+        }
         d.update({k: r.get(k) for k in DECOMP})
         full.append(d)
-    schema = {**{k: pl.String for k in ("dataset", "model", "device", "stream", "method", "episode", "protocol",
-                                        "param")},
-              "batch_size": pl.Int64, "seed": pl.Int64, "value": pl.Float64, "lambda_ms": pl.Float64,
-              "utility": pl.Float64, **{k: pl.Float64 for k in DECOMP}}
+    schema = {
+        **{k: pl.String for k in ("dataset", "model", "device", "stream", "method", "episode", "protocol", "param")},
+        "batch_size": pl.Int64,
+        "seed": pl.Int64,
+        "value": pl.Float64,
+        "lambda_ms": pl.Float64,
+        "utility": pl.Float64,
+        **{k: pl.Float64 for k in DECOMP},
+    }
     schema["served"] = pl.Int64
     schema["m"] = pl.Int64
     schema["frozen_gap"] = pl.Int64
@@ -73,14 +83,17 @@ def test_winners_per_cell_with_a_tie(win_table):
     w = an.winners(win_table)
     got = {(r["episode"], r["scenario"]): r["winner"] for r in w.iter_rows(named=True)}
     assert got == {
-        ("fog", "offline"): "slow", ("fog", "ρ=100%"): "fast", ("fog", "ρ=50%"): "fast = slow",
+        ("fog", "offline"): "slow",
+        ("fog", "ρ=100%"): "fast",
+        ("fog", "ρ=50%"): "fast = slow",
         ("fog", "T=50ms"): "standard",
-        ("snow", "offline"): "slow", ("snow", "ρ=100%"): "fast", ("snow", "ρ=50%"): "slow",
+        ("snow", "offline"): "slow",
+        ("snow", "ρ=100%"): "fast",
+        ("snow", "ρ=50%"): "slow",
         ("snow", "T=50ms"): "fast",
     }
     # columns in the paper's order: offline, then strict → relaxed
-    assert w.filter(pl.col("episode") == "fog").get_column("scenario").to_list() == [
-        "offline", "ρ=100%", "ρ=50%", "T=50ms"]
+    assert w.filter(pl.col("episode") == "fog").get_column("scenario").to_list() == ["offline", "ρ=100%", "ρ=50%", "T=50ms"]
     tie = w.filter((pl.col("episode") == "fog") & (pl.col("scenario") == "ρ=50%")).row(0, named=True)
     assert tie["n_winners"] == 2 and tie["margin"] == pytest.approx(0.10)
     snow = w.filter((pl.col("episode") == "snow") & (pl.col("scenario") == "T=50ms")).row(0, named=True)
@@ -119,8 +132,7 @@ def test_deficits_match_hand_computation(win_table):
 
 
 def test_never_losing_method_has_null_deficit():
-    t = utility_frame(grid({("a", "offline", None): {"x": 0.5, "standard": 0.1},
-                            ("a", "discrete", 1.0): {"x": 0.5, "standard": 0.1}}))
+    t = utility_frame(grid({("a", "offline", None): {"x": 0.5, "standard": 0.1}, ("a", "discrete", 1.0): {"x": 0.5, "standard": 0.1}}))
     d = {r["method"]: r for r in an.deficits(t).iter_rows(named=True)}
     assert d["x"]["losses"] == 0 and d["x"]["mean_deficit"] is None
 
@@ -176,10 +188,18 @@ def _spearman(x: list[float], y: list[float]) -> float | None:
 def test_perfectly_inverted_ranking_is_minus_one():
     off = {"standard": 0.1, "a": 0.2, "b": 0.3, "c": 0.4}
     inv = {"standard": 0.4, "a": 0.3, "b": 0.2, "c": 0.1}
-    t = utility_frame(grid({
-        ("e1", "offline", None): off, ("e1", "discrete", 1.0): inv, ("e1", "discrete", 0.25): off,
-        ("e2", "offline", None): off, ("e2", "discrete", 1.0): inv, ("e2", "discrete", 0.25): inv,
-    }))
+    t = utility_frame(
+        grid(
+            {
+                ("e1", "offline", None): off,
+                ("e1", "discrete", 1.0): inv,
+                ("e1", "discrete", 0.25): off,
+                ("e2", "offline", None): off,
+                ("e2", "discrete", 1.0): inv,
+                ("e2", "discrete", 0.25): inv,
+            }
+        )
+    )
     cells = {(r["episode"], r["scenario"]): r["spearman"] for r in an.rank_correlation_cells(t).iter_rows(named=True)}
     assert cells[("e1", "ρ=100%")] == pytest.approx(-1.0)
     assert cells[("e1", "ρ=25%")] == pytest.approx(1.0)
@@ -194,8 +214,7 @@ def test_spearman_with_ties_and_constant_ranking():
     off = {"standard": 0.1, "a": 0.2, "b": 0.3, "c": 0.4}
     tied = {"standard": 0.1, "a": 0.1, "b": 0.2, "c": 0.3}
     flat = {"standard": 0.2, "a": 0.2, "b": 0.2, "c": 0.2}
-    t = utility_frame(grid({("e1", "offline", None): off, ("e1", "continuous", 50.0): tied,
-                            ("e1", "continuous", 100.0): flat}))
+    t = utility_frame(grid({("e1", "offline", None): off, ("e1", "continuous", 50.0): tied, ("e1", "continuous", 100.0): flat}))
     cells = {r["scenario"]: r["spearman"] for r in an.rank_correlation_cells(t).iter_rows(named=True)}
     # ranks (1.5, 1.5, 3, 4) vs (1, 2, 3, 4): r = 4.5 / sqrt(4.5 * 5)
     assert cells["T=50ms"] == pytest.approx(4.5 / math.sqrt(4.5 * 5.0))
@@ -228,30 +247,102 @@ def _pooled_rows() -> list[dict]:
     p = an.POOLED
     return [
         # discrete ρ=1 (strictest) and ρ=0.5
-        {"method": "standard", "episode": p, "protocol": "discrete", "value": 1.0, "utility": 0.20,
-         "alpha": 1.0, "served": 100, "served_acc": 0.20},
-        {"method": "adabn", "episode": p, "protocol": "discrete", "value": 1.0, "utility": 0.27,
-         "alpha": 0.9, "served": 90, "served_acc": 0.30},
-        {"method": "sar", "episode": p, "protocol": "discrete", "value": 1.0, "utility": 0.05,
-         "alpha": 0.1, "served": 10, "served_acc": 0.50},
-        {"method": "standard", "episode": p, "protocol": "discrete", "value": 0.5, "utility": 0.20,
-         "alpha": 1.0, "served": 100, "served_acc": 0.20},
-        {"method": "adabn", "episode": p, "protocol": "discrete", "value": 0.5, "utility": 0.30,
-         "alpha": 1.0, "served": 100, "served_acc": 0.30},
-        {"method": "sar", "episode": p, "protocol": "discrete", "value": 0.5, "utility": 0.25,
-         "alpha": 0.5, "served": 50, "served_acc": 0.50},
+        {
+            "method": "standard",
+            "episode": p,
+            "protocol": "discrete",
+            "value": 1.0,
+            "utility": 0.20,
+            "alpha": 1.0,
+            "served": 100,
+            "served_acc": 0.20,
+        },
+        {
+            "method": "adabn",
+            "episode": p,
+            "protocol": "discrete",
+            "value": 1.0,
+            "utility": 0.27,
+            "alpha": 0.9,
+            "served": 90,
+            "served_acc": 0.30,
+        },
+        {
+            "method": "sar",
+            "episode": p,
+            "protocol": "discrete",
+            "value": 1.0,
+            "utility": 0.05,
+            "alpha": 0.1,
+            "served": 10,
+            "served_acc": 0.50,
+        },
+        {
+            "method": "standard",
+            "episode": p,
+            "protocol": "discrete",
+            "value": 0.5,
+            "utility": 0.20,
+            "alpha": 1.0,
+            "served": 100,
+            "served_acc": 0.20,
+        },
+        {
+            "method": "adabn",
+            "episode": p,
+            "protocol": "discrete",
+            "value": 0.5,
+            "utility": 0.30,
+            "alpha": 1.0,
+            "served": 100,
+            "served_acc": 0.30,
+        },
+        {
+            "method": "sar",
+            "episode": p,
+            "protocol": "discrete",
+            "value": 0.5,
+            "utility": 0.25,
+            "alpha": 0.5,
+            "served": 50,
+            "served_acc": 0.50,
+        },
         # continuous T=50 (strictest)
-        {"method": "standard", "episode": p, "protocol": "continuous", "value": 50.0, "utility": 0.20,
-         "acc": 0.20, "kappa": 1.0, "cov": 0.0},
-        {"method": "adabn", "episode": p, "protocol": "continuous", "value": 50.0, "utility": 0.27,
-         "acc": 0.30, "kappa": 0.9, "cov": 0.0},
-        {"method": "sar", "episode": p, "protocol": "continuous", "value": 50.0, "utility": 0.10,
-         "acc": 0.50, "kappa": 0.2, "cov": 0.0},
+        {
+            "method": "standard",
+            "episode": p,
+            "protocol": "continuous",
+            "value": 50.0,
+            "utility": 0.20,
+            "acc": 0.20,
+            "kappa": 1.0,
+            "cov": 0.0,
+        },
+        {"method": "adabn", "episode": p, "protocol": "continuous", "value": 50.0, "utility": 0.27, "acc": 0.30, "kappa": 0.9, "cov": 0.0},
+        {"method": "sar", "episode": p, "protocol": "continuous", "value": 50.0, "utility": 0.10, "acc": 0.50, "kappa": 0.2, "cov": 0.0},
         # amortised B=1 s
-        {"method": "standard", "episode": p, "protocol": "amortised", "value": 1000.0, "utility": 0.20,
-         "m": 100, "beta": 1.0, "acc_adapt": 0.20},
-        {"method": "sar", "episode": p, "protocol": "amortised", "value": 1000.0, "utility": 0.01,
-         "m": 5, "beta": 0.05, "acc_adapt": 0.40, "acc_frozen": 0.0, "frozen_gap": 0},
+        {
+            "method": "standard",
+            "episode": p,
+            "protocol": "amortised",
+            "value": 1000.0,
+            "utility": 0.20,
+            "m": 100,
+            "beta": 1.0,
+            "acc_adapt": 0.20,
+        },
+        {
+            "method": "sar",
+            "episode": p,
+            "protocol": "amortised",
+            "value": 1000.0,
+            "utility": 0.01,
+            "m": 5,
+            "beta": 0.05,
+            "acc_adapt": 0.40,
+            "acc_frozen": 0.0,
+            "frozen_gap": 0,
+        },
     ]
 
 
@@ -282,10 +373,12 @@ def test_continuous_decomposition_and_insolvency_by_multiplication():
 
 def test_zero_availability_is_insolvent_unless_nobody_scores():
     p = an.POOLED
-    t = utility_frame([
-        {"method": "x", "episode": p, "protocol": "discrete", "value": 1.0, "utility": 0.0, "alpha": 0.0},
-        {"method": "y", "episode": p, "protocol": "discrete", "value": 1.0, "utility": 0.1, "alpha": 1.0},
-    ])
+    t = utility_frame(
+        [
+            {"method": "x", "episode": p, "protocol": "discrete", "value": 1.0, "utility": 0.0, "alpha": 0.0},
+            {"method": "y", "episode": p, "protocol": "discrete", "value": 1.0, "utility": 0.1, "alpha": 1.0},
+        ]
+    )
     d = {r["method"]: r for r in an.discrete_decomposition(t).iter_rows(named=True)}
     assert d["x"]["required_served_acc"] == math.inf and d["x"]["insolvent"] is True
 
@@ -295,10 +388,8 @@ def test_amortised_decomposition_and_strict_terms():
     # per-episode amortised rows for m (two episodes)
     for ep, m_sar in (("e1", 4), ("e2", 6)):
         rows += [
-            {"method": "standard", "episode": ep, "protocol": "amortised", "value": 1000.0, "utility": 0.2,
-             "m": 50, "beta": 1.0},
-            {"method": "sar", "episode": ep, "protocol": "amortised", "value": 1000.0, "utility": 0.01,
-             "m": m_sar, "beta": m_sar / 50},
+            {"method": "standard", "episode": ep, "protocol": "amortised", "value": 1000.0, "utility": 0.2, "m": 50, "beta": 1.0},
+            {"method": "sar", "episode": ep, "protocol": "amortised", "value": 1000.0, "utility": 0.01, "m": m_sar, "beta": m_sar / 50},
         ]
     t = utility_frame(rows)
     a = {r["method"]: r for r in an.amortised_decomposition(t).iter_rows(named=True)}
@@ -317,10 +408,15 @@ def test_insolvency_counts_over_cells():
         rows += [
             {"method": "standard", "episode": ep, "protocol": "discrete", "value": 1.0, "utility": 0.2, "alpha": 1.0},
             {"method": "slow", "episode": ep, "protocol": "discrete", "value": 1.0, "utility": 0.1, "alpha": 0.15},
-            {"method": "standard", "episode": ep, "protocol": "continuous", "value": 50.0, "utility": 0.2,
-             "kappa": 1.0},
-            {"method": "slow", "episode": ep, "protocol": "continuous", "value": 50.0, "utility": 0.1,
-             "kappa": 0.25 if ep == "e1" else 0.1},
+            {"method": "standard", "episode": ep, "protocol": "continuous", "value": 50.0, "utility": 0.2, "kappa": 1.0},
+            {
+                "method": "slow",
+                "episode": ep,
+                "protocol": "continuous",
+                "value": 50.0,
+                "utility": 0.1,
+                "kappa": 0.25 if ep == "e1" else 0.1,
+            },
         ]
     ins = {r["method"]: r for r in an.insolvency(utility_frame(rows)).iter_rows(named=True)}
     # discrete: 0.2/0.15 = 1.33 twice; continuous: 0.2/0.25 = 0.8 (solvent), 0.2/0.1 = 2 (insolvent)
@@ -332,16 +428,23 @@ def test_insolvency_counts_over_cells():
 
 # ----------------------------------------------------------------------------- Pareto
 def _amortised(per_method: dict[str, dict[float, float]]) -> pl.DataFrame:
-    return utility_frame([
-        {"method": m, "episode": an.POOLED, "protocol": "amortised", "value": b, "utility": u, "m": 1, "beta": 0.1}
-        for m, pts in per_method.items() for b, u in pts.items()
-    ])
+    return utility_frame(
+        [
+            {"method": m, "episode": an.POOLED, "protocol": "amortised", "value": b, "utility": u, "m": 1, "beta": 0.1}
+            for m, pts in per_method.items()
+            for b, u in pts.items()
+        ]
+    )
 
 
 def test_pareto_frontier_over_budget():
-    t = _amortised({"standard": {1000.0: 0.2, 2000.0: 0.2, 4000.0: 0.2},
-                    "eta": {1000.0: 0.01, 2000.0: 0.01, 4000.0: 0.3},
-                    "shot": {1000.0: 0.3, 2000.0: 0.35, 4000.0: 0.34}})
+    t = _amortised(
+        {
+            "standard": {1000.0: 0.2, 2000.0: 0.2, 4000.0: 0.2},
+            "eta": {1000.0: 0.01, 2000.0: 0.01, 4000.0: 0.3},
+            "shot": {1000.0: 0.3, 2000.0: 0.35, 4000.0: 0.34},
+        }
+    )
     p = {(r["method"], r["B_ms"]): r for r in an.pareto(t).iter_rows(named=True)}
     assert [p[("eta", b)]["efficient"] for b in (1000.0, 2000.0, 4000.0)] == [True, False, True]
     assert [p[("shot", b)]["efficient"] for b in (1000.0, 2000.0, 4000.0)] == [True, True, False]
@@ -356,14 +459,26 @@ def test_pareto_frontier_over_budget():
 
 def test_budget_spent_from_trace_rows():
     # λ = 10; δ = 13, 9, 15, 14 → c = 3, 0, 5, 4; cumulative 3, 3, 8, 12
-    rows = pl.DataFrame({**{k: [v] * 4 for k, v in GROUP.items()}, "method": ["eta"] * 4, "episode": ["e1"] * 4,
-                         "phase": ["adapt"] * 4, "step": [0, 1, 2, 3], "delta_ms": [13.0, 9.0, 15.0, 14.0]})
-    t = utility_frame([
-        {"method": "eta", "episode": "e1", "protocol": "amortised", "value": v, "utility": 0.1, "m": m,
-         "beta": m / 4}
-        for v, m in ((0.0, 0), (3.0, 2), (8.0, 3), (100.0, 4))
-    ] + [{"method": "eta", "episode": an.POOLED, "protocol": "amortised", "value": v, "utility": 0.1 + v / 1000,
-          "m": m, "beta": m / 4} for v, m in ((0.0, 0), (3.0, 2), (8.0, 3), (100.0, 4))])
+    rows = pl.DataFrame(
+        {
+            **{k: [v] * 4 for k, v in GROUP.items()},
+            "method": ["eta"] * 4,
+            "episode": ["e1"] * 4,
+            "phase": ["adapt"] * 4,
+            "step": [0, 1, 2, 3],
+            "delta_ms": [13.0, 9.0, 15.0, 14.0],
+        }
+    )
+    t = utility_frame(
+        [
+            {"method": "eta", "episode": "e1", "protocol": "amortised", "value": v, "utility": 0.1, "m": m, "beta": m / 4}
+            for v, m in ((0.0, 0), (3.0, 2), (8.0, 3), (100.0, 4))
+        ]
+        + [
+            {"method": "eta", "episode": an.POOLED, "protocol": "amortised", "value": v, "utility": 0.1 + v / 1000, "m": m, "beta": m / 4}
+            for v, m in ((0.0, 0), (3.0, 2), (8.0, 3), (100.0, 4))
+        ]
+    )
     spent = an.budget_spent(rows, t)
     per = {(r["episode"], r["value"]): r["spent_ms"] for r in spent.iter_rows(named=True)}
     assert per[("e1", 0.0)] == 0.0 and per[("e1", 3.0)] == 3.0 and per[("e1", 8.0)] == 8.0
@@ -374,17 +489,21 @@ def test_budget_spent_from_trace_rows():
 
 # ----------------------------------------------------------------------------- latency
 def test_latency_breakdown_matches_hand_computation():
-    rows = pl.DataFrame({
-        **{k: [v] * 6 for k, v in GROUP.items()},
-        "method": ["standard"] * 3 + ["tent"] * 3,
-        "phase": ["adapt"] * 3 + ["adapt", "adapt", "frozen"],
-        "episode": ["e"] * 6, "step": [0, 1, 2, 0, 1, 1],
-        "e_ms": [9.0, 10.0, 11.0, 11.0, 12.0, 99.0],
-        "l_ms": [0.0, 0.0, 0.0, 20.0, 10.0, 0.0],
-        "delta_ms": [9.0, 10.0, 11.0, 31.0, 22.0, 99.0],
-        "updated": [False, False, False, True, False, False],
-        "peak_mem_bytes": [None, None, None, 2**20, 3 * 2**20, 9 * 2**20],
-    }, schema_overrides={"peak_mem_bytes": pl.Int64})
+    rows = pl.DataFrame(
+        {
+            **{k: [v] * 6 for k, v in GROUP.items()},
+            "method": ["standard"] * 3 + ["tent"] * 3,
+            "phase": ["adapt"] * 3 + ["adapt", "adapt", "frozen"],
+            "episode": ["e"] * 6,
+            "step": [0, 1, 2, 0, 1, 1],
+            "e_ms": [9.0, 10.0, 11.0, 11.0, 12.0, 99.0],
+            "l_ms": [0.0, 0.0, 0.0, 20.0, 10.0, 0.0],
+            "delta_ms": [9.0, 10.0, 11.0, 31.0, 22.0, 99.0],
+            "updated": [False, False, False, True, False, False],
+            "peak_mem_bytes": [None, None, None, 2**20, 3 * 2**20, 9 * 2**20],
+        },
+        schema_overrides={"peak_mem_bytes": pl.Int64},
+    )
     lam = pl.DataFrame({**{k: [v] for k, v in GROUP.items()}, "lambda_ms": [12.0]})
     lat = {r["method"]: r for r in an.latency_breakdown(rows, lam).iter_rows(named=True)}
     tent = lat["tent"]
@@ -398,10 +517,15 @@ def test_latency_breakdown_matches_hand_computation():
 
 
 def test_offline_and_sweep_tables():
-    t = utility_frame(grid(WIN) + grid({
-        (an.POOLED, "offline", None): {"standard": 0.3, "fast": 0.375, "slow": 0.55},
-        (an.POOLED, "discrete", 1.0): {"standard": 0.3, "fast": 0.36, "slow": 0.15},
-    }))
+    t = utility_frame(
+        grid(WIN)
+        + grid(
+            {
+                (an.POOLED, "offline", None): {"standard": 0.3, "fast": 0.375, "slow": 0.55},
+                (an.POOLED, "discrete", 1.0): {"standard": 0.3, "fast": 0.36, "slow": 0.15},
+            }
+        )
+    )
     off = an.offline_table(t).filter(pl.col("episode") == "fog")
     assert dict(zip(off.get_column("method"), off.get_column("rank"))) == {"standard": 3, "fast": 2, "slow": 1}
     sw = an.sweep_table(t)

@@ -44,27 +44,31 @@ options = { max_batches = 6, frozen_sample = 2, threads = 1 }
 
 
 def test_expands_groups_and_puts_standard_first(tmp_path):
-    c = load_campaign(write(tmp_path, TINY.replace('seeds', 'x') + ""))
+    c = load_campaign(write(tmp_path, TINY.replace("seeds", "x") + ""))
     assert [t.method for t in c.tasks] == ["standard", "tent", "eta"]
     first, rest = c.ordered()
     assert [t.method for t in first] == ["standard"] and len(rest) == 2
     assert c.out == (tmp_path / "traces").resolve()
-    multi = load_campaign(write(tmp_path, TINY.replace('batch_size = 32', 'batch_size = 32\nseeds = [1, 2]\nseverities = [3, 5]'),
-                                "m.toml"))
+    multi = load_campaign(
+        write(tmp_path, TINY.replace("batch_size = 32", "batch_size = 32\nseeds = [1, 2]\nseverities = [3, 5]"), "m.toml")
+    )
     assert len(multi.tasks) == 12 and {(t.seed, t.severity) for t in multi.tasks} == {(1, 3), (1, 5), (2, 3), (2, 5)}
 
 
-@pytest.mark.parametrize("change, message", [
-    (('"tent", "eta"', '"tent", "tnet"'), "unknown method 'tnet'"),
-    (('model = "demo-resnet"', 'model = "resnet1000"'), "unknown model"),
-    (('dataset = "demo"', 'dataset = "imagenet-c"\nweights = "random"'), "has no data_root"),
-    (('machine = "cpu"\ndataset', 'machine = "h100"\ndataset'), "not declared under [machines]"),
-    (('device = "cpu"', 'device = "tpu"'), "device must be cpu or cuda"),
-    (('"tent", "eta"', '"adabn"]\nmodel2 = ["x"'), "unknown key"),
-    (('domains = ["gaussian_noise", "fog", "contrast"]', 'domains = ["rain"]'), "unknown domain 'rain'"),
-    (('options = { max_batches = 6', 'options = { max_batches = "6"'), "wrong type"),
-    (('options = { max_batches = 6', 'options = { lr = 3'), "not a tracer option"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (('"tent", "eta"', '"tent", "tnet"'), "unknown method 'tnet'"),
+        (('model = "demo-resnet"', 'model = "resnet1000"'), "unknown model"),
+        (('dataset = "demo"', 'dataset = "imagenet-c"\nweights = "random"'), "has no data_root"),
+        (('machine = "cpu"\ndataset', 'machine = "h100"\ndataset'), "not declared under [machines]"),
+        (('device = "cpu"', 'device = "tpu"'), "device must be cpu or cuda"),
+        (('"tent", "eta"', '"adabn"]\nmodel2 = ["x"'), "unknown key"),
+        (('domains = ["gaussian_noise", "fog", "contrast"]', 'domains = ["rain"]'), "unknown domain 'rain'"),
+        (("options = { max_batches = 6", 'options = { max_batches = "6"'), "wrong type"),
+        (("options = { max_batches = 6", "options = { lr = 3"), "not a tracer option"),
+    ],
+)
 def test_bad_campaign_files_are_one_line(tmp_path, change, message):
     path = write(tmp_path, TINY.replace(*change))
     with pytest.raises(CampaignError) as info:
@@ -87,7 +91,8 @@ def test_incompatible_method_is_refused(tmp_path):
 
 def test_local_engine_pins_one_trace_per_gpu(tmp_path):
     text = TINY.replace('[machines.cpu]\ndevice = "cpu"', '[machines.cpu]\ndevice = "cuda"').replace(
-        'methods = ["tent", "eta"]', 'methods = ["tent", "eta", "sar", "deyo", "cmf", "shot-im"]')
+        'methods = ["tent", "eta"]', 'methods = ["tent", "eta", "sar", "deyo", "cmf", "shot-im"]'
+    )
     campaign = load_campaign(write(tmp_path, text.replace("batch_size = 32", "batch_size = 32\nseeds = [1, 2]")))
     log, lock = [], threading.Lock()
 
@@ -115,8 +120,7 @@ def test_local_engine_pins_one_trace_per_gpu(tmp_path):
 
 def _rows(path):
     t = pq.read_table(path).drop_columns(["e_ms", "l_ms", "delta_ms", "peak_mem_bytes"])
-    return t.sort_by([("phase", "ascending"), ("episode", "ascending"), ("checkpoint", "ascending"),
-                      ("step", "ascending")]).to_pydict()
+    return t.sort_by([("phase", "ascending"), ("episode", "ascending"), ("checkpoint", "ascending"), ("step", "ascending")]).to_pydict()
 
 
 @pytest.fixture(scope="module")

@@ -69,16 +69,16 @@ def test_layout_is_cifar10c_and_generation_is_lazy(small):
     assert data.shape == (5 * N_TEST, 32, 32, 3) and data.dtype == np.uint8
     # severity s occupies rows (s-1)*N : s*N; only severity 3 was generated
     expected = D.corrupt_images(clean, "gaussian_noise", 3, workers=1)
-    assert np.array_equal(data[2 * N_TEST:3 * N_TEST], expected)
-    assert not data[:2 * N_TEST].any() and not data[3 * N_TEST:].any()
+    assert np.array_equal(data[2 * N_TEST : 3 * N_TEST], expected)
+    assert not data[: 2 * N_TEST].any() and not data[3 * N_TEST :].any()
     assert D.completed_severities("gaussian_noise", small) == [3]
     assert sorted(p.name for p in directory.glob("*.npy")) == ["gaussian_noise.npy", "labels.npy"]
 
     D.ensure_demo_corrupted("gaussian_noise", 1, small)
     data = np.load(directory / "gaussian_noise.npy")
-    assert np.array_equal(data[2 * N_TEST:3 * N_TEST], expected)  # untouched
+    assert np.array_equal(data[2 * N_TEST : 3 * N_TEST], expected)  # untouched
     assert np.array_equal(data[:N_TEST], D.corrupt_images(clean, "gaussian_noise", 1, workers=1))
-    assert not data[N_TEST:2 * N_TEST].any()
+    assert not data[N_TEST : 2 * N_TEST].any()
     assert D.completed_severities("gaussian_noise", small) == [1, 3]
     # severity 1 is a milder shift than severity 3 (same noise family, larger sigma)
     diff = lambda a: np.abs(a.astype(int) - clean.astype(int)).mean()  # noqa: E731
@@ -120,7 +120,7 @@ def test_concurrent_requests_generate_once(small):
     assert not errors
     clean, _ = D.ensure_demo_clean(small, "test")
     data = np.load(D.corrupted_dir(small) / "contrast.npy")
-    assert np.array_equal(data[N_TEST:2 * N_TEST], D.corrupt_images(clean, "contrast", 2, workers=1))
+    assert np.array_equal(data[N_TEST : 2 * N_TEST], D.corrupt_images(clean, "contrast", 2, workers=1))
     assert D.completed_severities("contrast", small) == [2]
 
 

@@ -35,7 +35,7 @@ def eval_data(tmp_path_factory):
     home = tmp_path_factory.mktemp("demo-home")
     clean, labels = D.ensure_demo_clean(home, "test")
     directory = D.ensure_demo_corrupted("gaussian_noise", 5, home)
-    noisy = np.load(directory / "gaussian_noise.npy")[4 * N_EVAL:5 * N_EVAL]
+    noisy = np.load(directory / "gaussian_noise.npy")[4 * N_EVAL : 5 * N_EVAL]
     mp.undo()
     return clean, labels, noisy
 
@@ -86,8 +86,8 @@ def test_test_time_batchnorm_recovers_accuracy_under_noise(eval_data):
     correct = 0
     with torch.no_grad():
         for start in range(0, len(noisy), 64):
-            logits = model(to_tensor(noisy[start:start + 64]))
-            correct += int((logits.argmax(1) == torch.from_numpy(labels[start:start + 64])).sum())
+            logits = model(to_tensor(noisy[start : start + 64]))
+            correct += int((logits.argmax(1) == torch.from_numpy(labels[start : start + 64])).sum())
     adapted_acc = correct / len(noisy)
     assert adapted_acc >= source_acc + 0.05, f"source {source_acc:.3f}, test-time BN {adapted_acc:.3f}"
 

@@ -30,9 +30,21 @@ def example(tmp_path_factory):
     rows = {name: [] for name in arrow_schema().names}
 
     def add(phase, checkpoint, step, correct, e, l):
-        values = dict(episode="ep", domain="ep", severity=None, phase=phase, checkpoint=checkpoint, step=step,
-                      n=8, correct=correct, e_ms=e, l_ms=l, delta_ms=e + l, updated=phase == "adapt",
-                      peak_mem_bytes=None)
+        values = dict(
+            episode="ep",
+            domain="ep",
+            severity=None,
+            phase=phase,
+            checkpoint=checkpoint,
+            step=step,
+            n=8,
+            correct=correct,
+            e_ms=e,
+            l_ms=l,
+            delta_ms=e + l,
+            updated=phase == "adapt",
+            peak_mem_bytes=None,
+        )
         for name in rows:
             rows[name].append(values.get(name))
 

@@ -202,6 +202,5 @@ def test_readme_is_a_front_door():
     readme = (ROOT / "README.md").read_bytes()
     assert len(readme) <= 12 * 1024, f"README.md is {len(readme)} bytes; reference material belongs in docs/"
     text = readme.decode("utf-8")
-    for needed in ("make install", "make demo", "make test", "tempora-trace", "tempora-sim", "docs/design.md",
-                   "docs/img/demo-winners.png"):
+    for needed in ("make install", "make demo", "make test", "tempora-trace", "tempora-sim", "docs/design.md", "docs/img/demo-winners.png"):
         assert needed in text, needed

@@ -19,8 +19,7 @@ from tempora_sim.cli import main
 from tempora_sim.synthetic import make_trace, write_trace_set
 
 PROG = "tempora-sim"
-SMALL = dict(num_batches=12, episodes=("fog", "snow"), checkpoints=(0, 4), frozen_eval=4, batch_size=8,
-             num_classes=10)
+SMALL = dict(num_batches=12, episodes=("fog", "snow"), checkpoints=(0, 4), frozen_eval=4, batch_size=8, num_classes=10)
 
 
 @pytest.fixture
@@ -74,10 +73,12 @@ CASES = {
     "rho zero": ([*SWEEP, "--rho", "0"], "must be > 0", None),
     "rho empty item": ([*SWEEP, "--rho", "1,,0.5"], "empty item", None),
     "rho file missing": ([*SWEEP, "--rho", "@{ws}/nowhere.txt"], "cannot read", None),
-    "rho file empty": ([*SWEEP, "--rho", "@{ws}/empty.txt"], "holds no values",
-                       lambda ws: (ws / "empty.txt").write_text("# nothing\n")),
-    "rho file not text": ([*SWEEP, "--rho", "@{ws}/bin.txt"], "not a UTF-8 text file",
-                          lambda ws: (ws / "bin.txt").write_bytes(b"\xff\xfe\x00")),
+    "rho file empty": ([*SWEEP, "--rho", "@{ws}/empty.txt"], "holds no values", lambda ws: (ws / "empty.txt").write_text("# nothing\n")),
+    "rho file not text": (
+        [*SWEEP, "--rho", "@{ws}/bin.txt"],
+        "not a UTF-8 text file",
+        lambda ws: (ws / "bin.txt").write_bytes(b"\xff\xfe\x00"),
+    ),
     "rho range backwards": ([*SWEEP, "--rho", "1:0.5:0.1"], "ends before it starts", None),
     "rho range zero step": ([*SWEEP, "--rho", "0.1:1:0"], "step > 0", None),
     "rho range too long": ([*SWEEP, "--rho", "0.001:1:1e-9"], "more than 1,000,000", None),
@@ -93,46 +94,82 @@ CASES = {
     "out inside the traces": ([*SWEEP, "--out", "{ws}/traces/results"], "inside the trace directory", None),
     "no such traces": (["sweep", "{ws}/nowhere"], "no such file or directory", None),
     "empty trace folder": (["sweep", "{ws}/empty"], "no *.parquet", lambda ws: (ws / "empty").mkdir()),
-    "dangling link among traces": (SWEEP, "dangling symbolic link",
-                                   lambda ws: os.symlink(ws / "gone.parquet", ws / "traces" / "adabn.parquet")),
-    "link loop among traces": (SWEEP, "symbolic link loop",
-                               lambda ws: (os.symlink(ws / "traces" / "x.parquet", ws / "traces" / "y.parquet"),
-                                           os.symlink(ws / "traces" / "y.parquet", ws / "traces" / "x.parquet"))),
-    "truncated trace": (SWEEP, "not a readable Parquet file",
-                        lambda ws: (ws / "traces" / "cut.parquet").write_bytes(
-                            (ws / "traces" / "tent.parquet").read_bytes()[:300])),
-    "parquet that is not a trace": (SWEEP, "not a Tempora trace",
-                                    lambda ws: pl.DataFrame({"a": [1]}).write_parquet(ws / "traces" / "other.parquet")),
-    "metadata batch size 1e30": ([*SWEEP, "--lambda-ms", "10"], "outside 0..2^63-1",
-                                 lambda ws: _trace_with_meta(ws / "traces" / "big" / "tent.parquet",
-                                                             lambda m: {**m, "batch_size": 10**30})),
-    "metadata nested 200k deep": (SWEEP, "nested too deeply",
-                                  lambda ws: _trace_with_meta(ws / "traces" / "deep" / "tent.parquet", _deep_json)),
-    "metadata NaN": (SWEEP, "NaN or Infinity",
-                     lambda ws: _trace_with_meta(ws / "traces" / "nan" / "tent.parquet",
-                                                 lambda m: json.dumps({**m, "method_params": {"lr": float("nan")}}))),
-    "metadata not JSON": (SWEEP, "not valid JSON",
-                          lambda ws: _trace_with_meta(ws / "traces" / "bad" / "tent.parquet", lambda m: "{oops")),
-    "two traces of one method": (SWEEP, "second trace of method 'tent'",
-                                 lambda ws: _trace_with_meta(ws / "traces" / "again" / "tent.parquet", lambda m: m)),
+    "dangling link among traces": (
+        SWEEP,
+        "dangling symbolic link",
+        lambda ws: os.symlink(ws / "gone.parquet", ws / "traces" / "adabn.parquet"),
+    ),
+    "link loop among traces": (
+        SWEEP,
+        "symbolic link loop",
+        lambda ws: (
+            os.symlink(ws / "traces" / "x.parquet", ws / "traces" / "y.parquet"),
+            os.symlink(ws / "traces" / "y.parquet", ws / "traces" / "x.parquet"),
+        ),
+    ),
+    "truncated trace": (
+        SWEEP,
+        "not a readable Parquet file",
+        lambda ws: (ws / "traces" / "cut.parquet").write_bytes((ws / "traces" / "tent.parquet").read_bytes()[:300]),
+    ),
+    "parquet that is not a trace": (
+        SWEEP,
+        "not a Tempora trace",
+        lambda ws: pl.DataFrame({"a": [1]}).write_parquet(ws / "traces" / "other.parquet"),
+    ),
+    "metadata batch size 1e30": (
+        [*SWEEP, "--lambda-ms", "10"],
+        "outside 0..2^63-1",
+        lambda ws: _trace_with_meta(ws / "traces" / "big" / "tent.parquet", lambda m: {**m, "batch_size": 10**30}),
+    ),
+    "metadata nested 200k deep": (
+        SWEEP,
+        "nested too deeply",
+        lambda ws: _trace_with_meta(ws / "traces" / "deep" / "tent.parquet", _deep_json),
+    ),
+    "metadata NaN": (
+        SWEEP,
+        "NaN or Infinity",
+        lambda ws: _trace_with_meta(
+            ws / "traces" / "nan" / "tent.parquet", lambda m: json.dumps({**m, "method_params": {"lr": float("nan")}})
+        ),
+    ),
+    "metadata not JSON": (SWEEP, "not valid JSON", lambda ws: _trace_with_meta(ws / "traces" / "bad" / "tent.parquet", lambda m: "{oops")),
+    "two traces of one method": (
+        SWEEP,
+        "second trace of method 'tent'",
+        lambda ws: _trace_with_meta(ws / "traces" / "again" / "tent.parquet", lambda m: m),
+    ),
     "group without standard": (["sweep", "{ws}/traces/tent.parquet"], "no 'standard' trace", None),
     "report: no such source": (["report", "{ws}/nowhere", "--out", "{ws}/r2"], "no such file or directory", None),
     "report: missing --out": (["report", "{ws}/traces"], "missing option '--out'", None),
-    "report: unknown budget rule": (["report", "{ws}/traces", "--out", "{ws}/r2", "--budget-rule", "bogus"],
-                                    "'--budget-rule'", None),
-    "report: bad episode, new folder": (["report", "{ws}/traces", "--out", "{ws}/r2", "--episodes", "nowhere"],
-                                        "episode(s) nowhere not in the results", None),
-    "report: bad episode, existing report": (["report", "{ws}/traces", "--out", "{ws}/report", "--episodes", "nowhere"],
-                                             "episode(s) nowhere not in the results", None),
-    "report: tables is a file": (["report", "{ws}/traces", "--out", "{ws}/report2"], "a file is in the way",
-                                 lambda ws: ((ws / "report2").mkdir(), (ws / "report2" / "tables").write_text("x"))),
-    "report: files, out inside their folder": (["report", "{ws}/traces/standard.parquet", "{ws}/traces/tent.parquet",
-                                                "--out", "{ws}/traces/r"], "inside the trace directory", None),
-    "report: sweep option on results": (["report", "{ws}/results2", "--out", "{ws}/r2", "--rho", "1"],
-                                        "apply to traces",
-                                        lambda ws: _results(ws / "results2")),
-    "report: results not readable": (["report", "{ws}/results", "--out", "{ws}/r2"], "not a readable utility table",
-                                     None),
+    "report: unknown budget rule": (["report", "{ws}/traces", "--out", "{ws}/r2", "--budget-rule", "bogus"], "'--budget-rule'", None),
+    "report: bad episode, new folder": (
+        ["report", "{ws}/traces", "--out", "{ws}/r2", "--episodes", "nowhere"],
+        "episode(s) nowhere not in the results",
+        None,
+    ),
+    "report: bad episode, existing report": (
+        ["report", "{ws}/traces", "--out", "{ws}/report", "--episodes", "nowhere"],
+        "episode(s) nowhere not in the results",
+        None,
+    ),
+    "report: tables is a file": (
+        ["report", "{ws}/traces", "--out", "{ws}/report2"],
+        "a file is in the way",
+        lambda ws: ((ws / "report2").mkdir(), (ws / "report2" / "tables").write_text("x")),
+    ),
+    "report: files, out inside their folder": (
+        ["report", "{ws}/traces/standard.parquet", "{ws}/traces/tent.parquet", "--out", "{ws}/traces/r"],
+        "inside the trace directory",
+        None,
+    ),
+    "report: sweep option on results": (
+        ["report", "{ws}/results2", "--out", "{ws}/r2", "--rho", "1"],
+        "apply to traces",
+        lambda ws: _results(ws / "results2"),
+    ),
+    "report: results not readable": (["report", "{ws}/results", "--out", "{ws}/r2"], "not a readable utility table", None),
     "show: unknown table": (["show", "nonsense", "{ws}/traces"], "unknown table 'nonsense'", None),
 }
 
@@ -189,8 +226,9 @@ def test_writable_out_below_read_only_parent_is_written(ws, monkeypatch):
     out = parent / "out"
     out.mkdir(parents=True)
     real_access = os.access
-    monkeypatch.setattr(os, "access", lambda p, m, *a, **k: False if os.path.abspath(p) == str(parent) and m & os.W_OK
-                        else real_access(p, m, *a, **k))
+    monkeypatch.setattr(
+        os, "access", lambda p, m, *a, **k: False if os.path.abspath(p) == str(parent) and m & os.W_OK else real_access(p, m, *a, **k)
+    )
     real_open = os.open
     monkeypatch.setattr(os, "open", lambda p, *a, **k: _deny(p, parent, real_open, *a, **k))
     res = invoke(main, ["sweep", str(ws / "traces"), "--out", str(out), "--protocol", "offline", "--format", "json"])
@@ -209,8 +247,13 @@ def test_an_output_in_use_is_refused_naming_the_holder(command, ws):
     out = ws / "busy"
     with output_lock(out, "report"):
         before = snapshot(ws)
-        line = assert_refused(invoke(main, [command, str(ws / "traces"), "--out", str(out), "--protocol", "offline"]),
-                              PROG, "is being written by process", before, ws)
+        line = assert_refused(
+            invoke(main, [command, str(ws / "traces"), "--out", str(out), "--protocol", "offline"]),
+            PROG,
+            "is being written by process",
+            before,
+            ws,
+        )
     assert str(os.getpid()) in line
 
 
@@ -218,16 +261,14 @@ def test_an_output_in_use_is_refused_naming_the_holder(command, ws):
 def test_outputs_replace_old_ones_whole_with_umask_permissions(ws):
     old_umask = os.umask(0o027)
     try:
-        res = invoke(main, ["sweep", str(ws / "traces"), "--out", str(ws / "fresh"), "--protocol", "offline",
-                            "--format", "json"])
+        res = invoke(main, ["sweep", str(ws / "traces"), "--out", str(ws / "fresh"), "--protocol", "offline", "--format", "json"])
     finally:
         os.umask(old_umask)
     assert res.exit_code == 0, res.stderr
     assert oct((ws / "fresh").stat().st_mode & 0o777) == oct(0o750)
     assert oct((ws / "fresh" / "utility.csv").stat().st_mode & 0o777) == oct(0o640)
     # an existing folder keeps the user's other files; ours are replaced
-    res = invoke(main, ["sweep", str(ws / "traces"), "--out", str(ws / "results"), "--protocol", "offline",
-                        "--format", "json"])
+    res = invoke(main, ["sweep", str(ws / "traces"), "--out", str(ws / "results"), "--protocol", "offline", "--format", "json"])
     assert res.exit_code == 0, res.stderr
     assert (ws / "results" / "notes.txt").read_text() == "the user's own notes"
     assert pl.read_parquet(ws / "results" / "utility.parquet").height > 0
@@ -235,8 +276,23 @@ def test_outputs_replace_old_ones_whole_with_umask_permissions(ws):
 
 
 def test_report_into_an_earlier_report_replaces_it_whole(ws):
-    res = invoke(main, ["report", str(ws / "traces"), "--out", str(ws / "report"), "--protocol", "offline,discrete",
-                        "--rho", "1,0.5", "--budget-rule", "overshoot", "--queue", "0"])
+    res = invoke(
+        main,
+        [
+            "report",
+            str(ws / "traces"),
+            "--out",
+            str(ws / "report"),
+            "--protocol",
+            "offline,discrete",
+            "--rho",
+            "1,0.5",
+            "--budget-rule",
+            "overshoot",
+            "--queue",
+            "0",
+        ],
+    )
     assert res.exit_code == 0, res.stderr
     assert "# Tempora report" in (ws / "report" / "report.md").read_text()
     assert (ws / "report" / "utility.parquet").is_file()
@@ -245,12 +301,10 @@ def test_report_into_an_earlier_report_replaces_it_whole(ws):
 
 def test_grids_from_a_file_and_a_range(ws):
     (ws / "grid.txt").write_text("# ρ values\n1, 0.7\n50%\n")
-    res = invoke(main, ["sweep", str(ws / "traces"), "--protocol", "discrete", "--rho", f"@{ws / 'grid.txt'}",
-                        "--format", "json"])
+    res = invoke(main, ["sweep", str(ws / "traces"), "--protocol", "discrete", "--rho", f"@{ws / 'grid.txt'}", "--format", "json"])
     assert res.exit_code == 0, res.stderr
     assert sorted({r["value"] for r in json.loads(res.stdout)}) == [0.5, 0.7, 1.0]
-    res = invoke(main, ["sweep", str(ws / "traces"), "--protocol", "discrete", "--rho", "0.05:1:0.001",
-                        "--format", "json"])
+    res = invoke(main, ["sweep", str(ws / "traces"), "--protocol", "discrete", "--rho", "0.05:1:0.001", "--format", "json"])
     values = sorted({r["value"] for r in json.loads(res.stdout)})
     assert len(values) == 951 and values[0] == 0.05 and values[-1] == 1.0 and 0.123 in values
 
@@ -272,6 +326,21 @@ def test_a_trace_with_a_non_utf8_name_is_read(ws):
 
 def test_report_accepts_every_sweep_option_make_paper_passes(ws):
     """`make paper` passes --budget-rule overshoot, --T and --B to report (they were refused once)."""
-    res = invoke(main, ["report", str(ws / "traces"), "--out", str(ws / "paper"), "--budget-rule", "overshoot",
-                        "--T", "200,400", "--B", "2.5s,5s", "--lambda-ms", "5"])
+    res = invoke(
+        main,
+        [
+            "report",
+            str(ws / "traces"),
+            "--out",
+            str(ws / "paper"),
+            "--budget-rule",
+            "overshoot",
+            "--T",
+            "200,400",
+            "--B",
+            "2.5s,5s",
+            "--lambda-ms",
+            "5",
+        ],
+    )
     assert res.exit_code == 0, res.stderr

@@ -27,8 +27,22 @@ pytestmark = pytest.mark.usefixtures("one_thread", "tiny_models")
 
 
 def tiny(ws: Path, *extra, out: str | None = None) -> list[str]:
-    return ["--dataset", "cifar10-c", "--model", "tiny-bn", "--data-root", str(ws / "cifar-c"), "--domains", "fog",
-            "--batch-size", "8", "--out", out if out is not None else str(ws / "out"), "--quiet", *extra]
+    return [
+        "--dataset",
+        "cifar10-c",
+        "--model",
+        "tiny-bn",
+        "--data-root",
+        str(ws / "cifar-c"),
+        "--domains",
+        "fog",
+        "--batch-size",
+        "8",
+        "--out",
+        out if out is not None else str(ws / "out"),
+        "--quiet",
+        *extra,
+    ]
 
 
 @pytest.fixture
@@ -49,8 +63,7 @@ def _garbage_standard(ws):
 
 
 def _tent_as_standard(ws):
-    write_trace(ws / "out" / "standard-bs8.parquet", "tent", num_batches=4, episodes=("fog",), batch_size=8,
-                num_classes=10)
+    write_trace(ws / "out" / "standard-bs8.parquet", "tent", num_batches=4, episodes=("fog",), batch_size=8, num_classes=10)
 
 
 def _partial(ws):
@@ -101,15 +114,20 @@ CASES = {
     "nothing to resume": ("tiny", ["--resume"], "nothing to resume", None),
     "interrupted run without --resume": ("tiny", [], "pass --resume to continue it or --force", _partial),
     "resume with other options": ("tiny", ["--resume"], "options differ from the interrupted run", _partial),
-    "complete trace without --force": ("tiny", [], "already exists (a complete trace)",
-                                       lambda ws: write_trace(ws / "out" / "tent-bs8.parquet", "tent", num_batches=4,
-                                                              episodes=("fog",), batch_size=8, num_classes=10)),
+    "complete trace without --force": (
+        "tiny",
+        [],
+        "already exists (a complete trace)",
+        lambda ws: write_trace(ws / "out" / "tent-bs8.parquet", "tent", num_batches=4, episodes=("fog",), batch_size=8, num_classes=10),
+    ),
     "calibrate: garbage standard.parquet": ("calibrate", [], "is not a readable trace", _garbage_standard),
-    "calibrate: a tent trace named standard": ("calibrate", [], "is not the trace this run would write",
-                                               _tent_as_standard),
-    "demo cache below a file": ("env", ["run", "--method", "tent", "--dataset", "demo", "--domains", "fog",
-                                        "--max-batches", "1", "--out", "{ws}/demo-out", "--quiet"],
-                                "cannot write the demo data cache", None),
+    "calibrate: a tent trace named standard": ("calibrate", [], "is not the trace this run would write", _tent_as_standard),
+    "demo cache below a file": (
+        "env",
+        ["run", "--method", "tent", "--dataset", "demo", "--domains", "fog", "--max-batches", "1", "--out", "{ws}/demo-out", "--quiet"],
+        "cannot write the demo data cache",
+        None,
+    ),
 }
 
 
@@ -163,8 +181,9 @@ def test_an_output_in_use_is_refused_naming_the_holder(ws):
     with output_lock(ws / "out" / "tent-bs8.parquet", "trace"):
         before = snapshot(ws)
         for extra in IN_USE:
-            line = assert_refused(invoke(cli, ["run", "--method", "tent", *tiny(ws, *extra)]), PROG,
-                                  "is being written by process", before, ws)
+            line = assert_refused(
+                invoke(cli, ["run", "--method", "tent", *tiny(ws, *extra)]), PROG, "is being written by process", before, ws
+            )
             assert str(os.getpid()) in line
 
 
@@ -228,9 +247,11 @@ def test_bare_method_is_run_and_domains_take_words_or_commas(ws):
     assert res.exit_code == 0, res.stderr
     res = invoke(cli, ["run", "--method", "standard", *tiny(ws), "--name", "commas", "--domains", "fog,gaussian_noise"])
     assert res.exit_code == 0, res.stderr
-    assert _adapt_rows(ws / "out" / "words.parquet") and \
-        pq.read_table(ws / "out" / "words.parquet").column("episode").unique().to_pylist() == \
-        pq.read_table(ws / "out" / "commas.parquet").column("episode").unique().to_pylist()
+    assert (
+        _adapt_rows(ws / "out" / "words.parquet")
+        and pq.read_table(ws / "out" / "words.parquet").column("episode").unique().to_pylist()
+        == pq.read_table(ws / "out" / "commas.parquet").column("episode").unique().to_pylist()
+    )
 
 
 # ------------------------------------------------------------------------ real processes
@@ -240,8 +261,7 @@ def _env() -> dict:
 
 @pytest.mark.parametrize("argv,prog", START_UP)
 def test_ctrl_c_during_start_up_is_one_line(argv, prog, tmp_path):
-    proc = subprocess.Popen([sys.executable, *argv], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, *argv], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(0.4)  # importing torch / polars / numba
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)

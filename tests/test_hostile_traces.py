@@ -24,8 +24,11 @@ SMALL = dict(num_batches=6, episodes=("fog",), checkpoints=(0, 3), frozen_eval=3
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(2**80), max_value=2**80)
-    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=8),
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
     max_leaves=8,
 )
@@ -82,10 +85,17 @@ def test_corrupt_metadata(good, tmp_path, key, value, drop):
     _check(path, folder / "standard.parquet")
 
 
-NUMERIC = {"severity": st.integers(-128, 127), "checkpoint": st.integers(-(2**31), 2**31 - 1),
-           "step": st.integers(-(2**31), 2**31 - 1), "n": st.integers(-(2**31), 2**31 - 1),
-           "correct": st.integers(-(2**31), 2**31 - 1), "e_ms": st.floats(), "l_ms": st.floats(),
-           "delta_ms": st.floats(), "peak_mem_bytes": st.integers(-(2**63), 2**63 - 1)}
+NUMERIC = {
+    "severity": st.integers(-128, 127),
+    "checkpoint": st.integers(-(2**31), 2**31 - 1),
+    "step": st.integers(-(2**31), 2**31 - 1),
+    "n": st.integers(-(2**31), 2**31 - 1),
+    "correct": st.integers(-(2**31), 2**31 - 1),
+    "e_ms": st.floats(),
+    "l_ms": st.floats(),
+    "delta_ms": st.floats(),
+    "peak_mem_bytes": st.integers(-(2**63), 2**63 - 1),
+}
 
 
 @SETTINGS

@@ -130,9 +130,13 @@ def test_live_amortised_cutoff_is_the_reference_rule(rule, data):
         adapt.calls = i
         return timed_event(adapt, X, CLOCK), 0
 
-    hooks = AmortisedHooks(serve_adapt, serve_frozen, lambda: "saved",
-                           lambda saved: state.__setitem__("undone", state["undone"] + 1),
-                           lambda: state.__setitem__("frozen", True))
+    hooks = AmortisedHooks(
+        serve_adapt,
+        serve_frozen,
+        lambda: "saved",
+        lambda saved: state.__setitem__("undone", state["undone"] + 1),
+        lambda: state.__setitem__("frozen", True),
+    )
     rows, m = play_amortised(n, lam, budget, rule, hooks)
     assert len(rows) == n and [r.mode for r in rows] == ["adapt"] * m + ["frozen"] * (n - m)
     # the measured overheads of every adapting attempt (the undone strict step included)
@@ -146,9 +150,19 @@ def test_live_amortised_cutoff_is_the_reference_rule(rule, data):
 
 # ------------------------------------------------------------------------ end to end, tiny
 
+
 def tiny_cfg(root, out, method="tent", **kw) -> TraceConfig:
-    base = dict(method=method, dataset="cifar10-c", model="tiny-bn", data_root=str(root), domains=["gaussian_noise", "fog"],
-                batch_size=8, out=str(out), quiet=True, frozen_sample=None)
+    base = dict(
+        method=method,
+        dataset="cifar10-c",
+        model="tiny-bn",
+        data_root=str(root),
+        domains=["gaussian_noise", "fog"],
+        batch_size=8,
+        out=str(out),
+        quiet=True,
+        frozen_sample=None,
+    )
     base.update(kw)
     return TraceConfig(**base)
 
@@ -163,8 +177,15 @@ def recorded(cifar_c_root, tmp_path, one_thread, tiny_models):
         trace_run(tiny_cfg(cifar_c_root, traces, m))
     # stage_mb below one batch: every batch is its own chunk, so the episode clock pauses at
     # each pickup of an unstaged batch — the live decisions must not notice
-    live = run_live(tiny_cfg(cifar_c_root, tmp_path / "live", stage_mb=0.05), protocols="discrete,amortised",
-                    rho=[1.0, 0.5], queue=1, budgets_ms=[0.0, 1e6], standard=str(traces), repeats=2)
+    live = run_live(
+        tiny_cfg(cifar_c_root, tmp_path / "live", stage_mb=0.05),
+        protocols="discrete,amortised",
+        rho=[1.0, 0.5],
+        queue=1,
+        budgets_ms=[0.0, 1e6],
+        standard=str(traces),
+        repeats=2,
+    )
     return traces, live
 
 
@@ -196,8 +217,23 @@ def test_live_file_is_valid_and_validate_agrees_with_itself(recorded, tmp_path):
     assert "Live runs vs replay" in res.output
     assert (out / "validation.csv").exists() and (out / "validation-runs.parquet").exists()
     # tolerances that nothing can meet → exit 1 (a verdict, not bad input)
-    res = CliRunner().invoke(sim_main, ["validate", str(live), "--traces", str(traces), "--tol-pp", "0",
-                                        "--amortised-tol-pp", "0", "--min-agreement", "100", "--spread-slack-pp", "0"])
+    res = CliRunner().invoke(
+        sim_main,
+        [
+            "validate",
+            str(live),
+            "--traces",
+            str(traces),
+            "--tol-pp",
+            "0",
+            "--amortised-tol-pp",
+            "0",
+            "--min-agreement",
+            "100",
+            "--spread-slack-pp",
+            "0",
+        ],
+    )
     assert res.exit_code in (0, 1)
 
     # bad input is one line and exit status 2: a trace given as a live run ...

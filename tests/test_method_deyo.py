@@ -71,8 +71,8 @@ def test_patch_shuffle_permutes_whole_patches():
     x = torch.arange(2 * 3 * 8 * 8, dtype=torch.float32).reshape(2, 3, 8, 8)
     out = patch_shuffle(x, 4, torch.Generator().manual_seed(0))
     for b in range(2):
-        src = {tuple(x[b, :, i:i + 2, j:j + 2].flatten().tolist()) for i in range(0, 8, 2) for j in range(0, 8, 2)}
-        dst = {tuple(out[b, :, i:i + 2, j:j + 2].flatten().tolist()) for i in range(0, 8, 2) for j in range(0, 8, 2)}
+        src = {tuple(x[b, :, i : i + 2, j : j + 2].flatten().tolist()) for i in range(0, 8, 2) for j in range(0, 8, 2)}
+        dst = {tuple(out[b, :, i : i + 2, j : j + 2].flatten().tolist()) for i in range(0, 8, 2) for j in range(0, 8, 2)}
         assert src == dst  # the same 16 patches, rearranged
     assert not torch.equal(out, x)
 

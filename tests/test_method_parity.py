@@ -121,7 +121,9 @@ def test_shot_im_epsilon_is_float32_eps_in_the_paper_profile():
         marginal = p.mean(0)
         expected = -(p * p.log()).sum(1).mean() + (marginal * torch.log(marginal + eps)).sum()
         torch.testing.assert_close(method.loss(batch(), logits), expected)
-    assert not torch.equal(information_maximisation_loss(logits, 1e-5), information_maximisation_loss(logits, torch.finfo(torch.float32).eps))
+    assert not torch.equal(
+        information_maximisation_loss(logits, 1e-5), information_maximisation_loss(logits, torch.finfo(torch.float32).eps)
+    )
 
 
 def test_sar_top_layer_rules_agree_on_the_paper_architectures_not_on_the_demo(vit):
@@ -206,7 +208,7 @@ def test_sar_reset_keeps_sgd_momentum_only_in_the_paper_profile():
         sgd = method.optimizer.base
         buffers = [sgd.state[p]["momentum_buffer"].clone() for p in sgd.param_groups[0]["params"]]
         method.reset()
-        for (name, p) in method.adapted:
+        for name, p in method.adapted:
             assert torch.equal(p.detach(), dict(source.named_parameters())[name].detach())
         if profile == "default":
             assert len(sgd.state) == 0
@@ -292,7 +294,7 @@ def test_spa_per_patch_loop_matches_its_formula_and_carries_gradients():
         t, l = (k // 2) * 4, (k % 2) * 4
         eps = torch.randn(3, 4, 4, generator=replay)
         r = noise.alpha[k].detach() ** 2
-        want[..., t:t + 4, l:l + 4] = (1 - r) * z[..., t:t + 4, l:l + 4] + r * eps
+        want[..., t : t + 4, l : l + 4] = (1 - r) * z[..., t : t + 4, l : l + 4] + r * eps
     torch.testing.assert_close(out.detach(), (want.clamp(-1, 1) + 1) / 2)
     out.sum().backward()
     assert noise.alpha.grad is not None and bool((noise.alpha.grad != 0).all())
@@ -342,13 +344,26 @@ def test_paper_profile_trace_sits_beside_the_default_one(tmp_path, monkeypatch):
     from tempora_trace.cli import main
 
     monkeypatch.setenv("TEMPORA_DEMO_TEST_SIZE", "128")
-    common = ["--dataset", "demo", "--domains", "fog", "--batch-size", "32", "--max-batches", "2",
-              "--no-default-checkpoints", "--threads", "1", "--out", str(tmp_path), "--quiet"]
+    common = [
+        "--dataset",
+        "demo",
+        "--domains",
+        "fog",
+        "--batch-size",
+        "32",
+        "--max-batches",
+        "2",
+        "--no-default-checkpoints",
+        "--threads",
+        "1",
+        "--out",
+        str(tmp_path),
+        "--quiet",
+    ]
     assert main(["run", "--method", "standard", *common]) == 0
     assert main(["run", "--method", "tent", *common]) == 0
     assert main(["run", "--method", "tent", "--profile", "paper", *common]) == 0
-    assert sorted(p.name for p in tmp_path.glob("*.parquet")) == [
-        "standard-bs32.parquet", "tent-bs32.parquet", "tent-paper-bs32.parquet"]
+    assert sorted(p.name for p in tmp_path.glob("*.parquet")) == ["standard-bs32.parquet", "tent-bs32.parquet", "tent-paper-bs32.parquet"]
     frame = run_sweep(tmp_path, protocols="offline").frame
     assert set(frame["method"].unique()) == {"standard", "tent", "tent-paper"}
     assert main(["run", "--method", "tent", "--profile", "paper", "--param", "profile=default", *common]) == 2

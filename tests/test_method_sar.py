@@ -54,7 +54,7 @@ def test_update_is_sam_on_reliable_samples():
     h = entropy(x * w + b)
     keep = h < MARGIN
     g1 = torch.autograd.grad(h[keep].mean(), (w, b))
-    norm = torch.sqrt(sum((g ** 2).sum() for g in g1))
+    norm = torch.sqrt(sum((g**2).sum() for g in g1))
     w2, b2 = (w + 0.05 * g1[0] / norm).detach().requires_grad_(), (b + 0.05 * g1[1] / norm).detach().requires_grad_()
     h2 = entropy(x * w2 + b2)[keep]
     loss2 = h2[h2 < MARGIN].mean()
@@ -154,10 +154,19 @@ def test_contract_bn_and_gn():
     assert get_method("sar").default_params(context(num_classes=1000, family="imagenet", norm="ln"))["lr"] == 0.001
 
 
-@pytest.mark.parametrize("name,bad", [
-    ("sar", {"lr": "abc"}), ("sar", {"momentum": 2.0}), ("sar", {"rho": -0.1}), ("eta", {"d_margin": -1}),
-    ("shot-im", {"source_stats": "maybe"}), ("lame", {"knn": 0}), ("lame", {"max_steps": 2.5}), ("eta", {"typo": 1}),
-])
+@pytest.mark.parametrize(
+    "name,bad",
+    [
+        ("sar", {"lr": "abc"}),
+        ("sar", {"momentum": 2.0}),
+        ("sar", {"rho": -0.1}),
+        ("eta", {"d_margin": -1}),
+        ("shot-im", {"source_stats": "maybe"}),
+        ("lame", {"knn": 0}),
+        ("lame", {"max_steps": 2.5}),
+        ("eta", {"typo": 1}),
+    ],
+)
 def test_bad_options_are_one_line_method_errors(name, bad):
     from tempora_trace.methods import MethodError
 

@@ -105,7 +105,7 @@ def test_adaptation_moves_norms_projector_and_noise_adversarially():
     assert any(not torch.equal(a, p) for a, p in zip(affine0, method.trainable))
     alpha = method.noise.alpha.detach()
     assert not torch.equal(alpha, alpha0)
-    assert (alpha ** 2).mean().item() == pytest.approx(0.1, rel=1e-4)  # mean noise ratio held at its target
+    assert (alpha**2).mean().item() == pytest.approx(0.1, rel=1e-4)  # mean noise ratio held at its target
 
 
 @pytest.mark.parametrize("norm", ["gn", "ln"])

@@ -20,8 +20,18 @@ ZOO1 = ["lame", "neo", "eta", "eta-no-reset", "shot-im", "shot-norm", "sar"]
 
 @pytest.mark.parametrize("method", ZOO1)
 def test_method_traces_end_to_end(cifar_c_root, tmp_path, method):
-    cfg = TraceConfig(method=method, dataset="cifar10-c", model="tiny-bn", data_root=str(cifar_c_root), domains=["gaussian_noise"],
-                      batch_size=8, out=str(tmp_path), quiet=True, frozen_sample=2, warmup_batches=1)
+    cfg = TraceConfig(
+        method=method,
+        dataset="cifar10-c",
+        model="tiny-bn",
+        data_root=str(cifar_c_root),
+        domains=["gaussian_noise"],
+        batch_size=8,
+        out=str(tmp_path),
+        quiet=True,
+        frozen_sample=2,
+        warmup_batches=1,
+    )
     path = trace_run(cfg)
     table = pq.read_table(path)
     meta = schema.decode_metadata(table.schema, path)
@@ -47,7 +57,15 @@ def _ctx():
 
 @pytest.mark.parametrize("method", ["eta-no-reset", "shot-norm"])
 def test_bn_variants_are_refused_on_groupnorm(cifar_c_root, tmp_path, method):
-    cfg = TraceConfig(method=method, dataset="cifar10-c", model="tiny-gn", data_root=str(cifar_c_root), domains=["gaussian_noise"],
-                      batch_size=8, out=str(tmp_path), quiet=True)
+    cfg = TraceConfig(
+        method=method,
+        dataset="cifar10-c",
+        model="tiny-gn",
+        data_root=str(cifar_c_root),
+        domains=["gaussian_noise"],
+        batch_size=8,
+        out=str(tmp_path),
+        quiet=True,
+    )
     with pytest.raises(ConfigError, match=method):
         trace_run(cfg)

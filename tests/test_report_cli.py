@@ -29,8 +29,7 @@ def synthetic_traces(tmp_path_factory) -> Path:
     from tempora_sim.synthetic import write_trace_set
 
     d = tmp_path_factory.mktemp("traces")
-    write_trace_set(d, methods=METHODS, episodes=EPISODES, num_batches=60, batch_size=32,
-                    checkpoints=(0, 2, 4, 8, 16, 32), frozen_eval=8)
+    write_trace_set(d, methods=METHODS, episodes=EPISODES, num_batches=60, batch_size=32, checkpoints=(0, 2, 4, 8, 16, 32), frozen_eval=8)
     return d
 
 
@@ -79,8 +78,7 @@ def test_report_tables_agree_with_the_analyses(report_from_traces):
     out, _ = report_from_traces
     utility = pl.read_parquet(out / rp.RESULTS_FILE)
     wc = pl.read_csv(out / "tables" / "win_counts.csv")
-    assert wc.sort("method").select("method", "wins").rows() == \
-        an.win_counts(utility).sort("method").select("method", "wins").rows()
+    assert wc.sort("method").select("method", "wins").rows() == an.win_counts(utility).sort("method").select("method", "wins").rows()
     n_cells = len(EPISODES) * utility.filter(pl.col("episode") != an.POOLED).select("protocol", "value").n_unique()
     assert wc.get_column("cells").unique().to_list() == [n_cells]
     lat = pl.read_csv(out / "tables" / "latency.csv")
@@ -108,12 +106,17 @@ def test_show_reads_the_report_directory(report_from_traces):
 def test_report_from_results_only(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
-    utility_frame(grid(WIN) + grid({
-        (an.POOLED, "offline", None): {"standard": 0.3, "fast": 0.375, "slow": 0.55},
-        (an.POOLED, "discrete", 1.0): {"standard": 0.3, "fast": 0.36, "slow": 0.15},
-        (an.POOLED, "discrete", 0.5): {"standard": 0.3, "fast": 0.375, "slow": 0.425},
-        (an.POOLED, "continuous", 50.0): {"standard": 0.3, "fast": 0.305, "slow": 0.075},
-    })).write_parquet(results / "utility.parquet")
+    utility_frame(
+        grid(WIN)
+        + grid(
+            {
+                (an.POOLED, "offline", None): {"standard": 0.3, "fast": 0.375, "slow": 0.55},
+                (an.POOLED, "discrete", 1.0): {"standard": 0.3, "fast": 0.36, "slow": 0.15},
+                (an.POOLED, "discrete", 0.5): {"standard": 0.3, "fast": 0.375, "slow": 0.425},
+                (an.POOLED, "continuous", 50.0): {"standard": 0.3, "fast": 0.305, "slow": 0.075},
+            }
+        )
+    ).write_parquet(results / "utility.parquet")
     out = tmp_path / "r"
     res = CliRunner().invoke(main, ["report", str(results), "--out", str(out)])
     assert res.exit_code == 0, res.output

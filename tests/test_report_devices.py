@@ -13,8 +13,9 @@ def test_winners_side_by_side_and_disagreements_marked(tmp_path):
     # on the "cpu" machine eta's steps cost 6× (a slow backward): it stops winning under pressure
     for device, slow in (("cuda:synthetic-gpu", 1.0), ("cpu:synthetic", 6.0)):
         for m in METHODS:
-            write_trace(tmp_path / device.split(":")[0] / f"{m}.parquet", m, num_batches=40, device=device,
-                        time_scale=slow if m == "eta" else 1.0)
+            write_trace(
+                tmp_path / device.split(":")[0] / f"{m}.parquet", m, num_batches=40, device=device, time_scale=slow if m == "eta" else 1.0
+            )
     inp = load_inputs(tmp_path, {"rho": "1,0.25", "T_ms": "400ms", "B_ms": "2s"})
     tables = device_winners(inp.utility)
     assert len(tables) == 1

@@ -37,8 +37,7 @@ def test_utility_curves_grey_out_methods_below_standard():
     t = utility_frame(grid(WIN))
     fig = fg.utility_curves(t, ["fog"], an.method_order(t))
     disc = fig.axes[0]  # discrete row, fog: slow (30 % at ρ=50 %, 10 % at ρ=100 %) is below standard (20 %) at ρ=100 % only
-    (scatter_slow,) = [c for c in disc.collections
-                       if c.get_offsets().shape[0] == 2 and c.get_offsets()[:, 1].tolist() == [30.0, 10.0]]
+    (scatter_slow,) = [c for c in disc.collections if c.get_offsets().shape[0] == 2 and c.get_offsets()[:, 1].tolist() == [30.0, 10.0]]
     colours = [tuple(round(v, 3) for v in c[:3]) for c in scatter_slow.get_facecolors()]
     grey = tuple(round(v, 3) for v in to_rgb(fg.BELOW_GREY))
     assert colours[1] == grey and colours[0] == tuple(round(v, 3) for v in to_rgb(fg.method_colour("slow")))
@@ -56,6 +55,8 @@ def test_report_modules_never_import_torch():
     import sys
 
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))  # the same import path as this process
-    code = ("import sys, tempora_sim.analyses, tempora_sim.figures, tempora_sim.report, tempora_sim.cli_report; "
-            "sys.exit('torch' in sys.modules)")
+    code = (
+        "import sys, tempora_sim.analyses, tempora_sim.figures, tempora_sim.report, tempora_sim.cli_report; "
+        "sys.exit('torch' in sys.modules)"
+    )
     assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0

@@ -85,9 +85,15 @@ def test_severity_splits_groups_instead_of_duplicate_method(tmp_path, version):
     assert df["group"].n_unique() == 2 and sorted(df["severity"].unique().to_list()) == [3, 5]
 
 
-@pytest.mark.parametrize("field,value", [
-    ("threads", 4), ("weights", "sha256:" + "ab" * 32), ("max_batches", 30), ("domains_", None),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("threads", 4),
+        ("weights", "sha256:" + "ab" * 32),
+        ("max_batches", 30),
+        ("domains_", None),
+    ],
+)
 def test_every_identity_field_separates_groups(tmp_path, field, value):
     _write(tmp_path / "a" / "standard.parquet", "standard")
     _write(tmp_path / "a" / "tent.parquet", "tent")
@@ -105,8 +111,9 @@ def test_same_identity_twice_is_still_an_error(tmp_path):
 
 
 def test_identity_round_trips_through_metadata_and_names_files():
-    meta, _ = make_trace("tent", severity=3, seed=7, batch_size=32, **{k: v for k, v in SMALL.items() if k != "episodes"},
-                         episodes=EPISODES)
+    meta, _ = make_trace(
+        "tent", severity=3, seed=7, batch_size=32, **{k: v for k, v in SMALL.items() if k != "episodes"}, episodes=EPISODES
+    )
     ident = schema.TraceIdentity.from_metadata(meta)
     assert schema.TraceIdentity.from_metadata({**meta, **ident.as_metadata()}) == ident
     assert ident.file_stem() == "tent-bs32-seed7-sev3"
@@ -146,20 +153,29 @@ def test_v2_requires_the_new_keys(tmp_path):
             schema.validate_table(table, bad, "t.parquet")
 
 
-@pytest.mark.parametrize("key,value,needle", [
-    ("severity", 7, "severity"), ("severity", 3, "rows have severity"),
-    ("domains", [], "domains"), ("domains", ["fog"], "not listed"), ("domains", ["fog", "fog", "snow"], "twice"),
-    ("max_batches", 0, "max_batches"), ("max_batches", 5, "max_batches allows"),
-    ("weights", "imagenet", "weights"), ("weights", "sha256:xyz", "weights"),
-    ("threads", 0, "threads"), ("threads", True, "threads"),
-    ("speed_probe", {"a": 1}, "speed_probe"),
-    ("speed_probe", [{"episode": "fog", "step": 0}], "speed_probe"),
-    ("speed_probe", [{"episode": "fog", "step": -1, "ms": 1.0}], "step"),
-    ("speed_probe", [{"episode": "rain", "step": 0, "ms": 1.0}], "rain"),
-    ("speed_probe", [{"episode": "fog", "step": 31, "ms": 1.0}], "beyond"),
-    ("speed_probe", [{"episode": "fog", "step": 0, "ms": 0.0}], "ms"),
-    ("speed_probe_kind", "", "speed_probe_kind"),
-])
+@pytest.mark.parametrize(
+    "key,value,needle",
+    [
+        ("severity", 7, "severity"),
+        ("severity", 3, "rows have severity"),
+        ("domains", [], "domains"),
+        ("domains", ["fog"], "not listed"),
+        ("domains", ["fog", "fog", "snow"], "twice"),
+        ("max_batches", 0, "max_batches"),
+        ("max_batches", 5, "max_batches allows"),
+        ("weights", "imagenet", "weights"),
+        ("weights", "sha256:xyz", "weights"),
+        ("threads", 0, "threads"),
+        ("threads", True, "threads"),
+        ("speed_probe", {"a": 1}, "speed_probe"),
+        ("speed_probe", [{"episode": "fog", "step": 0}], "speed_probe"),
+        ("speed_probe", [{"episode": "fog", "step": -1, "ms": 1.0}], "step"),
+        ("speed_probe", [{"episode": "rain", "step": 0, "ms": 1.0}], "rain"),
+        ("speed_probe", [{"episode": "fog", "step": 31, "ms": 1.0}], "beyond"),
+        ("speed_probe", [{"episode": "fog", "step": 0, "ms": 0.0}], "ms"),
+        ("speed_probe_kind", "", "speed_probe_kind"),
+    ],
+)
 def test_bad_v2_keys_are_rejected(key, value, needle):
     meta, table = make_trace("tent", probe_ms=1.0, **SMALL)
     if key == "speed_probe_kind":
@@ -334,9 +350,14 @@ _NUMERIC = ("checkpoint", "step", "n", "correct", "e_ms", "l_ms", "delta_ms")
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     edits=st.lists(
-        st.tuples(st.sampled_from(_NUMERIC + ("episode", "phase")), st.integers(0, 10**6),
-                  st.one_of(st.integers(-5, 40), st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=6))),
-        min_size=1, max_size=4),
+        st.tuples(
+            st.sampled_from(_NUMERIC + ("episode", "phase")),
+            st.integers(0, 10**6),
+            st.one_of(st.integers(-5, 40), st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=6)),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
     drop_rows=st.integers(0, 3),
 )
 def test_corrupt_rows_are_one_clean_error(tmp_path_factory, edits, drop_rows):
@@ -367,9 +388,9 @@ def test_corrupt_rows_are_one_clean_error(tmp_path_factory, edits, drop_rows):
 
 def test_cli_reports_corrupt_metadata_in_one_line(tmp_path):
     meta, table = _BASE
-    pq.write_table(table.replace_schema_metadata({schema.METADATA_KEY: json.dumps({**meta, "threads": "many"})}),
-                   tmp_path / "tent.parquet")
+    pq.write_table(table.replace_schema_metadata({schema.METADATA_KEY: json.dumps({**meta, "threads": "many"})}), tmp_path / "tent.parquet")
     res = _run(["sweep", str(tmp_path), "--lambda-ms", "40"])
     assert res.exit_code == 2
-    assert res.stderr.strip().splitlines() == [f"tempora-sim: error: {tmp_path / 'tent.parquet'}: metadata 'threads' "
-                                               "must be a positive integer, got 'many'"]
+    assert res.stderr.strip().splitlines() == [
+        f"tempora-sim: error: {tmp_path / 'tent.parquet'}: metadata 'threads' must be a positive integer, got 'many'"
+    ]

@@ -48,12 +48,15 @@ def test_missing_metadata_key(trace):
     _reject(table, bad, "num_classes")
 
 
-@pytest.mark.parametrize("key,value,needle", [
-    ("batch_size", "64", "batch_size"),
-    ("stream", "sometimes", "stream"),
-    ("frozen_eval", "most", "frozen_eval"),
-    ("method", "", "method"),
-])
+@pytest.mark.parametrize(
+    "key,value,needle",
+    [
+        ("batch_size", "64", "batch_size"),
+        ("stream", "sometimes", "stream"),
+        ("frozen_eval", "most", "frozen_eval"),
+        ("method", "", "method"),
+    ],
+)
 def test_mistyped_metadata(trace, key, value, needle):
     meta, table = trace
     with pytest.raises(TraceSchemaError, match=needle):

@@ -23,14 +23,25 @@ from tempora_sim.reference import discrete_reference
 EMPTY_H = np.zeros(0)
 
 
-def run_kernel(a, e, delta, t, queue, strict, skip_mode=K.SKIP_NULL, skip_value=0.1, lam=1.0, T=(),
-               n_adapt=None, f_delta=0.0, f_acc=0.0):
+def run_kernel(a, e, delta, t, queue, strict, skip_mode=K.SKIP_NULL, skip_value=0.1, lam=1.0, T=(), n_adapt=None, f_delta=0.0, f_acc=0.0):
     n = len(a)
     h = np.array([x - lam for x in T], np.float64)
     ak = np.zeros(len(T))
     out = K.discrete_general_one(
-        np.asarray(a, float), np.asarray(e, float), np.asarray(delta, float), np.asarray(t, float), queue, strict,
-        skip_mode, skip_value, lam, h, n if n_adapt is None else n_adapt, f_delta, f_acc, ak,
+        np.asarray(a, float),
+        np.asarray(e, float),
+        np.asarray(delta, float),
+        np.asarray(t, float),
+        queue,
+        strict,
+        skip_mode,
+        skip_value,
+        lam,
+        h,
+        n if n_adapt is None else n_adapt,
+        f_delta,
+        f_acc,
+        ak,
     )
     return out, ak
 
@@ -41,8 +52,7 @@ lat_ = st.integers(1, 12).map(float)
 
 
 @settings(max_examples=150, deadline=None)
-@given(data=st.data(), queue=st.sampled_from([0, 1, 2, 3]), strict=st.booleans(),
-       mode=st.sampled_from(["null", "random", "fallback"]))
+@given(data=st.data(), queue=st.sampled_from([0, 1, 2, 3]), strict=st.booleans(), mode=st.sampled_from(["null", "random", "fallback"]))
 def test_general_kernel_matches_event_simulation(data, queue, strict, mode):
     t = data.draw(times_)
     n = len(t)
@@ -50,8 +60,17 @@ def test_general_kernel_matches_event_simulation(data, queue, strict, mode):
     a = data.draw(st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0]), min_size=n, max_size=n))
     skip_mode = {"null": K.SKIP_NULL, "random": K.SKIP_RANDOM, "fallback": K.SKIP_FALLBACK}[mode]
     (served, ssum, skip, _), _ = run_kernel(a, delta, delta, t, queue, strict, skip_mode, 0.1)
-    ref = discrete_reference(a, delta, None, queue, "strict" if strict else "buffered",
-                             "random" if mode == "random" else "null", 10, mode == "fallback", arrivals=list(t))
+    ref = discrete_reference(
+        a,
+        delta,
+        None,
+        queue,
+        "strict" if strict else "buffered",
+        "random" if mode == "random" else "null",
+        10,
+        mode == "fallback",
+        arrivals=list(t),
+    )
     assert served == ref.served
     assert ssum == pytest.approx(ref.served_sum, abs=1e-12)
     assert ssum + skip == pytest.approx(ref.score_sum, abs=1e-12)
@@ -69,18 +88,33 @@ def test_combined_pressures_match_event_simulation(data, queue, strict):
     n_adapt = data.draw(st.integers(0, n))
     f_delta = data.draw(lat_)
     lam, T = 2.0, (3.0, 10.0, 50.0)
-    (served, ssum, skip, frozen), ak = run_kernel(a, e, delta, t, queue, strict, lam=lam, T=T,
-                                                  n_adapt=n_adapt, f_delta=f_delta, f_acc=0.75)
-    ref = discrete_reference(a, delta, None, queue, "strict" if strict else "buffered", arrivals=list(t), e=e,
-                             lam=lam, T=T, n_adapt=n_adapt, f_delta=f_delta, f_acc=0.75)
+    (served, ssum, skip, frozen), ak = run_kernel(a, e, delta, t, queue, strict, lam=lam, T=T, n_adapt=n_adapt, f_delta=f_delta, f_acc=0.75)
+    ref = discrete_reference(
+        a,
+        delta,
+        None,
+        queue,
+        "strict" if strict else "buffered",
+        arrivals=list(t),
+        e=e,
+        lam=lam,
+        T=T,
+        n_adapt=n_adapt,
+        f_delta=f_delta,
+        f_acc=0.75,
+    )
     assert (served, frozen) == (ref.served, ref.frozen_served)
     assert ssum == pytest.approx(ref.served_sum, abs=1e-12)
     assert list(ak) == pytest.approx(ref.ak_sums, abs=1e-12)
 
 
 @settings(max_examples=100, deadline=None)
-@given(delta=st.lists(st.floats(0.1, 30.0), min_size=1, max_size=40), gamma=st.floats(0.5, 20.0),
-       queue=st.sampled_from([0, 1, 2]), strict=st.booleans())
+@given(
+    delta=st.lists(st.floats(0.1, 30.0), min_size=1, max_size=40),
+    gamma=st.floats(0.5, 20.0),
+    queue=st.sampled_from([0, 1, 2]),
+    strict=st.booleans(),
+)
 def test_periodic_arrays_reproduce_the_periodic_kernel(delta, gamma, queue, strict):
     n = len(delta)
     a = [((i * 7) % 5) / 4 for i in range(n)]
@@ -94,8 +128,7 @@ def test_hand_worked_deadline_and_patience():
     # λ = 1, T = 3 (h = 2); arrivals at 0, 1, 2; every event takes 2.5 (e = 1.5), queue 1.
     # event 0: batch 0 at 0, r = 1.5 → κ = 2/(2 + 0.5) = 0.8, ends 2.5 (batches 1, 2 arrived: 2 kept, 1 evicted)
     # event 1: batch 2 picked at 2.5, waited 0.5, r = 2.0 → κ = 2/3
-    (served, ssum, _, _), ak = run_kernel([1.0, 1.0, 0.5], [1.5] * 3, [2.5] * 3, [0.0, 1.0, 2.0], 1, False,
-                                          lam=1.0, T=(3.0,))
+    (served, ssum, _, _), ak = run_kernel([1.0, 1.0, 0.5], [1.5] * 3, [2.5] * 3, [0.0, 1.0, 2.0], 1, False, lam=1.0, T=(3.0,))
     assert served == 2
     assert ssum == pytest.approx(2.0)  # step-indexed: events score a_0, a_1
     assert ak[0] == pytest.approx(1.0 * 0.8 + 1.0 * 2 / 3)
@@ -103,8 +136,7 @@ def test_hand_worked_deadline_and_patience():
 
 def test_hand_worked_budget_freeze():
     # events 0,1 adapt (δ = 3), then the frozen model (δ = 0.5, acc 0.9) keeps up with γ = 1.
-    (served, ssum, _, frozen), _ = run_kernel([0.5] * 6, [1.0] * 6, [3.0] * 6, np.arange(6.0), 1, False,
-                                              n_adapt=2, f_delta=0.5, f_acc=0.9)
+    (served, ssum, _, frozen), _ = run_kernel([0.5] * 6, [1.0] * 6, [3.0] * 6, np.arange(6.0), 1, False, n_adapt=2, f_delta=0.5, f_acc=0.9)
     # event 0: batch 0, ends 3 → batch 3 (1, 2 skipped); event 1: batch 3, ends 6 → batch 5 (4 skipped)
     # event 2 (frozen): batch 5 at 6, ends 6.5; no batches left
     assert (served, frozen) == (3, 1)
@@ -192,7 +224,8 @@ def traces(tmp_path_factory):
 
 def _pooled(frame, protocol):
     return frame.filter((pl.col("episode") == ALL_EPISODES) & (pl.col("protocol") == protocol)).sort(
-        "method", "value", "value2", nulls_last=True)
+        "method", "value", "value2", nulls_last=True
+    )
 
 
 def test_huge_patience_reduces_to_discrete(traces):
@@ -212,12 +245,18 @@ def test_unlimited_budget_reduces_to_discrete_and_zero_budget_to_the_frozen_mode
     assert (inf["m"] == inf["served"]).all()
     # B = 0: a gradient method whose every step costs more than λ freezes at once, so the
     # frozen model serves the whole stream under the same arrivals
-    zero = f.filter((pl.col("protocol") == "discrete-amortised") & (pl.col("value2") == 0)
-                    & (pl.col("method") == "tent") & (pl.col("episode") != ALL_EPISODES))
+    zero = f.filter(
+        (pl.col("protocol") == "discrete-amortised")
+        & (pl.col("value2") == 0)
+        & (pl.col("method") == "tent")
+        & (pl.col("episode") != ALL_EPISODES)
+    )
     am = run_sweep(traces, protocols="amortised", B_ms="0", budget_rule="strict").frame.filter(
-        (pl.col("method") == "tent") & (pl.col("episode") != ALL_EPISODES))
+        (pl.col("method") == "tent") & (pl.col("episode") != ALL_EPISODES)
+    )
     assert (am["m"] == 0).all()
     from tempora_sim.traces import load_traces
+
     ts = load_traces(traces)
     tent = next(t for t in ts.traces if t.method == "tent")
     lam = float(zero["lambda_ms"][0])
@@ -232,11 +271,18 @@ def test_unlimited_budget_reduces_to_discrete_and_zero_budget_to_the_frozen_mode
 
 
 def test_scenarios_agree_with_the_python_engine(traces):
-    kw = dict(protocols="discrete,discrete-continuous,discrete-amortised", rho="1,0.35", T_ms="150,400",
-              B_ms="500,4000", arrivals="burst:2,6:4", arrival_seeds=2, queue=2, fallback=True)
+    kw = dict(
+        protocols="discrete,discrete-continuous,discrete-amortised",
+        rho="1,0.35",
+        T_ms="150,400",
+        B_ms="500,4000",
+        arrivals="burst:2,6:4",
+        arrival_seeds=2,
+        queue=2,
+        fallback=True,
+    )
     a = run_sweep(traces, **kw).frame.sort("method", "episode", "protocol", "value", "value2", "arrival_seed")
-    b = run_sweep(traces, engine="python", **kw).frame.sort("method", "episode", "protocol", "value", "value2",
-                                                              "arrival_seed")
+    b = run_sweep(traces, engine="python", **kw).frame.sort("method", "episode", "protocol", "value", "value2", "arrival_seed")
     assert a.height == b.height > 0
     for col in ("served", "m", "arrival_seed"):
         assert a[col].to_list() == b[col].to_list()
@@ -290,9 +336,27 @@ def test_cli_sweeps_scenarios_and_prints_winners_maps(traces, tmp_path):
     from tempora_sim.cli import main
 
     out = tmp_path / "res"
-    r = CliRunner().invoke(main, ["sweep", str(traces), "--protocol", "discrete-continuous,discrete-amortised",
-                                  "--rho", "1,0.5", "--T", "200ms,1s", "--B", "1s", "--arrivals", "poisson:2",
-                                  "--arrival-seeds", "2", "--out", str(out)])
+    r = CliRunner().invoke(
+        main,
+        [
+            "sweep",
+            str(traces),
+            "--protocol",
+            "discrete-continuous,discrete-amortised",
+            "--rho",
+            "1,0.5",
+            "--T",
+            "200ms,1s",
+            "--B",
+            "1s",
+            "--arrivals",
+            "poisson:2",
+            "--arrival-seeds",
+            "2",
+            "--out",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "Deadline + patience: winner" in r.output and "Deadline + budget: winner" in r.output
     frame = pl.read_parquet(out / "utility.parquet")
@@ -300,12 +364,15 @@ def test_cli_sweeps_scenarios_and_prints_winners_maps(traces, tmp_path):
     assert set(frame["arrival_seed"].drop_nulls().unique()) == {2, 3}
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--arrivals", "weibull"], "--arrivals"),
-    (["--arrivals", "burst:1"], "burst:ON,OFF"),
-    (["--arrival-seeds", "3"], "random arrival process"),
-    (["--arrivals-absolute"], "file:PATH"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--arrivals", "weibull"], "--arrivals"),
+        (["--arrivals", "burst:1"], "burst:ON,OFF"),
+        (["--arrival-seeds", "3"], "random arrival process"),
+        (["--arrivals-absolute"], "file:PATH"),
+    ],
+)
 def test_cli_bad_scenario_options_are_one_line(traces, args, message):
     from click.testing import CliRunner
 
@@ -326,8 +393,24 @@ def test_report_scenarios_section(traces, tmp_path):
     from tempora_sim.report_scenarios import burst_comparison, split
 
     out = tmp_path / "rep"
-    r = CliRunner().invoke(main, ["report", str(traces), "--out", str(out), "--scenarios", "--rho", "1,0.5",
-                                  "--T", "200ms,1s", "--B", "1s,4s", "--resamples", "200"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "report",
+            str(traces),
+            "--out",
+            str(out),
+            "--scenarios",
+            "--rho",
+            "1,0.5",
+            "--T",
+            "200ms,1s",
+            "--B",
+            "1s,4s",
+            "--resamples",
+            "200",
+        ],
+    )
     assert r.exit_code == 0, r.output
     text = (out / "report.md").read_text()
     assert "Beyond the paper's scenarios" in text and "Bursty vs periodic arrivals" in text

@@ -24,9 +24,17 @@ def kernel_discrete(a, delta, lam, rho, queue=1, sync="buffered", skipped="null"
     delta = np.asarray(delta, np.float64)
     mode = K.SKIP_FALLBACK if fallback else (K.SKIP_RANDOM if skipped == "random" else K.SKIP_NULL)
     served, ssum, score = K.discrete_kernel(
-        a, delta, np.array([0, len(a)], np.int64), np.array([lam]),
-        np.array([rho], np.float64), queue, sync == "strict", mode, np.array([1.0 / num_classes]),
-        np.array([delta.max()]), np.array([a.sum()]),
+        a,
+        delta,
+        np.array([0, len(a)], np.int64),
+        np.array([lam]),
+        np.array([rho], np.float64),
+        queue,
+        sync == "strict",
+        mode,
+        np.array([1.0 / num_classes]),
+        np.array([delta.max()]),
+        np.array([a.sum()]),
     )
     return int(served[0, 0]), float(ssum[0, 0]), float(score[0, 0])
 
@@ -55,10 +63,18 @@ def kernel_amortised(a, delta, lam, budget, frozen_rows, rule="strict", frozen_f
         suf_c += list(np.cumsum(corr[::-1])[::-1])
         suf_n += list(np.cumsum(nn[::-1])[::-1])
     m, asum, facc, gap = K.amortised_kernel(
-        pa_, pc_, off, np.array([budget], np.float64), rule == "overshoot", np.array([frozen_from_adapt]),
-        np.array([0, len(cks)], np.int64), np.array(cks, np.int64),
+        pa_,
+        pc_,
+        off,
+        np.array([budget], np.float64),
+        rule == "overshoot",
+        np.array([frozen_from_adapt]),
+        np.array([0, len(cks)], np.int64),
+        np.array(cks, np.int64),
         np.concatenate(([0], np.cumsum([len(r) for r in rows]))).astype(np.int64),
-        steps, np.array(suf_c, float), np.array(suf_n, float),
+        steps,
+        np.array(suf_c, float),
+        np.array(suf_n, float),
     )
     return int(m[0, 0]), float(asum[0, 0]), float(facc[0, 0]), int(gap[0, 0])
 
@@ -90,11 +106,13 @@ def episodes(draw, lattice=None):
     return a, e, l, delta, lam, rho
 
 
-discrete_options = st.fixed_dictionaries({
-    "queue": st.integers(0, 3),
-    "sync": st.sampled_from(["buffered", "strict"]),
-    "mode": st.sampled_from(["null", "random", "fallback"]),
-})
+discrete_options = st.fixed_dictionaries(
+    {
+        "queue": st.integers(0, 3),
+        "sync": st.sampled_from(["buffered", "strict"]),
+        "mode": st.sampled_from(["null", "random", "fallback"]),
+    }
+)
 
 
 # --------------------------------------------------------------------------------------
@@ -118,8 +136,9 @@ def test_discrete_kernel_matches_event_simulation(ep, opt):
         assert score == pytest.approx(ssum, abs=1e-12)  # U = α · ā_served exactly
     # the event loop itself, bypassing the kernel's every-batch-served shortcut
     mode = {"null": K.SKIP_NULL, "random": K.SKIP_RANDOM, "fallback": K.SKIP_FALLBACK}[opt["mode"]]
-    cnt, ssum1, skip = K.discrete_one(np.asarray(a, float), np.asarray(delta, float), lam / rho, opt["queue"],
-                                      opt["sync"] == "strict", mode, 0.1)
+    cnt, ssum1, skip = K.discrete_one(
+        np.asarray(a, float), np.asarray(delta, float), lam / rho, opt["queue"], opt["sync"] == "strict", mode, 0.1
+    )
     assert cnt == ref.served and ssum1 + skip == pytest.approx(ref.score_sum, abs=1e-9)
 
 

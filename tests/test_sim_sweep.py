@@ -29,8 +29,7 @@ METHODS = ("standard", "adabn", "tent", "shot-im")
 @pytest.fixture(scope="module")
 def trace_dir(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("traces")
-    write_trace_set(d / "g1", METHODS, num_batches=60, episodes=("fog", "snow", "frost"),
-                    checkpoints=(0, 2, 5, 10, 20, 40), frozen_eval=8)
+    write_trace_set(d / "g1", METHODS, num_batches=60, episodes=("fog", "snow", "frost"), checkpoints=(0, 2, 5, 10, 20, 40), frozen_eval=8)
     return d
 
 
@@ -42,13 +41,16 @@ def traceset(trace_dir):
 GRID = dict(rho="1,70%,0.3", T_ms="50,100ms,1s", B_ms="0,200,1s,5s")
 
 
-@pytest.mark.parametrize("opts", [
-    {},
-    {"queue": 0},
-    {"queue": 3, "sync": "strict"},
-    {"skipped": "random", "budget_rule": "overshoot"},
-    {"fallback": True, "queue": 2},
-])
+@pytest.mark.parametrize(
+    "opts",
+    [
+        {},
+        {"queue": 0},
+        {"queue": 3, "sync": "strict"},
+        {"skipped": "random", "budget_rule": "overshoot"},
+        {"fallback": True, "queue": 2},
+    ],
+)
 def test_kernels_equal_reference_engine_end_to_end(traceset, opts):
     fast = sweep(traceset, **GRID, **opts)
     slow = sweep(traceset, engine="python", **GRID, **opts)
@@ -137,8 +139,15 @@ def test_default_T_at_or_below_lambda_is_skipped_with_warning(trace_dir):
 def test_grid_parsing_units(trace_dir):
     res = run_sweep(trace_dir, protocols="offline", rho="100%,0.5", T_ms="0.5s,200", B_ms="1s,250ms")
     assert res.grids == {"rho": (1.0, 0.5), "T_ms": (500.0, 200.0), "B_ms": (1000.0, 250.0)}
-    for bad in ({"rho": "0"}, {"rho": "fast"}, {"T_ms": "-3"}, {"B_ms": "1h"}, {"queue": -1},
-                {"fallback": True, "skipped": "random"}, {"protocols": "weekly"}):
+    for bad in (
+        {"rho": "0"},
+        {"rho": "fast"},
+        {"T_ms": "-3"},
+        {"B_ms": "1h"},
+        {"queue": -1},
+        {"fallback": True, "skipped": "random"},
+        {"protocols": "weekly"},
+    ):
         with pytest.raises(GridError):
             run_sweep(trace_dir, **bad)
 
@@ -194,8 +203,10 @@ def _set(table, name, fn):
 BAD = {
     "version": (lambda m, t: ({**m, "schema_version": 7}, t), "unknown schema version 7"),
     "missing": (lambda m, t: (m, t.drop_columns(["n"])), "missing column(s): n"),
-    "mistyped": (lambda m, t: (m, t.set_column(t.schema.get_field_index("step"), "step",
-                                                 t.column("step").cast(pa.string()))), "column 'step' has type string"),
+    "mistyped": (
+        lambda m, t: (m, t.set_column(t.schema.get_field_index("step"), "step", t.column("step").cast(pa.string()))),
+        "column 'step' has type string",
+    ),
     "gap": (lambda m, t: (m, _set(t, "step", lambda v: v.__setitem__(3, 30))), "without gaps"),
     "correct": (lambda m, t: (m, _set(t, "correct", lambda v: v.__setitem__(0, 1000))), "correct > n"),
     "nan": (lambda m, t: (m, _set(t, "l_ms", lambda v: v.__setitem__(2, float("nan")))), "NaN"),

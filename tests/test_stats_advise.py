@@ -24,8 +24,9 @@ from test_analysis_tables import utility_frame
 def test_mean_interval_equals_scipy_percentile_bootstrap(n, seed):
     x = np.random.default_rng(seed + 1).normal(size=n)
     opts = st.BootstrapOptions(level=0.9, resamples=500, seed=seed)
-    ref = sps.bootstrap((x,), np.mean, n_resamples=500, confidence_level=0.9, method="percentile",
-                        rng=np.random.default_rng(seed), vectorized=True)
+    ref = sps.bootstrap(
+        (x,), np.mean, n_resamples=500, confidence_level=0.9, method="percentile", rng=np.random.default_rng(seed), vectorized=True
+    )
     lo, hi = st.mean_interval(x, opts)
     assert lo == pytest.approx(ref.confidence_interval.low, abs=1e-12)
     assert hi == pytest.approx(ref.confidence_interval.high, abs=1e-12)
@@ -38,12 +39,26 @@ def test_paired_difference_and_weighted_mean_equal_scipy_paired_bootstrap():
     counts = st.resample_counts(9, 400, 11)
     boot = st.bootstrap_means(np.stack([a, b]), counts)
     lo, hi = st.percentile_interval(boot[0] - boot[1], opts.level)
-    ref = sps.bootstrap((a, b), lambda x, y, axis: np.mean(x - y, axis=axis), paired=True, n_resamples=400,
-                        method="percentile", rng=np.random.default_rng(11), vectorized=True)
+    ref = sps.bootstrap(
+        (a, b),
+        lambda x, y, axis: np.mean(x - y, axis=axis),
+        paired=True,
+        n_resamples=400,
+        method="percentile",
+        rng=np.random.default_rng(11),
+        vectorized=True,
+    )
     assert (lo, hi) == pytest.approx(tuple(ref.confidence_interval), abs=1e-12)
     lo, hi = st.mean_interval(a, opts, weights=w)
-    ref = sps.bootstrap((a, w), lambda x, y, axis: np.sum(x * y, axis=axis) / np.sum(y, axis=axis), paired=True,
-                        n_resamples=400, method="percentile", rng=np.random.default_rng(11), vectorized=True)
+    ref = sps.bootstrap(
+        (a, w),
+        lambda x, y, axis: np.sum(x * y, axis=axis) / np.sum(y, axis=axis),
+        paired=True,
+        n_resamples=400,
+        method="percentile",
+        rng=np.random.default_rng(11),
+        vectorized=True,
+    )
     assert (lo, hi) == pytest.approx(tuple(ref.confidence_interval), abs=1e-12)
 
 
@@ -56,25 +71,44 @@ def test_bad_bootstrap_options_are_refused(kw):
 # ----------------------------------------------------------------------------- winner certainty
 def _offline_cell(scores: dict[str, list[int]]):
     """One offline cell: per-method per-batch correct counts (n = 1) → utility table + rows."""
-    util = utility_frame([{"method": m, "episode": "fog", "protocol": "offline", "value": None,
-                           "utility": sum(s) / len(s)} for m, s in scores.items()])
+    util = utility_frame(
+        [{"method": m, "episode": "fog", "protocol": "offline", "value": None, "utility": sum(s) / len(s)} for m, s in scores.items()]
+    )
     util = util.with_columns(pl.lit(len(next(iter(scores.values())))).cast(pl.Int64).alias("num_batches"))
-    rows = pl.DataFrame([{"method": m, "episode": "fog", "phase": "adapt", "step": i, "correct": c, "n": 1,
-                          "e_ms": 1.0, "l_ms": 0.0, "delta_ms": 1.0, **{k: util[k][0] for k in an.group_columns(util)},
-                          "seed": util["seed"][0]}
-                         for m, s in scores.items() for i, c in enumerate(s)])
+    rows = pl.DataFrame(
+        [
+            {
+                "method": m,
+                "episode": "fog",
+                "phase": "adapt",
+                "step": i,
+                "correct": c,
+                "n": 1,
+                "e_ms": 1.0,
+                "l_ms": 0.0,
+                "delta_ms": 1.0,
+                **{k: util[k][0] for k in an.group_columns(util)},
+                "seed": util["seed"][0],
+            }
+            for m, s in scores.items()
+            for i, c in enumerate(s)
+        ]
+    )
     return util, rows
 
 
-@pytest.mark.parametrize("a, certain", [
-    # lead = [1,1,1,0]: a resample's mean lead is 0 only if all 4 draws hit the last batch,
-    # (1/4)^4 = 0.4 %; ≤ 0.25 with 0.4 % + 4·(1/4)^3·(3/4) = 5.1 % > 2.5 %: lower end 0.25 →
-    # certain; upper end 1 (no draw of the last batch: (3/4)^4 = 31.6 %)
-    ([1, 1, 1, 0], True),
-    # lead = [1,0,0,0]: (3/4)^4 = 31.6 % of resamples miss batch 0 → lower end 0 → uncertain;
-    # P(lead ≥ 0.75) = 4·(1/4)^3·(3/4) + (1/4)^4 = 5.1 %, P(lead = 1) = 0.4 %: upper end 0.75
-    ([1, 0, 0, 0], False),
-])
+@pytest.mark.parametrize(
+    "a, certain",
+    [
+        # lead = [1,1,1,0]: a resample's mean lead is 0 only if all 4 draws hit the last batch,
+        # (1/4)^4 = 0.4 %; ≤ 0.25 with 0.4 % + 4·(1/4)^3·(3/4) = 5.1 % > 2.5 %: lower end 0.25 →
+        # certain; upper end 1 (no draw of the last batch: (3/4)^4 = 31.6 %)
+        ([1, 1, 1, 0], True),
+        # lead = [1,0,0,0]: (3/4)^4 = 31.6 % of resamples miss batch 0 → lower end 0 → uncertain;
+        # P(lead ≥ 0.75) = 4·(1/4)^3·(3/4) + (1/4)^4 = 5.1 %, P(lead = 1) = 0.4 %: upper end 0.75
+        ([1, 0, 0, 0], False),
+    ],
+)
 def test_winner_is_certain_only_when_its_paired_lead_excludes_zero(a, certain):
     util, rows = _offline_cell({"a": a, "b": [0, 0, 0, 0], "c": [0, 0, 0, 0]})
     iv = an.utility_intervals(util, rows, st.BootstrapOptions(resamples=4000, seed=1))
@@ -115,8 +149,14 @@ def test_paired_lead_is_tighter_than_overlapping_marginal_intervals():
 def _synthetic(tmp_path, methods, seeds=(2025,), **kw):
     from tempora_sim.synthetic import write_trace
 
-    kw = {"episodes": ("fog", "snow", "contrast"), "num_batches": 40, "batch_size": 16,
-          "checkpoints": (0, 4, 8, 16, 32), "frozen_eval": 4, **kw}
+    kw = {
+        "episodes": ("fog", "snow", "contrast"),
+        "num_batches": 40,
+        "batch_size": 16,
+        "checkpoints": (0, 4, 8, 16, 32),
+        "frozen_eval": 4,
+        **kw,
+    }
     for s in seeds:
         for m in methods:
             write_trace(tmp_path / f"{m}-seed{s}.parquet", m, seed=s, **kw)
@@ -136,8 +176,13 @@ def test_seeds_pool_like_episodes_and_never_split_the_comparison(tmp_path):
     for t in ts.traces:
         if t.method == "tent":
             break
-    a = np.concatenate([(x.adapt.filter(pl.col("episode") == "fog")["correct"] / x.adapt.filter(
-        pl.col("episode") == "fog")["n"]).to_numpy() for x in ts.traces if x.method == "tent"])
+    a = np.concatenate(
+        [
+            (x.adapt.filter(pl.col("episode") == "fog")["correct"] / x.adapt.filter(pl.col("episode") == "fog")["n"]).to_numpy()
+            for x in ts.traces
+            if x.method == "tent"
+        ]
+    )
     row = pooled.filter((pl.col("method") == "tent") & (pl.col("episode") == "fog") & (pl.col("protocol") == "offline"))
     assert row["utility"][0] == pytest.approx(a.mean(), abs=1e-12) and row["num_batches"][0] == 80
     # one cell per (episode, scenario), not per seed
@@ -158,8 +203,21 @@ def test_summary_never_claims_winners_change_when_they_do_not():
     for ep in ("fog", "snow"):
         for proto, v in (("offline", None), ("discrete", 1.0), ("discrete", 0.5), ("continuous", 50.0)):
             for m, u in (("standard", 0.2), ("fast", 0.3), ("slow", 0.25)):
-                rows.append({"method": m, "episode": ep, "protocol": proto, "value": v, "utility": u,
-                             "alpha": 1.0, "served": 10, "served_acc": u, "acc": u, "kappa": 1.0, "cov": 0.0})
+                rows.append(
+                    {
+                        "method": m,
+                        "episode": ep,
+                        "protocol": proto,
+                        "value": v,
+                        "utility": u,
+                        "alpha": 1.0,
+                        "served": 10,
+                        "served_acc": u,
+                        "acc": u,
+                        "kappa": 1.0,
+                        "cov": 0.0,
+                    }
+                )
     util = utility_frame(rows)
     pooled = util.filter(pl.col("episode") == "fog").with_columns(pl.lit(an.POOLED).alias("episode"))
     util = pl.concat([util, pooled])
@@ -169,21 +227,44 @@ def test_summary_never_claims_winners_change_when_they_do_not():
 
 
 def test_summary_counts_the_cells_where_winners_do_change():
-    util = utility_frame([
-        {"method": m, "episode": "fog", "protocol": p, "value": v, "utility": u}
-        for p, v, us in (("offline", None, {"standard": 0.2, "slow": 0.5}),
-                         ("discrete", 1.0, {"standard": 0.2, "slow": 0.1}),
-                         ("discrete", 0.5, {"standard": 0.2, "slow": 0.4}))
-        for m, u in us.items()])
+    util = utility_frame(
+        [
+            {"method": m, "episode": "fog", "protocol": p, "value": v, "utility": u}
+            for p, v, us in (
+                ("offline", None, {"standard": 0.2, "slow": 0.5}),
+                ("discrete", 1.0, {"standard": 0.2, "slow": 0.1}),
+                ("discrete", 0.5, {"standard": 0.2, "slow": 0.4}),
+            )
+            for m, u in us.items()
+        ]
+    )
     text = " ".join(rp.summary_lines(_report_inputs(util), rp.groups_of(util)[0]))
     assert "differs from the episode's offline winner in 1 of 2 temporal cells" in text
 
 
 def _latency(e_minus, slowdown, l_mean=20.0):
-    return pl.DataFrame([{"method": "standard", "lambda_ms": 40.0, "delta_mean": 19.0, "e_mean": 19.0,
-                          "e_minus_lambda": -21.0, "l_mean": 0.0, "slowdown": 0.48},
-                         {"method": "sar", "lambda_ms": 40.0, "delta_mean": 40.0 * slowdown, "e_mean": 40.0 + e_minus,
-                          "e_minus_lambda": e_minus, "l_mean": l_mean, "slowdown": slowdown}])
+    return pl.DataFrame(
+        [
+            {
+                "method": "standard",
+                "lambda_ms": 40.0,
+                "delta_mean": 19.0,
+                "e_mean": 19.0,
+                "e_minus_lambda": -21.0,
+                "l_mean": 0.0,
+                "slowdown": 0.48,
+            },
+            {
+                "method": "sar",
+                "lambda_ms": 40.0,
+                "delta_mean": 40.0 * slowdown,
+                "e_mean": 40.0 + e_minus,
+                "e_minus_lambda": e_minus,
+                "l_mean": l_mean,
+                "slowdown": slowdown,
+            },
+        ]
+    )
 
 
 def test_root_cause_never_reports_a_negative_overhead():
@@ -209,8 +290,7 @@ def test_advise_recommends_the_pooled_best_and_finds_where_that_changes(advise_t
     a = advise(str(advise_traces), c)[0]
 
     def best(rho):
-        p = an.pool_seeds(sweep(str(advise_traces), protocols="discrete", rho=[rho])).filter(
-            pl.col("episode") == an.POOLED)
+        p = an.pool_seeds(sweep(str(advise_traces), protocols="discrete", rho=[rho])).filter(pl.col("episode") == an.POOLED)
         return p.sort("utility", descending=True)["method"][0]
 
     assert a["recommended"] == best(0.3) == "eta"  # eta keeps up at low utilisation
@@ -240,8 +320,7 @@ def test_advise_json_and_each_constraint_kind(advise_traces):
 def test_advise_on_a_combined_protocol_moves_each_pressure_alone(advise_traces):
     from tempora_sim import sweep
 
-    res = CliRunner().invoke(main, ["advise", str(advise_traces), "--rho", "0.3", "--T", "300ms", "--format", "json",
-                                    "--resamples", "200"])
+    res = CliRunner().invoke(main, ["advise", str(advise_traces), "--rho", "0.3", "--T", "300ms", "--format", "json", "--resamples", "200"])
     assert res.exit_code == 0, res.output
     a = json.loads(res.output)[0]
     assert a["constraint"] == {"protocol": "discrete-continuous", "rho": 0.3, "T_ms": 300.0}
@@ -251,18 +330,21 @@ def test_advise_on_a_combined_protocol_moves_each_pressure_alone(advise_traces):
     assert a["recommended"] == p["method"][0] and a["utility"] == pytest.approx(p["utility"][0])
 
 
-@pytest.mark.parametrize("args, msg", [
-    (["--rho", "1.5"], "--rho: utilisation must be in (0, 100%]"),
-    (["--rho", "0"], "--rho: utilisation must be in (0, 100%]"),
-    (["--rho", "fast"], "cannot read 'fast'"),
-    ([], "give one constraint"),
-    (["--T", "100", "--B", "1s"], "give one constraint"),
-    (["--gamma-ms", "80", "--T", "100"], "or a combined one (--rho with --T"),
-    (["--T", "5ms"], "must exceed λ"),
-    (["--B", "-1s"], "--B: budget must be >= 0"),
-    (["--gamma-ms", "0"], "--gamma-ms: inter-arrival time must be > 0"),
-    (["--rho", "0.5", "--resamples", "3"], "--resamples"),
-])
+@pytest.mark.parametrize(
+    "args, msg",
+    [
+        (["--rho", "1.5"], "--rho: utilisation must be in (0, 100%]"),
+        (["--rho", "0"], "--rho: utilisation must be in (0, 100%]"),
+        (["--rho", "fast"], "cannot read 'fast'"),
+        ([], "give one constraint"),
+        (["--T", "100", "--B", "1s"], "give one constraint"),
+        (["--gamma-ms", "80", "--T", "100"], "or a combined one (--rho with --T"),
+        (["--T", "5ms"], "must exceed λ"),
+        (["--B", "-1s"], "--B: budget must be >= 0"),
+        (["--gamma-ms", "0"], "--gamma-ms: inter-arrival time must be > 0"),
+        (["--rho", "0.5", "--resamples", "3"], "--resamples"),
+    ],
+)
 def test_advise_bad_constraints_are_one_line_and_exit_2(advise_traces, args, msg):
     res = CliRunner().invoke(main, ["advise", str(advise_traces), *args])
     assert res.exit_code == 2, res.output
@@ -278,8 +360,9 @@ def test_advise_on_a_missing_path_is_one_line(tmp_path):
 def test_report_on_several_seeds_pools_them_and_measures_winner_stability(tmp_path):
     traces = _synthetic(tmp_path / "t", ("standard", "adabn", "tent"), seeds=(2025, 2026, 2027))
     out = tmp_path / "r"
-    res = CliRunner().invoke(main, ["report", str(traces), "--out", str(out), "--protocol", "offline,discrete",
-                                    "--rho", "1,0.5", "--resamples", "200"])
+    res = CliRunner().invoke(
+        main, ["report", str(traces), "--out", str(out), "--protocol", "offline,discrete", "--rho", "1,0.5", "--resamples", "200"]
+    )
     assert res.exit_code == 0, res.output
     md = (out / "report.md").read_text(encoding="utf-8")
     assert "seeds 2025, 2026, 2027 (pooled)" in md and "## Group" not in md  # one comparison group

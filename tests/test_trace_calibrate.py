@@ -26,11 +26,14 @@ def test_hand_worked_noisy_example():
     assert "69.2 % of the mean (> 2 %)" in lines[3] and "at fog step 9 is 4.0× the median (> 3×)" in lines[3]
 
 
-@pytest.mark.parametrize("deltas, warns", [
-    ([10.0, 10.1, 9.9, 10.0], False),        # σ 0.0707 = 0.71 % of the mean, max/median 1.01
-    ([10.0, 10.6, 9.4, 10.0], True),         # σ 0.42 = 4.2 % of the mean
-    ([10.0] * 200 + [31.0], True),           # σ/mean 1.0 % but one δ at 3.1× the median
-])
+@pytest.mark.parametrize(
+    "deltas, warns",
+    [
+        ([10.0, 10.1, 9.9, 10.0], False),  # σ 0.0707 = 0.71 % of the mean, max/median 1.01
+        ([10.0, 10.6, 9.4, 10.0], True),  # σ 0.42 = 4.2 % of the mean
+        ([10.0] * 200 + [31.0], True),  # σ/mean 1.0 % but one δ at 3.1× the median
+    ],
+)
 def test_warning_thresholds(deltas, warns):
     lines = dispersion_lines(dispersion(["a"] * len(deltas), list(range(len(deltas))), deltas))
     assert any(line.startswith("warning:") for line in lines) is warns
@@ -40,8 +43,22 @@ def test_warning_thresholds(deltas, warns):
 def test_calibrate_prints_spread_under_lambda(cifar_c_root, tmp_path, capsys, one_thread, tiny_models):
     from tempora_trace.cli import lambda_ms_of, main
 
-    args = ["calibrate", "--dataset", "cifar10-c", "--data-root", str(cifar_c_root), "--domains", "fog",
-            "--batch-size", "8", "--model", "tiny-bn", "--out", str(tmp_path), "--quiet"]
+    args = [
+        "calibrate",
+        "--dataset",
+        "cifar10-c",
+        "--data-root",
+        str(cifar_c_root),
+        "--domains",
+        "fog",
+        "--batch-size",
+        "8",
+        "--model",
+        "tiny-bn",
+        "--out",
+        str(tmp_path),
+        "--quiet",
+    ]
     assert main(args) == 0
     out = capsys.readouterr().out.splitlines()
     lam = lambda_ms_of(tmp_path / "standard-bs8.parquet")[0]

@@ -23,8 +23,22 @@ def run(argv, capsys):
 
 
 def tiny_args(root, out, *extra):
-    return ["--dataset", "cifar10-c", "--model", "tiny-bn", "--data-root", root, "--domains", "fog", "--batch-size", "8",
-            "--out", out, "--quiet", *extra]
+    return [
+        "--dataset",
+        "cifar10-c",
+        "--model",
+        "tiny-bn",
+        "--data-root",
+        root,
+        "--domains",
+        "fog",
+        "--batch-size",
+        "8",
+        "--out",
+        out,
+        "--quiet",
+        *extra,
+    ]
 
 
 def bad_cases(root, tmp):
@@ -36,15 +50,22 @@ def bad_cases(root, tmp):
         "unknown dataset": (["--method", "tent", "--dataset", "mnist-c"], "unknown dataset 'mnist-c'"),
         "unknown domain": (["--method", "tent", "--domains", "rain"], "unknown domain 'rain'"),
         "no data root": (["--method", "tent", "--dataset", "cifar10-c", "--model", "tiny-bn"], "needs --data-root"),
-        "missing data root": (["--method", "tent", "--dataset", "cifar10-c", "--model", "tiny-bn", "--data-root", tmp / "nowhere"],
-                              "is not a directory"),
+        "missing data root": (
+            ["--method", "tent", "--dataset", "cifar10-c", "--model", "tiny-bn", "--data-root", tmp / "nowhere"],
+            "is not a directory",
+        ),
         "missing corruption file": (["--method", "tent", *tiny_args(root, tmp), "--domains", "snow"], "snow.npy"),
         "missing weights file": (["--method", "tent", "--dataset", "imagenet-c", "--weights", tmp / "none.pth"], "weights file not found"),
         "weights not in cache": (["--method", "tent", "--dataset", "imagenet-c", "--model", "resnet18"], "resnet18-f37072fd.pth"),
         "cuda absent": (["--method", "tent", "--device", missing_cuda, *tiny_args(root, tmp)], "CUDA"),
-        "incompatible method": (["--method", "adabn", *tiny_args(root, tmp), "--model", "tiny-gn"], "needs BatchNorm layers but model 'tiny-gn' uses GroupNorm; compatible built-in models: demo-resnet"),
-        "wrong input family": (["--method", "tent", "--dataset", "cifar10-c", "--data-root", root, "--model", "resnet18",
-                                "--weights", "random"], "built for imagenet"),
+        "incompatible method": (
+            ["--method", "adabn", *tiny_args(root, tmp), "--model", "tiny-gn"],
+            "needs BatchNorm layers but model 'tiny-gn' uses GroupNorm; compatible built-in models: demo-resnet",
+        ),
+        "wrong input family": (
+            ["--method", "tent", "--dataset", "cifar10-c", "--data-root", root, "--model", "resnet18", "--weights", "random"],
+            "built for imagenet",
+        ),
         "unknown method option": (["--method", "tent", "--param", "lr_typo=1", *tiny_args(root, tmp)], "has no option"),
         "budget without lambda": (["--method", "tent", "--budgets-ms", "100", *tiny_args(root, tmp)], "needs --lambda-ms"),
         "bad frozen sample": (["--method", "tent", "--frozen-sample", "many"], "expected a number ≥ 1 or 'all'"),
@@ -72,8 +93,9 @@ def test_bad_input_is_one_line_and_exit_2(case, cifar_c_root, tmp_path, capsys, 
 
 def test_entry_point_reports_errors_without_traceback(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"))
-    proc = subprocess.run([sys.executable, "-m", "tempora_trace.cli", "--method", "nope"], capture_output=True, text=True,
-                          env=env, cwd=tmp_path, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tempora_trace.cli", "--method", "nope"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("tempora-trace: error: unknown method 'nope'") and "Traceback" not in proc.stderr
 

@@ -32,8 +32,17 @@ pytestmark = pytest.mark.usefixtures("one_thread", "tiny_models")
 
 
 def _cfg(root, out, **kw) -> TraceConfig:
-    base = dict(method="tent", dataset="cifar10-c", model="tiny-bn", data_root=str(root), domains=["gaussian_noise", "fog"],
-                batch_size=8, out=str(out), quiet=True, workers=2)
+    base = dict(
+        method="tent",
+        dataset="cifar10-c",
+        model="tiny-bn",
+        data_root=str(root),
+        domains=["gaussian_noise", "fog"],
+        batch_size=8,
+        out=str(out),
+        quiet=True,
+        workers=2,
+    )
     base.update(kw)
     return TraceConfig(**base)
 
@@ -102,8 +111,18 @@ def test_no_loading_overlaps_a_timed_event(longer_root, tmp_path, recorder, stag
 def test_no_loading_overlaps_budget_checkpoint_events(longer_root, tmp_path, recorder):
     """Budget cut-off checkpoints evaluated online (from a pre-step snapshot) stage their own
     batches too, never beside an event."""
-    trace_run(_cfg(longer_root, tmp_path, domains=["fog"], default_checkpoints=False, budgets_ms=[0.0, 1.5, 4.0],
-                   lambda_ms=0.01, frozen_sample=3, stage_mb=0.05))
+    trace_run(
+        _cfg(
+            longer_root,
+            tmp_path,
+            domains=["fog"],
+            default_checkpoints=False,
+            budgets_ms=[0.0, 1.5, 4.0],
+            lambda_ms=0.01,
+            frozen_sample=3,
+            stage_mb=0.05,
+        )
+    )
     assert any(not adapt for *_, adapt in recorder.events)
     assert _overlaps(recorder.loads, recorder.events) == []
 
@@ -192,8 +211,7 @@ def test_stager_keeps_order_and_its_memory_cap(cifar_c_root):
 
 
 def test_stager_returns_only_when_every_decode_has_finished(cifar_c_root):
-    episode = Episode("fog", [get_dataset("cifar10-c").open("fog", 5, cifar_c_root)],
-                      [batch_order(32, 8, 2025, "fog")])
+    episode = Episode("fog", [get_dataset("cifar10-c").open("fog", 5, cifar_c_root)], [batch_order(32, 8, 2025, "fog")])
     active = {"n": 0, "max_after": 0}
     lock = threading.Lock()
 
@@ -238,6 +256,5 @@ def test_speed_probe_runs_every_50_steps_and_survives_resume(cifar_c_root, tmp_p
         trace_run(cfg, on_episode_end=stop_after_first)
     path = trace_run(_cfg(root, tmp_path / "o", batch_size=2, domains=["fog", "snow"], default_checkpoints=False, resume=True))
     meta = schema.decode_metadata(pq.read_schema(path), path)
-    assert [(p["episode"], p["step"]) for p in meta["speed_probe"]] == [
-        (e, s) for e in ("fog", "snow") for s in (0, 50, 100)]
+    assert [(p["episode"], p["step"]) for p in meta["speed_probe"]] == [(e, s) for e in ("fog", "snow") for s in (0, 50, 100)]
     assert all(p["ms"] > 0 for p in meta["speed_probe"])

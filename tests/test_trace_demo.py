@@ -25,8 +25,24 @@ def test_demo_tent_trace_is_read_by_the_simulator(small_demo_home, tmp_path, cap
     from tempora_sim.traces import load_traces
 
     out = tmp_path / "traces" / "demo"
-    argv = ["--dataset", "demo", "--model", "demo-resnet", "--method", "tent", "--device", "cpu", "--out", str(out),
-            "--domains", "gaussian_noise", "brightness", "--batch-size", "16", "--quiet"]
+    argv = [
+        "--dataset",
+        "demo",
+        "--model",
+        "demo-resnet",
+        "--method",
+        "tent",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        "--domains",
+        "gaussian_noise",
+        "brightness",
+        "--batch-size",
+        "16",
+        "--quiet",
+    ]
     assert main(argv) == 0
     assert main([a if a != "tent" else "standard" for a in argv]) == 0
     captured = capsys.readouterr()

@@ -62,14 +62,32 @@ def test_dirichlet_trace_is_its_own_group(tmp_path, monkeypatch):
     from tempora_trace.cli import main
 
     monkeypatch.setenv("TEMPORA_DEMO_TEST_SIZE", "256")
-    common = ["--dataset", "demo", "--domains", "gaussian_noise,fog", "--batch-size", "32", "--max-batches", "4",
-              "--frozen-sample", "2", "--threads", "1", "--out", str(tmp_path), "--quiet"]
+    common = [
+        "--dataset",
+        "demo",
+        "--domains",
+        "gaussian_noise,fog",
+        "--batch-size",
+        "32",
+        "--max-batches",
+        "4",
+        "--frozen-sample",
+        "2",
+        "--threads",
+        "1",
+        "--out",
+        str(tmp_path),
+        "--quiet",
+    ]
     for method in ("standard", "tent"):
         assert main(["run", "--method", method, *common]) == 0
         assert main(["run", "--method", method, "--stream", "dirichlet", "--dirichlet-alpha", "0.05", *common]) == 0
     assert sorted(p.name for p in tmp_path.glob("*.parquet")) == [
-        "standard-bs32-dirichlet0.05.parquet", "standard-bs32.parquet",
-        "tent-bs32-dirichlet0.05.parquet", "tent-bs32.parquet"]
+        "standard-bs32-dirichlet0.05.parquet",
+        "standard-bs32.parquet",
+        "tent-bs32-dirichlet0.05.parquet",
+        "tent-bs32.parquet",
+    ]
     frame = run_sweep(tmp_path, protocols="offline").frame
     assert set(frame["stream"].unique()) == {"episodic", "dirichlet:0.05"}
     assert frame.filter(pl.col("episode") == "__all__").height == 4

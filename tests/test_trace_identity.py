@@ -36,8 +36,17 @@ def tiny_with_weights(monkeypatch):
 
 
 def _cfg(root, out, **kw):
-    base = dict(method="tent", dataset="cifar10-c", model="tiny-w", data_root=str(root),
-                domains=["gaussian_noise", "fog"], batch_size=8, out=str(out), quiet=True, threads=1)
+    base = dict(
+        method="tent",
+        dataset="cifar10-c",
+        model="tiny-w",
+        data_root=str(root),
+        domains=["gaussian_noise", "fog"],
+        batch_size=8,
+        out=str(out),
+        quiet=True,
+        threads=1,
+    )
     base.update(kw)
     return TraceConfig(**base)
 

@@ -20,8 +20,16 @@ pytestmark = pytest.mark.usefixtures("one_thread", "tiny_models")
 
 
 def make_cfg(root, out, **kw) -> TraceConfig:
-    base = dict(method="tent", dataset="cifar10-c", model="tiny-bn", data_root=str(root), domains=["gaussian_noise", "fog"],
-                batch_size=8, out=str(out), quiet=True)
+    base = dict(
+        method="tent",
+        dataset="cifar10-c",
+        model="tiny-bn",
+        data_root=str(root),
+        domains=["gaussian_noise", "fog"],
+        batch_size=8,
+        out=str(out),
+        quiet=True,
+    )
     base.update(kw)
     return TraceConfig(**base)
 
@@ -59,16 +67,19 @@ def test_trace_is_schema_valid_and_complete(cifar_c_root, tmp_path, method):
     assert set(d["severity"]) == {5}
     # default schedule for N = 4 is {0,1,2,3}; checkpoint m is scored on steps m..3
     assert sorted({(e, c, s) for e, c, s, _, _ in frozen_rows(d)}) == sorted(
-        (e, m, s) for e in ("gaussian_noise", "fog") for m in range(4) for s in range(m, 4))
+        (e, m, s) for e in ("gaussian_noise", "fog") for m in range(4) for s in range(m, 4)
+    )
     for i, p in enumerate(d["phase"]):
         assert math.isclose(d["delta_ms"][i], d["e_ms"][i] + d["l_ms"][i])
         if p == "frozen":
             assert d["l_ms"][i] == 0.0 and d["updated"][i] is False
     assert not list(path.parent.glob("*.partial")), "partial folder must be removed after completion"
     # every method records its parity profile (docs/methods-parity.md) with its hyperparameters
-    assert meta["method_params"] == {"standard": {}, "adabn": {"bn_momentum": 0.1, "source_stats": "discard"},
-                                     "tent": {"lr": 0.00025, "momentum": 0.9, "bn_momentum": 0.1, "source_stats": "discard"},
-                                     }[method] | {"profile": "default"}
+    assert meta["method_params"] == {
+        "standard": {},
+        "adabn": {"bn_momentum": 0.1, "source_stats": "discard"},
+        "tent": {"lr": 0.00025, "momentum": 0.9, "bn_momentum": 0.1, "source_stats": "discard"},
+    }[method] | {"profile": "default"}
 
 
 def test_standard_has_no_extrinsic_time_and_tent_does(cifar_c_root, tmp_path):
@@ -128,8 +139,15 @@ def test_frozen_checkpoint_zero_is_the_source_model_in_eval_mode(cifar_c_root, t
 
 def test_budget_checkpoints_match_both_rules(cifar_c_root, tmp_path):
     lam = 0.01
-    cfg = make_cfg(cifar_c_root, tmp_path / "b", domains=["fog"], default_checkpoints=False, frozen_sample=None,
-                   budgets_ms=[0.0, 1.5, 1e9], lambda_ms=lam)
+    cfg = make_cfg(
+        cifar_c_root,
+        tmp_path / "b",
+        domains=["fog"],
+        default_checkpoints=False,
+        frozen_sample=None,
+        budgets_ms=[0.0, 1.5, 1e9],
+        lambda_ms=lam,
+    )
     _, _, d = read(trace_run(cfg))
     deltas = [d["delta_ms"][i] for i, p in enumerate(d["phase"]) if p == "adapt"]
     spent = np.cumsum([max(0.0, x - lam) for x in deltas])
@@ -142,8 +160,9 @@ def test_budget_checkpoints_match_both_rules(cifar_c_root, tmp_path):
     got = {c for _, c, _, _, _ in frozen_rows(d)}
     assert got == expected and 0 in got
     # the strict checkpoint (restored from the pre-step snapshot) scores exactly like an explicit one
-    explicit = make_cfg(cifar_c_root, tmp_path / "c", domains=["fog"], default_checkpoints=False, frozen_sample=None,
-                        checkpoints=sorted(expected))
+    explicit = make_cfg(
+        cifar_c_root, tmp_path / "c", domains=["fog"], default_checkpoints=False, frozen_sample=None, checkpoints=sorted(expected)
+    )
     _, _, d2 = read(trace_run(explicit))
     assert frozen_rows(d) == frozen_rows(d2)
     assert adapt_rows(d) == adapt_rows(d2)

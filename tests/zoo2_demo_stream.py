@@ -70,8 +70,9 @@ def stream_accuracy(method_name: str, model_name: str, corruption: str, severity
     stream = demo_stream(corruption, severity, batches)
     torch.manual_seed(seed)
     model, spec = get_model(model_name)
-    context = MethodContext(num_classes=spec.num_classes, dataset_family=spec.family, batch_size=len(stream[0][1]),
-                            model_name=model_name, norm_kind=spec.norm)
+    context = MethodContext(
+        num_classes=spec.num_classes, dataset_family=spec.family, batch_size=len(stream[0][1]), model_name=model_name, norm_kind=spec.norm
+    )
     method = get_method(method_name)(model, context)
     correct = total = 0
     for x, y in stream:
@@ -91,8 +92,19 @@ def trace_tiny(method: str, model: str, data_root: Path, out: Path, **method_par
     from tempora_trace.config import TraceConfig
     from tempora_trace.runner import trace_run
 
-    cfg = TraceConfig(method=method, method_params=method_params, dataset="cifar10-c", model=model, data_root=str(data_root),
-                      domains=["gaussian_noise"], batch_size=8, out=str(out), quiet=True, frozen_sample=2, warmup_batches=1)
+    cfg = TraceConfig(
+        method=method,
+        method_params=method_params,
+        dataset="cifar10-c",
+        model=model,
+        data_root=str(data_root),
+        domains=["gaussian_noise"],
+        batch_size=8,
+        out=str(out),
+        quiet=True,
+        frozen_sample=2,
+        warmup_batches=1,
+    )
     path = trace_run(cfg)
     table = pq.read_table(path)
     meta = schema.decode_metadata(table.schema, path)

@@ -30,8 +30,7 @@ MORE_SECTION = "More"
 #: Contexts in which default hyperparameters are shown: (column title, MethodContext kwargs).
 DEFAULT_CONTEXTS = (
     ("ImageNet, ResNet-50", dict(num_classes=1000, dataset_family="imagenet", model_name="resnet50", norm_kind="bn")),
-    ("ImageNet, ViT-B/16", dict(num_classes=1000, dataset_family="imagenet",
-                                model_name="vit_base_patch16_224", norm_kind="ln")),
+    ("ImageNet, ViT-B/16", dict(num_classes=1000, dataset_family="imagenet", model_name="vit_base_patch16_224", norm_kind="ln")),
     ("CIFAR-10 / demo", dict(num_classes=10, dataset_family="cifar", model_name="cifar-resnet18", norm_kind="bn")),
 )
 
@@ -70,12 +69,20 @@ def methods_table() -> str:
     """One row per registered method, from the attributes the method class declares."""
     methods = sorted(_registry(), key=_family_rank)
     extra = [(attr, title) for attr, title in OPTIONAL_ATTRIBUTES if any(getattr(c, attr, "") for c in methods)]
-    head = ["method", "family", "what is updated", "where the overhead falls", "norms", "built-in models",
-            "source paper"] + [title for _, title in extra]
+    head = ["method", "family", "what is updated", "where the overhead falls", "norms", "built-in models", "source paper"] + [
+        title for _, title in extra
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for cls in methods:
-        row = [f"[`{cls.name}`](#{anchor(cls.name)})", cls.family, _cell(cls.updates), _cell(cls.overhead),
-               _norms(cls), _models(cls), _cell(cls.paper)]
+        row = [
+            f"[`{cls.name}`](#{anchor(cls.name)})",
+            cls.family,
+            _cell(cls.updates),
+            _cell(cls.overhead),
+            _norms(cls),
+            _models(cls),
+            _cell(cls.paper),
+        ]
         row += [_optional_cell(cls, attr) for attr, _ in extra]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
@@ -174,8 +181,7 @@ def _option_value(param, ctx) -> str:
 def _option_help(param, ctx) -> str:
     text = " ".join((param.help or "").split())
     default = param.get_default(ctx, call=False)
-    if (getattr(param, "show_default", False) and "[default:" not in text and not _is_unset(default)
-            and default is not False):
+    if getattr(param, "show_default", False) and "[default:" not in text and not _is_unset(default) and default is not False:
         text += f"  [default: {default}]"
     return _escape_text(text) or "–"
 
@@ -194,8 +200,7 @@ def _command_markdown(command, ctx, level: int) -> list[str]:
     options = [p for p in params if isinstance(p, click.Option) and "--help" not in p.opts]
     if arguments:
         lines += ["| argument | value |", "|---|---|"]
-        lines += [f"| `{p.human_readable_name}` | {p.type.name.upper()}{' …' if p.nargs != 1 else ''} |"
-                  for p in arguments]
+        lines += [f"| `{p.human_readable_name}` | {p.type.name.upper()}{' …' if p.nargs != 1 else ''} |" for p in arguments]
         lines.append("")
     if options:
         lines += ["| option | value | meaning |", "|---|---|---|"]

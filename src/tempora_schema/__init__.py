@@ -48,7 +48,7 @@ def stream_alpha(stream: str) -> float | None:
     if not isinstance(stream, str) or not stream.startswith(DIRICHLET_PREFIX):
         return None
     try:
-        alpha = float(stream[len(DIRICHLET_PREFIX):])
+        alpha = float(stream[len(DIRICHLET_PREFIX) :])
     except ValueError:
         return None
     return alpha if math.isfinite(alpha) and alpha > 0 else None
@@ -62,6 +62,8 @@ def is_stream(stream: object) -> bool:
 def resets_per_episode(stream: str) -> bool:
     """Every stream but ``continual`` resets the method at each episode (domain)."""
     return stream != "continual"
+
+
 #: ``checkpoint`` value of adapt rows.
 NO_CHECKPOINT = -1
 
@@ -107,17 +109,45 @@ _SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
 #: were measured under the same conditions and share one λ. The trace identity is the group
 #: plus ``method``.
 GROUP_KEYS = (
-    "dataset", "model", "weights", "device", "threads", "batch_size", "seed", "stream",
-    "severity", "domains", "max_batches",
+    "dataset",
+    "model",
+    "weights",
+    "device",
+    "threads",
+    "batch_size",
+    "seed",
+    "stream",
+    "severity",
+    "domains",
+    "max_batches",
 )
 IDENTITY_KEYS = ("method",) + GROUP_KEYS
 
 #: Keys every v2 trace's metadata must carry (docs/trace-schema.md).
 METADATA_FIELDS = (
-    "schema_version", "method", "method_params", "model", "dataset", "stream", "batch_size", "seed",
-    "num_classes", "device", "torch_version", "tracer_version", "warmup_batches", "frozen_eval", "created_at",
+    "schema_version",
+    "method",
+    "method_params",
+    "model",
+    "dataset",
+    "stream",
+    "batch_size",
+    "seed",
+    "num_classes",
+    "device",
+    "torch_version",
+    "tracer_version",
+    "warmup_batches",
+    "frozen_eval",
+    "created_at",
     # new in v2
-    "severity", "domains", "max_batches", "weights", "threads", "speed_probe", "speed_probe_kind",
+    "severity",
+    "domains",
+    "max_batches",
+    "weights",
+    "threads",
+    "speed_probe",
+    "speed_probe_kind",
 )
 #: The v1 subset (what a v1 file must carry to be readable).
 METADATA_FIELDS_V1 = METADATA_FIELDS[:15]
@@ -253,8 +283,14 @@ def arrow_schema(metadata: Mapping[str, Any] | None = None) -> "pa.Schema":
     """The Arrow schema of a trace, with ``metadata`` encoded under :data:`METADATA_KEY`."""
     import pyarrow as pa
 
-    types = {"string": pa.string(), "int8": pa.int8(), "int32": pa.int32(), "int64": pa.int64(),
-             "float64": pa.float64(), "bool": pa.bool_()}
+    types = {
+        "string": pa.string(),
+        "int8": pa.int8(),
+        "int32": pa.int32(),
+        "int64": pa.int64(),
+        "float64": pa.float64(),
+        "bool": pa.bool_(),
+    }
     fields = [pa.field(name, types[t], nullable=name in NULLABLE_COLUMNS) for name, t in COLUMN_TYPES.items()]
     return pa.schema(fields, metadata=None if metadata is None else encode_metadata(metadata))
 
@@ -322,8 +358,7 @@ def validate_metadata(meta: Mapping[str, Any], path: object = "<trace>") -> int:
         if not _is_int(meta[key]) or meta[key] < 0:
             raise TraceSchemaError(path, f"metadata '{key}' must be a non-negative integer, got {meta[key]!r}")
     if not is_stream(meta["stream"]):
-        raise TraceSchemaError(path, f"metadata 'stream' must be one of {', '.join(STREAMS)} or dirichlet:<α>, "
-                                     f"got {meta['stream']!r}")
+        raise TraceSchemaError(path, f"metadata 'stream' must be one of {', '.join(STREAMS)} or dirichlet:<α>, got {meta['stream']!r}")
     if not isinstance(meta["method_params"], dict):
         raise TraceSchemaError(path, "metadata 'method_params' must be a JSON object")
     fe = meta["frozen_eval"]
@@ -339,8 +374,7 @@ def _validate_v2_keys(meta: Mapping[str, Any], path: object) -> None:
     if sev is not None and not (_is_int(sev) and 1 <= sev <= 5):
         raise TraceSchemaError(path, f"metadata 'severity' must be 1..5 or null, got {sev!r}")
     domains = meta["domains"]
-    if (not isinstance(domains, list) or not domains
-            or not all(isinstance(d, str) and d for d in domains)):
+    if not isinstance(domains, list) or not domains or not all(isinstance(d, str) and d for d in domains):
         raise TraceSchemaError(path, f"metadata 'domains' must be a non-empty list of names, got {domains!r}")
     if len(set(domains)) != len(domains):
         raise TraceSchemaError(path, "metadata 'domains' lists a domain twice")
@@ -364,9 +398,7 @@ def validate_speed_probe(probe: Any, kind: Any, path: object = "<trace>") -> Non
     if not isinstance(probe, list):
         raise TraceSchemaError(path, f"metadata 'speed_probe' must be a list, got {type(probe).__name__}")
     if (kind == PROBE_NOT_MEASURED) != (len(probe) == 0):
-        raise TraceSchemaError(
-            path, f"metadata 'speed_probe_kind' must be '{PROBE_NOT_MEASURED}' exactly when 'speed_probe' is empty"
-        )
+        raise TraceSchemaError(path, f"metadata 'speed_probe_kind' must be '{PROBE_NOT_MEASURED}' exactly when 'speed_probe' is empty")
     for i, item in enumerate(probe):
         if not isinstance(item, dict) or set(item) != {"episode", "step", "ms"}:
             raise TraceSchemaError(path, f"metadata 'speed_probe' item {i} must be an object with keys episode, step, ms")
@@ -409,9 +441,11 @@ def upgrade_v1_metadata(meta: Mapping[str, Any], severities: Sequence[Any], doma
 
 def v1_warning(path: object) -> str:
     """The one line a reader prints for a v1 file."""
-    return (f"{path}: schema v1 trace: weights, thread count and max_batches were not recorded and "
-            "machine speed was not probed; grouped by what the file shows (rewrite it as v2 with "
-            "`tempora-sim migrate`)")
+    return (
+        f"{path}: schema v1 trace: weights, thread count and max_batches were not recorded and "
+        "machine speed was not probed; grouped by what the file shows (rewrite it as v2 with "
+        "`tempora-sim migrate`)"
+    )
 
 
 # ------------------------------------------------------------------------------ row rules
@@ -527,13 +561,15 @@ def validate_rows(cols: RowArrays, path: object = "<trace>") -> RowLayout:
         if early.any():
             row = _first(early)
             raise TraceSchemaError(
-                path, f"frozen row with step {int(f_step[row])} < checkpoint {int(f_ck[row])} (must evaluate later batches)")
+                path, f"frozen row with step {int(f_step[row])} < checkpoint {int(f_ck[row])} (must evaluate later batches)"
+            )
         beyond = f_step >= limit
         if beyond.any():
             row = _first(beyond)
             raise TraceSchemaError(
-                path, f"frozen row step {int(f_step[row])} beyond episode '{cols.episode_names[f_code[row]]}' "
-                      f"({int(limit[row])} adapt rows)")
+                path,
+                f"frozen row step {int(f_step[row])} beyond episode '{cols.episode_names[f_code[row]]}' ({int(limit[row])} adapt rows)",
+            )
         if not canonical:  # canonical order already proved (episode, checkpoint, step) strictly increasing
             span = int(limit.max()) + 1
             key = np.sort((f_code.astype(np.int64) * span + f_ck) * span + f_step)
@@ -603,8 +639,12 @@ def rows_from_arrow(table: "pa.Table", path: object = "<trace>") -> RowArrays:
         episode_code=encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64),
         phase_values=[str(v) for v in pc.unique(phase).to_pylist()],
         adapt=pc.equal(phase, PHASE_ADAPT).to_numpy(zero_copy_only=False).astype(bool),
-        checkpoint=num("checkpoint", np.int64), step=num("step", np.int64), n=num("n", np.int64),
-        correct=num("correct", np.int64), e_ms=num("e_ms", np.float64), l_ms=num("l_ms", np.float64),
+        checkpoint=num("checkpoint", np.int64),
+        step=num("step", np.int64),
+        n=num("n", np.int64),
+        correct=num("correct", np.int64),
+        e_ms=num("e_ms", np.float64),
+        l_ms=num("l_ms", np.float64),
         delta_ms=num("delta_ms", np.float64),
     )
 
@@ -632,8 +672,14 @@ def validate_table(table: "pa.Table", meta: Mapping[str, Any], path: object = "<
     return layout
 
 
-def check_metadata_matches_rows(meta: Mapping[str, Any], episode_names: Sequence[str], adapt_counts: np.ndarray,
-                                domains: Sequence[str], severities: Sequence[Any], path: object = "<trace>") -> None:
+def check_metadata_matches_rows(
+    meta: Mapping[str, Any],
+    episode_names: Sequence[str],
+    adapt_counts: np.ndarray,
+    domains: Sequence[str],
+    severities: Sequence[Any],
+    path: object = "<trace>",
+) -> None:
     """v2 cross-checks: the rows' domains are the listed ones, their severity the recorded
     one, ``max_batches`` bounds every episode, and the probe names real episodes and steps."""
     listed = set(meta["domains"])

@@ -57,8 +57,9 @@ class OneLineGroup(click.Group):
     leading legacy option to the arguments it stands for (``--list`` → ``list``).
     """
 
-    def __init__(self, *args: Any, prog: str, default_command: str | None = None,
-                 aliases: dict[str, Sequence[str]] | None = None, **kwargs: Any):
+    def __init__(
+        self, *args: Any, prog: str, default_command: str | None = None, aliases: dict[str, Sequence[str]] | None = None, **kwargs: Any
+    ):
         kwargs.setdefault("context_settings", {}).setdefault("help_option_names", ["-h", "--help"])
         kwargs["context_settings"].setdefault("max_content_width", 100)
         super().__init__(*args, **kwargs)
@@ -76,8 +77,14 @@ class OneLineGroup(click.Group):
         return super().parse_args(ctx, args)
 
     # -- one-line failures
-    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None,
-             standalone_mode: bool = True, **extra: Any) -> Any:
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
         code = self.run(args, complete_var, **extra)
         if standalone_mode:
             sys.exit(code)
@@ -99,8 +106,7 @@ class OneLineGroup(click.Group):
             click.echo(self.get_help(click.Context(self, info_name=prog)))
             return 0
         previous = warnings.showwarning
-        warnings.showwarning = lambda message, category, *a, **k: click.echo(
-            f"{prog}: warning: {_one_line(str(message))}", err=True)
+        warnings.showwarning = lambda message, category, *a, **k: click.echo(f"{prog}: warning: {_one_line(str(message))}", err=True)
         try:
             with self.make_context(prog, args, **extra) as ctx:
                 self.invoke(ctx)

@@ -84,10 +84,17 @@ REQUIRED_COLUMNS = frozenset({"run", "episode", "domain", "step", "n", "served",
 _SERVED_COLUMNS = ("correct", "pickup_ms", "predict_ms", "free_ms", "e_ms", "l_ms", "delta_ms")
 _TIME_COLUMNS = ("arrival_ms", "pickup_ms", "predict_ms", "free_ms", "e_ms", "l_ms", "delta_ms", "charged_ms", "spent_ms")
 #: Run metadata shared with traces (same meaning), minus what only a trace records.
-SHARED_FIELDS = tuple(k for k in METADATA_FIELDS
-                      if k not in ("schema_version", "frozen_eval", "speed_probe", "speed_probe_kind"))
-LIVE_METADATA_FIELDS = ("live_schema_version", *SHARED_FIELDS, "lambda_ms", "lambda_source", "clock",
-                        "clock_resolution_ns", "spin_us", "runs")
+SHARED_FIELDS = tuple(k for k in METADATA_FIELDS if k not in ("schema_version", "frozen_eval", "speed_probe", "speed_probe_kind"))
+LIVE_METADATA_FIELDS = (
+    "live_schema_version",
+    *SHARED_FIELDS,
+    "lambda_ms",
+    "lambda_source",
+    "clock",
+    "clock_resolution_ns",
+    "spin_us",
+    "runs",
+)
 RUN_FIELDS = {
     "discrete": ("run", "protocol", "repeat", "rho", "gamma_ms", "queue"),
     "amortised": ("run", "protocol", "repeat", "budget_ms", "budget_rule"),

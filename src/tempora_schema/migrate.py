@@ -37,8 +37,9 @@ def resolve_weights(weights: str) -> str:
     return weights_identity(path)
 
 
-def migrate_metadata(meta: dict[str, Any], severities, domains, *, weights: str, threads: int,
-                     max_batches: int | None = None) -> dict[str, Any]:
+def migrate_metadata(
+    meta: dict[str, Any], severities, domains, *, weights: str, threads: int, max_batches: int | None = None
+) -> dict[str, Any]:
     """v2 metadata for a v1 trace: the rows' domains and severity, the given identity fields,
     an empty speed probe (not measured)."""
     out = upgrade_v1_metadata(meta, severities, domains)
@@ -64,8 +65,7 @@ def migrate_file(path: str | os.PathLike, *, weights: str, threads: int, max_bat
     validate_table(table, meta, path)  # a broken v1 file is not silently carried over
     domains = pc.unique(table.column("domain")).to_pylist()  # unique() keeps first-appearance order
     severities = pc.unique(table.column("severity")).to_pylist()
-    new_meta = migrate_metadata(meta, severities, domains, weights=resolve_weights(weights), threads=threads,
-                                max_batches=max_batches)
+    new_meta = migrate_metadata(meta, severities, domains, weights=resolve_weights(weights), threads=threads, max_batches=max_batches)
     new_table = table.cast(arrow_schema(new_meta))
     validate_table(new_table, new_meta, path)
     from .outputs import to_bytes, write_file

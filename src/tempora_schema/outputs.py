@@ -112,8 +112,7 @@ def to_bytes(write: Callable[[io.BytesIO], object]) -> bytes:
     return buffer.getvalue()
 
 
-def check_output_dir(out: str | os.PathLike, option: str = "--out", folders: tuple[str, ...] = (),
-                     files: tuple[str, ...] = ()) -> Path:
+def check_output_dir(out: str | os.PathLike, option: str = "--out", folders: tuple[str, ...] = (), files: tuple[str, ...] = ()) -> Path:
     """Refuse an output folder that can never be written, before any work starts.
 
     ``out`` must be non-empty, must not be (or lie below) a regular file, must not be a symlink
@@ -203,8 +202,9 @@ def output_lock(target: str | os.PathLike, what: str = "output") -> Iterator[Pat
     except Timeout:
         pid = _holder_pid(lock_path)
         holder = f"process {pid}" if pid else "another process"
-        raise OutputLockedError(f"{target}: this {what} is being written by {holder} (lock {lock_path}); "
-                                "wait for it to finish or choose another --out") from None
+        raise OutputLockedError(
+            f"{target}: this {what} is being written by {holder} (lock {lock_path}); wait for it to finish or choose another --out"
+        ) from None
     except OSError as exc:
         raise OutputError(describe_os_error(exc, target, "cannot lock")) from None
     try:
@@ -219,8 +219,9 @@ def output_lock(target: str | os.PathLike, what: str = "output") -> Iterator[Pat
 
 # ------------------------------------------------------------------------ whole folders
 @contextlib.contextmanager
-def staged_dir(out: str | os.PathLike, *, what: str = "output", last: tuple[str, ...] = (),
-               folders: tuple[str, ...] = (), files: tuple[str, ...] = ()) -> Iterator[Path]:
+def staged_dir(
+    out: str | os.PathLike, *, what: str = "output", last: tuple[str, ...] = (), folders: tuple[str, ...] = (), files: tuple[str, ...] = ()
+) -> Iterator[Path]:
     """Build the folder ``out`` in a staging folder and publish it only if the block succeeds.
 
     A new ``out`` is the staging folder renamed into place. An existing ``out`` keeps the files
@@ -258,11 +259,9 @@ def staged_dir(out: str | os.PathLike, *, what: str = "output", last: tuple[str,
 
 def _check_kind(stage_entry_is_dir: bool, dest: Path) -> None:
     if stage_entry_is_dir and (dest.exists() or dest.is_symlink()) and (dest.is_symlink() or not dest.is_dir()):
-        raise OutputError(f"cannot write {dest}: a file is in the way of a folder of this output; "
-                          "remove it or choose another --out")
+        raise OutputError(f"cannot write {dest}: a file is in the way of a folder of this output; remove it or choose another --out")
     if not stage_entry_is_dir and dest.is_dir() and not dest.is_symlink():
-        raise OutputError(f"cannot write {dest}: a folder is in the way of a file of this output; "
-                          "remove it or choose another --out")
+        raise OutputError(f"cannot write {dest}: a folder is in the way of a file of this output; remove it or choose another --out")
 
 
 def _publish(stage: Path, out: Path, exists: bool, last: tuple[str, ...]) -> None:

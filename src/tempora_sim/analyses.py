@@ -106,8 +106,7 @@ def pool_seeds(df: pl.DataFrame) -> pl.DataFrame:
     if SEED not in df.columns:
         return df
     scenario = ["param2", "value2", "arrivals", "arrival_seed"]  # docs/design.md §9 columns, where present
-    keys = [c for c in group_columns(df) + ["method", "episode", "protocol", "param", "value"] + scenario
-            if c in df.columns]
+    keys = [c for c in group_columns(df) + ["method", "episode", "protocol", "param", "value"] + scenario if c in df.columns]
     n = pl.col("num_batches").cast(pl.Float64) if "num_batches" in df.columns else pl.lit(1.0)
     beta = pl.col("beta") if "beta" in df.columns else pl.lit(0.0)
     served = pl.col("served").cast(pl.Float64) if "served" in df.columns else pl.lit(0.0)
@@ -180,9 +179,7 @@ def pressure_order(protocol: str, value: float | None) -> tuple[int, float]:
 def with_scenario(df: pl.DataFrame) -> pl.DataFrame:
     """Add ``scenario`` (label) and ``scenario_order`` (int, strict → relaxed) columns."""
     pairs = df.select("protocol", "value").unique()
-    pairs = sorted(
-        pairs.iter_rows(), key=lambda r: pressure_order(r[0], None if r[0] == "offline" else r[1])
-    )
+    pairs = sorted(pairs.iter_rows(), key=lambda r: pressure_order(r[0], None if r[0] == "offline" else r[1]))
     keys = pl.DataFrame(
         {
             "protocol": [p for p, _ in pairs],
@@ -200,9 +197,7 @@ def with_scenario(df: pl.DataFrame) -> pl.DataFrame:
     base = df.drop([c for c in ("scenario", "scenario_order") if c in df.columns])
     if base.schema["value"] == pl.Null:
         base = base.with_columns(pl.col("value").cast(pl.Float64))
-    base = base.with_columns(
-        pl.when(pl.col("protocol") == "offline").then(None).otherwise(pl.col("value")).alias("value")
-    )
+    base = base.with_columns(pl.when(pl.col("protocol") == "offline").then(None).otherwise(pl.col("value")).alias("value"))
     return base.join(keys, on=["protocol", "value"], how="left", nulls_equal=True)
 
 
@@ -247,9 +242,7 @@ def method_order(df: pl.DataFrame, baseline: str = BASELINE) -> list[str]:
     df = pool_seeds(df)
     methods = sorted(set(df.get_column("method").to_list()))
     alpha: dict[str, float] = {}
-    disc = df.filter(
-        (pl.col("protocol") == "discrete") & (pl.col("episode") == POOLED) & pl.col("value").is_not_null()
-    )
+    disc = df.filter((pl.col("protocol") == "discrete") & (pl.col("episode") == POOLED) & pl.col("value").is_not_null())
     if disc.height and "alpha" in disc.columns:
         strict = disc.get_column("value").max()
         for m, a in disc.filter(pl.col("value") == strict).group_by("method").agg(pl.col("alpha").mean()).iter_rows():
@@ -277,9 +270,7 @@ def _with_best_other(c: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     """Add ``best_other`` / ``best_other_method``: the best *other* method in the same cell."""
     ranked = c.sort(keys + ["utility", "method"], descending=[False] * len(keys) + [True, False], nulls_last=True)
     ranked = ranked.with_columns(pl.int_range(pl.len()).over(keys).alias("_pos"))
-    top = ranked.filter(pl.col("_pos") <= 1).select(
-        keys + [pl.col("_pos"), pl.col("method").alias("_bm"), pl.col("utility").alias("_bu")]
-    )
+    top = ranked.filter(pl.col("_pos") <= 1).select(keys + [pl.col("_pos"), pl.col("method").alias("_bm"), pl.col("utility").alias("_bu")])
     first = top.filter(pl.col("_pos") == 0).drop("_pos").rename({"_bm": "_m0", "_bu": "_u0"})
     second = top.filter(pl.col("_pos") == 1).drop("_pos").rename({"_bm": "_m1", "_bu": "_u1"})
     out = ranked.join(first, on=keys, how="left", nulls_equal=True).join(second, on=keys, how="left", nulls_equal=True)
@@ -322,8 +313,7 @@ def _winners(df: pl.DataFrame, tol: float) -> pl.DataFrame:
         .drop("_runner_up")
     )
     return out.sort(group_columns(c) + ["episode", "scenario_order"]).select(
-        keys + ["protocol", "param", "value", "scenario_order", "winner", "winners", "n_winners",
-                "best_utility", "margin", "n_methods"]
+        keys + ["protocol", "param", "value", "scenario_order", "winner", "winners", "n_winners", "best_utility", "margin", "n_methods"]
     )
 
 
@@ -344,7 +334,8 @@ def with_certainty(w: pl.DataFrame, rows: pl.DataFrame, keys: list[str], interva
     if intervals is None or not intervals.index.height or not w.height:
         return w
     ranked = rows.filter(pl.col("utility").is_not_null()).sort(
-        keys + ["utility", "method"], descending=[False] * len(keys) + [True, False], nulls_last=True)
+        keys + ["utility", "method"], descending=[False] * len(keys) + [True, False], nulls_last=True
+    )
     ranked = ranked.with_columns(pl.int_range(pl.len()).over(keys).alias("_pos"))
     first = ranked.filter(pl.col("_pos") == 0).select(keys + [pl.col("method").alias("_m0"), "protocol", "value"])
     second = ranked.filter(pl.col("_pos") == 1).select(keys + [pl.col("method").alias("_m1")])
@@ -354,8 +345,9 @@ def with_certainty(w: pl.DataFrame, rows: pl.DataFrame, keys: list[str], interva
     look = idx.select(ik + ["method", "row"])
     pairs = pairs.with_columns(pl.col("value").cast(pl.Float64))
     look = look.with_columns(pl.col("value").cast(pl.Float64))
-    pairs = (pairs.join(look.rename({"method": "_m0", "row": "_r0"}), on=ik + ["_m0"], how="left", nulls_equal=True)
-             .join(look.rename({"method": "_m1", "row": "_r1"}), on=ik + ["_m1"], how="left", nulls_equal=True))
+    pairs = pairs.join(look.rename({"method": "_m0", "row": "_r0"}), on=ik + ["_m0"], how="left", nulls_equal=True).join(
+        look.rename({"method": "_m1", "row": "_r1"}), on=ik + ["_m1"], how="left", nulls_equal=True
+    )
     ok = pairs.filter(pl.col("_r0").is_not_null() & pl.col("_r1").is_not_null())
     lo, hi = intervals.difference(ok.get_column("_r0").to_numpy(), ok.get_column("_r1").to_numpy())
     ok = ok.select(keys + [pl.col("_m1").alias("_ru"), pl.Series("_lo", lo, pl.Float64), pl.Series("_hi", hi, pl.Float64)])
@@ -366,13 +358,13 @@ def with_certainty(w: pl.DataFrame, rows: pl.DataFrame, keys: list[str], interva
         pl.when(tie).then(None).otherwise(pl.col("_ru0")).alias("runner_up"),
         pl.when(tie).then(0.0).otherwise(pl.col("_lo")).alias("lead_lo"),
         pl.when(tie).then(0.0).otherwise(pl.col("_hi")).alias("lead_hi"),
-        pl.when(tie).then(False).when(pl.col("_lo").is_null()).then(None)
-        .otherwise(pl.col("_lo") > 0).alias("certain"),
+        pl.when(tie).then(False).when(pl.col("_lo").is_null()).then(None).otherwise(pl.col("_lo") > 0).alias("certain"),
     ).drop("_ru0", "_ru", "_lo", "_hi")
 
 
-def win_counts(df: pl.DataFrame, tol: float = DEFAULT_TOL, intervals: st.Intervals | None = None,
-               w: pl.DataFrame | None = None) -> pl.DataFrame:
+def win_counts(
+    df: pl.DataFrame, tol: float = DEFAULT_TOL, intervals: st.Intervals | None = None, w: pl.DataFrame | None = None
+) -> pl.DataFrame:
     """Wins per method over episodes × scenarios (the legend of the paper's Table 15):
     ``wins`` over all cells including offline, then per protocol; tied winners each get one.
     ``certain`` / ``uncertain`` split the wins by the uncertainty rule (null without
@@ -382,22 +374,26 @@ def win_counts(df: pl.DataFrame, tol: float = DEFAULT_TOL, intervals: st.Interva
     exploded = w.explode("winners").rename({"winners": "method"})
     methods = df.select(g + ["method"]).unique()
     n_cells = w.group_by(g).agg(pl.len().alias("cells")) if g else pl.DataFrame({"cells": [w.height]})
-    aggs = [pl.len().alias("wins"), pl.col("certain").fill_null(False).sum().alias("certain"),
-            pl.col("certain").is_null().all().alias("_unassessed")] + [
-        (pl.col("protocol") == p).sum().alias(p) for p in PROTOCOLS
-    ]
+    aggs = [
+        pl.len().alias("wins"),
+        pl.col("certain").fill_null(False).sum().alias("certain"),
+        pl.col("certain").is_null().all().alias("_unassessed"),
+    ] + [(pl.col("protocol") == p).sum().alias(p) for p in PROTOCOLS]
     counts = exploded.group_by(g + ["method"]).agg(aggs) if exploded.height else None
     out = methods
     if counts is not None:
         out = out.join(counts, on=g + ["method"], how="left")
     else:
-        out = out.with_columns([pl.lit(0, pl.UInt32).alias(c) for c in ("wins", "certain") + PROTOCOLS],
-                               pl.lit(True).alias("_unassessed"))
+        out = out.with_columns([pl.lit(0, pl.UInt32).alias(c) for c in ("wins", "certain") + PROTOCOLS], pl.lit(True).alias("_unassessed"))
     out = out.with_columns([pl.col(c).fill_null(0) for c in ("wins", "certain") + PROTOCOLS])
     assessed = w.get_column("certain").is_not_null().any() if "certain" in w.columns else False
-    out = out.with_columns(
-        pl.when(pl.lit(assessed)).then(pl.col("certain")).otherwise(None).alias("certain"),
-    ).with_columns((pl.col("wins") - pl.col("certain")).alias("uncertain")).drop("_unassessed")
+    out = (
+        out.with_columns(
+            pl.when(pl.lit(assessed)).then(pl.col("certain")).otherwise(None).alias("certain"),
+        )
+        .with_columns((pl.col("wins") - pl.col("certain")).alias("uncertain"))
+        .drop("_unassessed")
+    )
     out = out.join(n_cells, on=g, how="left") if g else out.with_columns(pl.lit(w.height).alias("cells"))
     out = out.with_columns((pl.col("wins") / pl.col("cells")).alias("share"))
     return out.sort(g + ["wins", "method"], descending=[False] * len(g) + [True, False]).select(
@@ -428,9 +424,7 @@ def rank_correlation_cells(df: pl.DataFrame) -> pl.DataFrame:
     out = tmp.group_by(keys + ["protocol", "param", "value", "scenario_order"]).agg(
         _pearson(pl.col("_ro"), pl.col("_r")).alias("spearman"), pl.len().alias("n_methods")
     )
-    out = out.with_columns(
-        pl.when(pl.col("n_methods") >= 2).then(pl.col("spearman")).otherwise(None).alias("spearman")
-    )
+    out = out.with_columns(pl.when(pl.col("n_methods") >= 2).then(pl.col("spearman")).otherwise(None).alias("spearman"))
     return out.sort(g + ["scenario_order", "episode"])
 
 
@@ -459,8 +453,7 @@ def summarise_rank_correlation(per: pl.DataFrame, opts: st.BootstrapOptions | No
         )
         .sort(g + ["scenario_order"])
     )
-    cis = [st.mean_interval(np.asarray(r, np.float64), opts) if len(r) else (None, None)
-           for r in out.get_column("_r").to_list()]
+    cis = [st.mean_interval(np.asarray(r, np.float64), opts) if len(r) else (None, None) for r in out.get_column("_r").to_list()]
     return out.with_columns(
         pl.Series("ci_lo", [c[0] for c in cis], pl.Float64),
         pl.Series("ci_hi", [c[1] for c in cis], pl.Float64),
@@ -468,9 +461,7 @@ def summarise_rank_correlation(per: pl.DataFrame, opts: st.BootstrapOptions | No
 
 
 # ----------------------------------------------------------------------------- deficits
-def _per_protocol_columns(
-    frame: pl.DataFrame, by: list[str], aggs: dict[str, pl.Expr]
-) -> pl.DataFrame:
+def _per_protocol_columns(frame: pl.DataFrame, by: list[str], aggs: dict[str, pl.Expr]) -> pl.DataFrame:
     """Aggregate ``aggs`` overall and per temporal protocol, side by side (``<protocol>_<name>``)."""
     out = frame.group_by(by).agg([e.alias(n) for n, e in aggs.items()])
     for p in TEMPORAL_PROTOCOLS:
@@ -519,8 +510,7 @@ def below_standard(df: pl.DataFrame, baseline: str = BASELINE) -> pl.DataFrame:
     for p in TEMPORAL_PROTOCOLS:
         if f"{p}_below" in out.columns:
             out = out.with_columns(
-                pl.when(pl.col("below") > 0).then(pl.col(f"{p}_below").fill_null(0) / pl.col("below"))
-                .otherwise(None).alias(f"{p}_share")
+                pl.when(pl.col("below") > 0).then(pl.col(f"{p}_below").fill_null(0) / pl.col("below")).otherwise(None).alias(f"{p}_share")
             )
     return _sort_methods(out, method_order(df), g)
 
@@ -561,9 +551,12 @@ def _required(utility_col: str, factor: str) -> pl.Expr:
     """best competitor / factor: the accuracy needed to match the best other method."""
     need = pl.col(utility_col) / pl.col(factor)
     return (
-        pl.when(pl.col(utility_col).is_null() | pl.col(factor).is_null()).then(None)
-        .when(pl.col(factor) > 0).then(need)
-        .when(pl.col(utility_col) > 0).then(float("inf"))
+        pl.when(pl.col(utility_col).is_null() | pl.col(factor).is_null())
+        .then(None)
+        .when(pl.col(factor) > 0)
+        .then(need)
+        .when(pl.col(utility_col) > 0)
+        .then(float("inf"))
         .otherwise(0.0)
     )
 
@@ -574,8 +567,18 @@ def discrete_decomposition(df: pl.DataFrame, rho: float | None = None) -> pl.Dat
     part = _at(df, "discrete", rho).with_columns(_required("best_other", "alpha").alias("required_served_acc"))
     part = part.with_columns((pl.col("required_served_acc") > 1).alias("insolvent"))
     g = group_columns(part)
-    cols = g + ["value", "method", "alpha", "served", "served_acc", "utility", "best_other_method",
-                "best_other", "required_served_acc", "insolvent"]
+    cols = g + [
+        "value",
+        "method",
+        "alpha",
+        "served",
+        "served_acc",
+        "utility",
+        "best_other_method",
+        "best_other",
+        "required_served_acc",
+        "insolvent",
+    ]
     return _sort_methods(part.select(cols), method_order(df), g)
 
 
@@ -585,8 +588,7 @@ def continuous_decomposition(df: pl.DataFrame, T_ms: float | None = None) -> pl.
     part = _at(df, "continuous", T_ms).with_columns(_required("best_other", "kappa").alias("required_acc"))
     part = part.with_columns((pl.col("required_acc") > 1).alias("insolvent"))
     g = group_columns(part)
-    cols = g + ["value", "method", "acc", "kappa", "cov", "utility", "best_other_method", "best_other",
-                "required_acc", "insolvent"]
+    cols = g + ["value", "method", "acc", "kappa", "cov", "utility", "best_other_method", "best_other", "required_acc", "insolvent"]
     return _sort_methods(part.select(cols), method_order(df), g)
 
 
@@ -597,13 +599,10 @@ def amortised_decomposition(df: pl.DataFrame, B_ms: float | None = None) -> pl.D
     g = group_columns(part)
     base = part.filter(pl.col("method") == BASELINE).select(g + ["value", pl.col("utility").alias("_base")])
     if base.height:
-        part = part.join(base, on=g + ["value"], how="left").with_columns(
-            (pl.col("utility") < pl.col("_base")).alias("below_standard")
-        )
+        part = part.join(base, on=g + ["value"], how="left").with_columns((pl.col("utility") < pl.col("_base")).alias("below_standard"))
     else:
         part = part.with_columns(pl.lit(None, pl.Boolean).alias("below_standard"))
-    cols = g + ["value", "method", "beta", "m", "acc_adapt", "acc_frozen", "frozen_gap", "utility",
-                "below_standard"]
+    cols = g + ["value", "method", "beta", "m", "acc_adapt", "acc_frozen", "frozen_gap", "utility", "below_standard"]
     return _sort_methods(part.select([c for c in cols if c in part.columns]), method_order(df), g)
 
 
@@ -658,10 +657,9 @@ def insolvency(df: pl.DataFrame) -> pl.DataFrame:
         part = c.filter(pl.col("protocol") == p)
         if part.height:
             out = out.join(
-                part.group_by(g + ["method"]).agg(
-                    pl.len().alias(f"{p}_cells"), pl.col("insolvent").sum().alias(f"{p}_insolvent")
-                ),
-                on=g + ["method"], how="left",
+                part.group_by(g + ["method"]).agg(pl.len().alias(f"{p}_cells"), pl.col("insolvent").sum().alias(f"{p}_insolvent")),
+                on=g + ["method"],
+                how="left",
             )
     return _sort_methods(out, method_order(df), g)
 
@@ -682,16 +680,14 @@ def budget_spent(trace_rows: pl.DataFrame, utility: pl.DataFrame) -> pl.DataFram
     am = am.with_columns((pl.col("m") - 1).cast(pl.Int64).alias("_last"))
     spent = am.join(
         rows.select(g + ["method", "episode", pl.col("step").cast(pl.Int64).alias("_last"), "_cum"]),
-        on=g + ["method", "episode", "_last"], how="left",
+        on=g + ["method", "episode", "_last"],
+        how="left",
     ).with_columns(pl.when(pl.col("m") <= 0).then(0.0).otherwise(pl.col("_cum")).alias("spent_ms"))
     per_episode = spent.select(g + ["method", "episode", "value", "spent_ms"])
     if SEED in g:  # seeds are replicates: the mean over seeds, like every other pooled number
         g = [c for c in g if c != SEED]
-        per_episode = per_episode.group_by(g + ["method", "episode", "value"], maintain_order=True).agg(
-            pl.col("spent_ms").mean())
-    pooled = per_episode.group_by(g + ["method", "value"]).agg(pl.col("spent_ms").mean()).with_columns(
-        pl.lit(POOLED).alias("episode")
-    )
+        per_episode = per_episode.group_by(g + ["method", "episode", "value"], maintain_order=True).agg(pl.col("spent_ms").mean())
+    pooled = per_episode.group_by(g + ["method", "value"]).agg(pl.col("spent_ms").mean()).with_columns(pl.lit(POOLED).alias("episode"))
     return pl.concat([per_episode, pooled.select(per_episode.columns)], how="vertical_relaxed")
 
 
@@ -707,14 +703,15 @@ def pareto(df: pl.DataFrame, spent: pl.DataFrame | None = None, tol: float = DEF
     g = group_columns(part)
     if spent is not None:
         spent = spent.filter(pl.col("episode") == POOLED).drop("episode")
-        part = part.join(spent.select([c for c in g if c in spent.columns] + ["method", "value", "spent_ms"]),
-                         on=[c for c in g if c in spent.columns] + ["method", "value"], how="left")
+        part = part.join(
+            spent.select([c for c in g if c in spent.columns] + ["method", "value", "spent_ms"]),
+            on=[c for c in g if c in spent.columns] + ["method", "value"],
+            how="left",
+        )
     else:
         part = part.with_columns(pl.lit(None, pl.Float64).alias("spent_ms"))
     part = part.with_columns(pl.coalesce("spent_ms", "value").alias("_x"))
-    part = part.with_columns(
-        (pl.col("utility") >= pl.col("utility").max().over(g + ["value"]) - tol).alias("best_at_B")
-    )
+    part = part.with_columns((pl.col("utility") >= pl.col("utility").max().over(g + ["value"]) - tol).alias("best_at_B"))
     rows = []
     for _key, sub in part.sort(g + ["method", "_x", "utility"], descending=[False] * (len(g) + 2) + [True]).group_by(
         g + ["method"], maintain_order=True
@@ -727,10 +724,20 @@ def pareto(df: pl.DataFrame, spent: pl.DataFrame | None = None, tol: float = DEF
                 gain = (r["utility"] - best_u) * 100 / ((r["_x"] - best_x) / 1000)
             if eff:
                 best_u, best_x = r["utility"], r["_x"]
-            rows.append({**{k: r[k] for k in g}, "method": r["method"], "B_ms": r["value"],
-                         "spent_ms": r["spent_ms"], "m": r.get("m"), "beta": r.get("beta"),
-                         "utility": r["utility"], "efficient": eff, "gain_pp_per_s": gain,
-                         "best_at_B": r["best_at_B"]})
+            rows.append(
+                {
+                    **{k: r[k] for k in g},
+                    "method": r["method"],
+                    "B_ms": r["value"],
+                    "spent_ms": r["spent_ms"],
+                    "m": r.get("m"),
+                    "beta": r.get("beta"),
+                    "utility": r["utility"],
+                    "efficient": eff,
+                    "gain_pp_per_s": gain,
+                    "best_at_B": r["best_at_B"],
+                }
+            )
     out = pl.DataFrame(rows, schema_overrides={"spent_ms": pl.Float64, "gain_pp_per_s": pl.Float64})
     return _sort_methods(out, method_order(df), g).sort(g, maintain_order=True) if out.height else out
 
@@ -749,26 +756,34 @@ def latency_breakdown(trace_rows: pl.DataFrame, lambdas: pl.DataFrame) -> pl.Dat
     rows = trace_rows.filter(pl.col("phase") == "adapt")
     rows = rows.join(lam, on=gs, how="inner") if gs else rows.join(lam, how="cross")
     # several seeds: every batch of every seed, against the mean of the seeds' λ
-    out = rows.group_by(g + ["method"]).agg(
-        pl.len().alias("batches"),
-        pl.col("lambda_ms").unique().mean(),
-        pl.col("delta_ms").mean().alias("delta_mean"),
-        pl.col("e_ms").mean().alias("e_mean"),
-        pl.col("l_ms").mean().alias("l_mean"),
-        pl.col("updated").cast(pl.Float64).mean().alias("update_rate"),
-        (pl.col("peak_mem_bytes").max() / 2**20).alias("peak_mem_mib"),
-    ).with_columns(
-        (pl.col("e_mean") - pl.col("lambda_ms")).alias("e_minus_lambda"),
-        (pl.col("delta_mean") / pl.col("lambda_ms")).alias("slowdown"),
+    out = (
+        rows.group_by(g + ["method"])
+        .agg(
+            pl.len().alias("batches"),
+            pl.col("lambda_ms").unique().mean(),
+            pl.col("delta_ms").mean().alias("delta_mean"),
+            pl.col("e_ms").mean().alias("e_mean"),
+            pl.col("l_ms").mean().alias("l_mean"),
+            pl.col("updated").cast(pl.Float64).mean().alias("update_rate"),
+            (pl.col("peak_mem_bytes").max() / 2**20).alias("peak_mem_mib"),
+        )
+        .with_columns(
+            (pl.col("e_mean") - pl.col("lambda_ms")).alias("e_minus_lambda"),
+            (pl.col("delta_mean") / pl.col("lambda_ms")).alias("slowdown"),
+        )
     )
     # the baseline first, then fastest to slowest
     out = out.with_columns((pl.col("method") != BASELINE).alias("_b")).sort(g + ["_b", "delta_mean", "method"]).drop("_b")
-    return out.select(g + ["method", "lambda_ms", "batches", "delta_mean", "e_mean", "e_minus_lambda", "l_mean",
-                           "slowdown", "update_rate", "peak_mem_mib"])
+    return out.select(
+        g
+        + ["method", "lambda_ms", "batches", "delta_mean", "e_mean", "e_minus_lambda", "l_mean", "slowdown", "update_rate", "peak_mem_mib"]
+    )
 
 
-def trace_rows(traces: Iterable, columns: Sequence[str] = ("phase", "episode", "step", "correct", "n", "e_ms", "l_ms",
-                                                            "delta_ms", "updated", "peak_mem_bytes")) -> pl.DataFrame:
+def trace_rows(
+    traces: Iterable,
+    columns: Sequence[str] = ("phase", "episode", "step", "correct", "n", "e_ms", "l_ms", "delta_ms", "updated", "peak_mem_bytes"),
+) -> pl.DataFrame:
     """Adapt rows of every trace with its group-key metadata and method name as columns.
 
     ``traces`` is any iterable of objects with ``.meta`` (dict) and ``.rows`` (polars frame),
@@ -811,16 +826,13 @@ def sweep_table(df: pl.DataFrame) -> pl.DataFrame:
     check_utility_table(df)
     p = with_scenario(pool_seeds(df).filter((pl.col("episode") == POOLED) & pl.col("utility").is_not_null()))
     g = group_columns(p)
-    p = p.with_columns(
-        (pl.col("utility") >= pl.col("utility").max().over(g + ["scenario"]) - DEFAULT_TOL).alias("best")
-    )
+    p = p.with_columns((pl.col("utility") >= pl.col("utility").max().over(g + ["scenario"]) - DEFAULT_TOL).alias("best"))
     out = p.select(g + ["protocol", "param", "value", "scenario", "scenario_order", "method", "utility", "best"])
     return _sort_methods(out, method_order(df), g + ["scenario_order"])
 
 
 # ----------------------------------------------------------------------------- uncertainty
-def utility_intervals(df: pl.DataFrame, rows: pl.DataFrame | None = None,
-                      opts: st.BootstrapOptions | None = None) -> st.Intervals:
+def utility_intervals(df: pl.DataFrame, rows: pl.DataFrame | None = None, opts: st.BootstrapOptions | None = None) -> st.Intervals:
     """Bootstrap distributions and percentile intervals of every seed-pooled utility.
 
     ``df`` is the sweep's per-seed table. Per-episode cells resample the episode's batches
@@ -859,22 +871,22 @@ def _cell_intervals(per_ep: pl.DataFrame, rows: pl.DataFrame, g: list[str], opts
         seed = urows.get_column(SEED)[0] if has_seed else 0
         for r, scores in zip(urows.iter_rows(named=True), st.batch_scores(trows, urows)):
             collected.setdefault(tuple(r[c] for c in names), []).append((seed, scores))
-    cell_scores = [(dict(zip(names, k)), np.concatenate([s for _, s in sorted(v, key=lambda x: x[0])]))
-                   for k, v in collected.items()]
+    cell_scores = [(dict(zip(names, k)), np.concatenate([s for _, s in sorted(v, key=lambda x: x[0])])) for k, v in collected.items()]
     return st.episode_intervals(cell_scores, opts)
 
 
 def _pooled_intervals(per_ep: pl.DataFrame, g: list[str], opts) -> st.Intervals:
     unit_cols = ([SEED] if SEED in per_ep.columns else []) + ["episode"]
     weight = pl.col("num_batches").cast(pl.Float64) if "num_batches" in per_ep.columns else pl.lit(1.0)
-    grouped = (per_ep.with_columns(weight.alias("_w")).sort(unit_cols)
-               .group_by(g + ["method", "protocol", "value"], maintain_order=True)
-               .agg(pl.col("utility"), pl.col("_w"), pl.concat_str([pl.col(c).cast(pl.String) for c in unit_cols],
-                                                                   separator="/").alias("_unit")))
+    grouped = (
+        per_ep.with_columns(weight.alias("_w"))
+        .sort(unit_cols)
+        .group_by(g + ["method", "protocol", "value"], maintain_order=True)
+        .agg(pl.col("utility"), pl.col("_w"), pl.concat_str([pl.col(c).cast(pl.String) for c in unit_cols], separator="/").alias("_unit"))
+    )
     units = []
     for r in grouped.iter_rows(named=True):
-        key = {c: r[c] for c in g} | {"method": r["method"], "episode": POOLED, "protocol": r["protocol"],
-                                      "value": r["value"]}
+        key = {c: r[c] for c in g} | {"method": r["method"], "episode": POOLED, "protocol": r["protocol"], "value": r["value"]}
         units.append((key, np.asarray(r["utility"], np.float64), np.asarray(r["_w"], np.float64), tuple(r["_unit"])))
     return st.unit_intervals(units, opts)
 
@@ -902,14 +914,22 @@ def pooled_winners(df: pl.DataFrame, intervals: st.Intervals | None = None, tol:
         raise AnalysisError("no pooled results")
     keys = group_columns(p) + ["episode", "scenario"]
     c = p.with_columns(pl.col("utility").max().over(keys).alias("best")).with_columns(
-        (pl.col("utility") >= pl.col("best") - tol).alias("is_winner"))
-    w = (c.group_by(keys + ["protocol", "param", "value", "scenario_order"])
-         .agg(pl.col("method").filter(pl.col("is_winner")).sort().alias("winners"),
-              pl.col("utility").max().alias("best_utility"),
-              pl.col("utility").filter(~pl.col("is_winner")).max().alias("_ru"))
-         .with_columns(pl.col("winners").list.join(" = ").alias("winner"),
-                       pl.col("winners").list.len().alias("n_winners"),
-                       (pl.col("best_utility") - pl.col("_ru")).alias("margin")).drop("_ru"))
+        (pl.col("utility") >= pl.col("best") - tol).alias("is_winner")
+    )
+    w = (
+        c.group_by(keys + ["protocol", "param", "value", "scenario_order"])
+        .agg(
+            pl.col("method").filter(pl.col("is_winner")).sort().alias("winners"),
+            pl.col("utility").max().alias("best_utility"),
+            pl.col("utility").filter(~pl.col("is_winner")).max().alias("_ru"),
+        )
+        .with_columns(
+            pl.col("winners").list.join(" = ").alias("winner"),
+            pl.col("winners").list.len().alias("n_winners"),
+            (pl.col("best_utility") - pl.col("_ru")).alias("margin"),
+        )
+        .drop("_ru")
+    )
     w = w.sort(group_columns(p) + ["scenario_order"])
     return with_certainty(w, p, keys, intervals)
 
@@ -930,7 +950,7 @@ def seed_stability(df: pl.DataFrame, tol: float = DEFAULT_TOL, max_subsets: int 
         raise AnalysisError("these results are pooled over seeds already: seed stability needs the per-seed table")
     g = group_columns(df)
     rows = []
-    for key, part in (df.group_by(g, maintain_order=True) if g else [((), df)]):
+    for key, part in df.group_by(g, maintain_order=True) if g else [((), df)]:
         seeds = sorted(set(part.get_column(SEED).to_list()))
         if len(seeds) < 2:
             continue
@@ -944,11 +964,32 @@ def seed_stability(df: pl.DataFrame, tol: float = DEFAULT_TOL, max_subsets: int 
                 same = w.join(ref, on=["episode", "scenario"], how="inner").filter(pl.col("winner") == pl.col("_ref"))
                 shares.append(same.height / cells_n if cells_n else math.nan)
                 if k == 1:
-                    rows.append({**ident, "kind": "single", "seeds": str(sub[0]), "k": 1, "subsets": 1,
-                                 "cells": cells_n, "share": shares[-1], "min": shares[-1], "max": shares[-1]})
-            rows.append({**ident, "kind": "pooled", "seeds": f"{k} of {len(seeds)}", "k": k, "subsets": len(shares),
-                         "cells": cells_n, "share": sum(shares) / len(shares), "min": min(shares), "max": max(shares)})
+                    rows.append(
+                        {
+                            **ident,
+                            "kind": "single",
+                            "seeds": str(sub[0]),
+                            "k": 1,
+                            "subsets": 1,
+                            "cells": cells_n,
+                            "share": shares[-1],
+                            "min": shares[-1],
+                            "max": shares[-1],
+                        }
+                    )
+            rows.append(
+                {
+                    **ident,
+                    "kind": "pooled",
+                    "seeds": f"{k} of {len(seeds)}",
+                    "k": k,
+                    "subsets": len(shares),
+                    "cells": cells_n,
+                    "share": sum(shares) / len(shares),
+                    "min": min(shares),
+                    "max": max(shares),
+                }
+            )
     if not rows:
-        raise AnalysisError("one seed per group: trace several seeds (make demo SEEDS=\"2025 2026 2027\") to see "
-                            "how stable the winners are")
+        raise AnalysisError('one seed per group: trace several seeds (make demo SEEDS="2025 2026 2027") to see how stable the winners are')
     return pl.DataFrame(rows).sort(g + ["kind", "k"], descending=[False] * len(g) + [True, False], maintain_order=True)

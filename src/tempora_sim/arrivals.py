@@ -112,9 +112,7 @@ def parse_arrivals(spec: str | ArrivalSpec | None) -> ArrivalSpec:
         return ArrivalSpec("burst", _seed(seed, text) if seed else 0, on=on, off=off)
     if kind == "file" and rest:
         return ArrivalSpec("file", 0, path=rest, gaps=tuple(read_gaps(rest)))
-    raise GridError(
-        f"--arrivals: cannot read '{text}' (use periodic, poisson[:SEED], burst:ON,OFF[:SEED] or file:PATH)"
-    )
+    raise GridError(f"--arrivals: cannot read '{text}' (use periodic, poisson[:SEED], burst:ON,OFF[:SEED] or file:PATH)")
 
 
 def read_gaps(path: str | Path) -> np.ndarray:
@@ -183,7 +181,7 @@ def arrival_times(spec: ArrivalSpec, n: int, gamma: float, episode: str, absolut
         on_len = rng.exponential(spec.on * gamma)
         count = max(1, int(round(on_len / burst_gap)))
         take = min(count, n - k)
-        out[k:k + take] = t + burst_gap * np.arange(take)
+        out[k : k + take] = t + burst_gap * np.arange(take)
         k += take
         t += burst_gap * count + rng.exponential(spec.off * gamma)
     return out

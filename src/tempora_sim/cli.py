@@ -33,14 +33,20 @@ from . import __version__  # noqa: E402
 PROG = "tempora-sim"
 
 main = OneLineGroup(
-    name=PROG, prog=PROG,
+    name=PROG,
+    prog=PROG,
     help="Replay Tempora traces under temporal constraints (discrete, continuous, amortised).",
 )
 main = click.version_option(__version__, "--version", prog_name=PROG)(main)
 
 #: Modules that add a subcommand to :data:`main` when imported.
-SUBCOMMAND_MODULES = ("tempora_sim.cli_sweep", "tempora_sim.cli_report", "tempora_sim.cli_migrate",
-                      "tempora_sim.cli_advise", "tempora_sim.cli_validate")
+SUBCOMMAND_MODULES = (
+    "tempora_sim.cli_sweep",
+    "tempora_sim.cli_report",
+    "tempora_sim.cli_migrate",
+    "tempora_sim.cli_advise",
+    "tempora_sim.cli_validate",
+)
 
 
 def _register_subcommands() -> None:

@@ -78,8 +78,9 @@ def parse_constraint(rho, gamma_ms, T, B) -> Constraint:
         return Constraint(proto, first.kind, first.value, second)
     if len(given) != 1:
         listed = ", ".join(f"--{k}" for k in names) or "none"
-        raise AdviseError(f"give one constraint (--rho, --gamma-ms, --T or --B) or a combined one (--rho with --T, "
-                          f"or --rho with --B); got {listed}")
+        raise AdviseError(
+            f"give one constraint (--rho, --gamma-ms, --T or --B) or a combined one (--rho with --T, or --rho with --B); got {listed}"
+        )
     name, raw = given[0]
     if name == "rho":
         v = grids.parse_ratio(raw, "rho")
@@ -123,8 +124,7 @@ def _sweep(traceset, c: Constraint, values, sweep_opts: dict, axis: int = 0):
         elif c.kind == "gamma_ms":
             # γ itself: λ := γ0 and ρ = γ0/γ make every inter-arrival time λ/ρ = γ
             g0 = c.value
-            frame = run_sweep(traceset, protocols="discrete", rho=[g0 / v for v in values], lambda_ms=g0,
-                              **sweep_opts).frame
+            frame = run_sweep(traceset, protocols="discrete", rho=[g0 / v for v in values], lambda_ms=g0, **sweep_opts).frame
             return frame.with_columns((g0 / pl.col("value")).alias("_x"))
         elif c.kind == "T_ms":
             frame = run_sweep(traceset, protocols="continuous", T_ms=values, **sweep_opts).frame
@@ -164,8 +164,7 @@ def _boundary(traceset, c: Constraint, methods, j, lo_v, hi_v, side, sweep_opts,
         return None
     grid = _span(v0, far, GRID_POINTS)
     vals, U = _pooled_utilities(_sweep(traceset, c, grid, sweep_opts, axis), methods)
-    order = np.argsort(np.abs(np.log(np.maximum(vals, 1e-300)) - math.log(max(v0, 1e-300)))) if v0 > 0 else \
-        np.argsort(np.abs(vals - v0))
+    order = np.argsort(np.abs(np.log(np.maximum(vals, 1e-300)) - math.log(max(v0, 1e-300)))) if v0 > 0 else np.argsort(np.abs(vals - v0))
     vals, U = vals[order], U[order]
     held = _holds(U, j)
     lost = np.flatnonzero(~held)
@@ -217,12 +216,14 @@ def advise(source, constraint: Constraint, bootstrap=None, sweep_opts: dict | No
         c = constraint
         for a in c.axes:
             if a.kind == "T_ms" and a.value <= max(lams):
-                raise AdviseError(f"--T {a.value:g} ms must exceed λ = {max(lams):.2f} ms of group "
-                                  f"{key[-1]} (continuous utility needs T > λ)")
+                raise AdviseError(
+                    f"--T {a.value:g} ms must exceed λ = {max(lams):.2f} ms of group {key[-1]} (continuous utility needs T > λ)"
+                )
         frame = _sweep(ts, c, [c.value], sweep_opts)
         # one scenario: label it as a single-parameter one so the interval machinery reads it
-        frame = frame.with_columns(pl.lit(c.value).alias("value"), pl.lit("discrete" if c.second else c.protocol)
-                                   .alias("protocol")).drop([x for x in ("param2", "value2") if x in frame.columns])
+        frame = frame.with_columns(pl.lit(c.value).alias("value"), pl.lit("discrete" if c.second else c.protocol).alias("protocol")).drop(
+            [x for x in ("param2", "value2") if x in frame.columns]
+        )
         intervals = an.utility_intervals(frame, None, bootstrap)
         pw = an.pooled_winners(frame, intervals).row(0, named=True)
         pooled = an.pool_seeds(frame.filter(pl.col("episode") == an.POOLED))
@@ -236,31 +237,42 @@ def advise(source, constraint: Constraint, bootstrap=None, sweep_opts: dict | No
             lo_v, hi_v = _search_range(a, members, lams)
             down = _boundary(ts, c, methods, j, lo_v, hi_v, "down", sweep_opts, axis)
             up = _boundary(ts, c, methods, j, lo_v, hi_v, "up", sweep_opts, axis)
-            moves.append({"moves": a.kind, "holds_from": None if down is None else down["value"],
-                          "below_winner": None if down is None else down["winner"],
-                          "holds_to": None if up is None else up["value"],
-                          "above_winner": None if up is None else up["winner"], "search_range": [lo_v, hi_v]})
+            moves.append(
+                {
+                    "moves": a.kind,
+                    "holds_from": None if down is None else down["value"],
+                    "below_winner": None if down is None else down["winner"],
+                    "holds_to": None if up is None else up["value"],
+                    "above_winner": None if up is None else up["winner"],
+                    "search_range": [lo_v, hi_v],
+                }
+            )
         seeds = sorted({int(t.meta["seed"]) for t in members})
         episodes = sorted({e for t in members for e in t.episodes})
         runner = rows.get(pw["runner_up"]) if pw["runner_up"] else (pooled.row(1, named=True) if len(methods) > 1 else None)
-        out.append({
-            "group": dict(zip(names, key)),
-            "seeds": seeds, "episodes": len(episodes), "lambda_ms": lams,
-            "constraint": {"protocol": c.protocol, **{a.kind: a.value for a in c.axes}},
-            "recommended": rec["method"],
-            "tied_with": [m for m in pw["winners"] if m != rec["method"]],
-            "utility": rec["utility"], "utility_ci": [rec["lo"], rec["hi"]],
-            "runner_up": None if runner is None else runner["method"],
-            "runner_up_utility": None if runner is None else runner["utility"],
-            "lead": None if runner is None else rec["utility"] - runner["utility"],
-            "lead_ci": [pw["lead_lo"], pw["lead_hi"]],
-            "certain": pw["certain"],
-            "ci_level": bootstrap.level,
-            "mechanism": {m: _mechanism(c, rows[m]) for m in [rec["method"]] + ([runner["method"]] if runner else [])},
-            # the first axis's switch points at the top level; every axis in `moves`
-            **{k: v for k, v in moves[0].items() if k != "moves"},
-            "moves": moves,
-        })
+        out.append(
+            {
+                "group": dict(zip(names, key)),
+                "seeds": seeds,
+                "episodes": len(episodes),
+                "lambda_ms": lams,
+                "constraint": {"protocol": c.protocol, **{a.kind: a.value for a in c.axes}},
+                "recommended": rec["method"],
+                "tied_with": [m for m in pw["winners"] if m != rec["method"]],
+                "utility": rec["utility"],
+                "utility_ci": [rec["lo"], rec["hi"]],
+                "runner_up": None if runner is None else runner["method"],
+                "runner_up_utility": None if runner is None else runner["utility"],
+                "lead": None if runner is None else rec["utility"] - runner["utility"],
+                "lead_ci": [pw["lead_lo"], pw["lead_hi"]],
+                "certain": pw["certain"],
+                "ci_level": bootstrap.level,
+                "mechanism": {m: _mechanism(c, rows[m]) for m in [rec["method"]] + ([runner["method"]] if runner else [])},
+                # the first axis's switch points at the top level; every axis in `moves`
+                **{k: v for k, v in moves[0].items() if k != "moves"},
+                "moves": moves,
+            }
+        )
     return out
 
 
@@ -280,8 +292,7 @@ def _mechanism(c: Constraint, r: dict) -> dict:
     if c.protocol == "discrete-continuous":
         return {"alpha": r["alpha"], "served_acc": r["served_acc"], "kappa": r.get("kappa")}
     if c.protocol == "discrete-amortised":
-        return {"alpha": r["alpha"], "served_acc": r["served_acc"], "beta": r.get("beta"),
-                "acc_frozen": r.get("acc_frozen")}
+        return {"alpha": r["alpha"], "served_acc": r["served_acc"], "beta": r.get("beta"), "acc_frozen": r.get("acc_frozen")}
     if c.protocol == "discrete":
         return {"alpha": r["alpha"], "served_acc": r["served_acc"]}
     if c.protocol == "continuous":
@@ -300,12 +311,10 @@ def _pp(x) -> str:
 
 def _why(c: Constraint, m: str, mech: dict) -> str:
     if c.protocol == "discrete-continuous":
-        return (f"{m} serves α = {_pc(mech['alpha'])} at ā_served = {_pc(mech['served_acc'])}, "
-                f"responsiveness κ̃ = {_pc(mech['kappa'])}")
+        return f"{m} serves α = {_pc(mech['alpha'])} at ā_served = {_pc(mech['served_acc'])}, responsiveness κ̃ = {_pc(mech['kappa'])}"
     if c.protocol == "discrete-amortised":
         frozen = "" if mech["acc_frozen"] is None else f", then ā_frozen = {_pc(mech['acc_frozen'])}"
-        return (f"{m} serves α = {_pc(mech['alpha'])} at ā_served = {_pc(mech['served_acc'])}, adapting on "
-                f"β = {_pc(mech['beta'])}{frozen}")
+        return f"{m} serves α = {_pc(mech['alpha'])} at ā_served = {_pc(mech['served_acc'])}, adapting on β = {_pc(mech['beta'])}{frozen}"
     if c.protocol == "discrete":
         return f"{m} serves α = {_pc(mech['alpha'])} of batches at ā_served = {_pc(mech['served_acc'])}"
     if c.protocol == "continuous":
@@ -321,24 +330,38 @@ def text_lines(advice: list[dict], c: Constraint) -> list[str]:
         g = a["group"]
         seeds = f"seed {a['seeds'][0]}" if len(a["seeds"]) == 1 else f"seeds {', '.join(map(str, a['seeds']))} pooled"
         lam = ", ".join(f"{x:.2f}" for x in a["lambda_ms"])
-        lines.append(f"{g['dataset']} · {g['model']} · {g['device']} · bs {g['batch_size']} · {g['stream']} · {seeds} · {a['episodes']} episodes · λ = {lam} ms")
+        lines.append(
+            f"{g['dataset']} · {g['model']} · {g['device']} · bs {g['batch_size']} · {g['stream']} · {seeds} · {a['episodes']} episodes · λ = {lam} ms"
+        )
         level = f"{a['ci_level'] * 100:g}%"
         tie = f" (tied with {', '.join(a['tied_with'])})" if a["tied_with"] else ""
-        lines.append(f"  at {c.full_label()}: use {a['recommended']}{tie}: U = {_pc(a['utility'])} "
-                     f"[{_pc(a['utility_ci'][0])}, {_pc(a['utility_ci'][1])}] ({level} CI, episodes resampled)")
+        lines.append(
+            f"  at {c.full_label()}: use {a['recommended']}{tie}: U = {_pc(a['utility'])} "
+            f"[{_pc(a['utility_ci'][0])}, {_pc(a['utility_ci'][1])}] ({level} CI, episodes resampled)"
+        )
         if a["runner_up"] is not None:
             verdict = {True: "certain", False: "uncertain: could be a coin toss", None: "not assessed"}[a["certain"]]
-            lines.append(f"  lead over {a['runner_up']}: {_pp(a['lead'])} pp [{_pp(a['lead_ci'][0])}, "
-                         f"{_pp(a['lead_ci'][1])}] (paired) → {verdict}")
+            lines.append(
+                f"  lead over {a['runner_up']}: {_pp(a['lead'])} pp [{_pp(a['lead_ci'][0])}, {_pp(a['lead_ci'][1])}] (paired) → {verdict}"
+            )
         lines.append("  why: " + "; ".join(_why(c, m, mech) for m, mech in a["mechanism"].items()))
         for ax, mv in zip(c.axes, a["moves"]):
             lo, hi = mv["search_range"]
-            below = (f"{mv['below_winner']} wins from {ax.label(mv['holds_from'])}" if mv["holds_from"] is not None
-                     else f"no change down to {ax.label(lo)}")
-            above = (f"{mv['above_winner']} wins from {ax.label(mv['holds_to'])}" if mv["holds_to"] is not None
-                     else f"no change up to {ax.label(hi)}")
-            what = "the constraint moves" if c.second is None else \
-                f"{ax.label().split(' = ')[0]} moves ({' and '.join(o.label() for o in c.axes if o is not ax)} held)"
+            below = (
+                f"{mv['below_winner']} wins from {ax.label(mv['holds_from'])}"
+                if mv["holds_from"] is not None
+                else f"no change down to {ax.label(lo)}"
+            )
+            above = (
+                f"{mv['above_winner']} wins from {ax.label(mv['holds_to'])}"
+                if mv["holds_to"] is not None
+                else f"no change up to {ax.label(hi)}"
+            )
+            what = (
+                "the constraint moves"
+                if c.second is None
+                else f"{ax.label().split(' = ')[0]} moves ({' and '.join(o.label() for o in c.axes if o is not ax)} held)"
+            )
             lines.append(f"  stays best while {what}: down: {below}; up: {above}")
     return lines
 
@@ -349,10 +372,22 @@ def text_lines(advice: list[dict], c: Constraint) -> list[str]:
 @click.option("--gamma-ms", "gamma_ms", default=None, help="Inter-arrival time γ (ms, or with ms/s suffix).")
 @click.option("--T", "T", default=None, help="HCI threshold T (ms, or with ms/s suffix); must exceed λ.")
 @click.option("--B", "B", default=None, help="Overhead budget B per episode (ms, or with ms/s suffix).")
-@click.option("--budget-rule", "budget_rule", default="strict", show_default=True,
-              type=click.Choice(["strict", "overshoot"]), help="As in `tempora-sim sweep`.")
-@click.option("--format", "fmt", default="text", show_default=True, type=click.Choice(["text", "json"]),
-              help="json: one object per comparison group, for scripts.")
+@click.option(
+    "--budget-rule",
+    "budget_rule",
+    default="strict",
+    show_default=True,
+    type=click.Choice(["strict", "overshoot"]),
+    help="As in `tempora-sim sweep`.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    default="text",
+    show_default=True,
+    type=click.Choice(["text", "json"]),
+    help="json: one object per comparison group, for scripts.",
+)
 @bootstrap_options
 def advise_command(source, rho, gamma_ms, T, B, budget_rule, fmt, ci_level, resamples, ci_seed):
     """Recommend a method for each trace group at one constraint, with its certainty and

@@ -11,12 +11,19 @@ from .cli import main
 
 @main.command("migrate")
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--weights", required=True,
-              help="The weights the traces were made with: a weights file (its sha256 is recorded), "
-                   "'sha256:<hex>', or 'random'.")
+@click.option(
+    "--weights",
+    required=True,
+    help="The weights the traces were made with: a weights file (its sha256 is recorded), 'sha256:<hex>', or 'random'.",
+)
 @click.option("--threads", required=True, type=click.IntRange(min=1), help="The torch thread count they were traced with.")
-@click.option("--max-batches", "max_batches", type=click.IntRange(min=1), default=None,
-              help="The --max-batches they were traced with. [default: none, all batches]")
+@click.option(
+    "--max-batches",
+    "max_batches",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The --max-batches they were traced with. [default: none, all batches]",
+)
 def migrate_command(traces, weights, threads, max_batches):
     """Rewrite the v1 TRACES (files or directories of *.parquet) as schema v2, in place.
 

@@ -48,9 +48,12 @@ _SOURCE = click.argument("source", nargs=-1, required=True, type=click.Path(path
 @click.option("--out", "out", required=True, type=click.Path(path_type=str), help="Directory for the report.")
 @click.option("--all-episodes", is_flag=True, help="Utility curves for every episode (default: one per category).")
 @click.option("--episodes", default=None, help="Utility curves for these episodes, comma-separated.")
-@click.option("--scenarios", is_flag=True,
-              help="Also replay the traces under bursty arrivals (burst:1,4, 5 seeds) and the combined "
-                   "deadline+patience / deadline+budget protocols, in a section of their own (docs/design.md §9).")
+@click.option(
+    "--scenarios",
+    is_flag=True,
+    help="Also replay the traces under bursty arrivals (burst:1,4, 5 seeds) and the combined "
+    "deadline+patience / deadline+budget protocols, in a section of their own (docs/design.md §9).",
+)
 @sweep_options
 @bootstrap_options
 def report_command(source, out, all_episodes, episodes, scenarios, ci_level, resamples, ci_seed, **options):
@@ -68,8 +71,10 @@ def report_command(source, out, all_episodes, episodes, scenarios, ci_level, res
     eps = [e.strip() for e in episodes.split(",") if e.strip()] if episodes else None
     result = rp.build_report(inputs, out, all_episodes=all_episodes, episodes=eps)
     total = time.perf_counter() - t0
-    click.echo(f"wrote {result.report} ({len(result.tables)} tables, {len(result.figures)} figure files) "
-               f"in {total:.1f} s ({'sweep' if inputs.from_traces else 'read'} {swept:.1f} s)")
+    click.echo(
+        f"wrote {result.report} ({len(result.tables)} tables, {len(result.figures)} figure files) "
+        f"in {total:.1f} s ({'sweep' if inputs.from_traces else 'read'} {swept:.1f} s)"
+    )
 
 
 @main.command("show")

@@ -35,11 +35,18 @@ def write_outputs(frame, out: Path, traces=()) -> None:
 
 @main.command("sweep")
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--out", "out", type=click.Path(path_type=str), default=None,
-              help="Directory for utility.parquet and utility.csv (omit to only print).")
+@click.option(
+    "--out", "out", type=click.Path(path_type=str), default=None, help="Directory for utility.parquet and utility.csv (omit to only print)."
+)
 @sweep_options
-@click.option("--format", "fmt", default="table", show_default=True, type=click.Choice(["table", "json"]),
-              help="json prints the aggregated rows as JSON on stdout instead of tables.")
+@click.option(
+    "--format",
+    "fmt",
+    default="table",
+    show_default=True,
+    type=click.Choice(["table", "json"]),
+    help="json prints the aggregated rows as JSON on stdout instead of tables.",
+)
 def sweep_command(traces, out, fmt, **options):
     """Replay TRACES (files or directories of *.parquet) under temporal grids."""
     from .replay import ALL_EPISODES, SimWarning, run_sweep

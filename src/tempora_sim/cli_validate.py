@@ -56,54 +56,107 @@ def print_validation(result, console) -> None:
 
     s = result.settings
     runs = result.runs
-    t = Table(title="Live runs vs replay (pooled over episodes; %, differences in pp = replay − live)",
-              box=box.SIMPLE_HEAD, title_justify="left")
-    for col in ("method", "setting", "runs", "α live", "α replay", "Δα", "|Q| live", "|Q| replay", "acc live",
-                "acc replay", "U live", "U replay", "ΔU", "spread", "tol", "self %", "ok"):
+    t = Table(
+        title="Live runs vs replay (pooled over episodes; %, differences in pp = replay − live)", box=box.SIMPLE_HEAD, title_justify="left"
+    )
+    for col in (
+        "method",
+        "setting",
+        "runs",
+        "α live",
+        "α replay",
+        "Δα",
+        "|Q| live",
+        "|Q| replay",
+        "acc live",
+        "acc replay",
+        "U live",
+        "U replay",
+        "ΔU",
+        "spread",
+        "tol",
+        "self %",
+        "ok",
+    ):
         t.add_column(col, justify="left" if col in ("method", "setting") else "right")
     for row in s.iter_rows(named=True):
         if row["protocol"] == "discrete":
             setting = f"λ={row['lambda_ms']:.4g}ms ρ={row['rho'] * 100:.4g}% b={row['queue']}"
-            mine = runs.filter((pl.col("method") == row["method"]) & (pl.col("protocol") == "discrete")
-                               & ((pl.col("lambda_ms") - row["lambda_ms"]).abs() < 1e-9)
-                               & ((pl.col("rho") - row["rho"]).abs() < 1e-9) & (pl.col("queue") == row["queue"]))
+            mine = runs.filter(
+                (pl.col("method") == row["method"])
+                & (pl.col("protocol") == "discrete")
+                & ((pl.col("lambda_ms") - row["lambda_ms"]).abs() < 1e-9)
+                & ((pl.col("rho") - row["rho"]).abs() < 1e-9)
+                & (pl.col("queue") == row["queue"])
+            )
             agree = mine["agreement_pct"].drop_nulls()
             self_pct = f"{agree.min():.2f}" if agree.len() else "–"
-            cells = [_f(row["alpha_live"]), _f(row["alpha_replay"]), _f(row["delta_alpha_pp"], scale=1, signed=True),
-                     f"{row['served_live']:.1f}", f"{row['served_replay']}", _f(row["served_acc_live"]),
-                     _f(row["served_acc_replay"])]
+            cells = [
+                _f(row["alpha_live"]),
+                _f(row["alpha_replay"]),
+                _f(row["delta_alpha_pp"], scale=1, signed=True),
+                f"{row['served_live']:.1f}",
+                f"{row['served_replay']}",
+                _f(row["served_acc_live"]),
+                _f(row["served_acc_replay"]),
+            ]
         else:
-            setting = (f"λ={row['lambda_ms']:.4g}ms B={row['budget_ms']:g}ms {row['budget_rule']} "
-                       f"m {row['m_live']:.1f}/{row['m_replay']:.1f}")
+            setting = (
+                f"λ={row['lambda_ms']:.4g}ms B={row['budget_ms']:g}ms {row['budget_rule']} m {row['m_live']:.1f}/{row['m_replay']:.1f}"
+            )
             self_pct = "–"
             cells = ["–"] * 7
         spread = row.get("spread_utility_pp")
-        t.add_row(row["method"], setting, str(row["runs"]), *cells, _f(row["utility_live"]), _f(row["utility_replay"]),
-                  _f(row["delta_utility_pp"], scale=1, signed=True), _f(spread, scale=1), _f(row["tolerance_pp"], scale=1),
-                  self_pct, "yes" if row["pass"] else "[bold red]NO[/]")
+        t.add_row(
+            row["method"],
+            setting,
+            str(row["runs"]),
+            *cells,
+            _f(row["utility_live"]),
+            _f(row["utility_replay"]),
+            _f(row["delta_utility_pp"], scale=1, signed=True),
+            _f(spread, scale=1),
+            _f(row["tolerance_pp"], scale=1),
+            self_pct,
+            "yes" if row["pass"] else "[bold red]NO[/]",
+        )
     console.print(t)
     groups = s.select("dataset", "model", "device").unique(maintain_order=True)
     for g in groups.iter_rows(named=True):
-        lams = s.filter((pl.col("dataset") == g["dataset"]) & (pl.col("model") == g["model"])
-                        & (pl.col("device") == g["device"]))["lambda_ms"].unique(maintain_order=True).to_list()
-        console.print(f"group {g['dataset']} · {g['model']} · {g['device']} · λ = {', '.join(f'{x:.2f}' for x in lams)} ms "
-                      "(m: mean per episode, live/replay)", style="dim")
+        lams = (
+            s.filter((pl.col("dataset") == g["dataset"]) & (pl.col("model") == g["model"]) & (pl.col("device") == g["device"]))["lambda_ms"]
+            .unique(maintain_order=True)
+            .to_list()
+        )
+        console.print(
+            f"group {g['dataset']} · {g['model']} · {g['device']} · λ = {', '.join(f'{x:.2f}' for x in lams)} ms "
+            "(m: mean per episode, live/replay)",
+            style="dim",
+        )
     disc = runs.filter(pl.col("protocol") == "discrete")
     if disc.height:
         console.print(
             f"self-consistency: {disc.height} discrete run(s), identical decisions {disc['agreement_pct'].min():.2f}–"
             f"{disc['agreement_pct'].max():.2f}% (replaying δ = e + ℓ alone: {disc['agreement_delta_only_pct'].min():.2f}–"
             f"{disc['agreement_delta_only_pct'].max():.2f}%); pipeline occupancy beyond δ "
-            f"{disc['overhead_us'].mean():.0f} µs per event on average")
+            f"{disc['overhead_us'].mean():.0f} µs per event on average"
+        )
     dis = result.disagreements
     if dis.height:
         d = Table(title="Self-consistency disagreements", box=box.SIMPLE_HEAD, title_justify="left")
         for col in ("file", "run", "episode", "batch", "live", "replay", "margin µs", "near tie"):
             d.add_column(col)
         for r in dis.head(50).iter_rows(named=True):
-            d.add_row(Path(r["file"]).name, str(r["run"]), r["episode"], str(r["step"]),
-                      "served" if r["live_served"] else "skipped", "served" if r["replay_served"] else "skipped",
-                      f"{r['margin_us']:.3f}", "yes" if r["near_tie"] else "[bold red]no[/]")
+            d.add_row(
+                Path(r["file"]).name,
+                str(r["run"]),
+                r["episode"],
+                str(r["step"]),
+                "served" if r["live_served"] else "skipped",
+                "served" if r["replay_served"] else "skipped",
+                f"{r['margin_us']:.3f}",
+                "yes" if r["near_tie"] else "[bold red]no[/]",
+            )
         console.print(d)
         if dis.height > 50:
             console.print(f"… and {dis.height - 50} more (see validation-disagreements.csv with --out)")
@@ -113,34 +166,70 @@ def print_validation(result, console) -> None:
 
 @main.command("validate")
 @click.argument("live", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--traces", "traces", required=True, type=click.Path(path_type=Path),
-              help="Trace files/directories holding each live run's group (its method's trace).")
-@click.option("--out", type=click.Path(path_type=Path), default=None,
-              help="Directory for validation*.parquet/csv (omit to only print).")
-@click.option("--tol-pp", "abs_pp", type=float, default=DEFAULT_ABS_TOL_PP, show_default=True,
-              help="Discrete: largest |ΔU| and |Δα| (pp) between replay and live, whatever the spread.")
-@click.option("--spread-slack-pp", "slack_pp", type=float, default=DEFAULT_SPREAD_SLACK_PP, show_default=True,
-              help="Discrete, with ≥ 2 runs of a setting: |Δ| may exceed their spread by this much (pp).")
-@click.option("--amortised-tol-pp", "amortised_pp", type=float, default=DEFAULT_AMORTISED_TOL_PP, show_default=True,
-              help="Amortised: largest |ΔU| (pp) between replay and the live exact-budget run.")
-@click.option("--min-agreement", "min_agreement", type=float, default=DEFAULT_MIN_AGREEMENT_PCT, show_default=True,
-              help="Self-consistency: least share (%) of identical serve/skip decisions per run.")
-@click.option("--tie-us", "tie_us", type=float, default=DEFAULT_TIE_US, show_default=True,
-              help="Self-consistency: a disagreement is a near-tie when an arrival is this close (µs) to the decision.")
+@click.option(
+    "--traces",
+    "traces",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Trace files/directories holding each live run's group (its method's trace).",
+)
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Directory for validation*.parquet/csv (omit to only print).")
+@click.option(
+    "--tol-pp",
+    "abs_pp",
+    type=float,
+    default=DEFAULT_ABS_TOL_PP,
+    show_default=True,
+    help="Discrete: largest |ΔU| and |Δα| (pp) between replay and live, whatever the spread.",
+)
+@click.option(
+    "--spread-slack-pp",
+    "slack_pp",
+    type=float,
+    default=DEFAULT_SPREAD_SLACK_PP,
+    show_default=True,
+    help="Discrete, with ≥ 2 runs of a setting: |Δ| may exceed their spread by this much (pp).",
+)
+@click.option(
+    "--amortised-tol-pp",
+    "amortised_pp",
+    type=float,
+    default=DEFAULT_AMORTISED_TOL_PP,
+    show_default=True,
+    help="Amortised: largest |ΔU| (pp) between replay and the live exact-budget run.",
+)
+@click.option(
+    "--min-agreement",
+    "min_agreement",
+    type=float,
+    default=DEFAULT_MIN_AGREEMENT_PCT,
+    show_default=True,
+    help="Self-consistency: least share (%) of identical serve/skip decisions per run.",
+)
+@click.option(
+    "--tie-us",
+    "tie_us",
+    type=float,
+    default=DEFAULT_TIE_US,
+    show_default=True,
+    help="Self-consistency: a disagreement is a near-tie when an arrival is this close (µs) to the decision.",
+)
 def validate_command(live, traces, out, abs_pp, slack_pp, amortised_pp, min_agreement, tie_us):
     """Put every LIVE run (files/directories from `tempora-trace live`) beside the replay of
     its trace group; exit 1 when a tolerance is exceeded."""
     from .validation import Tolerances, validate
 
-    for name, value in (("--tol-pp", abs_pp), ("--spread-slack-pp", slack_pp), ("--amortised-tol-pp", amortised_pp),
-                        ("--tie-us", tie_us)):
+    for name, value in (("--tol-pp", abs_pp), ("--spread-slack-pp", slack_pp), ("--amortised-tol-pp", amortised_pp), ("--tie-us", tie_us)):
         if not (math.isfinite(value) and value >= 0):
             raise OptionError(f"{name} must be ≥ 0, got {value:g}")
     if not 0 <= min_agreement <= 100:
         raise OptionError(f"--min-agreement must be a percentage in 0..100, got {min_agreement:g}")
     result = validate([str(p) for p in live], [str(traces)], Tolerances(abs_pp, slack_pp, amortised_pp, min_agreement, tie_us))
-    written = write_frames({"validation": result.settings, "validation-runs": result.runs,
-                            "validation-disagreements": result.disagreements}, out) if out is not None else []
+    written = (
+        write_frames({"validation": result.settings, "validation-runs": result.runs, "validation-disagreements": result.disagreements}, out)
+        if out is not None
+        else []
+    )
     from rich.console import Console
 
     console = Console(width=None if sys.stdout.isatty() else 220)

@@ -28,18 +28,49 @@ from tempora_sim.analyses import episode_order
 
 DPI = 150
 _PALETTE = {
-    "standard": "#4d4d4d", "source": "#4d4d4d",
-    "adabn": "#1f77b4", "bn": "#1f77b4",
-    "lame": "#17becf", "neo": "#2ca02c", "tent": "#ff7f0e", "eta": "#d62728", "eata": "#ad494a",
-    "shotim": "#9467bd", "shot": "#9467bd", "deyo": "#8c564b", "cmf": "#e377c2", "sar": "#bcbd22",
-    "etanoreset": "#ff9896", "shotnorm": "#c5b0d5",  # the paper's ETA* / SHOT-IM* ablation variants
-    "spa": "#393b79", "zerosiam": "#637939", "memo": "#843c39", "cotta": "#7b4173", "rotta": "#e7969c",
+    "standard": "#4d4d4d",
+    "source": "#4d4d4d",
+    "adabn": "#1f77b4",
+    "bn": "#1f77b4",
+    "lame": "#17becf",
+    "neo": "#2ca02c",
+    "tent": "#ff7f0e",
+    "eta": "#d62728",
+    "eata": "#ad494a",
+    "shotim": "#9467bd",
+    "shot": "#9467bd",
+    "deyo": "#8c564b",
+    "cmf": "#e377c2",
+    "sar": "#bcbd22",
+    "etanoreset": "#ff9896",
+    "shotnorm": "#c5b0d5",  # the paper's ETA* / SHOT-IM* ablation variants
+    "spa": "#393b79",
+    "zerosiam": "#637939",
+    "memo": "#843c39",
+    "cotta": "#7b4173",
+    "rotta": "#e7969c",
 }
-_FALLBACK = ["#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363", "#6baed6", "#fd8d3c", "#74c476",
-             "#9e9ac8", "#969696", "#a55194", "#de9ed6", "#8ca252", "#bd9e39", "#e7ba52"]
+_FALLBACK = [
+    "#3182bd",
+    "#e6550d",
+    "#31a354",
+    "#756bb1",
+    "#636363",
+    "#6baed6",
+    "#fd8d3c",
+    "#74c476",
+    "#9e9ac8",
+    "#969696",
+    "#a55194",
+    "#de9ed6",
+    "#8ca252",
+    "#bd9e39",
+    "#e7ba52",
+]
 TIE_COLOUR = "#ffffff"
 BELOW_GREY = "#c8c8c8"
 WIN_GREEN = "#2ca02c"
+
 
 def _norm(name: str) -> str:
     return "".join(ch for ch in name.lower() if ch.isalnum())
@@ -73,8 +104,7 @@ def save(fig, out_dir: Path, name: str) -> list[Path]:
     # redraw every figure once more per file, doubling the report's plotting time. Rendered in
     # memory, written atomically (as every Tempora output).
     write_file(png, to_bytes(lambda f: fig.savefig(f, format="png", dpi=DPI, metadata={"Software": None})))
-    write_file(pdf, to_bytes(lambda f: fig.savefig(f, format="pdf", metadata={"CreationDate": None, "Producer": None,
-                                                                             "Creator": None})))
+    write_file(pdf, to_bytes(lambda f: fig.savefig(f, format="pdf", metadata={"CreationDate": None, "Producer": None, "Creator": None})))
     return [png, pdf]
 
 
@@ -121,13 +151,20 @@ def winners_grid(winners: pl.DataFrame, counts: pl.DataFrame, title: str = ""):
                 # uncertain win: the method's colour washed out, dotted, and a '?' after the name
                 col = _pale(method_colour(r["winner"]))
                 ax.add_patch(Rectangle((j, i), 1, 1, facecolor=col, edgecolor="#777777", hatch="....", lw=0.3))
-                ax.text(j + 0.5, i + 0.5, method_label(r["winner"], 7) + "?", ha="center", va="center", fontsize=6.5,
-                        color="black", style="italic")
+                ax.text(
+                    j + 0.5,
+                    i + 0.5,
+                    method_label(r["winner"], 7) + "?",
+                    ha="center",
+                    va="center",
+                    fontsize=6.5,
+                    color="black",
+                    style="italic",
+                )
             else:
                 col = method_colour(r["winner"])
                 ax.add_patch(Rectangle((j, i), 1, 1, facecolor=col, edgecolor="white", lw=1))
-                ax.text(j + 0.5, i + 0.5, method_label(r["winner"]), ha="center", va="center", fontsize=6.5,
-                        color=_text_colour(col))
+                ax.text(j + 0.5, i + 0.5, method_label(r["winner"]), ha="center", va="center", fontsize=6.5, color=_text_colour(col))
     # protocol separators and headers
     prev = None
     for j, p in enumerate(protocols):
@@ -150,18 +187,23 @@ def winners_grid(winners: pl.DataFrame, counts: pl.DataFrame, title: str = ""):
     winners_with_counts = counts.filter(pl.col("wins") > 0)
     assessed = "certain" in counts.columns and counts.get_column("certain").is_not_null().any()
     if assessed:
-        handles = [Patch(facecolor=method_colour(m), label=f"{m} ({w}: {c} certain)")
-                   for m, w, c in winners_with_counts.select("method", "wins", "certain").iter_rows()]
+        handles = [
+            Patch(facecolor=method_colour(m), label=f"{m} ({w}: {c} certain)")
+            for m, w, c in winners_with_counts.select("method", "wins", "certain").iter_rows()
+        ]
     else:
-        handles = [Patch(facecolor=method_colour(m), label=f"{m} ({w})")
-                   for m, w in winners_with_counts.select("method", "wins").iter_rows()]
+        handles = [
+            Patch(facecolor=method_colour(m), label=f"{m} ({w})") for m, w in winners_with_counts.select("method", "wins").iter_rows()
+        ]
     if "certain" in winners.columns and winners.filter(pl.col("certain").eq(False) & (pl.col("n_winners") == 1)).height:
-        handles.append(Patch(facecolor=_pale("#777777"), edgecolor="#777777", hatch="....",
-                             label="uncertain (pale, '?'):\nlead's interval contains 0"))
+        handles.append(
+            Patch(facecolor=_pale("#777777"), edgecolor="#777777", hatch="....", label="uncertain (pale, '?'):\nlead's interval contains 0")
+        )
     if winners.filter(pl.col("n_winners") > 1).height:
         handles.append(Patch(facecolor=TIE_COLOUR, edgecolor="#999999", hatch="///", label="tie"))
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False,
-              title="winner (wins)", title_fontsize=7)
+    ax.legend(
+        handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False, title="winner (wins)", title_fontsize=7
+    )
     if title:
         ax.set_title(title, fontsize=9, pad=28)
     fig.tight_layout()
@@ -185,8 +227,7 @@ def utility_curves(df: pl.DataFrame, episodes: Sequence[str], order: Sequence[st
     Green band: between standard inference and the best method (the winner's lead); grey band:
     below standard inference, where methods are drawn grey; winners are named along the top."""
     protos = [p for p in an.TEMPORAL_PROTOCOLS if df.filter(pl.col("protocol") == p).height]
-    fig, axes = _subplots(len(protos), len(episodes), figsize=(3.1 * len(episodes) + 0.4, 2.5 * len(protos) + 0.9),
-                             squeeze=False)
+    fig, axes = _subplots(len(protos), len(episodes), figsize=(3.1 * len(episodes) + 0.4, 2.5 * len(protos) + 0.9), squeeze=False)
     for i, proto in enumerate(protos):
         for j, ep in enumerate(episodes):
             ax = axes[i][j]
@@ -197,10 +238,11 @@ def utility_curves(df: pl.DataFrame, episodes: Sequence[str], order: Sequence[st
             if j == 0:
                 ax.set_ylabel(f"{proto}\nutility (%)", fontsize=8)
             ax.set_xlabel(_XLABEL[proto], fontsize=7)
-    handles = [Line2D([], [], color=method_colour(m), lw=2, ls="--" if m == an.BASELINE else "-", label=m)
-               for m in order]
-    handles += [Patch(facecolor=WIN_GREEN, alpha=0.15, label="lead of the best method"),
-                Patch(facecolor=BELOW_GREY, alpha=0.6, label="worse than standard")]
+    handles = [Line2D([], [], color=method_colour(m), lw=2, ls="--" if m == an.BASELINE else "-", label=m) for m in order]
+    handles += [
+        Patch(facecolor=WIN_GREEN, alpha=0.15, label="lead of the best method"),
+        Patch(facecolor=BELOW_GREY, alpha=0.6, label="worse than standard"),
+    ]
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 7), fontsize=7, frameon=False)
     if title:
         fig.suptitle(title, fontsize=10)
@@ -220,8 +262,7 @@ def _panel(ax, part: pl.DataFrame, proto: str, order: Sequence[str]) -> None:
     has_base = all(b is not None for b in base)
     if has_base:
         ax.fill_between(xs, 0, base, color=BELOW_GREY, alpha=0.35, lw=0)
-        ax.fill_between(xs, base, best, where=[b2 >= b1 for b1, b2 in zip(base, best)], color=WIN_GREEN,
-                        alpha=0.15, lw=0, interpolate=True)
+        ax.fill_between(xs, base, best, where=[b2 >= b1 for b1, b2 in zip(base, best)], color=WIN_GREEN, alpha=0.15, lw=0, interpolate=True)
     for m in order:
         pts = [(x, u.get((m, v)), base[k]) for k, (x, v) in enumerate(zip(xs, values))]
         pts = [p for p in pts if p[1] is not None]
@@ -234,15 +275,25 @@ def _panel(ax, part: pl.DataFrame, proto: str, order: Sequence[str]) -> None:
         segs = [[(pts[k][0], pts[k][1]), (pts[k + 1][0], pts[k + 1][1])] for k in range(len(pts) - 1)]
         seg_cols = [BELOW_GREY if (below[k] or below[k + 1]) else col for k in range(len(segs))]
         if segs:
-            ax.add_collection(LineCollection(segs, colors=seg_cols, linestyles=style, linewidths=1.4,
-                                             zorder=2 if all(c == BELOW_GREY for c in seg_cols) else 3))
-        ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=9, c=[BELOW_GREY if b else col for b in below],
-                   zorder=4, linewidths=0)
+            ax.add_collection(
+                LineCollection(
+                    segs, colors=seg_cols, linestyles=style, linewidths=1.4, zorder=2 if all(c == BELOW_GREY for c in seg_cols) else 3
+                )
+            )
+        ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=9, c=[BELOW_GREY if b else col for b in below], zorder=4, linewidths=0)
     for x, v, b in zip(xs, values, best):
         win = [m for m in order if (m, v) in u and u[(m, v)] >= b - 1e-10]
         label = "tie" if len(win) > 1 else method_label(win[0])
-        ax.annotate(label, (x, 1.0), xycoords=("data", "axes fraction"), ha="center", va="bottom", fontsize=5.5,
-                    color="black" if len(win) > 1 else method_colour(win[0]), rotation=45)
+        ax.annotate(
+            label,
+            (x, 1.0),
+            xycoords=("data", "axes fraction"),
+            ha="center",
+            va="bottom",
+            fontsize=5.5,
+            color="black" if len(win) > 1 else method_colour(win[0]),
+            rotation=45,
+        )
     if proto == "discrete":
         ax.invert_xaxis()  # strict (high ρ) on the left, like the other rows
     if all(x > 0 for x in xs) and max(xs) / min(xs) >= 3:
@@ -272,8 +323,7 @@ def latency_bars(latency: pl.DataFrame, title: str = ""):
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([r["method"] for r in rows], fontsize=8)
     ax.set_ylim(len(rows) - 0.4, -1.0)
-    ax.set_xlabel("mean per-batch latency (ms): light = ē (pickup → prediction), solid = ℓ̄ (→ pipeline free)",
-                  fontsize=8)
+    ax.set_xlabel("mean per-batch latency (ms): light = ē (pickup → prediction), solid = ℓ̄ (→ pipeline free)", fontsize=8)
     xmax = max((r["e_mean"] + r["l_mean"] for r in rows), default=1.0)
     ax.set_xlim(0, xmax * 1.18)
     ax.tick_params(labelsize=7)
@@ -307,8 +357,8 @@ def pareto_plot(frontier: pl.DataFrame, title: str = ""):
     if spent and pos and max(pos) / min(pos) > 8:
         # spent overhead spans decades and includes 0 (methods that never exceed λ): symlog
         lo, hi = math.floor(math.log10(min(pos))), math.ceil(math.log10(max(pos)))
-        ax.set_xscale("symlog", linthresh=10.0 ** lo)
-        ticks = ([0.0] if min(allx) <= 0 else []) + [10.0 ** k for k in range(lo, hi + 1)]
+        ax.set_xscale("symlog", linthresh=10.0**lo)
+        ticks = ([0.0] if min(allx) <= 0 else []) + [10.0**k for k in range(lo, hi + 1)]
         ax.set_xticks(ticks)
         ax.set_xticklabels([f"{t:g}" for t in ticks])
         ax.minorticks_off()

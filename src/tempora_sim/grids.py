@@ -23,9 +23,16 @@ PROTOCOLS = ("offline", "discrete", "continuous", "amortised")
 #: Two pressures at once (docs/design.md §9): opt-in, never part of ``all``.
 COMBINED_PROTOCOLS = ("discrete-continuous", "discrete-amortised")
 #: ``param`` column value of each protocol's grid (combined ones add ``param2``).
-PARAM_OF = {"offline": None, "discrete": "rho", "continuous": "T_ms", "amortised": "B_ms",
-            "discrete-continuous": "rho", "discrete-amortised": "rho"}
+PARAM_OF = {
+    "offline": None,
+    "discrete": "rho",
+    "continuous": "T_ms",
+    "amortised": "B_ms",
+    "discrete-continuous": "rho",
+    "discrete-amortised": "rho",
+}
 PARAM2_OF = {"discrete-continuous": "T_ms", "discrete-amortised": "B_ms"}
+
 
 def _grid(spec, name: str, parse) -> tuple[float, ...]:
     """A grid from a comma list, ``@file`` or ``start:stop:step`` (see :mod:`tempora_schema.command`)."""
@@ -86,7 +93,5 @@ def parse_protocols(spec: str | Sequence[str]) -> tuple[str, ...]:
         elif p in PROTOCOLS or p in COMBINED_PROTOCOLS:
             out.append(p)
         else:
-            raise GridError(
-                f"--protocol: unknown protocol '{p}' (choose from all, {', '.join(PROTOCOLS + COMBINED_PROTOCOLS)})"
-            )
+            raise GridError(f"--protocol: unknown protocol '{p}' (choose from all, {', '.join(PROTOCOLS + COMBINED_PROTOCOLS)})")
     return tuple(dict.fromkeys(out))

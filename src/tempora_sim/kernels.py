@@ -256,8 +256,18 @@ def _frozen_lookup(m, s, ck_offsets, ck_values, row_offsets, f_steps, f_suf_corr
 
 @njit(cache=True, parallel=True)
 def amortised_kernel(
-    pa_, pc_, offsets, budgets, overshoot, frozen_from_adapt,
-    ck_offsets, ck_values, row_offsets, f_steps, f_suf_correct, f_suf_n,
+    pa_,
+    pc_,
+    offsets,
+    budgets,
+    overshoot,
+    frozen_from_adapt,
+    ck_offsets,
+    ck_values,
+    row_offsets,
+    f_steps,
+    f_suf_correct,
+    f_suf_n,
 ):
     """All series × B values from prefix sums of a (``pa_``) and overheads c (``pc_``).
 
@@ -333,8 +343,7 @@ def offline_kernel(a, offsets):
 
 
 @njit(cache=True)
-def discrete_general_one(a, e, delta, t, queue, strict, skip_mode, skip_value, lam, h, n_adapt, f_delta, f_acc,
-                         ak_out):
+def discrete_general_one(a, e, delta, t, queue, strict, skip_mode, skip_value, lam, h, n_adapt, f_delta, f_acc, ak_out):
     """Replay one episode against arbitrary arrival times ``t`` (nondecreasing, ms).
 
     The same rules as :func:`discrete_one` with ``t[i]`` in place of ``i·γ``; at one instant,
@@ -427,8 +436,7 @@ def discrete_general_one(a, e, delta, t, queue, strict, skip_mode, skip_value, l
 
 
 @njit(cache=True, parallel=True)
-def discrete_general_kernel(a, e, delta, u, scale, offsets, lam, queue, strict, skip_mode, skip_value, h,
-                            n_adapt, f_delta, f_acc):
+def discrete_general_kernel(a, e, delta, u, scale, offsets, lam, queue, strict, skip_mode, skip_value, h, n_adapt, f_delta, f_acc):
     """All series × K cells for one arrival realisation.
 
     ``u`` holds unit-mean-gap arrival times flattened like ``a``; cell ``(s, k)`` replays
@@ -453,8 +461,20 @@ def discrete_general_kernel(a, e, delta, u, scale, offsets, lam, queue, strict, 
         if hi <= lo:
             continue
         cnt, ssum, skip, fz = discrete_general_one(
-            a[lo:hi], e[lo:hi], delta[lo:hi], u[lo:hi] * scale[s, k], queue, strict, skip_mode, skip_value[s],
-            lam[s], h[s], n_adapt[s, k], f_delta[s, k], f_acc[s, k], ak[s, k],
+            a[lo:hi],
+            e[lo:hi],
+            delta[lo:hi],
+            u[lo:hi] * scale[s, k],
+            queue,
+            strict,
+            skip_mode,
+            skip_value[s],
+            lam[s],
+            h[s],
+            n_adapt[s, k],
+            f_delta[s, k],
+            f_acc[s, k],
+            ak[s, k],
         )
         served[s, k] = cnt
         served_sum[s, k] = ssum

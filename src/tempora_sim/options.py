@@ -27,12 +27,19 @@ SYNC_MODES = ("buffered", "strict")
 ENGINES = ("numba", "python")
 
 
-def _opt(default: Any, help: str, flag: str | None = None, choices: Sequence[str] | None = None,
-         default_text: str | None = None, int_range: tuple[int, int] | None = None) -> Any:
+def _opt(
+    default: Any,
+    help: str,
+    flag: str | None = None,
+    choices: Sequence[str] | None = None,
+    default_text: str | None = None,
+    int_range: tuple[int, int] | None = None,
+) -> Any:
     """A field with its command-line declaration (``flag=None``: Python API only); ``choices``
     and ``int_range`` become click's Choice / IntRange, so --help shows them."""
-    return field(default=default, metadata={"flag": flag, "help": help, "choices": choices,
-                                            "default_text": default_text, "int_range": int_range})
+    return field(
+        default=default, metadata={"flag": flag, "help": help, "choices": choices, "default_text": default_text, "int_range": int_range}
+    )
 
 
 def _fmt(values: Sequence[float], unit: str = "") -> str:
@@ -45,41 +52,62 @@ class SweepOptions:
     sequence of numbers, ``'@file'`` or ``'start:stop:step'``; ``None`` means the paper's grid."""
 
     protocols: str | Sequence[str] = _opt(
-        "all", "Protocols: all (offline, discrete, continuous, amortised), or a comma-separated list of those and "
-               "the combined discrete-continuous (ρ × T) and discrete-amortised (ρ × B).", "--protocol")
+        "all",
+        "Protocols: all (offline, discrete, continuous, amortised), or a comma-separated list of those and "
+        "the combined discrete-continuous (ρ × T) and discrete-amortised (ρ × B).",
+        "--protocol",
+    )
     rho: str | Sequence[float] | None = _opt(
-        None, "Utilisations ρ = λ/γ as fractions or %: a comma list (1,0.7,50%), @FILE of values, or a range "
-              "START:STOP:STEP (0.05:1:0.001).", "--rho", default_text=_fmt(grids.DEFAULT_RHO))
+        None,
+        "Utilisations ρ = λ/γ as fractions or %: a comma list (1,0.7,50%), @FILE of values, or a range START:STOP:STEP (0.05:1:0.001).",
+        "--rho",
+        default_text=_fmt(grids.DEFAULT_RHO),
+    )
     T_ms: str | Sequence[float] | None = _opt(
-        None, "HCI thresholds T: ms, or with ms/s suffixes; comma list, @FILE or START:STOP:STEP.", "--T",
-        default_text=_fmt(grids.DEFAULT_T_MS))
+        None,
+        "HCI thresholds T: ms, or with ms/s suffixes; comma list, @FILE or START:STOP:STEP.",
+        "--T",
+        default_text=_fmt(grids.DEFAULT_T_MS),
+    )
     B_ms: str | Sequence[float] | None = _opt(
-        None, "Overhead budgets B: ms, or with ms/s suffixes; comma list, @FILE or START:STOP:STEP.", "--B",
-        default_text=",".join(f"{b / 1000:g}s" for b in grids.DEFAULT_B_MS))
+        None,
+        "Overhead budgets B: ms, or with ms/s suffixes; comma list, @FILE or START:STOP:STEP.",
+        "--B",
+        default_text=",".join(f"{b / 1000:g}s" for b in grids.DEFAULT_B_MS),
+    )
     lambda_ms: str | float | None = _opt(
-        None, "Use this λ for every group instead of mean + 6σ of its standard trace (ms, or with ms/s).",
-        "--lambda-ms", default_text="from each group's standard trace")
+        None,
+        "Use this λ for every group instead of mean + 6σ of its standard trace (ms, or with ms/s).",
+        "--lambda-ms",
+        default_text="from each group's standard trace",
+    )
     lambda_rule: str = _opt(
-        "paper", "λ from the standard trace's δ: paper = mean + 6σ, robust = median + 6·1.4826·MAD "
-                 "(docs/trace-schema.md); recorded in every row.", "--lambda-rule", LAMBDA_RULES)
-    queue: int = _opt(1, "Discrete queue capacity b (0 = drop arrivals while busy).", "--queue",
-                      int_range=(0, INT32_MAX))
-    sync: str = _opt("buffered", "strict: Alfarra et al.'s +2 synchronisation (pickup only at arrivals, no drain).",
-                     "--sync", SYNC_MODES)
-    skipped: str = _opt("null", "Score of a skipped batch: 0 (null prediction) or 1/C (random prediction).",
-                        "--skipped", SKIPPED_MODES)
-    fallback: bool = _opt(False, "Dual-model fallback: skipped batches get the adapting model's forward-only "
-                                 "prediction.", "--fallback")
-    budget_rule: str = _opt("strict", "strict: m = max{j: Σc ≤ B} (paper); overshoot: adapt while spent < B "
-                                      "(reference code).", "--budget-rule", BUDGET_RULES)
+        "paper",
+        "λ from the standard trace's δ: paper = mean + 6σ, robust = median + 6·1.4826·MAD (docs/trace-schema.md); recorded in every row.",
+        "--lambda-rule",
+        LAMBDA_RULES,
+    )
+    queue: int = _opt(1, "Discrete queue capacity b (0 = drop arrivals while busy).", "--queue", int_range=(0, INT32_MAX))
+    sync: str = _opt("buffered", "strict: Alfarra et al.'s +2 synchronisation (pickup only at arrivals, no drain).", "--sync", SYNC_MODES)
+    skipped: str = _opt("null", "Score of a skipped batch: 0 (null prediction) or 1/C (random prediction).", "--skipped", SKIPPED_MODES)
+    fallback: bool = _opt(False, "Dual-model fallback: skipped batches get the adapting model's forward-only prediction.", "--fallback")
+    budget_rule: str = _opt(
+        "strict", "strict: m = max{j: Σc ≤ B} (paper); overshoot: adapt while spent < B (reference code).", "--budget-rule", BUDGET_RULES
+    )
     arrivals: str = _opt(
-        "periodic", "Arrival process of the discrete protocols: periodic, poisson[:SEED], burst:ON,OFF[:SEED] "
-                    "(mean on/off lengths in units of γ) or file:PATH (recorded timestamps); mean gap γ = λ/ρ.",
-        "--arrivals")
-    arrival_seeds: int = _opt(1, "Replay this many arrival seeds (SEED, SEED+1, …), pooled like episodes.",
-                              "--arrival-seeds", int_range=(1, 10_000))
-    arrivals_absolute: bool = _opt(False, "With --arrivals file:PATH, use the recorded times as they are "
-                                          "(no rescaling; ρ is then the recording's own load).", "--arrivals-absolute")
+        "periodic",
+        "Arrival process of the discrete protocols: periodic, poisson[:SEED], burst:ON,OFF[:SEED] "
+        "(mean on/off lengths in units of γ) or file:PATH (recorded timestamps); mean gap γ = λ/ρ.",
+        "--arrivals",
+    )
+    arrival_seeds: int = _opt(
+        1, "Replay this many arrival seeds (SEED, SEED+1, …), pooled like episodes.", "--arrival-seeds", int_range=(1, 10_000)
+    )
+    arrivals_absolute: bool = _opt(
+        False,
+        "With --arrivals file:PATH, use the recorded times as they are (no rescaling; ρ is then the recording's own load).",
+        "--arrivals-absolute",
+    )
     engine: str = _opt("numba", "numba kernels, or the plain-Python reference (slow; for tests).", None, ENGINES)
 
     @classmethod
@@ -94,8 +122,7 @@ class SweepOptions:
 
     def given(self) -> dict[str, Any]:
         """The options that differ from the defaults (what the user asked for)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if getattr(self, f.name) != f.default}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) != f.default}
 
     def resolve(self) -> "ResolvedOptions":
         """Every value parsed and checked (GridError otherwise): nothing is read before this."""
@@ -105,10 +132,13 @@ class SweepOptions:
         queue = int(queue)
         if not 0 <= queue <= INT32_MAX:
             raise GridError(f"--queue: capacity must be an integer in 0..{INT32_MAX} (got {queue})")
-        for name, value, allowed in (("budget-rule", self.budget_rule, BUDGET_RULES),
-                                     ("lambda-rule", self.lambda_rule, LAMBDA_RULES),
-                                     ("skipped", self.skipped, SKIPPED_MODES),
-                                     ("sync", self.sync, SYNC_MODES), ("engine", self.engine, ENGINES)):
+        for name, value, allowed in (
+            ("budget-rule", self.budget_rule, BUDGET_RULES),
+            ("lambda-rule", self.lambda_rule, LAMBDA_RULES),
+            ("skipped", self.skipped, SKIPPED_MODES),
+            ("sync", self.sync, SYNC_MODES),
+            ("engine", self.engine, ENGINES),
+        ):
             if value not in allowed:
                 raise GridError(f"--{name}: '{value}' is not one of {', '.join(allowed)}")
         if self.fallback and self.skipped == "random":
@@ -133,9 +163,18 @@ class SweepOptions:
             rho=grids.parse_rho(self.rho) if self.rho is not None else grids.DEFAULT_RHO,
             T_ms=grids.parse_T(self.T_ms) if self.T_ms is not None else grids.DEFAULT_T_MS,
             B_ms=grids.parse_B(self.B_ms) if self.B_ms is not None else grids.DEFAULT_B_MS,
-            explicit_T=self.T_ms is not None, lambda_ms=lam, lambda_rule=self.lambda_rule, queue=queue, sync=self.sync, skipped=self.skipped,
-            fallback=bool(self.fallback), budget_rule=self.budget_rule, engine=self.engine,
-            arrivals=spec, arrival_seeds=seeds, arrivals_absolute=bool(self.arrivals_absolute),
+            explicit_T=self.T_ms is not None,
+            lambda_ms=lam,
+            lambda_rule=self.lambda_rule,
+            queue=queue,
+            sync=self.sync,
+            skipped=self.skipped,
+            fallback=bool(self.fallback),
+            budget_rule=self.budget_rule,
+            engine=self.engine,
+            arrivals=spec,
+            arrival_seeds=seeds,
+            arrivals_absolute=bool(self.arrivals_absolute),
         )
 
 
@@ -178,11 +217,9 @@ def click_options(fn: Callable) -> Callable:
         if f.type == "bool" or isinstance(f.default, bool):
             option = click.option(meta["flag"], f.name, is_flag=True, default=False, help=meta["help"])
         elif meta["choices"]:
-            option = click.option(meta["flag"], f.name, type=click.Choice(list(meta["choices"])), default=None,
-                                  help=help_text)
+            option = click.option(meta["flag"], f.name, type=click.Choice(list(meta["choices"])), default=None, help=help_text)
         elif meta["int_range"]:
-            option = click.option(meta["flag"], f.name, type=click.IntRange(*meta["int_range"]), default=None,
-                                  help=help_text)
+            option = click.option(meta["flag"], f.name, type=click.IntRange(*meta["int_range"]), default=None, help=help_text)
         else:
             option = click.option(meta["flag"], f.name, default=None, help=help_text)
         fn = option(fn)

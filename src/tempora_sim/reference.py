@@ -30,8 +30,21 @@ class DiscreteResult:
 
 
 def discrete_reference(
-    a, delta, gamma, queue=1, sync="buffered", skipped="null", num_classes=None, fallback=False,
-    arrivals=None, e=None, lam=None, T=(), n_adapt=None, f_delta=None, f_acc=None,
+    a,
+    delta,
+    gamma,
+    queue=1,
+    sync="buffered",
+    skipped="null",
+    num_classes=None,
+    fallback=False,
+    arrivals=None,
+    e=None,
+    lam=None,
+    T=(),
+    n_adapt=None,
+    f_delta=None,
+    f_acc=None,
 ) -> DiscreteResult:
     """Simulate one episode: batches arrive at ``i * gamma``; one pipeline; FIFO queue of ``queue``.
 
@@ -118,8 +131,7 @@ def discrete_reference(
     # strict synchronisation never drains: what is still queued at the end is lost
     while waiting:
         drop(waiting.popleft())
-    return DiscreteResult(len(served_batches), served_sum, served_sum + dropped_scores, served_batches,
-                          ak_sums, frozen_served)
+    return DiscreteResult(len(served_batches), served_sum, served_sum + dropped_scores, served_batches, ak_sums, frozen_served)
 
 
 def paper_recurrence(delta, gamma, n, plus=1):

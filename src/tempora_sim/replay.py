@@ -46,14 +46,32 @@ ALL_EPISODES = "__all__"
 #: (tempora_schema.GroupKey.label): rows of two groups that differ only in severity, domains,
 #: weights or threads stay apart, and the seeds of one setting share it (they pool).
 BASE_COLUMNS = {
-    "dataset": pl.Utf8, "model": pl.Utf8, "device": pl.Utf8, "batch_size": pl.Int64,
-    "seed": pl.Int64, "stream": pl.Utf8, "severity": pl.Int64, "group": pl.Utf8,
-    "method": pl.Utf8, "episode": pl.Utf8,
-    "protocol": pl.Utf8, "param": pl.Utf8, "value": pl.Float64, "lambda_ms": pl.Float64,
-    "lambda_rule": pl.Utf8, "utility": pl.Float64,
-    "alpha": pl.Float64, "served": pl.Int64, "served_acc": pl.Float64,
-    "acc": pl.Float64, "kappa": pl.Float64, "cov": pl.Float64,
-    "m": pl.Float64, "beta": pl.Float64, "acc_adapt": pl.Float64, "acc_frozen": pl.Float64,
+    "dataset": pl.Utf8,
+    "model": pl.Utf8,
+    "device": pl.Utf8,
+    "batch_size": pl.Int64,
+    "seed": pl.Int64,
+    "stream": pl.Utf8,
+    "severity": pl.Int64,
+    "group": pl.Utf8,
+    "method": pl.Utf8,
+    "episode": pl.Utf8,
+    "protocol": pl.Utf8,
+    "param": pl.Utf8,
+    "value": pl.Float64,
+    "lambda_ms": pl.Float64,
+    "lambda_rule": pl.Utf8,
+    "utility": pl.Float64,
+    "alpha": pl.Float64,
+    "served": pl.Int64,
+    "served_acc": pl.Float64,
+    "acc": pl.Float64,
+    "kappa": pl.Float64,
+    "cov": pl.Float64,
+    "m": pl.Float64,
+    "beta": pl.Float64,
+    "acc_adapt": pl.Float64,
+    "acc_frozen": pl.Float64,
     "frozen_gap": pl.Int64,
     "num_batches": pl.Int64,
 }
@@ -153,7 +171,9 @@ def _trace_arrays(trace: Trace) -> dict:
     lengths = np.bincount(a_code, minlength=n_ep)
     out = {
         "a": arr.correct[a_idx] / arr.n[a_idx],
-        "e": arr.e_ms[a_idx], "l": arr.l_ms[a_idx], "delta": arr.delta_ms[a_idx],
+        "e": arr.e_ms[a_idx],
+        "l": arr.l_ms[a_idx],
+        "delta": arr.delta_ms[a_idx],
         "lengths": lengths,
         "episodes": list(arr.episode_names),
     }
@@ -170,8 +190,11 @@ def _trace_arrays(trace: Trace) -> dict:
     tail = np.repeat(seg_end, seg_len)
     out.update(
         ck_counts=np.bincount(f_code[seg], minlength=n_ep) if seg.size else np.zeros(n_ep, np.int64),
-        ck_values=f_ck[seg], row_counts=seg_len, f_steps=f_step,
-        f_suf_correct=(rc - rc_ext[tail]).astype(np.float64), f_suf_n=(rn - rn_ext[tail]).astype(np.float64),
+        ck_values=f_ck[seg],
+        row_counts=seg_len,
+        f_steps=f_step,
+        f_suf_correct=(rc - rc_ext[tail]).astype(np.float64),
+        f_suf_n=(rn - rn_ext[tail]).astype(np.float64),
         has_frozen=np.bincount(f_code, minlength=n_ep) > 0 if f_idx.size else np.zeros(n_ep, bool),
         from_adapt=f_idx.size == 0 and not trace.updates_parameters,
     )
@@ -194,7 +217,10 @@ def build_series(traces: Sequence[Trace], lambdas: dict[GroupKey, float], lambda
         trace_of=np.repeat(np.arange(len(traces), dtype=np.int64), per_series),
         episode=[ep for p in parts for ep in p["episodes"]],
         offsets=np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
-        a=cat("a", np.float64), e=cat("e", np.float64), l=cat("l", np.float64), delta=cat("delta", np.float64),
+        a=cat("a", np.float64),
+        e=cat("e", np.float64),
+        l=cat("l", np.float64),
+        delta=cat("delta", np.float64),
         lam=np.repeat(np.array([lambdas[t.group] for t in traces], np.float64), per_series),
         skip_value=np.repeat(np.array([1.0 / t.num_classes for t in traces], np.float64), per_series),
         frozen_from_adapt=np.repeat(np.array([p["from_adapt"] for p in parts], np.bool_), per_series),
@@ -202,8 +228,10 @@ def build_series(traces: Sequence[Trace], lambdas: dict[GroupKey, float], lambda
         ck_offsets=np.concatenate(([0], np.cumsum(ck_counts))).astype(np.int64),
         ck_values=cat("ck_values", np.int64),
         row_offsets=np.concatenate(([0], np.cumsum(row_counts))).astype(np.int64),
-        f_steps=cat("f_steps", np.int64), f_suf_correct=cat("f_suf_correct", np.float64),
-        f_suf_n=cat("f_suf_n", np.float64), lambda_rule=lambda_rule,
+        f_steps=cat("f_steps", np.int64),
+        f_suf_correct=cat("f_suf_correct", np.float64),
+        f_suf_n=cat("f_suf_n", np.float64),
+        lambda_rule=lambda_rule,
     )
 
 
@@ -226,7 +254,10 @@ def warm_kernels(protocols=grids.PROTOCOLS) -> float:
     t0 = time.perf_counter()
     from . import kernels as K
 
-    a = np.array([0.5, 0.25]); off = np.array([0, 2], np.int64); lam = np.array([1.0]); v = np.array([1.0, 2.0])
+    a = np.array([0.5, 0.25])
+    off = np.array([0, 2], np.int64)
+    lam = np.array([1.0])
+    v = np.array([1.0, 2.0])
     K.offline_kernel(a, off)
     if "discrete" in todo:
         K.discrete_kernel(a, a + 1, off, lam, v, 1, False, 0, lam, lam, lam)
@@ -235,12 +266,38 @@ def warm_kernels(protocols=grids.PROTOCOLS) -> float:
         K.continuous_kernel(a, d, off, lam, v + 1)
     if "amortised" in todo:
         pa_, _ = K.amortised_prefixes(a, a, off, lam)
-        K.amortised_kernel(pa_, pa_, off, v, False, np.array([True]), np.array([0, 1], np.int64),
-                           np.array([0], np.int64), np.array([0, 1], np.int64), np.array([1], np.int64),
-                           np.array([1.0]), np.array([2.0]))
+        K.amortised_kernel(
+            pa_,
+            pa_,
+            off,
+            v,
+            False,
+            np.array([True]),
+            np.array([0, 1], np.int64),
+            np.array([0], np.int64),
+            np.array([0, 1], np.int64),
+            np.array([1], np.int64),
+            np.array([1.0]),
+            np.array([2.0]),
+        )
     if any(p in todo for p in grids.COMBINED_PROTOCOLS + ("arrivals",)):
-        K.discrete_general_kernel(a, a, a + 1, a, np.ones((1, 1)), off, lam, 1, False, 0, lam, np.ones((1, 1)),
-                                  np.array([[2]], np.int64), np.ones((1, 1)), np.ones((1, 1)))
+        K.discrete_general_kernel(
+            a,
+            a,
+            a + 1,
+            a,
+            np.ones((1, 1)),
+            off,
+            lam,
+            1,
+            False,
+            0,
+            lam,
+            np.ones((1, 1)),
+            np.array([[2]], np.int64),
+            np.ones((1, 1)),
+            np.ones((1, 1)),
+        )
     _WARM.update(todo)
     return time.perf_counter() - t0
 
@@ -303,8 +360,17 @@ def _replay_numba(series: Series, protocols, rho, T, B, opts) -> dict:
         mode = K.SKIP_FALLBACK if opts["fallback"] else (K.SKIP_RANDOM if opts["skipped"] == "random" else K.SKIP_NULL)
         max_delta = np.maximum.reduceat(s.delta, s.offsets[:-1]) if total else np.zeros(0)
         served, served_sum, score = K.discrete_kernel(
-            s.a, s.delta, s.offsets, s.lam, np.asarray(rho, np.float64), int(opts["queue"]),
-            opts["sync"] == "strict", mode, s.skip_value, max_delta, K.offline_kernel(s.a, s.offsets),
+            s.a,
+            s.delta,
+            s.offsets,
+            s.lam,
+            np.asarray(rho, np.float64),
+            int(opts["queue"]),
+            opts["sync"] == "strict",
+            mode,
+            s.skip_value,
+            max_delta,
+            K.offline_kernel(s.a, s.offsets),
         )
         out["discrete"] = {"served": served, "served_sum": served_sum, "score_sum": score}
     if "continuous" in protocols:
@@ -319,8 +385,18 @@ def _replay_numba(series: Series, protocols, rho, T, B, opts) -> dict:
         pa_, pc_ = K.amortised_prefixes(s.a, s.delta, s.offsets, s.lam)
         K.use_threads(len(s.episode) * len(B) * 64)  # binary searches: cheap per value
         m, adapt_sum, frozen_acc, gap = K.amortised_kernel(
-            pa_, pc_, s.offsets, np.asarray(B, np.float64), opts["budget_rule"] == "overshoot",
-            s.frozen_from_adapt, s.ck_offsets, s.ck_values, s.row_offsets, s.f_steps, s.f_suf_correct, s.f_suf_n,
+            pa_,
+            pc_,
+            s.offsets,
+            np.asarray(B, np.float64),
+            opts["budget_rule"] == "overshoot",
+            s.frozen_from_adapt,
+            s.ck_offsets,
+            s.ck_values,
+            s.row_offsets,
+            s.f_steps,
+            s.f_suf_correct,
+            s.f_suf_n,
         )
         out["amortised"] = {"m": m, "adapt_sum": adapt_sum, "frozen_acc": frozen_acc, "gap": gap}
     return out
@@ -336,16 +412,28 @@ def _replay_python(series: Series, protocols, rho, T, B, opts) -> dict:
     if "offline" in protocols:
         out["offline"] = {"sum_a": np.array([sum(s.a[x].tolist()) for x in sl])}
     if "discrete" in protocols:
-        served = np.zeros((S, len(rho)), np.int64); ssum = np.zeros((S, len(rho))); score = np.zeros((S, len(rho)))
+        served = np.zeros((S, len(rho)), np.int64)
+        ssum = np.zeros((S, len(rho)))
+        score = np.zeros((S, len(rho)))
         for i in range(S):
             a, d = s.a[sl[i]].tolist(), s.delta[sl[i]].tolist()
             for k, r in enumerate(rho):
-                res = R.discrete_reference(a, d, float(s.lam[i]) / r, opts["queue"], opts["sync"], opts["skipped"],
-                                           int(round(1.0 / s.skip_value[i])), opts["fallback"])
+                res = R.discrete_reference(
+                    a,
+                    d,
+                    float(s.lam[i]) / r,
+                    opts["queue"],
+                    opts["sync"],
+                    opts["skipped"],
+                    int(round(1.0 / s.skip_value[i])),
+                    opts["fallback"],
+                )
                 served[i, k], ssum[i, k], score[i, k] = res.served, res.served_sum, res.score_sum
         out["discrete"] = {"served": served, "served_sum": ssum, "score_sum": score}
     if "continuous" in protocols:
-        sum_ak = np.full((S, len(T)), np.nan); sum_k = np.full((S, len(T)), np.nan); cov = np.full((S, len(T)), np.nan)
+        sum_ak = np.full((S, len(T)), np.nan)
+        sum_k = np.full((S, len(T)), np.nan)
+        cov = np.full((S, len(T)), np.nan)
         for i in range(S):
             a, e, l = s.a[sl[i]].tolist(), s.e[sl[i]].tolist(), s.l[sl[i]].tolist()
             for k, t in enumerate(T):
@@ -353,18 +441,21 @@ def _replay_python(series: Series, protocols, rho, T, B, opts) -> dict:
                     continue
                 res = R.continuous_reference(a, e, l, float(s.lam[i]), t)
                 sum_ak[i, k], sum_k[i, k], cov[i, k] = res.utility * len(a), res.kappa * len(a), res.cov
-        out["continuous"] = {"sum_ak": sum_ak, "sum_k": sum_k, "cov": cov,
-                             "sum_a": np.array([sum(s.a[x].tolist()) for x in sl])}
+        out["continuous"] = {"sum_ak": sum_ak, "sum_k": sum_k, "cov": cov, "sum_a": np.array([sum(s.a[x].tolist()) for x in sl])}
     if "amortised" in protocols:
-        m = np.zeros((S, len(B)), np.int64); asum = np.zeros((S, len(B)))
-        facc = np.full((S, len(B)), np.nan); gap = np.full((S, len(B)), -1, np.int64)
+        m = np.zeros((S, len(B)), np.int64)
+        asum = np.zeros((S, len(B)))
+        facc = np.full((S, len(B)), np.nan)
+        gap = np.full((S, len(B)), -1, np.int64)
         for i in range(S):
             a, d = s.a[sl[i]].tolist(), s.delta[sl[i]].tolist()
             rows = {}
             for c in range(s.ck_offsets[i], s.ck_offsets[i + 1]):
                 r0, r1 = s.row_offsets[c], s.row_offsets[c + 1]
-                suf_c = s.f_suf_correct[r0:r1]; suf_n = s.f_suf_n[r0:r1]
-                corr = np.append(suf_c[:-1] - suf_c[1:], suf_c[-1]); nn = np.append(suf_n[:-1] - suf_n[1:], suf_n[-1])
+                suf_c = s.f_suf_correct[r0:r1]
+                suf_n = s.f_suf_n[r0:r1]
+                corr = np.append(suf_c[:-1] - suf_c[1:], suf_c[-1])
+                nn = np.append(suf_n[:-1] - suf_n[1:], suf_n[-1])
                 rows[int(s.ck_values[c])] = list(zip(s.f_steps[r0:r1].tolist(), corr.tolist(), nn.tolist()))
             for k, b in enumerate(B):
                 res = R.amortised_reference(a, d, float(s.lam[i]), b, rows, opts["budget_rule"], bool(s.frozen_from_adapt[i]))
@@ -470,9 +561,19 @@ def _frame(series: Series, protocol: str, values, stats: dict, pooled: bool) -> 
     # identity columns: one small frame per row owner, gathered once per grid value
     ident_cols = ("dataset", "model", "device", "batch_size", "seed", "stream", "severity", "group", "method")
     per_trace = [
-        (m["dataset"], m["model"], m["device"], int(m["batch_size"]), int(m["seed"]), m["stream"], m["severity"],
-         t.group.label(seed=False), t.method)
-        for t in s.traces for m in (t.meta,)
+        (
+            m["dataset"],
+            m["model"],
+            m["device"],
+            int(m["batch_size"]),
+            int(m["seed"]),
+            m["stream"],
+            m["severity"],
+            t.group.label(seed=False),
+            t.method,
+        )
+        for t in s.traces
+        for m in (t.meta,)
     ]
     ident = pl.DataFrame(
         {**{name: [per_trace[i][j] for i in owner] for j, name in enumerate(ident_cols)}, "episode": list(episodes)},
@@ -482,12 +583,14 @@ def _frame(series: Series, protocol: str, values, stats: dict, pooled: bool) -> 
     frame = ident[np.repeat(np.arange(rows), n_vals)] if rows else ident.clear()
     columns = [
         pl.Series("protocol", [protocol], pl.Utf8).extend_constant(protocol, total - 1) if total else pl.Series("protocol", [], pl.Utf8),
-        pl.Series("param", [grids.PARAM_OF[protocol]] * min(total, 1), pl.Utf8).extend_constant(grids.PARAM_OF[protocol], max(total - 1, 0)),
+        pl.Series("param", [grids.PARAM_OF[protocol]] * min(total, 1), pl.Utf8).extend_constant(
+            grids.PARAM_OF[protocol], max(total - 1, 0)
+        ),
         pl.Series("value", np.tile(np.asarray(values, np.float64), rows) if values else np.full(rows, np.nan), nan_to_null=True),
         pl.Series("lambda_ms", np.repeat(lam, n_vals)),
         pl.lit(s.lambda_rule, pl.Utf8).alias("lambda_rule"),
     ]
-    measures = list(BASE_COLUMNS)[list(BASE_COLUMNS).index("utility"):-1]
+    measures = list(BASE_COLUMNS)[list(BASE_COLUMNS).index("utility") : -1]
     for name in measures:
         data = cols.get(name)
         values_ = np.asarray(data, np.float64).reshape(-1) if data is not None else nan.reshape(-1)
@@ -509,13 +612,11 @@ def run_sweep(source, options: SweepOptions | None = None, /, **changes) -> Swee
     t_start = time.perf_counter()
     opt = SweepOptions.build(options, **changes).resolve()
     protos, rho_v, T_v, B_v, lambda_ms = opt.protocols, opt.rho, opt.T_ms, opt.B_ms, opt.lambda_ms
-    queue, budget_rule, skipped, sync, fallback, engine = (opt.queue, opt.budget_rule, opt.skipped, opt.sync,
-                                                           opt.fallback, opt.engine)
+    queue, budget_rule, skipped, sync, fallback, engine = (opt.queue, opt.budget_rule, opt.skipped, opt.sync, opt.fallback, opt.engine)
     spec, seeds, absolute = opt.arrivals, list(opt.arrival_seeds), opt.arrivals_absolute
     from .scenarios import replay_scenarios, scenario_frame
 
-    kernels_needed = tuple(protos) + (("amortised",) if "discrete-amortised" in protos else ()) + (
-        () if spec.periodic else ("arrivals",))
+    kernels_needed = tuple(protos) + (("amortised",) if "discrete-amortised" in protos else ()) + (() if spec.periodic else ("arrivals",))
     if engine == "numba":
         _start_warm_up(kernels_needed)  # overlaps Numba's import and cache load with reading the traces
     traceset = source if isinstance(source, TraceSet) else load_traces(source)
@@ -549,8 +650,7 @@ def run_sweep(source, options: SweepOptions | None = None, /, **changes) -> Swee
     raw = replay(series, paper_protos, rho_v, T_v, B_v, opts)
     if "amortised" in raw:
         _check_frozen(series, raw["amortised"], B_v)
-    scen = replay_scenarios(series, protos, rho_v, T_v, B_v, opts, spec, seeds, absolute, engine,
-                            raw.get("amortised"))
+    scen = replay_scenarios(series, protos, rho_v, T_v, B_v, opts, spec, seeds, absolute, engine, raw.get("amortised"))
     stats.kernel_s = time.perf_counter() - t0
 
     frames = []
@@ -565,9 +665,11 @@ def run_sweep(source, options: SweepOptions | None = None, /, **changes) -> Swee
                 if proto == "continuous":
                     frame = frame.filter(pl.col("value") > pl.col("lambda_ms"))
                 frame = frame.with_columns(
-                    pl.lit(None, pl.Utf8).alias("param2"), pl.lit(None, pl.Float64).alias("value2"),
+                    pl.lit(None, pl.Utf8).alias("param2"),
+                    pl.lit(None, pl.Float64).alias("value2"),
                     pl.lit("periodic" if proto == "discrete" else None, pl.Utf8).alias("arrivals"),
-                    pl.lit(None, pl.Int64).alias("arrival_seed"))
+                    pl.lit(None, pl.Int64).alias("arrival_seed"),
+                )
             frames.append(frame.select([pl.col(c).cast(t) for c, t in COLUMNS.items()]))
         kept = frames[-2].height
         stats.evaluations += kept
@@ -597,7 +699,7 @@ def _check_frozen(series: Series, raw: dict, budgets) -> None:
             f"(m = {m} < N at B = {budgets[v_idx]:g} ms); re-trace with frozen evaluation or leave out --protocol amortised"
         )
     lo = series.ck_offsets[s_idx]
-    cks = series.ck_values[lo:series.ck_offsets[s_idx + 1]].tolist()
+    cks = series.ck_values[lo : series.ck_offsets[s_idx + 1]].tolist()
     raise ProtocolError(
         f"{trace.path}: episode '{ep}' has no frozen checkpoint <= m = {m} with rows at step >= {m} "
         f"(checkpoints: {cks}); needed for B = {budgets[v_idx]:g} ms"

@@ -47,8 +47,9 @@ class ReportInputs:
     def lambdas(self) -> pl.DataFrame:
         """λ per group and, with several seeds, per seed (each seed has its own standard trace)."""
         g = an.group_columns(self.utility) + ([an.SEED] if an.SEED in self.utility.columns else [])
-        return self.utility.select(g + ["lambda_ms"]).unique(subset=g, maintain_order=True) if g else \
-            self.utility.select("lambda_ms").head(1)
+        return (
+            self.utility.select(g + ["lambda_ms"]).unique(subset=g, maintain_order=True) if g else self.utility.select("lambda_ms").head(1)
+        )
 
     @property
     def pooled(self) -> pl.DataFrame:
@@ -74,9 +75,13 @@ def results_path(source: str | Path) -> Path | None:
     return None
 
 
-def load_inputs(sources: str | Path | Sequence[str | Path], sweep_options=None,
-                out: str | Path | None = None, bootstrap: st.BootstrapOptions | None = None,
-                scenarios: bool = False) -> ReportInputs:
+def load_inputs(
+    sources: str | Path | Sequence[str | Path],
+    sweep_options=None,
+    out: str | Path | None = None,
+    bootstrap: st.BootstrapOptions | None = None,
+    scenarios: bool = False,
+) -> ReportInputs:
     """Read results, or load traces and sweep them with ``sweep_options`` (a
     :class:`~tempora_sim.options.SweepOptions` or a dict of its fields). ``out``, the report
     directory to be written, must not lie inside a trace directory. ``bootstrap`` sets the
@@ -116,8 +121,7 @@ def _load_inputs(sources, sweep_options, out, scenarios: bool = False) -> Report
         except Exception as exc:  # noqa: BLE001 - any unreadable file is a one-line user error
             raise ReportError(f"{results[0]}: not a readable utility table ({exc})") from None
         if scenarios:
-            raise ReportError("--scenarios replays traces; these are sweep results (their scenario rows, if any, "
-                              "are reported anyway)")
+            raise ReportError("--scenarios replays traces; these are sweep results (their scenario rows, if any, are reported anyway)")
         from . import report_scenarios as rs
 
         an.check_utility_table(rs.split(utility)[0])
@@ -147,8 +151,7 @@ def _load_inputs(sources, sweep_options, out, scenarios: bool = False) -> Report
         from . import report_scenarios as rs
 
         extra = rs.scenario_sweeps(traces, sweep_options)
-    return ReportInputs(utility=utility, trace_rows=rows, source=", ".join(map(str, items)), from_traces=True,
-                        scenarios=extra)
+    return ReportInputs(utility=utility, trace_rows=rows, source=", ".join(map(str, items)), from_traces=True, scenarios=extra)
 
 
 # ----------------------------------------------------------------------------- formatting
@@ -226,8 +229,10 @@ def _scenarios(t: pl.DataFrame) -> list[str]:
 
 def _winners_pivot(t: pl.DataFrame):
     scen = _scenarios(t)
-    look = {(r["episode"], r["scenario"]): r["winner"] + ("?" if r.get("certain") is False and r["n_winners"] == 1 else "")
-            for r in t.iter_rows(named=True)}
+    look = {
+        (r["episode"], r["scenario"]): r["winner"] + ("?" if r.get("certain") is False and r["n_winners"] == 1 else "")
+        for r in t.iter_rows(named=True)
+    }
     rows = [[ep] + [look.get((ep, s), "–") for s in scen] for ep in an.episode_order(t.get_column("episode").unique().to_list())]
     return ["episode"] + scen, rows
 
@@ -235,14 +240,12 @@ def _winners_pivot(t: pl.DataFrame):
 def _spearman_pivot(t: pl.DataFrame):
     scen = _scenarios(t)
     look = {(r["episode"], r["scenario"]): r["spearman"] for r in t.iter_rows(named=True)}
-    rows = [[ep] + [FORMATS["r"](look.get((ep, s))) for s in scen]
-            for ep in an.episode_order(t.get_column("episode").unique().to_list())]
+    rows = [[ep] + [FORMATS["r"](look.get((ep, s))) for s in scen] for ep in an.episode_order(t.get_column("episode").unique().to_list())]
     summary = an.summarise_rank_correlation(t)
     by = {r["scenario"]: (r["mean"], r["std"]) for r in summary.iter_rows(named=True)}
     ci = {r["scenario"]: (r["ci_lo"], r["ci_hi"]) for r in summary.iter_rows(named=True)}
     rows.append(["**mean**"] + [FORMATS["r"](by[s][0]) for s in scen])
-    rows.append(["**95% CI of the mean**"] + [_cell(Column("ci_lo", "", "rci"), {"ci_lo": ci[s][0], "ci_hi": ci[s][1]})
-                                             for s in scen])
+    rows.append(["**95% CI of the mean**"] + [_cell(Column("ci_lo", "", "rci"), {"ci_lo": ci[s][0], "ci_hi": ci[s][1]}) for s in scen])
     rows.append(["**std**"] + [FORMATS["r"](by[s][1]) for s in scen])
     return ["episode"] + scen, rows
 
@@ -278,8 +281,11 @@ def _offline_pivot(t: pl.DataFrame):
         row = ["**pooled**" if ep == an.POOLED else ep]
         for m in methods:
             r = look.get((ep, m))
-            row.append("–" if r is None else (f"**{_pct(r['utility'], 2)}**" if r["rank"] == 1 else
-                                               f"{_pct(r['utility'], 2)} ({r['rank']})") + _pm(r))
+            row.append(
+                "–"
+                if r is None
+                else (f"**{_pct(r['utility'], 2)}**" if r["rank"] == 1 else f"{_pct(r['utility'], 2)} ({r['rank']})") + _pm(r)
+            )
         rows.append(row)
     return ["episode"] + methods, rows
 
@@ -331,158 +337,290 @@ def _register(spec: TableSpec) -> None:
     TABLES[spec.name] = spec
 
 
-_register(TableSpec(
-    "winners", "Winner of every (episode, scenario) cell", "Table 15, Figure 1",
-    "Each row is an episode, each column a scenario from offline through the strictest to the most "
-    "relaxed value of each protocol; the cell names the method with the highest utility. "
-    "Methods within 1e-12 of each other share the cell (joined by ' = '). A name ending in '?' is an "
-    "*uncertain* win: the paired bootstrap interval of its lead over the runner-up contains 0 "
-    "(docs/statistics.md); the CSV has the lead's interval (lead_lo, lead_hi).",
-    _cached("winners", _winners),
-    (Column("episode", "episode"), Column("scenario", "scenario"), Column("winner", "winner"),
-     Column("best_utility", "U (%)", "pct2"), Column("margin", "lead (pp)", "pp"), Column("runner_up", "runner-up"),
-     Column("lead_lo", "lead CI", "ci"), Column("certain", "certain", "bool")),
-    pivot=_winners_pivot,
-))
-_register(TableSpec(
-    "win_counts", "Win counts", "Table 15 legend",
-    "How many cells (episodes × scenarios, offline included) each method wins; a tied cell counts "
-    "once for every tied method. 'certain' wins lead the runner-up with a paired bootstrap interval "
-    "above 0, 'uncertain' ones do not (or tie). A method that wins offline but few temporal cells is "
-    "the paper's rank instability.",
-    _cached("win_counts", lambda i: an.win_counts(i.pooled, w=_cached("winners", _winners)(i))),
-    (Column("method", "method"), Column("wins", "wins", "int"), Column("certain", "certain", "int"),
-     Column("uncertain", "uncertain", "int"), Column("cells", "cells", "int"),
-     Column("share", "share (%)", "pct"), Column("offline", "offline", "int"), Column("discrete", "discrete", "int"),
-     Column("continuous", "continuous", "int"), Column("amortised", "amortised", "int")),
-))
-_register(TableSpec(
-    "offline", "Offline accuracy per episode", "Tables 1 and 10",
-    "Offline utility (plain accuracy, no time pressure) per episode; bold is the episode's best, "
-    "the number in brackets is the method's rank (1 = best); ± is half the width of the bootstrap "
-    "interval over the episode's batches (pooled row: over episodes; bounds in the CSV).",
-    _cached("offline", _offline),
-    (Column("episode", "episode"), Column("method", "method"), Column("utility", "accuracy (%)", "pct2"),
-     Column("rank", "rank", "int")),
-    pivot=_offline_pivot,
-))
-_register(TableSpec(
-    "sweep", "Pooled utility in every scenario", "Tables 11–13",
-    "Utility pooled over all episodes (and seeds), per method and scenario; bold marks the best "
-    "method of the scenario, with '?' when its lead over the runner-up is uncertain; ± is half the "
-    "width of the bootstrap interval over episodes (and seeds). Read a row to see how a method "
-    "fares as pressure relaxes (left to right).",
-    _cached("sweep", _sweep),
-    (Column("scenario", "scenario"), Column("method", "method"), Column("utility", "U (%)", "pct2"),
-     Column("lo", "95% CI", "ci"), Column("best", "best", "bool"), Column("best_certain", "best certain", "bool")),
-    pivot=_sweep_pivot,
-))
-_register(TableSpec(
-    "rank_correlation", "Spearman correlation between offline and temporal rankings", "Table 25",
-    "For each episode and temporal scenario, the methods are ranked by offline accuracy and by "
-    "utility (ties get their average rank) and r_s is the correlation of the two rank vectors: 1 = "
-    "the offline ranking holds, −1 = it is reversed, – = undefined (a ranking is constant). The "
-    "last rows give the mean and sample standard deviation (ddof = 1) across episodes, and the "
-    "bootstrap interval of the mean (episodes resampled).",
-    _cached("rank_correlation_cells", lambda i: an.rank_correlation_cells(i.pooled)),
-    (Column("episode", "episode"), Column("scenario", "scenario"), Column("spearman", "r_s", "r")),
-    pivot=_spearman_pivot,
-))
-_register(TableSpec(
-    "deficits", "Losses and mean deficit to the cell winner", "Table 23",
-    "Over the temporal cells (offline excluded): how many cells the method does not win (a shared "
-    "win is not a loss) and, over those lost cells, its mean utility deficit to the winner in "
-    "percentage points. Lower is better for both.",
-    _cached("deficits", lambda i: an.deficits(i.pooled)),
-    (Column("method", "method"), Column("cells", "cells", "int")) + _protocol_columns(
-        (("losses", "losses", "int"), ("mean_deficit", "mean Δ (pp)", "pp"))),
-))
-_register(TableSpec(
-    "below_standard", "Evaluations below standard inference", "Table 24",
-    "Temporal cells where the method's utility is strictly below standard inference's in the same "
-    "cell (adapting did worse than not adapting), and the share of those misses in each protocol.",
-    _on_utility(an.below_standard),
-    (Column("method", "method"), Column("below", "below", "int"), Column("cells", "of cells", "int"),
-     Column("discrete_share", "discrete (%)", "pct"), Column("continuous_share", "continuous (%)", "pct"),
-     Column("amortised_share", "amortised (%)", "pct")),
-))
-_register(TableSpec(
-    "latency", "Per-batch latency breakdown", "Table 2",
-    "Means over every adapt batch: δ̄ = ē + ℓ̄ is the total; ē − λ is the intrinsic overhead (the "
-    "prediction itself is late), ℓ̄ the extrinsic overhead (the pipeline is busy after predicting); "
-    "δ̄/λ is the slowdown over standard inference; update rate is the fraction of batches that "
-    "changed parameters; peak memory is the device's, where it could be measured.",
-    _latency,
-    (Column("method", "method"), Column("delta_mean", "δ̄ (ms)", "ms"), Column("e_mean", "ē (ms)", "ms"),
-     Column("e_minus_lambda", "ē − λ (ms)", "ms"), Column("l_mean", "ℓ̄ (ms)", "ms"),
-     Column("slowdown", "δ̄/λ", "x"), Column("update_rate", "updates (%)", "pct"),
-     Column("peak_mem_mib", "peak mem (MiB)", "mib"), Column("batches", "batches", "int")),
-    needs_traces=True,
-))
-_register(TableSpec(
-    "discrete_decomposition", "Discrete decomposition at the strictest ρ", "Table 3",
-    "U = α · ā_served: availability α (share of batches served in time) times the accuracy on the "
-    "served batches. 'needed' is the served accuracy the method would need to match its best "
-    "competitor (best other U / α); above 100 % it is insolvent: no accuracy gain can close the gap.",
-    _on_utility(lambda u: an.discrete_decomposition(u).with_columns(pl.lit("discrete").alias("protocol")), an.POOLED),
-    (Column("method", "method"), Column("alpha", "α (%)", "pct"), Column("served", "|Q|", "int"),
-     Column("served_acc", "ā_served (%)", "pct"), Column("utility", "U (%)", "pct2"), Column("lo", "U 95% CI", "ci"),
-     Column("best_other_method", "best competitor"), Column("required_served_acc", "needed (%)", "pct"),
-     Column("insolvent", "insolvent", "bool")),
-))
-_register(TableSpec(
-    "continuous_decomposition", "Continuous decomposition at the strictest T", "Table 4",
-    "U = ā · κ̄ + Cov(a, κ): accuracy times responsiveness κ̄ (1 = on time, 0.5 = as late as T) plus "
-    "their alignment. 'needed' is the accuracy required to match the best competitor at zero "
-    "alignment (best other U / κ̄); above 100 % the method is insolvent.",
-    _on_utility(lambda u: an.continuous_decomposition(u).with_columns(pl.lit("continuous").alias("protocol")), an.POOLED),
-    (Column("method", "method"), Column("acc", "ā (%)", "pct2"), Column("kappa", "κ̄ (%)", "pct"),
-     Column("cov", "Cov(a, κ)", "cov"), Column("utility", "U (%)", "pct2"), Column("lo", "U 95% CI", "ci"),
-     Column("best_other_method", "best competitor"),
-     Column("required_acc", "needed (%)", "pct"), Column("insolvent", "insolvent", "bool")),
-))
-_register(TableSpec(
-    "amortised_decomposition", "Amortised decomposition at the strictest B", "Table 5",
-    "U = β · ā_adapt + (1 − β) · ā_frozen: the model adapts on the first m = βN batches until the "
-    "overhead budget is spent, then runs frozen. A frozen accuracy below standard inference's means "
-    "the budget was spent on harmful adaptation. 'frozen gap' is m − m* when the trace had no frozen "
-    "checkpoint at m and the nearest earlier one, m*, stood in (0 = exact).",
-    _on_utility(lambda u: an.amortised_decomposition(u).with_columns(pl.lit("amortised").alias("protocol")), an.POOLED),
-    (Column("method", "method"), Column("beta", "β (%)", "pct"), Column("m", "m", "num"),
-     Column("acc_adapt", "ā_adapt (%)", "pct2"), Column("acc_frozen", "ā_frozen (%)", "pct2"),
-     Column("frozen_gap", "frozen gap", "num"), Column("utility", "U (%)", "pct2"), Column("lo", "U 95% CI", "ci"),
-     Column("below_standard", "below standard", "bool")),
-))
-_register(TableSpec(
-    "strict_terms", "Timing terms under the strictest pressure", "Table 14",
-    "The timing-derived factors at the strictest value of each protocol: availability α, "
-    "responsiveness κ̄, and the adaptation steps m the budget allows per episode (mean, range); "
-    "'exhausted' says whether the budget ran out before the episode ended.",
-    _on_utility(an.strict_terms),
-    (Column("method", "method"), Column("alpha", "α (%)", "pct"), Column("kappa", "κ̄ (%)", "pct"),
-     Column("m_mean", "m (mean)", "num"), Column("m_min", "m min", "int"), Column("m_max", "m max", "int"),
-     Column("exhausted", "exhausted", "bool")),
-))
-_register(TableSpec(
-    "insolvency", "Insolvency across all discrete and continuous cells", "§4.3",
-    "How many per-episode cells leave the method insolvent: it would need more than 100 % (served) "
-    "accuracy to match the best competitor in the cell; 'max needed' is the worst case.",
-    _on_utility(an.insolvency),
-    (Column("method", "method"), Column("insolvent", "insolvent", "int"), Column("cells", "cells", "int"),
-     Column("discrete_insolvent", "discrete", "int"), Column("continuous_insolvent", "continuous", "int"),
-     Column("max_required", "max needed (%)", "pct")),
-))
-_register(TableSpec(
-    "pareto", "Amortised Pareto frontier over the budget", "§3.3",
-    "Pooled amortised utility per method at each budget B, with the overhead actually spent per "
-    "episode (from the traces; – when only results were given). 'efficient' points beat every "
-    "cheaper point of the same method; 'gain' is the utility bought per extra second (pp/s); "
-    "'best at B' marks the method to deploy at that budget.",
-    _pareto_table,
-    (Column("method", "method"), Column("B_ms", "B (ms)", "num"), Column("spent_ms", "spent (ms)", "num"),
-     Column("utility", "U (%)", "pct2"), Column("lo", "U 95% CI", "ci"), Column("efficient", "efficient", "bool"),
-     Column("gain_pp_per_s", "gain (pp/s)", "gain"), Column("best_at_B", "best at B", "bool")),
-))
+_register(
+    TableSpec(
+        "winners",
+        "Winner of every (episode, scenario) cell",
+        "Table 15, Figure 1",
+        "Each row is an episode, each column a scenario from offline through the strictest to the most "
+        "relaxed value of each protocol; the cell names the method with the highest utility. "
+        "Methods within 1e-12 of each other share the cell (joined by ' = '). A name ending in '?' is an "
+        "*uncertain* win: the paired bootstrap interval of its lead over the runner-up contains 0 "
+        "(docs/statistics.md); the CSV has the lead's interval (lead_lo, lead_hi).",
+        _cached("winners", _winners),
+        (
+            Column("episode", "episode"),
+            Column("scenario", "scenario"),
+            Column("winner", "winner"),
+            Column("best_utility", "U (%)", "pct2"),
+            Column("margin", "lead (pp)", "pp"),
+            Column("runner_up", "runner-up"),
+            Column("lead_lo", "lead CI", "ci"),
+            Column("certain", "certain", "bool"),
+        ),
+        pivot=_winners_pivot,
+    )
+)
+_register(
+    TableSpec(
+        "win_counts",
+        "Win counts",
+        "Table 15 legend",
+        "How many cells (episodes × scenarios, offline included) each method wins; a tied cell counts "
+        "once for every tied method. 'certain' wins lead the runner-up with a paired bootstrap interval "
+        "above 0, 'uncertain' ones do not (or tie). A method that wins offline but few temporal cells is "
+        "the paper's rank instability.",
+        _cached("win_counts", lambda i: an.win_counts(i.pooled, w=_cached("winners", _winners)(i))),
+        (
+            Column("method", "method"),
+            Column("wins", "wins", "int"),
+            Column("certain", "certain", "int"),
+            Column("uncertain", "uncertain", "int"),
+            Column("cells", "cells", "int"),
+            Column("share", "share (%)", "pct"),
+            Column("offline", "offline", "int"),
+            Column("discrete", "discrete", "int"),
+            Column("continuous", "continuous", "int"),
+            Column("amortised", "amortised", "int"),
+        ),
+    )
+)
+_register(
+    TableSpec(
+        "offline",
+        "Offline accuracy per episode",
+        "Tables 1 and 10",
+        "Offline utility (plain accuracy, no time pressure) per episode; bold is the episode's best, "
+        "the number in brackets is the method's rank (1 = best); ± is half the width of the bootstrap "
+        "interval over the episode's batches (pooled row: over episodes; bounds in the CSV).",
+        _cached("offline", _offline),
+        (
+            Column("episode", "episode"),
+            Column("method", "method"),
+            Column("utility", "accuracy (%)", "pct2"),
+            Column("rank", "rank", "int"),
+        ),
+        pivot=_offline_pivot,
+    )
+)
+_register(
+    TableSpec(
+        "sweep",
+        "Pooled utility in every scenario",
+        "Tables 11–13",
+        "Utility pooled over all episodes (and seeds), per method and scenario; bold marks the best "
+        "method of the scenario, with '?' when its lead over the runner-up is uncertain; ± is half the "
+        "width of the bootstrap interval over episodes (and seeds). Read a row to see how a method "
+        "fares as pressure relaxes (left to right).",
+        _cached("sweep", _sweep),
+        (
+            Column("scenario", "scenario"),
+            Column("method", "method"),
+            Column("utility", "U (%)", "pct2"),
+            Column("lo", "95% CI", "ci"),
+            Column("best", "best", "bool"),
+            Column("best_certain", "best certain", "bool"),
+        ),
+        pivot=_sweep_pivot,
+    )
+)
+_register(
+    TableSpec(
+        "rank_correlation",
+        "Spearman correlation between offline and temporal rankings",
+        "Table 25",
+        "For each episode and temporal scenario, the methods are ranked by offline accuracy and by "
+        "utility (ties get their average rank) and r_s is the correlation of the two rank vectors: 1 = "
+        "the offline ranking holds, −1 = it is reversed, – = undefined (a ranking is constant). The "
+        "last rows give the mean and sample standard deviation (ddof = 1) across episodes, and the "
+        "bootstrap interval of the mean (episodes resampled).",
+        _cached("rank_correlation_cells", lambda i: an.rank_correlation_cells(i.pooled)),
+        (Column("episode", "episode"), Column("scenario", "scenario"), Column("spearman", "r_s", "r")),
+        pivot=_spearman_pivot,
+    )
+)
+_register(
+    TableSpec(
+        "deficits",
+        "Losses and mean deficit to the cell winner",
+        "Table 23",
+        "Over the temporal cells (offline excluded): how many cells the method does not win (a shared "
+        "win is not a loss) and, over those lost cells, its mean utility deficit to the winner in "
+        "percentage points. Lower is better for both.",
+        _cached("deficits", lambda i: an.deficits(i.pooled)),
+        (Column("method", "method"), Column("cells", "cells", "int"))
+        + _protocol_columns((("losses", "losses", "int"), ("mean_deficit", "mean Δ (pp)", "pp"))),
+    )
+)
+_register(
+    TableSpec(
+        "below_standard",
+        "Evaluations below standard inference",
+        "Table 24",
+        "Temporal cells where the method's utility is strictly below standard inference's in the same "
+        "cell (adapting did worse than not adapting), and the share of those misses in each protocol.",
+        _on_utility(an.below_standard),
+        (
+            Column("method", "method"),
+            Column("below", "below", "int"),
+            Column("cells", "of cells", "int"),
+            Column("discrete_share", "discrete (%)", "pct"),
+            Column("continuous_share", "continuous (%)", "pct"),
+            Column("amortised_share", "amortised (%)", "pct"),
+        ),
+    )
+)
+_register(
+    TableSpec(
+        "latency",
+        "Per-batch latency breakdown",
+        "Table 2",
+        "Means over every adapt batch: δ̄ = ē + ℓ̄ is the total; ē − λ is the intrinsic overhead (the "
+        "prediction itself is late), ℓ̄ the extrinsic overhead (the pipeline is busy after predicting); "
+        "δ̄/λ is the slowdown over standard inference; update rate is the fraction of batches that "
+        "changed parameters; peak memory is the device's, where it could be measured.",
+        _latency,
+        (
+            Column("method", "method"),
+            Column("delta_mean", "δ̄ (ms)", "ms"),
+            Column("e_mean", "ē (ms)", "ms"),
+            Column("e_minus_lambda", "ē − λ (ms)", "ms"),
+            Column("l_mean", "ℓ̄ (ms)", "ms"),
+            Column("slowdown", "δ̄/λ", "x"),
+            Column("update_rate", "updates (%)", "pct"),
+            Column("peak_mem_mib", "peak mem (MiB)", "mib"),
+            Column("batches", "batches", "int"),
+        ),
+        needs_traces=True,
+    )
+)
+_register(
+    TableSpec(
+        "discrete_decomposition",
+        "Discrete decomposition at the strictest ρ",
+        "Table 3",
+        "U = α · ā_served: availability α (share of batches served in time) times the accuracy on the "
+        "served batches. 'needed' is the served accuracy the method would need to match its best "
+        "competitor (best other U / α); above 100 % it is insolvent: no accuracy gain can close the gap.",
+        _on_utility(lambda u: an.discrete_decomposition(u).with_columns(pl.lit("discrete").alias("protocol")), an.POOLED),
+        (
+            Column("method", "method"),
+            Column("alpha", "α (%)", "pct"),
+            Column("served", "|Q|", "int"),
+            Column("served_acc", "ā_served (%)", "pct"),
+            Column("utility", "U (%)", "pct2"),
+            Column("lo", "U 95% CI", "ci"),
+            Column("best_other_method", "best competitor"),
+            Column("required_served_acc", "needed (%)", "pct"),
+            Column("insolvent", "insolvent", "bool"),
+        ),
+    )
+)
+_register(
+    TableSpec(
+        "continuous_decomposition",
+        "Continuous decomposition at the strictest T",
+        "Table 4",
+        "U = ā · κ̄ + Cov(a, κ): accuracy times responsiveness κ̄ (1 = on time, 0.5 = as late as T) plus "
+        "their alignment. 'needed' is the accuracy required to match the best competitor at zero "
+        "alignment (best other U / κ̄); above 100 % the method is insolvent.",
+        _on_utility(lambda u: an.continuous_decomposition(u).with_columns(pl.lit("continuous").alias("protocol")), an.POOLED),
+        (
+            Column("method", "method"),
+            Column("acc", "ā (%)", "pct2"),
+            Column("kappa", "κ̄ (%)", "pct"),
+            Column("cov", "Cov(a, κ)", "cov"),
+            Column("utility", "U (%)", "pct2"),
+            Column("lo", "U 95% CI", "ci"),
+            Column("best_other_method", "best competitor"),
+            Column("required_acc", "needed (%)", "pct"),
+            Column("insolvent", "insolvent", "bool"),
+        ),
+    )
+)
+_register(
+    TableSpec(
+        "amortised_decomposition",
+        "Amortised decomposition at the strictest B",
+        "Table 5",
+        "U = β · ā_adapt + (1 − β) · ā_frozen: the model adapts on the first m = βN batches until the "
+        "overhead budget is spent, then runs frozen. A frozen accuracy below standard inference's means "
+        "the budget was spent on harmful adaptation. 'frozen gap' is m − m* when the trace had no frozen "
+        "checkpoint at m and the nearest earlier one, m*, stood in (0 = exact).",
+        _on_utility(lambda u: an.amortised_decomposition(u).with_columns(pl.lit("amortised").alias("protocol")), an.POOLED),
+        (
+            Column("method", "method"),
+            Column("beta", "β (%)", "pct"),
+            Column("m", "m", "num"),
+            Column("acc_adapt", "ā_adapt (%)", "pct2"),
+            Column("acc_frozen", "ā_frozen (%)", "pct2"),
+            Column("frozen_gap", "frozen gap", "num"),
+            Column("utility", "U (%)", "pct2"),
+            Column("lo", "U 95% CI", "ci"),
+            Column("below_standard", "below standard", "bool"),
+        ),
+    )
+)
+_register(
+    TableSpec(
+        "strict_terms",
+        "Timing terms under the strictest pressure",
+        "Table 14",
+        "The timing-derived factors at the strictest value of each protocol: availability α, "
+        "responsiveness κ̄, and the adaptation steps m the budget allows per episode (mean, range); "
+        "'exhausted' says whether the budget ran out before the episode ended.",
+        _on_utility(an.strict_terms),
+        (
+            Column("method", "method"),
+            Column("alpha", "α (%)", "pct"),
+            Column("kappa", "κ̄ (%)", "pct"),
+            Column("m_mean", "m (mean)", "num"),
+            Column("m_min", "m min", "int"),
+            Column("m_max", "m max", "int"),
+            Column("exhausted", "exhausted", "bool"),
+        ),
+    )
+)
+_register(
+    TableSpec(
+        "insolvency",
+        "Insolvency across all discrete and continuous cells",
+        "§4.3",
+        "How many per-episode cells leave the method insolvent: it would need more than 100 % (served) "
+        "accuracy to match the best competitor in the cell; 'max needed' is the worst case.",
+        _on_utility(an.insolvency),
+        (
+            Column("method", "method"),
+            Column("insolvent", "insolvent", "int"),
+            Column("cells", "cells", "int"),
+            Column("discrete_insolvent", "discrete", "int"),
+            Column("continuous_insolvent", "continuous", "int"),
+            Column("max_required", "max needed (%)", "pct"),
+        ),
+    )
+)
+_register(
+    TableSpec(
+        "pareto",
+        "Amortised Pareto frontier over the budget",
+        "§3.3",
+        "Pooled amortised utility per method at each budget B, with the overhead actually spent per "
+        "episode (from the traces; – when only results were given). 'efficient' points beat every "
+        "cheaper point of the same method; 'gain' is the utility bought per extra second (pp/s); "
+        "'best at B' marks the method to deploy at that budget.",
+        _pareto_table,
+        (
+            Column("method", "method"),
+            Column("B_ms", "B (ms)", "num"),
+            Column("spent_ms", "spent (ms)", "num"),
+            Column("utility", "U (%)", "pct2"),
+            Column("lo", "U 95% CI", "ci"),
+            Column("efficient", "efficient", "bool"),
+            Column("gain_pp_per_s", "gain (pp/s)", "gain"),
+            Column("best_at_B", "best at B", "bool"),
+        ),
+    )
+)
 
 
 def compute_table(name: str, inp: ReportInputs) -> pl.DataFrame | None:
@@ -582,39 +720,64 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-zA-Z0-9]+", "-", text).strip("-").lower()
 
 
-_register(TableSpec(
-    "rank_correlation_summary", "Spearman r_s per scenario across episodes", "Table 25 (mean, std rows)",
-    "Mean, its bootstrap interval (episodes resampled), sample standard deviation (ddof = 1), "
-    "minimum and maximum of r_s over the episodes where it is defined; 'undefined' counts episodes "
-    "where a ranking was constant.",
-    _cached("rank_correlation_summary", lambda i: an.summarise_rank_correlation(
-        _cached("rank_correlation_cells", lambda j: an.rank_correlation_cells(j.pooled))(i), i.bootstrap)),
-    (Column("scenario", "scenario"), Column("mean", "mean r_s", "r"), Column("ci_lo", "95% CI", "rci"),
-     Column("std", "std", "r"),
-     Column("min", "min", "r"), Column("max", "max", "r"), Column("episodes", "episodes", "int"),
-     Column("undefined", "undefined", "int")),
-))
+_register(
+    TableSpec(
+        "rank_correlation_summary",
+        "Spearman r_s per scenario across episodes",
+        "Table 25 (mean, std rows)",
+        "Mean, its bootstrap interval (episodes resampled), sample standard deviation (ddof = 1), "
+        "minimum and maximum of r_s over the episodes where it is defined; 'undefined' counts episodes "
+        "where a ranking was constant.",
+        _cached(
+            "rank_correlation_summary",
+            lambda i: an.summarise_rank_correlation(
+                _cached("rank_correlation_cells", lambda j: an.rank_correlation_cells(j.pooled))(i), i.bootstrap
+            ),
+        ),
+        (
+            Column("scenario", "scenario"),
+            Column("mean", "mean r_s", "r"),
+            Column("ci_lo", "95% CI", "rci"),
+            Column("std", "std", "r"),
+            Column("min", "min", "r"),
+            Column("max", "max", "r"),
+            Column("episodes", "episodes", "int"),
+            Column("undefined", "undefined", "int"),
+        ),
+    )
+)
 
-_register(TableSpec(
-    "seed_stability", "Winner stability across seeds", "—",
-    "With several seeds per group: the share of (episode, scenario) cells whose winner with k seeds "
-    "pooled equals the winner with all seeds pooled (mean over seed subsets of size k, with the "
-    "lowest and highest subset); 'single' rows are each seed alone. When the share is already 100 % "
-    "with fewer seeds, the extra seeds did not change the grid.",
-    _cached("seed_stability", lambda i: an.seed_stability(i.utility)),
-    (Column("kind", "rows"), Column("seeds", "seeds"), Column("subsets", "subsets", "int"),
-     Column("cells", "cells", "int"), Column("share", "same winner (%)", "pct"), Column("min", "min (%)", "pct"),
-     Column("max", "max (%)", "pct")),
-))
+_register(
+    TableSpec(
+        "seed_stability",
+        "Winner stability across seeds",
+        "—",
+        "With several seeds per group: the share of (episode, scenario) cells whose winner with k seeds "
+        "pooled equals the winner with all seeds pooled (mean over seed subsets of size k, with the "
+        "lowest and highest subset); 'single' rows are each seed alone. When the share is already 100 % "
+        "with fewer seeds, the extra seeds did not change the grid.",
+        _cached("seed_stability", lambda i: an.seed_stability(i.utility)),
+        (
+            Column("kind", "rows"),
+            Column("seeds", "seeds"),
+            Column("subsets", "subsets", "int"),
+            Column("cells", "cells", "int"),
+            Column("share", "same winner (%)", "pct"),
+            Column("min", "min (%)", "pct"),
+            Column("max", "max (%)", "pct"),
+        ),
+    )
+)
 
 #: Sections of report.md, in reading order (each lists table names).
 SECTIONS = (
     ("Who wins where", ("win_counts", "winners", "offline", "sweep", "seed_stability")),
     ("Do offline rankings predict temporal ones?", ("rank_correlation", "rank_correlation_summary")),
     ("What losing costs", ("deficits", "below_standard")),
-    ("Why: latency and decompositions under the strictest pressure",
-     ("latency", "strict_terms", "discrete_decomposition", "continuous_decomposition", "amortised_decomposition",
-      "insolvency")),
+    (
+        "Why: latency and decompositions under the strictest pressure",
+        ("latency", "strict_terms", "discrete_decomposition", "continuous_decomposition", "amortised_decomposition", "insolvency"),
+    ),
     ("What a larger budget buys", ("pareto",)),
 )
 TRACE_TIMES_FILE = "trace_times.parquet"
@@ -652,18 +815,26 @@ def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
     n_ep = len(episodes)
     methods = an.method_order(u)
     temporal = w.filter(pl.col("protocol") != "offline")
-    scope = (f" and {temporal.select('scenario').n_unique()} temporal scenarios ({temporal.height} temporal cells)"
-             if temporal.height else " (offline only: no temporal scenarios in these results)")
+    scope = (
+        f" and {temporal.select('scenario').n_unique()} temporal scenarios ({temporal.height} temporal cells)"
+        if temporal.height
+        else " (offline only: no temporal scenarios in these results)"
+    )
     per_seed = _seed_lambdas(inp.utility, group)
-    lam_text = (f"λ = {u.get_column('lambda_ms').first():.2f} ms" if len(per_seed) <= 1 else
-                "λ per seed " + ", ".join(f"{s}: {x:.2f} ms" for s, x in per_seed))
+    lam_text = (
+        f"λ = {u.get_column('lambda_ms').first():.2f} ms"
+        if len(per_seed) <= 1
+        else "λ per seed " + ", ".join(f"{s}: {x:.2f} ms" for s, x in per_seed)
+    )
     lines.append(f"{len(methods)} methods over {n_ep} episode{'s' if n_ep != 1 else ''}{scope}, {lam_text}.")
     if len(per_seed) > 1:
         lo, hi = min(x for _, x in per_seed), max(x for _, x in per_seed)
         if hi > SEED_LAMBDA_SPREAD * lo:
-            lines.append(f"**The seeds were not timed under the same conditions**: their λ differ by {hi / lo - 1:.0%} "
-                         f"({lo:.1f} to {hi:.1f} ms), so pooling them mixes machine states; the pooled winners and "
-                         "intervals include that spread (re-trace on a quiet machine to measure the seeds alone).")
+            lines.append(
+                f"**The seeds were not timed under the same conditions**: their λ differ by {hi / lo - 1:.0%} "
+                f"({lo:.1f} to {hi:.1f} ms), so pooling them mixes machine states; the pooled winners and "
+                "intervals include that spread (re-trace on a quiet machine to measure the seeds alone)."
+            )
     # offline favourite vs temporal winners
     off = w.filter(pl.col("protocol") == "offline").explode("winners")
     fav = None
@@ -686,8 +857,10 @@ def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
                     txt += f" → {FORMATS['r'](b['mean'])} at {b['scenario']}"
                 parts.append(txt)
         if parts:
-            lines.append("**Offline rankings as a predictor**: mean Spearman r_s from the strictest to the most relaxed "
-                         "value of each protocol: " + "; ".join(parts) + " (1 = offline order holds, −1 = reversed).")
+            lines.append(
+                "**Offline rankings as a predictor**: mean Spearman r_s from the strictest to the most relaxed "
+                "value of each protocol: " + "; ".join(parts) + " (1 = offline order holds, −1 = reversed)."
+            )
     bs = g("below_standard")
     if bs is not None and bs.height:
         worst = bs.sort(["below", "method"], descending=[True, False]).row(0, named=True)
@@ -695,10 +868,13 @@ def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
         if worst["below"] > 0:
             shares = {p: worst.get(f"{p}_share") or 0 for p in an.TEMPORAL_PROTOCOLS}
             where = max(shares, key=shares.get)
-            sent = (f"**Worse than not adapting**: {worst['method']} falls below standard inference in "
-                    f"{worst['below']}/{worst['cells']} temporal cells ({_pc(shares[where], 0)} of them {where}).")
-            sent += (f" Never below standard: {_count_phrase(never)}." if never else
-                     " Every method falls below standard inference somewhere.")
+            sent = (
+                f"**Worse than not adapting**: {worst['method']} falls below standard inference in "
+                f"{worst['below']}/{worst['cells']} temporal cells ({_pc(shares[where], 0)} of them {where})."
+            )
+            sent += (
+                f" Never below standard: {_count_phrase(never)}." if never else " Every method falls below standard inference somewhere."
+            )
             lines.append(sent)
         else:
             lines.append("No method ever falls below standard inference.")
@@ -743,14 +919,15 @@ def _pressure_sentence(w: pl.DataFrame, temporal: pl.DataFrame, fav: str | None)
     tc = temporal.explode("winners").group_by("winners").len().sort(["len", "winners"], descending=[True, False])
     top = [f"{m} {n}" for m, n in tc.head(3).iter_rows()]
     if not changed.height:
-        return (f"**Under time pressure the winners do not change**: every one of the {n_t} temporal cells is won "
-                f"by its episode's offline winner ({_count_phrase(top)} wins).")
+        return (
+            f"**Under time pressure the winners do not change**: every one of the {n_t} temporal cells is won "
+            f"by its episode's offline winner ({_count_phrase(top)} wins)."
+        )
     assessed = "certain" in changed.columns and changed.get_column("certain").is_not_null().any()
     n_c = int(changed.get_column("certain").fill_null(False).sum()) if assessed else None
     sent = f"**Under time pressure** the winner differs from the episode's offline winner in {changed.height} of {n_t} temporal cells"
     if n_c is not None:
-        sent += (f" ({n_c} of them with a certain lead)" if n_c else
-                 " (none of them with a certain lead: each could be a coin toss)")
+        sent += f" ({n_c} of them with a certain lead)" if n_c else " (none of them with a certain lead: each could be a coin toss)"
     sent += f"; wins: {_count_phrase(top)}."
     if fav is not None:
         fav_t = dict(tc.iter_rows()).get(fav, 0)
@@ -763,24 +940,26 @@ def _root_cause_sentence(lat: pl.DataFrame) -> str:
     (ē − λ < 0 means λ's provision covers the prediction: no intrinsic overhead)."""
     slow = lat.sort("slowdown", descending=True).row(0, named=True)
     if slow["slowdown"] is None or slow["slowdown"] <= 1.0:
-        return (f"**Root cause**: no method takes longer than λ per batch on average (the slowest, "
-                f"{slow['method']}, takes δ̄/λ = {slow['slowdown']:.2f}×), so time pressure costs little here.")
+        return (
+            f"**Root cause**: no method takes longer than λ per batch on average (the slowest, "
+            f"{slow['method']}, takes δ̄/λ = {slow['slowdown']:.2f}×), so time pressure costs little here."
+        )
     parts = []
     if slow["l_mean"] is not None and slow["l_mean"] > 0.05:
-        parts.append(f"{slow['l_mean']:.1f} ms of its {slow['delta_mean']:.1f} ms comes after the prediction "
-                     "(extrinsic ℓ̄)")
+        parts.append(f"{slow['l_mean']:.1f} ms of its {slow['delta_mean']:.1f} ms comes after the prediction (extrinsic ℓ̄)")
     if slow["e_minus_lambda"] is not None and slow["e_minus_lambda"] > 0.05:
         parts.append(f"{slow['e_minus_lambda']:.1f} ms before it (intrinsic ē − λ)")
     else:
         parts.append("its prediction itself arrives within λ (no intrinsic overhead)")
-    return (f"**Root cause**: the slowest method, {slow['method']}, takes δ̄/λ = {slow['slowdown']:.2f}× standard "
-            f"inference per batch; " + " and ".join(parts) + ".")
+    return (
+        f"**Root cause**: the slowest method, {slow['method']}, takes δ̄/λ = {slow['slowdown']:.2f}× standard "
+        f"inference per batch; " + " and ".join(parts) + "."
+    )
 
 
 def _budget_sentence(par: pl.DataFrame) -> str:
     """Who is best at each budget, consecutive budgets with the same best merged into ranges."""
-    best = (par.filter(pl.col("best_at_B")).group_by("B_ms").agg(pl.col("method").sort().str.join(" = "))
-            .sort("B_ms").rows())
+    best = par.filter(pl.col("best_at_B")).group_by("B_ms").agg(pl.col("method").sort().str.join(" = ")).sort("B_ms").rows()
     runs: list[list] = []
     for b, m in best:
         if runs and runs[-1][0] == m:
@@ -824,15 +1003,19 @@ def _strict_sentences(inp: ReportInputs, group: dict, w: pl.DataFrame, n_ep: int
         if proto == "discrete":
             s = f"{head}: it serves α = {_pc(r['alpha'])} of batches at {_pc(r['served_acc'])} served accuracy, U = {_pc(r['utility'])}."
             if o:
-                s += (f" {other} serves only α = {_pc(o['alpha'])}; to match the best competitor it would need "
-                      f"{_pc(o['required_served_acc'])} served accuracy (it reaches {_pc(o['served_acc'])})"
-                      + (" — insolvent: no accuracy gain can close the gap." if o["insolvent"] else "."))
+                s += (
+                    f" {other} serves only α = {_pc(o['alpha'])}; to match the best competitor it would need "
+                    f"{_pc(o['required_served_acc'])} served accuracy (it reaches {_pc(o['served_acc'])})"
+                    + (" — insolvent: no accuracy gain can close the gap." if o["insolvent"] else ".")
+                )
         elif proto == "continuous":
             s = f"{head}: its {_pc(r['acc'])} accuracy, discounted by responsiveness κ̄ = {_pc(r['kappa'])}, gives U = {_pc(r['utility'])}."
             if o:
-                s += (f" {other}'s {_pc(o['acc'])} accuracy is discounted to U = {_pc(o['utility'])} (κ̄ = "
-                      f"{_pc(o['kappa'])}); it would need {_pc(o['required_acc'])} accuracy to match"
-                      + (" — insolvent." if o["insolvent"] else "."))
+                s += (
+                    f" {other}'s {_pc(o['acc'])} accuracy is discounted to U = {_pc(o['utility'])} (κ̄ = "
+                    f"{_pc(o['kappa'])}); it would need {_pc(o['required_acc'])} accuracy to match"
+                    + (" — insolvent." if o["insolvent"] else ".")
+                )
         else:
             frozen = "" if r["acc_frozen"] is None else f", then ā_frozen = {_pc(r['acc_frozen'])} frozen"
             s = f"{head}: it adapts on β = {_pc(r['beta'])} of the stream{frozen}, U = {_pc(r['utility'])}."
@@ -841,9 +1024,11 @@ def _strict_sentences(inp: ReportInputs, group: dict, w: pl.DataFrame, n_ep: int
             frozen_worse = below.filter((pl.col("beta") < 1) & (pl.col("acc_frozen") < base["utility"])) if base else below.clear()
             if frozen_worse.height:
                 names = frozen_worse.get_column("method").to_list()
-                s += (f" {_count_phrase(names)} end{'s' if len(names) == 1 else ''} below standard inference: the budget "
-                      f"runs out after {_pc(frozen_worse.get_column('beta').max())} of the stream or less and the frozen "
-                      "model is worse than the source model (harmful adaptation).")
+                s += (
+                    f" {_count_phrase(names)} end{'s' if len(names) == 1 else ''} below standard inference: the budget "
+                    f"runs out after {_pc(frozen_worse.get_column('beta').max())} of the stream or less and the frozen "
+                    "model is worse than the source model (harmful adaptation)."
+                )
             rest = below.filter(~pl.col("method").is_in(frozen_worse.get_column("method").to_list()))
             if rest.height:
                 names = rest.get_column("method").to_list()
@@ -862,8 +1047,9 @@ class ReportResult:
     seconds: dict[str, float]
 
 
-def build_report(inp: ReportInputs, out: str | Path, all_episodes: bool = False,
-                 episodes: Sequence[str] | None = None, figures: bool = True) -> ReportResult:
+def build_report(
+    inp: ReportInputs, out: str | Path, all_episodes: bool = False, episodes: Sequence[str] | None = None, figures: bool = True
+) -> ReportResult:
     """Write ``out/report.md``, ``out/tables/*.csv`` and ``out/figures/*.{png,pdf}``.
 
     The utility curves show one episode per corruption category (four by default),
@@ -881,12 +1067,10 @@ def build_report(inp: ReportInputs, out: str | Path, all_episodes: bool = False,
     with staged_dir(final, what="report", last=("report.md",), folders=REPORT_FOLDERS, files=REPORT_FILES) as stage:
         result = _build_report(inp, stage, all_episodes, episodes, figures)
     moved = lambda p: final / p.relative_to(stage)  # noqa: E731
-    return ReportResult(moved(result.report), [moved(p) for p in result.tables], [moved(p) for p in result.figures],
-                        result.seconds)
+    return ReportResult(moved(result.report), [moved(p) for p in result.tables], [moved(p) for p in result.figures], result.seconds)
 
 
-def _build_report(inp: ReportInputs, out: Path, all_episodes: bool, episodes: Sequence[str] | None,
-                  figures: bool) -> ReportResult:
+def _build_report(inp: ReportInputs, out: Path, all_episodes: bool, episodes: Sequence[str] | None, figures: bool) -> ReportResult:
     import time
 
     from tempora_schema.outputs import to_bytes, write_file
@@ -912,10 +1096,14 @@ def _build_report(inp: ReportInputs, out: Path, all_episodes: bool, episodes: Se
     # ("group" is the full label: named in headings, too long for file names)
     varying = [k for k in (groups[0] if groups else {}) if k != "group" and len({str(g[k]) for g in groups}) > 1]
     fig_paths: list[Path] = []
-    md = ["# Tempora report", "",
-          f"Source: `{inp.source}` ({'traces, swept for this report' if inp.from_traces else 'sweep results'}). "
-          "Utilities and accuracies are in %, times in ms. Every table is also in `tables/<name>.csv` "
-          "(all groups, fractions rather than %).", ""]
+    md = [
+        "# Tempora report",
+        "",
+        f"Source: `{inp.source}` ({'traces, swept for this report' if inp.from_traces else 'sweep results'}). "
+        "Utilities and accuracies are in %, times in ms. Every table is also in `tables/<name>.csv` "
+        "(all groups, fractions rather than %).",
+        "",
+    ]
     t1 = time.perf_counter()
     for gi, group in enumerate(groups):
         # figure names: the group values that tell the groups apart, e.g. "cpu-other-winners.png"
@@ -934,8 +1122,12 @@ def _build_report(inp: ReportInputs, out: Path, all_episodes: bool, episodes: Se
             for fig_name, caption in FIGURE_CAPTIONS.get(title, ()):
                 if fig_name in figs:
                     png, pdf = figs[fig_name]
-                    md += [f"![{caption}]({png.relative_to(out).as_posix()})", "",
-                           f"*{caption}* ([PDF]({pdf.relative_to(out).as_posix()}))", ""]
+                    md += [
+                        f"![{caption}]({png.relative_to(out).as_posix()})",
+                        "",
+                        f"*{caption}* ([PDF]({pdf.relative_to(out).as_posix()}))",
+                        "",
+                    ]
             for name in names:
                 md += _table_markdown(name, computed[name], group, hx, why_missing(name, inp))
         if inp.scenarios is not None and inp.scenarios.height:
@@ -953,11 +1145,17 @@ def _build_report(inp: ReportInputs, out: Path, all_episodes: bool, episodes: Se
 
 
 FIGURE_CAPTIONS = {
-    "Who wins where": (("winners", "Winner of every episode × scenario cell (paper Figure 1); legend: wins"),
-                       ("curves", "Utility against ρ, T and B per episode (paper Figure 3): green = lead of the best "
-                                  "method over standard inference, grey = worse than standard (methods drawn grey)")),
+    "Who wins where": (
+        ("winners", "Winner of every episode × scenario cell (paper Figure 1); legend: wins"),
+        (
+            "curves",
+            "Utility against ρ, T and B per episode (paper Figure 3): green = lead of the best "
+            "method over standard inference, grey = worse than standard (methods drawn grey)",
+        ),
+    ),
     "Why: latency and decompositions under the strictest pressure": (
-        ("latency", "Mean per-batch latency: ē (light) and ℓ̄ (solid) against λ, labelled with δ̄/λ"),),
+        ("latency", "Mean per-batch latency: ē (light) and ℓ̄ (solid) against λ, labelled with δ̄/λ"),
+    ),
     "What a larger budget buys": (("pareto", "Amortised utility against the overhead spent (filled: efficient points)"),),
 }
 
@@ -969,8 +1167,11 @@ def _table_markdown(name: str, t: pl.DataFrame | None, group: dict, hx: str, why
         return head + [f"_Not in this report: {why}._", ""]
     t = filter_group(t, group)
     if not t.height:
-        return head + ["_No rows for this group: its results lack what this table compares (offline and "
-                       "temporal scenarios of the same methods and episodes)._", ""]
+        return head + [
+            "_No rows for this group: its results lack what this table compares (offline and "
+            "temporal scenarios of the same methods and episodes)._",
+            "",
+        ]
     headers, rows = formatted_rows(spec, t)
     extra = []
     if name in ("discrete_decomposition", "continuous_decomposition", "amortised_decomposition"):
@@ -986,8 +1187,9 @@ def _group_figures(inp, group, computed, fig_dir, prefix, all_episodes, episodes
     made: dict[str, tuple[Path, Path]] = {}
     w, wc = computed["winners"], computed["win_counts"]
     if w is not None and filter_group(w, group).height:
-        made["winners"] = tuple(fg.save(fg.winners_grid(filter_group(w, group), filter_group(wc, group), label),
-                                        fig_dir, prefix + "winners"))
+        made["winners"] = tuple(
+            fg.save(fg.winners_grid(filter_group(w, group), filter_group(wc, group), label), fig_dir, prefix + "winners")
+        )
     eps_all = an.episode_order(u.get_column("episode").unique().to_list())
     if episodes:
         missing = [e for e in episodes if e not in eps_all]
@@ -997,8 +1199,7 @@ def _group_figures(inp, group, computed, fig_dir, prefix, all_episodes, episodes
     else:
         chosen = eps_all if all_episodes else an.representative_episodes(eps_all)
     if chosen and u.filter(pl.col("protocol") != "offline").height:
-        made["curves"] = tuple(fg.save(fg.utility_curves(u, chosen, an.method_order(u), label), fig_dir,
-                                       prefix + "curves"))
+        made["curves"] = tuple(fg.save(fg.utility_curves(u, chosen, an.method_order(u), label), fig_dir, prefix + "curves"))
     lat = computed["latency"]
     if lat is not None and filter_group(lat, group).height:
         made["latency"] = tuple(fg.save(fg.latency_bars(filter_group(lat, group), label), fig_dir, prefix + "latency"))

@@ -27,16 +27,20 @@ def device_winners(utility: pl.DataFrame) -> dict[tuple, pl.DataFrame]:
         devices = part["device"].unique(maintain_order=True).to_list()
         if len(devices) < 2:
             continue
-        best = (part.filter(pl.col("utility").is_not_null())
-                .sort(["device", "protocol", "value", "utility", "method"], descending=[False, False, False, True, False],
-                      nulls_last=True)
-                .group_by(["device", "protocol", "value"], maintain_order=True).agg(pl.col("method").first()))
+        best = (
+            part.filter(pl.col("utility").is_not_null())
+            .sort(["device", "protocol", "value", "utility", "method"], descending=[False, False, False, True, False], nulls_last=True)
+            .group_by(["device", "protocol", "value"], maintain_order=True)
+            .agg(pl.col("method").first())
+        )
         table = best.pivot(on="device", index=["protocol", "value"], values="method")
         order = {p: i for i, p in enumerate(an.PROTOCOLS)}
-        table = table.with_columns(pl.col("protocol").replace_strict(order, default=99).alias("_o")).sort(
-            "_o", "value", nulls_last=True).drop("_o")
-        out[key] = table.with_columns(
-            (pl.concat_list([pl.col(d) for d in devices]).list.n_unique() > 1).alias("differs"))
+        table = (
+            table.with_columns(pl.col("protocol").replace_strict(order, default=99).alias("_o"))
+            .sort("_o", "value", nulls_last=True)
+            .drop("_o")
+        )
+        out[key] = table.with_columns((pl.concat_list([pl.col(d) for d in devices]).list.n_unique() > 1).alias("differs"))
     return out
 
 
@@ -45,13 +49,21 @@ def markdown(utility: pl.DataFrame) -> list[str]:
     tables = device_winners(utility)
     if not tables:
         return []
-    md = ["## Across devices", "",
-          "The same setting traced on several devices: the winner of every scenario cell on each "
-          "(pooled over episodes). Cells where the devices disagree are marked ←.", ""]
+    md = [
+        "## Across devices",
+        "",
+        "The same setting traced on several devices: the winner of every scenario cell on each "
+        "(pooled over episodes). Cells where the devices disagree are marked ←.",
+        "",
+    ]
     for key, t in tables.items():
         devices = [c for c in t.columns if c not in ("protocol", "value", "differs")]
-        md += [f"**{' · '.join(str(k) for k in key)}**: the winner differs in {t['differs'].sum()} of {t.height} cells.",
-               "", "| scenario | " + " | ".join(devices) + " |", "|---" * (len(devices) + 1) + "|"]
+        md += [
+            f"**{' · '.join(str(k) for k in key)}**: the winner differs in {t['differs'].sum()} of {t.height} cells.",
+            "",
+            "| scenario | " + " | ".join(devices) + " |",
+            "|---" * (len(devices) + 1) + "|",
+        ]
         for r in t.iter_rows(named=True):
             cell = "offline" if r["protocol"] == "offline" else f"{r['protocol']} {an.format_value(r['protocol'], r['value'])}"
             mark = " ←" if r["differs"] else ""

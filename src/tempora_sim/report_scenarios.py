@@ -49,10 +49,8 @@ def scenario_sweeps(traces, options, burst: str = DEFAULT_BURST, seeds: int = DE
     base = options if isinstance(options, SweepOptions) else SweepOptions.build(**(options or {}))
     with warnings.catch_warnings():  # the report's own sweep of these traces already said them
         warnings.simplefilter("ignore", SimWarning)
-        bursty = sweep(traces, SweepOptions.build(base, protocols="discrete", arrivals=f"burst:{burst}",
-                                                  arrival_seeds=seeds))
-        combined = sweep(traces, SweepOptions.build(base, protocols=",".join(COMBINED_PROTOCOLS),
-                                                    arrivals="periodic", arrival_seeds=1))
+        bursty = sweep(traces, SweepOptions.build(base, protocols="discrete", arrivals=f"burst:{burst}", arrival_seeds=seeds))
+        combined = sweep(traces, SweepOptions.build(base, protocols=",".join(COMBINED_PROTOCOLS), arrivals="periodic", arrival_seeds=1))
     return pl.concat([bursty, combined], how="diagonal_relaxed")
 
 
@@ -63,9 +61,11 @@ def _pooled(frame: pl.DataFrame) -> pl.DataFrame:
 
 def _winners(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     ranked = frame.filter(pl.col("utility").is_not_null()).sort(
-        keys + ["utility", "method"], descending=[False] * len(keys) + [True, False])
+        keys + ["utility", "method"], descending=[False] * len(keys) + [True, False]
+    )
     top = ranked.group_by(keys, maintain_order=True).agg(
-        pl.col("method").first().alias("winner"), pl.col("utility").first().alias("utility"),
+        pl.col("method").first().alias("winner"),
+        pl.col("utility").first().alias("utility"),
         pl.col("utility").get(1).alias("runner_up_utility") if ranked.height else pl.lit(None).alias("runner_up_utility"),
     )
     return top
@@ -81,8 +81,11 @@ def burst_comparison(paper: pl.DataFrame, scen: pl.DataFrame) -> pl.DataFrame | 
     rows = []
     for label, part in bursty.group_by("arrivals", maintain_order=True):
         b = _winners(part, ["value"]).rename({"winner": "bursty_winner", "utility": "bursty_utility"})
-        rows.append(p.drop("runner_up_utility").join(b.drop("runner_up_utility"), on="value", how="inner")
-                    .with_columns(pl.lit(label[0]).alias("arrivals")))
+        rows.append(
+            p.drop("runner_up_utility")
+            .join(b.drop("runner_up_utility"), on="value", how="inner")
+            .with_columns(pl.lit(label[0]).alias("arrivals"))
+        )
     out = pl.concat(rows).with_columns((pl.col("periodic_winner") != pl.col("bursty_winner")).alias("changed"))
     return out.sort("arrivals", "value", descending=[False, True])
 
@@ -111,27 +114,40 @@ def markdown(paper: pl.DataFrame, scen: pl.DataFrame, hx: str) -> list[str]:
     """The section for one group (``paper``/``scen`` already filtered to it); [] if no rows."""
     if scen.height == 0:
         return []
-    md = [f"{hx} Beyond the paper's scenarios", "",
-          "Replays of the same traces under arrival processes and combined pressures the paper does not "
-          "evaluate (docs/design.md §9).", ""]
+    md = [
+        f"{hx} Beyond the paper's scenarios",
+        "",
+        "Replays of the same traces under arrival processes and combined pressures the paper does not evaluate (docs/design.md §9).",
+        "",
+    ]
     comp = burst_comparison(paper, scen)
     if comp is not None:
         changed = comp.filter(pl.col("changed")).height
-        md += [f"**Bursty vs periodic arrivals at the same mean load** (discrete protocol; bursty rows pool "
-               f"{scen['arrival_seed'].drop_nulls().n_unique() if 'arrival_seed' in scen.columns else 1} arrival seeds): "
-               f"the winner changes in {changed} of {comp.height} cells.", "",
-               "| arrivals | ρ | periodic winner (U %) | bursty winner (U %) |", "|---|---|---|---|"]
+        md += [
+            f"**Bursty vs periodic arrivals at the same mean load** (discrete protocol; bursty rows pool "
+            f"{scen['arrival_seed'].drop_nulls().n_unique() if 'arrival_seed' in scen.columns else 1} arrival seeds): "
+            f"the winner changes in {changed} of {comp.height} cells.",
+            "",
+            "| arrivals | ρ | periodic winner (U %) | bursty winner (U %) |",
+            "|---|---|---|---|",
+        ]
         for r in comp.iter_rows(named=True):
             mark = " ←" if r["changed"] else ""
-            md.append(f"| {r['arrivals']} | {_rho(r['value'])} | {r['periodic_winner']} "
-                      f"({r['periodic_utility'] * 100:.1f}) | {r['bursty_winner']} ({r['bursty_utility'] * 100:.1f}){mark} |")
+            md.append(
+                f"| {r['arrivals']} | {_rho(r['value'])} | {r['periodic_winner']} "
+                f"({r['periodic_utility'] * 100:.1f}) | {r['bursty_winner']} ({r['bursty_utility'] * 100:.1f}){mark} |"
+            )
         md.append("")
     for protocol, table in winners_maps(scen).items():
-        title = ("Deadline + patience" if protocol == "discrete-continuous" else "Deadline + budget")
+        title = "Deadline + patience" if protocol == "discrete-continuous" else "Deadline + budget"
         rhos = sorted(table["value"].unique().to_list(), reverse=True)
         cells = {(r["value"], r["value2"]): r for r in table.iter_rows(named=True)}
-        md += [f"**{title}** (`{protocol}`): winner (utility %) of every cell", "",
-               "| | " + " | ".join(_rho(r) for r in rhos) + " |", "|---" * (len(rhos) + 1) + "|"]
+        md += [
+            f"**{title}** (`{protocol}`): winner (utility %) of every cell",
+            "",
+            "| | " + " | ".join(_rho(r) for r in rhos) + " |",
+            "|---" * (len(rhos) + 1) + "|",
+        ]
         for v2 in sorted(table["value2"].unique().to_list()):
             row = [_second(protocol, v2)]
             for r in rhos:

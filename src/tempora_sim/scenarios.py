@@ -60,7 +60,7 @@ def frozen_latency(series, amortised: dict) -> np.ndarray:
             if m[s, v] >= series.n[s] or gap[s, v] < 0:
                 continue
             if series.frozen_from_adapt[s]:
-                out[s, v] = series.delta[series.offsets[s] + m[s, v]:series.offsets[s + 1]].mean()
+                out[s, v] = series.delta[series.offsets[s] + m[s, v] : series.offsets[s + 1]].mean()
                 continue
             if t_idx not in means:
                 agg = series.traces[t_idx].frozen.group_by("episode", "checkpoint").agg(pl.col("delta_ms").mean())
@@ -78,33 +78,57 @@ def _replay(series, u, scale, opts, h, n_adapt, f_delta, f_acc, engine):
     if engine == "numba":
         K.use_threads(int(series.a.shape[0]) * scale.shape[1] * max(1, h.shape[1]))
         return K.discrete_general_kernel(
-            series.a, series.e, series.delta, u, scale, series.offsets, series.lam, int(opts["queue"]), strict, mode,
-            series.skip_value, h, n_adapt, f_delta, f_acc,
+            series.a,
+            series.e,
+            series.delta,
+            u,
+            scale,
+            series.offsets,
+            series.lam,
+            int(opts["queue"]),
+            strict,
+            mode,
+            series.skip_value,
+            h,
+            n_adapt,
+            f_delta,
+            f_acc,
         )
     from .reference import discrete_reference
 
     S, C = scale.shape
-    served = np.zeros((S, C), np.int64); ssum = np.zeros((S, C)); score = np.zeros((S, C))
-    ak = np.zeros((S, C, h.shape[1])); frozen = np.zeros((S, C), np.int64)
+    served = np.zeros((S, C), np.int64)
+    ssum = np.zeros((S, C))
+    score = np.zeros((S, C))
+    ak = np.zeros((S, C, h.shape[1]))
+    frozen = np.zeros((S, C), np.int64)
     for s in range(S):
         sl = slice(series.offsets[s], series.offsets[s + 1])
         lam = float(series.lam[s])
         for c in range(C):
             res = discrete_reference(
-                series.a[sl].tolist(), series.delta[sl].tolist(), None, opts["queue"], opts["sync"],
-                opts["skipped"], int(round(1.0 / series.skip_value[s])), opts["fallback"],
-                arrivals=(u[sl] * scale[s, c]).tolist(), e=series.e[sl].tolist(), lam=lam,
-                T=[lam + x for x in h[s]], n_adapt=int(n_adapt[s, c]), f_delta=float(f_delta[s, c]),
+                series.a[sl].tolist(),
+                series.delta[sl].tolist(),
+                None,
+                opts["queue"],
+                opts["sync"],
+                opts["skipped"],
+                int(round(1.0 / series.skip_value[s])),
+                opts["fallback"],
+                arrivals=(u[sl] * scale[s, c]).tolist(),
+                e=series.e[sl].tolist(),
+                lam=lam,
+                T=[lam + x for x in h[s]],
+                n_adapt=int(n_adapt[s, c]),
+                f_delta=float(f_delta[s, c]),
                 f_acc=float(f_acc[s, c]),
             )
-            served[s, c], ssum[s, c], score[s, c], frozen[s, c] = (res.served, res.served_sum, res.score_sum,
-                                                                     res.frozen_served)
+            served[s, c], ssum[s, c], score[s, c], frozen[s, c] = (res.served, res.served_sum, res.score_sum, res.frozen_served)
             ak[s, c] = res.ak_sums
     return served, ssum, score, ak, frozen
 
 
-def replay_scenarios(series, protos, rho_v, T_v, B_v, opts, spec: ArrivalSpec, seeds, absolute, engine,
-                     amortised=None) -> dict:
+def replay_scenarios(series, protos, rho_v, T_v, B_v, opts, spec: ArrivalSpec, seeds, absolute, engine, amortised=None) -> dict:
     """Raw per-(series·seed, grid cell) sums of the scenario protocols in ``protos``.
 
     Keys: ``discrete`` (only for non-periodic arrivals), ``discrete-continuous``,
@@ -131,8 +155,7 @@ def replay_scenarios(series, protos, rho_v, T_v, B_v, opts, spec: ArrivalSpec, s
     if "discrete" in protos and not spec.periodic:
         n_adapt, nan = unlimited(len(rho_a))
         served, ssum, score, _, _ = run(gamma, np.zeros((S, 0)), n_adapt, nan, nan)
-        out["discrete"] = {"served": served, "served_sum": ssum, "score_sum": score, "values": tuple(rho_v),
-                           "values2": None}
+        out["discrete"] = {"served": served, "served_sum": ssum, "score_sum": score, "values": tuple(rho_v), "values2": None}
 
     if "discrete-continuous" in protos:
         h = np.asarray(T_v, np.float64)[None, :] - series.lam[:, None]
@@ -142,10 +165,13 @@ def replay_scenarios(series, protos, rho_v, T_v, B_v, opts, spec: ArrivalSpec, s
         nT = len(T_v)
         # cells flattened ρ-major: (ρ_i, T_k) -> i·nT + k
         out["discrete-continuous"] = {
-            "served": np.repeat(served, nT, axis=1), "served_sum": np.repeat(ssum, nT, axis=1),
+            "served": np.repeat(served, nT, axis=1),
+            "served_sum": np.repeat(ssum, nT, axis=1),
             "score_sum": np.repeat(score - ssum, nT, axis=1) + ak.reshape(S * ns, -1),
             "ak_sum": ak.reshape(S * ns, -1),
-            "values": tuple(r for r in rho_v for _ in T_v), "values2": tuple(t for _ in rho_v for t in T_v)}
+            "values": tuple(r for r in rho_v for _ in T_v),
+            "values2": tuple(t for _ in rho_v for t in T_v),
+        }
 
     if "discrete-amortised" in protos:
         m, facc = amortised["m"], amortised["frozen_acc"]
@@ -153,17 +179,22 @@ def replay_scenarios(series, protos, rho_v, T_v, B_v, opts, spec: ArrivalSpec, s
         nB = len(B_v)
         scale = np.repeat(gamma, nB, axis=1)  # (ρ_i, B_b) -> i·nB + b
         tile = (1, len(rho_a))
-        served, ssum, score, _, frozen = run(scale, np.zeros((S, 0)), np.tile(m.astype(np.int64), tile),
-                                             np.tile(fdelta, tile), np.tile(facc, tile))
+        served, ssum, score, _, frozen = run(
+            scale, np.zeros((S, 0)), np.tile(m.astype(np.int64), tile), np.tile(fdelta, tile), np.tile(facc, tile)
+        )
         out["discrete-amortised"] = {
-            "served": served, "served_sum": ssum, "score_sum": score, "frozen_served": frozen,
-            "values": tuple(r for r in rho_v for _ in B_v), "values2": tuple(b for _ in rho_v for b in B_v),
-            "frozen_acc": np.repeat(np.tile(facc, tile), ns, axis=0)}
+            "served": served,
+            "served_sum": ssum,
+            "score_sum": score,
+            "frozen_served": frozen,
+            "values": tuple(r for r in rho_v for _ in B_v),
+            "values2": tuple(b for _ in rho_v for b in B_v),
+            "frozen_acc": np.repeat(np.tile(facc, tile), ns, axis=0),
+        }
     return out
 
 
-def scenario_frame(series, protocol: str, raw: dict, pooled: bool, spec: ArrivalSpec, seeds, absolute,
-                   frame_fn) -> pl.DataFrame:
+def scenario_frame(series, protocol: str, raw: dict, pooled: bool, spec: ArrivalSpec, seeds, absolute, frame_fn) -> pl.DataFrame:
     """Output rows of one scenario protocol, in the sweep's columns (``frame_fn`` = replay._frame)."""
     ns = len(seeds)
     xs = expand_seeds(series, ns)
@@ -175,8 +206,7 @@ def scenario_frame(series, protocol: str, raw: dict, pooled: bool, spec: Arrival
         ak = _reduce(xs, raw["ak_sum"], pooled)
         ssum = _reduce(xs, raw["served_sum"], pooled)
         with np.errstate(invalid="ignore", divide="ignore"):
-            extra.append(pl.Series("kappa", np.where(ssum > 0, ak / np.where(ssum > 0, ssum, 1.0), np.nan),
-                                   nan_to_null=True))
+            extra.append(pl.Series("kappa", np.where(ssum > 0, ak / np.where(ssum > 0, ssum, 1.0), np.nan), nan_to_null=True))
     if protocol == "discrete-amortised":
         served = _reduce(xs, raw["served"], pooled)
         frozen = _reduce(xs, raw["frozen_served"], pooled)
@@ -193,15 +223,19 @@ def scenario_frame(series, protocol: str, raw: dict, pooled: bool, spec: Arrival
     frame = frame.with_columns(
         pl.lit(protocol).alias("protocol"),
         pl.lit(grids.PARAM2_OF.get(protocol), pl.Utf8).alias("param2"),
-        pl.Series("value2", np.tile(np.asarray(raw["values2"] or [np.nan] * len(values), np.float64),
-                                    frame.height // max(1, len(values))), nan_to_null=True),
+        pl.Series(
+            "value2",
+            np.tile(np.asarray(raw["values2"] or [np.nan] * len(values), np.float64), frame.height // max(1, len(values))),
+            nan_to_null=True,
+        ),
         *extra,
     )
     if absolute:
         mean_gap = float(np.mean(spec.gaps))
         frame = frame.with_columns((pl.col("lambda_ms") / mean_gap).alias("value"))
-    seed_col = pl.lit(None, pl.Int64) if pooled else pl.Series(
-        "arrival_seed", np.tile(np.asarray(seeds, np.int64), frame.height // ns), pl.Int64)
+    seed_col = (
+        pl.lit(None, pl.Int64) if pooled else pl.Series("arrival_seed", np.tile(np.asarray(seeds, np.int64), frame.height // ns), pl.Int64)
+    )
     frame = frame.with_columns(pl.lit(spec.label()).alias("arrivals"), seed_col.alias("arrival_seed"))
     if protocol == "discrete-continuous":
         frame = frame.filter(pl.col("value2") > pl.col("lambda_ms"))

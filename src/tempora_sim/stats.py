@@ -56,9 +56,7 @@ class BootstrapOptions:
     def __post_init__(self) -> None:
         if not (isinstance(self.level, (int, float)) and 0.5 <= float(self.level) < 1.0):
             raise StatsError(f"--ci-level: confidence level must be in [0.5, 1) (got {self.level!r})")
-        if isinstance(self.resamples, bool) or not isinstance(self.resamples, (int, np.integer)) or not (
-            100 <= self.resamples <= 100_000
-        ):
+        if isinstance(self.resamples, bool) or not isinstance(self.resamples, (int, np.integer)) or not (100 <= self.resamples <= 100_000):
             raise StatsError(f"--resamples: must be an integer in [100, 100000] (got {self.resamples!r})")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
             raise StatsError(f"--ci-seed: must be an integer >= 0 (got {self.seed!r})")
@@ -69,12 +67,23 @@ def bootstrap_options(fn):
     import click
 
     options = [
-        click.option("--ci-level", "ci_level", default=DEFAULT_LEVEL, show_default=True, type=float,
-                     help="Confidence level of every bootstrap interval."),
-        click.option("--resamples", default=DEFAULT_RESAMPLES, show_default=True, type=int,
-                     help="Bootstrap resamples."),
-        click.option("--ci-seed", "ci_seed", default=DEFAULT_SEED, show_default=True, type=int,
-                     help="Seed of the bootstrap resampling (same seed, same intervals)."),
+        click.option(
+            "--ci-level",
+            "ci_level",
+            default=DEFAULT_LEVEL,
+            show_default=True,
+            type=float,
+            help="Confidence level of every bootstrap interval.",
+        ),
+        click.option("--resamples", default=DEFAULT_RESAMPLES, show_default=True, type=int, help="Bootstrap resamples."),
+        click.option(
+            "--ci-seed",
+            "ci_seed",
+            default=DEFAULT_SEED,
+            show_default=True,
+            type=int,
+            help="Seed of the bootstrap resampling (same seed, same intervals).",
+        ),
     ]
     for opt in reversed(options):
         fn = opt(fn)
@@ -121,8 +130,11 @@ def mean_interval(values, opts: BootstrapOptions = BootstrapOptions(), weights=N
         return (math.nan, math.nan)
     if x.size == 1:
         return (float(x[0]), float(x[0]))
-    boot = bootstrap_means(x[None, :], resample_counts(x.size, opts.resamples, opts.seed),
-                           None if weights is None else np.asarray(weights, np.float64)[None, :])
+    boot = bootstrap_means(
+        x[None, :],
+        resample_counts(x.size, opts.resamples, opts.seed),
+        None if weights is None else np.asarray(weights, np.float64)[None, :],
+    )
     lo, hi = percentile_interval(boot[0], opts.level)
     return float(lo), float(hi)
 

@@ -32,9 +32,21 @@ from tempora_schema import (
 
 #: The 15 ImageNet-C corruptions, canonical order (episodes of the paper's episodic stream).
 CORRUPTIONS = (
-    "gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur",
-    "motion_blur", "zoom_blur", "snow", "frost", "fog",
-    "brightness", "contrast", "elastic_transform", "pixelate", "jpeg_compression",
+    "gaussian_noise",
+    "shot_noise",
+    "impulse_noise",
+    "defocus_blur",
+    "glass_blur",
+    "motion_blur",
+    "zoom_blur",
+    "snow",
+    "frost",
+    "fog",
+    "brightness",
+    "contrast",
+    "elastic_transform",
+    "pixelate",
+    "jpeg_compression",
 )
 
 
@@ -124,16 +136,18 @@ def make_trace(
 
     def add(ep, phase, ck, steps, correct, e, l):
         k = len(steps)
-        chunks.append({
-            "episode": np.full(k, ep, dtype=object),
-            "phase": np.full(k, phase, dtype=object),
-            "checkpoint": np.full(k, ck, dtype=np.int32),
-            "step": np.asarray(steps, dtype=np.int32),
-            "correct": np.asarray(correct, dtype=np.int32),
-            "e_ms": np.asarray(e, dtype=np.float64),
-            "l_ms": np.asarray(l, dtype=np.float64),
-            "updated": np.full(k, bool(prof.updates and phase == PHASE_ADAPT)),
-        })
+        chunks.append(
+            {
+                "episode": np.full(k, ep, dtype=object),
+                "phase": np.full(k, phase, dtype=object),
+                "checkpoint": np.full(k, ck, dtype=np.int32),
+                "step": np.asarray(steps, dtype=np.int32),
+                "correct": np.asarray(correct, dtype=np.int32),
+                "e_ms": np.asarray(e, dtype=np.float64),
+                "l_ms": np.asarray(l, dtype=np.float64),
+                "updated": np.full(k, bool(prof.updates and phase == PHASE_ADAPT)),
+            }
+        )
 
     for ep in episodes:
         e = np.clip(rng.normal(prof.e_ms, prof.e_std, num_batches), 0.0, None) * time_scale
@@ -180,7 +194,8 @@ def make_trace(
         meta["speed_probe_kind"] = "synthetic"
         meta["speed_probe"] = [
             {"episode": ep, "step": int(k), "ms": float(probe_ms * (1.0 + 0.01 * rng.standard_normal()))}
-            for ep in episodes for k in range(0, num_batches, 50)
+            for ep in episodes
+            for k in range(0, num_batches, 50)
         ]
     if schema_version == 1:
         meta = {k: meta[k] for k in METADATA_FIELDS_V1}
@@ -215,9 +230,7 @@ def write_trace(path: str | Path, method: str = "tent", **kwargs) -> Path:
     return path
 
 
-def write_trace_set(
-    directory: str | Path, methods: Sequence[str] = tuple(PROFILES), **kwargs
-) -> list[Path]:
+def write_trace_set(directory: str | Path, methods: Sequence[str] = tuple(PROFILES), **kwargs) -> list[Path]:
     """Write one trace per method into ``directory`` (one comparison group)."""
     directory = Path(directory)
     return [write_trace(directory / f"{m}.parquet", m, **kwargs) for m in methods]

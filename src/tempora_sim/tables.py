@@ -53,8 +53,7 @@ def _groups(frame: pl.DataFrame) -> Iterable[tuple[str, pl.DataFrame]]:
     the group's label (tempora_schema.GroupKey.label without the seed) and the seeds pooled."""
     keys = an.group_columns(frame)
     for key, part in frame.group_by(keys, maintain_order=True):
-        seeds = ", ".join(sorted(set(", ".join(part.get_column(an.SEEDS).to_list()).split(", ")))) \
-            if an.SEEDS in part.columns else "?"
+        seeds = ", ".join(sorted(set(", ".join(part.get_column(an.SEEDS).to_list()).split(", ")))) if an.SEEDS in part.columns else "?"
         name = part["group"][0] if "group" in part.columns else " · ".join(str(k) for k in key)
         yield f"{name} · seed{'s' if ',' in seeds else ''} {seeds}", part
 
@@ -101,8 +100,7 @@ def _shown_rows(frame: pl.DataFrame) -> pl.DataFrame:
     return pl.concat(keep, how="vertical") if keep else frame
 
 
-def utility_tables(group: pl.DataFrame, latency: dict[str, float], intervals=None,
-                   certain: dict | None = None) -> list[Table]:
+def utility_tables(group: pl.DataFrame, latency: dict[str, float], intervals=None, certain: dict | None = None) -> list[Table]:
     """Tables 11–13 for one group's pooled rows: utility (%) per method × grid value, '?' after
     the best value when its lead over the runner-up is uncertain (``certain``: value → bool),
     and the typical and widest half-width of the bootstrap intervals in the caption."""
@@ -120,17 +118,30 @@ def utility_tables(group: pl.DataFrame, latency: dict[str, float], intervals=Non
             all_values = part["value"].unique(maintain_order=True).to_list()
             values = shown_values(all_values)
             param = part["param"][0]
-            widths = [(r["hi"] - r["lo"]) * 50 for (m, p, _), r in ci.items()
-                      if p == protocol and r.get("lo") is not None and r.get("hi") is not None]
-            spread = (f"; intervals over episodes: ±{sorted(widths)[len(widths) // 2]:.1f} pp typical, "
-                      f"±{max(widths):.1f} widest (`tempora-sim report` has each)") if widths else ""
-            caption = ("* best per column (bold), underlined: second; ? the best's lead over the runner-up is "
-                       "uncertain (its paired bootstrap interval contains 0)" + spread)
+            widths = [
+                (r["hi"] - r["lo"]) * 50
+                for (m, p, _), r in ci.items()
+                if p == protocol and r.get("lo") is not None and r.get("hi") is not None
+            ]
+            spread = (
+                (
+                    f"; intervals over episodes: ±{sorted(widths)[len(widths) // 2]:.1f} pp typical, "
+                    f"±{max(widths):.1f} widest (`tempora-sim report` has each)"
+                )
+                if widths
+                else ""
+            )
+            caption = (
+                "* best per column (bold), underlined: second; ? the best's lead over the runner-up is "
+                "uncertain (its paired bootstrap interval contains 0)" + spread
+            )
             if len(values) < len(all_values):
-                caption += (f"; {len(values)} of {len(all_values):,} grid values shown, evenly spaced "
-                            "(every value is in --out or --format json)")
-            table = Table(title=_TITLES[protocol], box=box.SIMPLE_HEAD, title_justify="left", min_width=60,
-                          caption=caption, caption_justify="left")
+                caption += (
+                    f"; {len(values)} of {len(all_values):,} grid values shown, evenly spaced (every value is in --out or --format json)"
+                )
+            table = Table(
+                title=_TITLES[protocol], box=box.SIMPLE_HEAD, title_justify="left", min_width=60, caption=caption, caption_justify="left"
+            )
             table.add_column("Method")
             for v in values:
                 table.add_column(value_label(param, v), justify="right")
@@ -177,13 +188,31 @@ def decomposition_tables(group: pl.DataFrame, latency: dict[str, float]) -> list
     tables = []
     if True:
         specs = (
-            ("discrete", "max", ["α (%)", "|Q|", "ā_served (%)", "U_discrete (%)"],
-             lambda r: [_pct(r["alpha"], 1), f"{int(r['served']):,}", _pct(r["served_acc"]), _pct(r["utility"])]),
-            ("continuous", "min", ["ā (%)", "κ̄ (%)", "Cov(a, κ)", "U_continuous (%)"],
-             lambda r: [_pct(r["acc"]), _pct(r["kappa"], 1), f"{r['cov']:+.4f}", _pct(r["utility"])]),
-            ("amortised", "min", ["β (%)", "m", "ā_adapt (%)", "ā_frozen (%)", "gap", "U_amortised (%)"],
-             lambda r: [_pct(r["beta"], 1), f"{r['m']:.1f}", _pct(r["acc_adapt"]), _pct(r["acc_frozen"]),
-                        "–" if r["frozen_gap"] is None else str(r["frozen_gap"]), _pct(r["utility"])]),
+            (
+                "discrete",
+                "max",
+                ["α (%)", "|Q|", "ā_served (%)", "U_discrete (%)"],
+                lambda r: [_pct(r["alpha"], 1), f"{int(r['served']):,}", _pct(r["served_acc"]), _pct(r["utility"])],
+            ),
+            (
+                "continuous",
+                "min",
+                ["ā (%)", "κ̄ (%)", "Cov(a, κ)", "U_continuous (%)"],
+                lambda r: [_pct(r["acc"]), _pct(r["kappa"], 1), f"{r['cov']:+.4f}", _pct(r["utility"])],
+            ),
+            (
+                "amortised",
+                "min",
+                ["β (%)", "m", "ā_adapt (%)", "ā_frozen (%)", "gap", "U_amortised (%)"],
+                lambda r: [
+                    _pct(r["beta"], 1),
+                    f"{r['m']:.1f}",
+                    _pct(r["acc_adapt"]),
+                    _pct(r["acc_frozen"]),
+                    "–" if r["frozen_gap"] is None else str(r["frozen_gap"]),
+                    _pct(r["utility"]),
+                ],
+            ),
         )
         for protocol, pick, headers, cells in specs:
             part = group.filter(pl.col("protocol") == protocol)
@@ -192,8 +221,12 @@ def decomposition_tables(group: pl.DataFrame, latency: dict[str, float]) -> list
             value = part["value"].max() if pick == "max" else part["value"].min()
             part = part.filter(pl.col("value") == value)
             param = part["param"][0]
-            table = Table(title=f"{protocol.capitalize()} decomposition at {value_label(param, value)} (strictest)",
-                          box=box.SIMPLE_HEAD, title_justify="left", min_width=60)
+            table = Table(
+                title=f"{protocol.capitalize()} decomposition at {value_label(param, value)} (strictest)",
+                box=box.SIMPLE_HEAD,
+                title_justify="left",
+                min_width=60,
+            )
             table.add_column("Method")
             for h in headers:
                 table.add_column(h, justify="right")
@@ -208,8 +241,7 @@ def decomposition_tables(group: pl.DataFrame, latency: dict[str, float]) -> list
     return tables
 
 
-def print_report(result: SweepResult, console: Console | None = None,
-                 bootstrap: BootstrapOptions | None = None) -> None:
+def print_report(result: SweepResult, console: Console | None = None, bootstrap: BootstrapOptions | None = None) -> None:
     """Per group (seeds pooled): a header with λ, the utility tables, then the decompositions."""
     console = console or Console()
     frame = result.frame
@@ -233,6 +265,5 @@ def print_report(result: SweepResult, console: Console | None = None,
         mine = {(p, v): c for (k, p, v), c in certain.items() if k == gk}
         from .scenario_tables import scenario_tables
 
-        for table in (utility_tables(group, latency, intervals, mine) + decomposition_tables(group, latency)
-                      + scenario_tables(group)):
+        for table in utility_tables(group, latency, intervals, mine) + decomposition_tables(group, latency) + scenario_tables(group):
             console.print(table)

@@ -88,9 +88,7 @@ class Trace:
         rows = self.rows.filter(pl.col("phase") == PHASE_ADAPT)
         order = {ep: i for i, ep in enumerate(rows["episode"].unique(maintain_order=True).to_list())}
         return (
-            rows.with_columns(pl.col("episode").replace_strict(order, return_dtype=pl.Int64).alias("_ep"))
-            .sort(["_ep", "step"])
-            .drop("_ep")
+            rows.with_columns(pl.col("episode").replace_strict(order, return_dtype=pl.Int64).alias("_ep")).sort(["_ep", "step"]).drop("_ep")
         )
 
     @cached_property
@@ -156,8 +154,7 @@ def _check_link(path: Path) -> None:
         os.stat(path)
     except FileNotFoundError:
         target = os.readlink(path) if path.is_symlink() else "?"
-        raise TraceFileError(path, f"dangling symbolic link (its target {target} does not exist); "
-                                   "fix or remove the link") from None
+        raise TraceFileError(path, f"dangling symbolic link (its target {target} does not exist); fix or remove the link") from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise TraceFileError(path, "symbolic link loop; fix or remove the link") from None
@@ -207,8 +204,10 @@ def check_out_outside(sources: Iterable[str | os.PathLike], out: str | os.PathLi
         except (OSError, RuntimeError):
             continue
         if dest == folder or folder in dest.parents:
-            raise SimError(f"--out {out} is inside the trace directory {folder}; its Parquet files would be read as "
-                           "traces next time: write it elsewhere")
+            raise SimError(
+                f"--out {out} is inside the trace directory {folder}; its Parquet files would be read as "
+                "traces next time: write it elsewhere"
+            )
 
 
 #: Integer metadata that must fit the simulator's int64 columns.
@@ -289,8 +288,12 @@ def rows_from_polars(df: pl.DataFrame, path: object = "<trace>") -> RowArrays:
         episode_code=run_code[ep_run] if ep_run.size else np.zeros(0, np.int64),
         phase_values=[str(v) for v in phase_values],
         adapt=(df["phase"].cast(pl.String) == PHASE_ADAPT).to_numpy(),
-        checkpoint=num("checkpoint", "i"), step=num("step", "i"), n=num("n", "i"),
-        correct=num("correct", "i"), e_ms=num("e_ms", "f"), l_ms=num("l_ms", "f"),
+        checkpoint=num("checkpoint", "i"),
+        step=num("step", "i"),
+        n=num("n", "i"),
+        correct=num("correct", "i"),
+        e_ms=num("e_ms", "f"),
+        l_ms=num("l_ms", "f"),
         delta_ms=num("delta_ms", "f"),
     )
 
@@ -360,8 +363,7 @@ def load_traces(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike]) 
         warnings.warn(v1_warning(old[0]), SimWarning, stacklevel=2)
     elif old:
         shown = ", ".join(str(p) for p in old[:3]) + (", …" if len(old) > 3 else "")
-        warnings.warn(v1_warning(f"{len(old)} files ({shown})").replace("schema v1 trace:", "schema v1 traces:"),
-                      SimWarning, stacklevel=2)
+        warnings.warn(v1_warning(f"{len(old)} files ({shown})").replace("schema v1 trace:", "schema v1 traces:"), SimWarning, stacklevel=2)
     traces.groups()  # reject duplicate identities early, at load time
     return traces
 

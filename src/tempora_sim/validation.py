@@ -113,8 +113,14 @@ class LiveRunStats:
     def setting(self) -> tuple:
         r = self.run
         meta = self.file.meta
-        base = (self.file.group, meta["method"], r["protocol"], round(float(meta["lambda_ms"]), 9), tuple(self.episodes),
-                tuple(self.num_batches[e] for e in self.episodes))
+        base = (
+            self.file.group,
+            meta["method"],
+            r["protocol"],
+            round(float(meta["lambda_ms"]), 9),
+            tuple(self.episodes),
+            tuple(self.num_batches[e] for e in self.episodes),
+        )
         if r["protocol"] == "discrete":
             return base + (round(float(r["gamma_ms"]), 9), int(r["queue"]))
         return base + (float(r["budget_ms"]), r["budget_rule"])
@@ -131,8 +137,9 @@ def run_stats(live: LiveFile) -> list[LiveRunStats]:
         sizes = {e: int(part.filter(pl.col("episode") == e).height) for e in episodes}
         served = part.filter(pl.col("served"))
         sum_a = float(served["_a"].sum())
-        stats = LiveRunStats(live, run, episodes, sizes, served.height, part.height,
-                             sum_a / served.height if served.height else None, sum_a / part.height)
+        stats = LiveRunStats(
+            live, run, episodes, sizes, served.height, part.height, sum_a / served.height if served.height else None, sum_a / part.height
+        )
         if run["protocol"] == "amortised":
             stats.m = {e: int(part.filter((pl.col("episode") == e) & (pl.col("mode") == "adapt")).height) for e in episodes}
         else:
@@ -180,9 +187,16 @@ def self_consistency(stats: LiveRunStats, part: pl.DataFrame, tie_us: float = DE
             before = np.flatnonzero(steps < differ[0])
             j = int(before[-1]) if before.size else 0
             for b in differ.tolist():
-                stats.disagreements.append({"episode": ep, "step": b, "live_served": bool(live_served[b]),
-                                            "replay_served": bool(replayed[b]), "margin_us": float(margin_us[j]),
-                                            "near_tie": bool(margin_us[j] <= tie_us)})
+                stats.disagreements.append(
+                    {
+                        "episode": ep,
+                        "step": b,
+                        "live_served": bool(live_served[b]),
+                        "replay_served": bool(replayed[b]),
+                        "margin_us": float(margin_us[j]),
+                        "near_tie": bool(margin_us[j] <= tie_us),
+                    }
+                )
     stats.agreement = same / stats.total
     stats.agreement_delta_only = same_delta / stats.total
     stats.overhead_us = float(np.mean(np.concatenate(extra))) * 1e3 if extra else None
@@ -198,12 +212,16 @@ def _restricted(trace: Trace, episodes: Sequence[str], sizes: dict[str, int]) ->
             raise GroupError(f"{trace.path}: no episode '{ep}' (the live run has it); trace that domain too")
         if have[ep] < sizes[ep]:
             raise GroupError(f"{trace.path}: episode '{ep}' has {have[ep]} batches, the live run {sizes[ep]}")
-    keep = pl.any_horizontal([(pl.col("episode") == ep) & (pl.col("step") < sizes[ep]) & (pl.col("checkpoint") < sizes[ep])
-                              for ep in episodes])
+    keep = pl.any_horizontal(
+        [(pl.col("episode") == ep) & (pl.col("step") < sizes[ep]) & (pl.col("checkpoint") < sizes[ep]) for ep in episodes]
+    )
     rows = trace.rows.filter(keep)
     order = {ep: i for i, ep in enumerate(episodes)}
-    rows = rows.with_columns(pl.col("episode").replace_strict(order, return_dtype=pl.Int64).alias("_o")).sort(
-        ["_o", "phase", "checkpoint", "step"]).drop("_o")
+    rows = (
+        rows.with_columns(pl.col("episode").replace_strict(order, return_dtype=pl.Int64).alias("_o"))
+        .sort(["_o", "phase", "checkpoint", "step"])
+        .drop("_o")
+    )
     return Trace(trace.path, trace.meta, rows)
 
 
@@ -228,8 +246,9 @@ def replay_setting(trace: Trace, first: LiveRunStats) -> dict:
         rho = lam / float(run["gamma_ms"])
         res = run_sweep(TraceSet([restricted]), protocols="discrete", rho=[rho], lambda_ms=lam, queue=int(run["queue"]))
     else:
-        res = run_sweep(TraceSet([restricted]), protocols="amortised", B_ms=[float(run["budget_ms"])], lambda_ms=lam,
-                        budget_rule=run["budget_rule"])
+        res = run_sweep(
+            TraceSet([restricted]), protocols="amortised", B_ms=[float(run["budget_ms"])], lambda_ms=lam, budget_rule=run["budget_rule"]
+        )
     frame = res.frame
     pooled = frame.filter(pl.col("episode") == ALL_EPISODES).row(0, named=True)
     per_ep = {r["episode"]: r for r in frame.filter(pl.col("episode") != ALL_EPISODES).iter_rows(named=True)}
@@ -287,29 +306,42 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
         u = np.array([r.utility for r in runs])
         a = np.array([r.alpha for r in runs])
         row = {
-            "dataset": meta["dataset"], "model": meta["model"], "device": meta["device"], "method": meta["method"],
-            "protocol": proto, "lambda_ms": float(meta["lambda_ms"]), "runs": len(runs),
+            "dataset": meta["dataset"],
+            "model": meta["model"],
+            "device": meta["device"],
+            "method": meta["method"],
+            "protocol": proto,
+            "lambda_ms": float(meta["lambda_ms"]),
+            "runs": len(runs),
             "rho": float(first.run["rho"]) if proto == "discrete" else None,
             "gamma_ms": float(first.run["gamma_ms"]) if proto == "discrete" else None,
             "queue": int(first.run["queue"]) if proto == "discrete" else None,
             "budget_ms": float(first.run["budget_ms"]) if proto == "amortised" else None,
             "budget_rule": first.run["budget_rule"] if proto == "amortised" else None,
-            "num_batches": first.total, "trace": str(trace.path),
-            "utility_live": float(u.mean()), "utility_replay": float(replay["utility"]),
+            "num_batches": first.total,
+            "trace": str(trace.path),
+            "utility_live": float(u.mean()),
+            "utility_replay": float(replay["utility"]),
             "spread_utility_pp": float(100 * (u.max() - u.min())) if len(runs) > 1 else None,
         }
         row["delta_utility_pp"] = 100 * (row["utility_replay"] - row["utility_live"])
         if proto == "discrete":
             sacc = [r.served_acc for r in runs if r.served_acc is not None]
             row.update(
-                alpha_live=float(a.mean()), alpha_replay=float(replay["alpha"]),
-                served_live=float(np.mean([r.served for r in runs])), served_replay=int(replay["served"]),
-                served_acc_live=float(np.mean(sacc)) if sacc else None, served_acc_replay=replay["served_acc"],
+                alpha_live=float(a.mean()),
+                alpha_replay=float(replay["alpha"]),
+                served_live=float(np.mean([r.served for r in runs])),
+                served_replay=int(replay["served"]),
+                served_acc_live=float(np.mean(sacc)) if sacc else None,
+                served_acc_replay=replay["served_acc"],
                 spread_alpha_pp=float(100 * (a.max() - a.min())) if len(runs) > 1 else None,
             )
             row["delta_alpha_pp"] = 100 * (row["alpha_replay"] - row["alpha_live"])
-            row["delta_served_acc_pp"] = (100 * (row["served_acc_replay"] - row["served_acc_live"])
-                                          if row["served_acc_live"] is not None and row["served_acc_replay"] is not None else None)
+            row["delta_served_acc_pp"] = (
+                100 * (row["served_acc_replay"] - row["served_acc_live"])
+                if row["served_acc_live"] is not None and row["served_acc_replay"] is not None
+                else None
+            )
             limit_u = tol.abs_pp if len(runs) < 2 else min(tol.abs_pp, row["spread_utility_pp"] + tol.spread_slack_pp)
             limit_a = tol.abs_pp if len(runs) < 2 else min(tol.abs_pp, row["spread_alpha_pp"] + tol.spread_slack_pp)
             row["tolerance_pp"] = limit_u
@@ -324,21 +356,44 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
             ok = True
             if proto == "discrete":
                 ok = (100 * r.agreement >= tol.min_agreement_pct - 1e-9) and all(d["near_tie"] for d in r.disagreements)
-            run_rows.append({
-                "file": str(r.file.path), "run": int(r.run["run"]), "repeat": int(r.run["repeat"]), "method": meta["method"],
-                "protocol": proto, "lambda_ms": row["lambda_ms"], "rho": row["rho"], "queue": row["queue"], "budget_ms": row["budget_ms"],
-                "budget_rule": row["budget_rule"], "num_batches": r.total, "served": r.served, "alpha": r.alpha,
-                "served_acc": r.served_acc, "utility": r.utility,
-                "m": float(np.mean(list(r.m.values()))) if r.m else None,
-                "agreement_pct": _pp(r.agreement), "agreement_delta_only_pct": _pp(r.agreement_delta_only),
-                "overhead_us": r.overhead_us, "disagreements": len(r.disagreements), "pass": ok,
-            })
+            run_rows.append(
+                {
+                    "file": str(r.file.path),
+                    "run": int(r.run["run"]),
+                    "repeat": int(r.run["repeat"]),
+                    "method": meta["method"],
+                    "protocol": proto,
+                    "lambda_ms": row["lambda_ms"],
+                    "rho": row["rho"],
+                    "queue": row["queue"],
+                    "budget_ms": row["budget_ms"],
+                    "budget_rule": row["budget_rule"],
+                    "num_batches": r.total,
+                    "served": r.served,
+                    "alpha": r.alpha,
+                    "served_acc": r.served_acc,
+                    "utility": r.utility,
+                    "m": float(np.mean(list(r.m.values()))) if r.m else None,
+                    "agreement_pct": _pp(r.agreement),
+                    "agreement_delta_only_pct": _pp(r.agreement_delta_only),
+                    "overhead_us": r.overhead_us,
+                    "disagreements": len(r.disagreements),
+                    "pass": ok,
+                }
+            )
             for d in r.disagreements:
                 dis_rows.append({"file": str(r.file.path), "run": int(r.run["run"]), **d})
     settings_frame = pl.DataFrame(setting_rows, infer_schema_length=None)
     runs_frame = pl.DataFrame(run_rows, infer_schema_length=None)
-    dis_schema = {"file": pl.Utf8, "run": pl.Int64, "episode": pl.Utf8, "step": pl.Int64, "live_served": pl.Boolean,
-                  "replay_served": pl.Boolean, "margin_us": pl.Float64, "near_tie": pl.Boolean}
+    dis_schema = {
+        "file": pl.Utf8,
+        "run": pl.Int64,
+        "episode": pl.Utf8,
+        "step": pl.Int64,
+        "live_served": pl.Boolean,
+        "replay_served": pl.Boolean,
+        "margin_us": pl.Float64,
+        "near_tie": pl.Boolean,
+    }
     dis_frame = pl.DataFrame(dis_rows, schema=dis_schema)
     return Validation(settings_frame, runs_frame, dis_frame)
-

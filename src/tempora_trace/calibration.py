@@ -60,8 +60,12 @@ def dispersion(episodes: list[str], steps: list[int], deltas: list[float], top: 
         raise ValueError("no adapt rows")
     order = np.argsort(-d, kind="stable")[:top]
     return Dispersion(
-        count=int(d.size), mean_ms=float(d.mean()), std_ms=float(d.std()), median_ms=float(np.median(d)),
-        max_ms=float(d.max()), largest=tuple((episodes[i], int(steps[i]), float(d[i])) for i in order),
+        count=int(d.size),
+        mean_ms=float(d.mean()),
+        std_ms=float(d.std()),
+        median_ms=float(np.median(d)),
+        max_ms=float(d.max()),
+        largest=tuple((episodes[i], int(steps[i]), float(d[i])) for i in order),
         robust_lambda_ms=lambda_ms(d, "robust"),
     )
 
@@ -85,8 +89,11 @@ def dispersion_lines(disp: Dispersion) -> list[str]:
     ]
     reasons = disp.noisy_reasons()
     if reasons:
-        lines.append("warning: this machine looks noisy — " + "; ".join(reasons)
-                     + ": λ = mean + 6σ turns such hiccups into slack; re-measure on a quiet machine or pass --lambda-ms")
+        lines.append(
+            "warning: this machine looks noisy — "
+            + "; ".join(reasons)
+            + ": λ = mean + 6σ turns such hiccups into slack; re-measure on a quiet machine or pass --lambda-ms"
+        )
     return lines
 
 

@@ -40,11 +40,28 @@ DEVICE_TYPES = ("cpu", "cuda")
 ENGINES = ("local", "ray")
 #: Tracer options a group may set under ``options`` (the `tempora-trace run` flags, as keys).
 TRACE_OPTIONS = {
-    "max_batches": int, "frozen_sample": (int, str), "threads": int, "workers": int, "checkpoints": list,
+    "max_batches": int,
+    "frozen_sample": (int, str),
+    "threads": int,
+    "workers": int,
+    "checkpoints": list,
     "no_default_checkpoints": bool,
 }
-_GROUP_KEYS = {"machine", "dataset", "model", "weights", "batch_size", "severities", "seeds", "streams", "methods",
-               "domains", "options", "params", "budgets_ms"}
+_GROUP_KEYS = {
+    "machine",
+    "dataset",
+    "model",
+    "weights",
+    "batch_size",
+    "severities",
+    "seeds",
+    "streams",
+    "methods",
+    "domains",
+    "options",
+    "params",
+    "budgets_ms",
+}
 _MACHINE_KEYS = {"device", "data_root", "accelerator", "cpus_per_trace", "gpus"}
 
 
@@ -86,20 +103,44 @@ class TraceTask:
 
     @property
     def label(self) -> str:
-        return (f"{self.dataset}/{self.model or 'default'}/{self.machine.device}/{self.method}"
-                f" bs{self.batch_size} sev{self.severity} seed{self.seed} {self.stream}")
+        return (
+            f"{self.dataset}/{self.model or 'default'}/{self.machine.device}/{self.method}"
+            f" bs{self.batch_size} sev{self.severity} seed{self.seed} {self.stream}"
+        )
 
     @property
     def group_key(self) -> tuple:
         """Traces that share λ: everything but the method."""
-        return (self.group, self.machine.kind, self.dataset, self.model, self.batch_size, self.severity, self.seed,
-                self.stream, self.domains)
+        return (
+            self.group,
+            self.machine.kind,
+            self.dataset,
+            self.model,
+            self.batch_size,
+            self.severity,
+            self.seed,
+            self.stream,
+            self.domains,
+        )
 
     def argv(self, out_root: Path, lambda_ms: float | None = None, device: str | None = None) -> list[str]:
         """``tempora-trace run`` arguments writing into ``out_root/<dataset>/<model>/<device-slug>``."""
-        args = ["run", "--method", self.method, "--dataset", self.dataset, "--device", device or self.machine.device,
-                "--batch-size", str(self.batch_size), "--severity", str(self.severity), "--seed", str(self.seed),
-                "--quiet"]
+        args = [
+            "run",
+            "--method",
+            self.method,
+            "--dataset",
+            self.dataset,
+            "--device",
+            device or self.machine.device,
+            "--batch-size",
+            str(self.batch_size),
+            "--severity",
+            str(self.severity),
+            "--seed",
+            str(self.seed),
+            "--quiet",
+        ]
         if self.stream.startswith("dirichlet:"):
             args += ["--stream", "dirichlet", "--dirichlet-alpha", self.stream.split(":", 1)[1]]
         else:
@@ -163,8 +204,9 @@ def _list(value: Any, where: str, kind: type | tuple) -> list:
     items = value if isinstance(value, list) else [value]
     for item in items:
         if isinstance(item, bool) or not isinstance(item, kind):
-            raise CampaignError(f"{where}: expected {'a list of ' if isinstance(value, list) else ''}"
-                                f"{getattr(kind, '__name__', 'value')}, got {item!r}")
+            raise CampaignError(
+                f"{where}: expected {'a list of ' if isinstance(value, list) else ''}{getattr(kind, '__name__', 'value')}, got {item!r}"
+            )
     return items
 
 
@@ -192,8 +234,7 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
             raise CampaignError(f"{path}: [machines.{kind}] must be a table")
         bad = set(spec) - _MACHINE_KEYS
         if bad:
-            raise CampaignError(f"{path}: [machines.{kind}] has unknown key(s) {sorted(bad)}; known: "
-                                f"{', '.join(sorted(_MACHINE_KEYS))}")
+            raise CampaignError(f"{path}: [machines.{kind}] has unknown key(s) {sorted(bad)}; known: {', '.join(sorted(_MACHINE_KEYS))}")
         device = spec.get("device", "cpu")
         if device not in DEVICE_TYPES:
             raise CampaignError(f"{path}: [machines.{kind}] device must be cpu or cuda, not {device!r}")
@@ -216,8 +257,7 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
             raise CampaignError(f"{where}: unknown key(s) {sorted(bad)}; known: {', '.join(sorted(_GROUP_KEYS))}")
         kind = group.get("machine", next(iter(machines)))
         if kind not in machines:
-            raise CampaignError(f"{where}: machine kind {kind!r} is not declared under [machines] "
-                                f"(declared: {', '.join(machines)})")
+            raise CampaignError(f"{where}: machine kind {kind!r} is not declared under [machines] (declared: {', '.join(machines)})")
         machine = machines[kind]
         dataset = group.get("dataset", "demo")
         try:
@@ -225,8 +265,10 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
         except ConfigError as exc:
             raise CampaignError(f"{where}: {exc}") from None
         if spec.data_folder is not None and not machine.data_root and not os.environ.get("TEMPORA_DATA"):
-            raise CampaignError(f"{where}: dataset {dataset!r} needs data, but machine kind {kind!r} has no "
-                                f"data_root (set [machines.{kind}] data_root = \"/path\")")
+            raise CampaignError(
+                f"{where}: dataset {dataset!r} needs data, but machine kind {kind!r} has no "
+                f'data_root (set [machines.{kind}] data_root = "/path")'
+            )
         model = group.get("model")
         if model is not None and model not in MODEL_NORMS:
             raise CampaignError(f"{where}: unknown model {model!r}; available: {', '.join(MODEL_NORMS)}")
@@ -238,15 +280,13 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
                 raise CampaignError(f"{where}: unknown method {m!r}; available: {', '.join(sorted(methods_known))}")
             norm = MODEL_NORMS.get(model or spec.default_model)
             if norm is not None and norm not in get_method(m).compatible_norms:
-                raise CampaignError(f"{where}: method {m!r} does not run on model {model or spec.default_model!r} "
-                                    f"({norm} normalisation)")
+                raise CampaignError(f"{where}: method {m!r} does not run on model {model or spec.default_model!r} ({norm} normalisation)")
         if "standard" not in methods:
             methods = ["standard", *methods]  # λ of the group comes from its standard trace
         options = group.get("options", {})
         for key, value in options.items():
             if key not in TRACE_OPTIONS:
-                raise CampaignError(f"{where}: options.{key} is not a tracer option here; known: "
-                                    f"{', '.join(sorted(TRACE_OPTIONS))}")
+                raise CampaignError(f"{where}: options.{key} is not a tracer option here; known: {', '.join(sorted(TRACE_OPTIONS))}")
             if isinstance(value, bool) != (TRACE_OPTIONS[key] is bool) or not isinstance(value, TRACE_OPTIONS[key]):
                 raise CampaignError(f"{where}: options.{key} has the wrong type ({value!r})")
         domains = group.get("domains")
@@ -263,14 +303,25 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
             for seed in _list(group.get("seeds", [2025]), f"{where} seeds", int):
                 for stream in _list(group.get("streams", ["episodic"]), f"{where} streams", str):
                     for m in methods:
-                        tasks.append(TraceTask(
-                            g, machine, dataset, model, m, int(group.get("batch_size", 64)), sev, seed, stream,
-                            domains, group.get("weights"), tuple(sorted(options.items())),
-                            tuple(sorted((group.get("params") or {}).get(m, {}).items())),
-                            budgets if m != "standard" else (),
-                        ))
-    return Campaign(path, str(head.get("name", path.stem)), out, bool(head.get("shared_storage", True)), machines,
-                    tasks)
+                        tasks.append(
+                            TraceTask(
+                                g,
+                                machine,
+                                dataset,
+                                model,
+                                m,
+                                int(group.get("batch_size", 64)),
+                                sev,
+                                seed,
+                                stream,
+                                domains,
+                                group.get("weights"),
+                                tuple(sorted(options.items())),
+                                tuple(sorted((group.get("params") or {}).get(m, {}).items())),
+                                budgets if m != "standard" else (),
+                            )
+                        )
+    return Campaign(path, str(head.get("name", path.stem)), out, bool(head.get("shared_storage", True)), machines, tasks)
 
 
 # --------------------------------------------------------------------------- one trace
@@ -291,12 +342,22 @@ def trace_location(task: TraceTask, out_root: Path) -> Path:
 
     options = dict(task.options)
     cfg = TraceConfig(
-        method=task.method, method_params=dict(task.params), dataset=task.dataset, model=task.model,
-        weights=task.weights, data_root=task.machine.data_root, device=task.machine.device,
-        domains=list(task.domains) if task.domains else None, severity=task.severity,
-        max_batches=options.get("max_batches"), batch_size=task.batch_size, seed=task.seed, stream=task.stream,
+        method=task.method,
+        method_params=dict(task.params),
+        dataset=task.dataset,
+        model=task.model,
+        weights=task.weights,
+        data_root=task.machine.data_root,
+        device=task.machine.device,
+        domains=list(task.domains) if task.domains else None,
+        severity=task.severity,
+        max_batches=options.get("max_batches"),
+        batch_size=task.batch_size,
+        seed=task.seed,
+        stream=task.stream,
         dirichlet_alpha=None,
-        threads=options.get("threads"), quiet=True,
+        threads=options.get("threads"),
+        quiet=True,
     ).resolved()
     slug = device_slug(resolve_device(task.machine.device))
     return out_root / cfg.dataset / str(cfg.model) / slug / f"{cfg.file_stem()}.parquet"
@@ -316,8 +377,7 @@ def _complete(path: Path) -> bool:
         return False
 
 
-def run_trace_process(task: TraceTask, out_root: Path, lambda_ms: float | None = None,
-                      env: dict[str, str] | None = None) -> TaskResult:
+def run_trace_process(task: TraceTask, out_root: Path, lambda_ms: float | None = None, env: dict[str, str] | None = None) -> TaskResult:
     """Run one trace as a ``tempora-trace run`` process (resuming an interrupted one)."""
     t0 = time.perf_counter()
     path = trace_location(task, out_root)
@@ -329,8 +389,9 @@ def run_trace_process(task: TraceTask, out_root: Path, lambda_ms: float | None =
         args.append("--resume")
     elif path.exists():
         args.append("--force")  # an unreadable leftover, not a trace
-    proc = subprocess.run([sys.executable, "-m", "tempora_trace.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})})
+    proc = subprocess.run(
+        [sys.executable, "-m", "tempora_trace.cli", *args], capture_output=True, text=True, env={**os.environ, **(env or {})}
+    )
     seconds = time.perf_counter() - t0
     if proc.returncode != 0:
         lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
@@ -372,8 +433,14 @@ class Progress:
             from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
             from rich.progress import Progress as Bar
 
-            self._bar = Bar(TextColumn("traces"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                            TimeElapsedColumn(), transient=True)
+            self._bar = Bar(
+                TextColumn("traces"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.description}"),
+                TimeElapsedColumn(),
+                transient=True,
+            )
             self._bar.start()
             self._id = self._bar.add_task(self._text(), total=total)
 
@@ -393,8 +460,7 @@ class Progress:
             self._draw(advance=1)
             if not self.quiet and self._bar is None and result.status != "skipped":
                 extra = f": {result.message}" if result.message else ""
-                print(f"{result.status:>7}  {result.task.label}  ({result.seconds:.0f} s){extra}", file=sys.stderr,
-                      flush=True)
+                print(f"{result.status:>7}  {result.task.label}  ({result.seconds:.0f} s){extra}", file=sys.stderr, flush=True)
 
     def _draw(self, advance: int = 0) -> None:
         if self._bar is not None:
@@ -415,8 +481,9 @@ def _lambdas_needed(campaign: Campaign, results: list[TaskResult]) -> dict[tuple
     return out
 
 
-def run_local(campaign: Campaign, launcher: Launcher | None = None, gpus: Sequence[int] | None = None,
-              progress: Progress | None = None) -> list[TaskResult]:
+def run_local(
+    campaign: Campaign, launcher: Launcher | None = None, gpus: Sequence[int] | None = None, progress: Progress | None = None
+) -> list[TaskResult]:
     """One trace at a time per device: a dispatcher per GPU, pinned with CUDA_VISIBLE_DEVICES."""
     launcher = launcher or run_trace_process
     progress = progress or Progress(len(campaign.tasks), quiet=True)
@@ -425,8 +492,9 @@ def run_local(campaign: Campaign, launcher: Launcher | None = None, gpus: Sequen
     if gpus is None:
         gpus = visible_gpus()
     if cuda and not gpus:
-        raise CampaignError(f"{campaign.path}: the campaign has CUDA traces but this machine shows no GPU "
-                            "(run it where the GPUs are, or with --engine ray)")
+        raise CampaignError(
+            f"{campaign.path}: the campaign has CUDA traces but this machine shows no GPU (run it where the GPUs are, or with --engine ray)"
+        )
 
     def run_phase(tasks: list[TraceTask], lambdas: dict) -> None:
         cpu_tasks = [t for t in tasks if t.machine.device != "cuda"]
@@ -480,8 +548,9 @@ def _ray_task(task: TraceTask, out_root: str, lambda_ms: float | None, shared: b
     return result
 
 
-def run_ray(campaign: Campaign, address: str | None = None, retries: int = 3, progress: Progress | None = None,
-            ray_init: dict | None = None) -> list[TaskResult]:
+def run_ray(
+    campaign: Campaign, address: str | None = None, retries: int = 3, progress: Progress | None = None, ray_init: dict | None = None
+) -> list[TaskResult]:
     """Every trace a Ray task holding one whole GPU (or its CPU cores); lost tasks are retried."""
     try:
         import ray
@@ -499,11 +568,14 @@ def run_ray(campaign: Campaign, address: str | None = None, retries: int = 3, pr
             if t.machine.device == "cuda" and resources.get("GPU", 0) < 1:
                 raise CampaignError(f"{campaign.path}: machine kind {t.machine.kind!r} needs a GPU but no Ray node has one")
             if t.machine.accelerator and resources.get(f"accelerator_type:{t.machine.accelerator}", 0) <= 0:
-                raise CampaignError(f"{campaign.path}: no Ray node has accelerator type {t.machine.accelerator!r} "
-                                    f"(machine kind {t.machine.kind!r})")
+                raise CampaignError(
+                    f"{campaign.path}: no Ray node has accelerator type {t.machine.accelerator!r} (machine kind {t.machine.kind!r})"
+                )
             if t.machine.device == "cpu" and resources.get("CPU", 0) < t.machine.cpus_per_trace:
-                raise CampaignError(f"{campaign.path}: machine kind {t.machine.kind!r} asks for "
-                                    f"{t.machine.cpus_per_trace} CPUs per trace; the cluster has {resources.get('CPU', 0):g}")
+                raise CampaignError(
+                    f"{campaign.path}: machine kind {t.machine.kind!r} asks for "
+                    f"{t.machine.cpus_per_trace} CPUs per trace; the cluster has {resources.get('CPU', 0):g}"
+                )
         remote = ray.remote(_ray_task)
         node_root = f"~/.cache/tempora/campaigns/{campaign.name}"
         results: list[TaskResult] = []
@@ -549,8 +621,9 @@ def run_ray(campaign: Campaign, address: str | None = None, retries: int = 3, pr
             ray.shutdown()
 
 
-def run_campaign(path: str | os.PathLike, engine: str = "local", address: str | None = None, retries: int = 3,
-                 quiet: bool = False) -> tuple[Campaign, list[TaskResult], float]:
+def run_campaign(
+    path: str | os.PathLike, engine: str = "local", address: str | None = None, retries: int = 3, quiet: bool = False
+) -> tuple[Campaign, list[TaskResult], float]:
     """Load and run a campaign; returns it, its results and the wall time (s)."""
     if engine not in ENGINES:
         raise CampaignError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
@@ -571,6 +644,7 @@ def run_campaign(path: str | os.PathLike, engine: str = "local", address: str | 
 
 def summary_line(campaign: Campaign, results: list[TaskResult], seconds: float) -> str:
     counts = {s: sum(r.status == s for r in results) for s in ("done", "skipped", "failed")}
-    return (f"campaign {campaign.name}: {len(results)} traces — {counts['done']} traced, {counts['skipped']} already "
-            f"complete, {counts['failed']} failed — in {seconds:.0f} s; traces under {campaign.out}")
-
+    return (
+        f"campaign {campaign.name}: {len(results)} traces — {counts['done']} traced, {counts['skipped']} already "
+        f"complete, {counts['failed']} failed — in {seconds:.0f} s; traces under {campaign.out}"
+    )

@@ -91,11 +91,13 @@ class _TraceCommand(click.Command):
 
 
 cli = OneLineGroup(
-    name=PROG, prog=PROG, default_command="run",
+    name=PROG,
+    prog=PROG,
+    default_command="run",
     aliases={"--list": ["list"], "--methods-for": ["list", "--methods-for"]},
     help="Trace a test-time adaptation method once on this device: a per-batch Parquet trace that "
-         "`tempora-sim` replays under any deadline, patience threshold or budget.\n\n"
-         "`tempora-trace --method X …` (no subcommand) is `tempora-trace run --method X …`.",
+    "`tempora-sim` replays under any deadline, patience threshold or budget.\n\n"
+    "`tempora-trace --method X …` (no subcommand) is `tempora-trace run --method X …`.",
 )
 cli = click.version_option(__version__, "--version", prog_name=PROG)(cli)
 
@@ -150,38 +152,68 @@ def _opt(*decls: str, **attrs: Any) -> Callable:
 
 #: Options of every subcommand that runs a trace (run, calibrate, and later ones).
 RUN_OPTIONS: list[Callable] = [
-    _opt("--dataset", default="demo",
-         help="demo, cifar10-c, cifar100-c, imagenet-c, imagenet-r, imagenet-a or imagenet-v2 (see `tempora-trace list`)."),
+    _opt(
+        "--dataset",
+        default="demo",
+        help="demo, cifar10-c, cifar100-c, imagenet-c, imagenet-r, imagenet-a or imagenet-v2 (see `tempora-trace list`).",
+    ),
     _opt("--model", default=None, help="Model name [default: the dataset's model: demo-resnet, cifar-resnet18, resnet50]."),
     _opt("--weights", default=None, help="Weight file (state_dict), or 'random' for an untrained model (timing only)."),
-    _opt("--offline", is_flag=True,
-         help="Never download weights: a missing file is an error naming where to put it "
-              "(also TEMPORA_OFFLINE=1 or HF_HUB_OFFLINE=1)."),
+    _opt(
+        "--offline",
+        is_flag=True,
+        help="Never download weights: a missing file is an error naming where to put it (also TEMPORA_OFFLINE=1 or HF_HUB_OFFLINE=1).",
+    ),
     _opt("--data-root", default=None, help="Dataset folder [default: $TEMPORA_DATA/<dataset folder>]."),
     _opt("--device", default="cpu", help="cpu, cuda or cuda:N."),
-    _opt("--out", default=None, type=click.Path(path_type=str),
-         help="Output folder [default: traces/<dataset>/<model>/<device>/]."),
+    _opt("--out", default=None, type=click.Path(path_type=str), help="Output folder [default: traces/<dataset>/<model>/<device>/]."),
     _opt("--name", default=None, help="Trace file stem [default: the method plus -bs/-seed/-sev/-continual suffixes when not default]."),
-    _opt("--domains", default=None, metavar="LIST",
-         help="Corruptions or groups (noise, blur, weather, digital, all, clean), comma-separated "
-              "(`--domains fog snow` works too) [default: all 15 corruptions]."),
+    _opt(
+        "--domains",
+        default=None,
+        metavar="LIST",
+        help="Corruptions or groups (noise, blur, weather, digital, all, clean), comma-separated "
+        "(`--domains fog snow` works too) [default: all 15 corruptions].",
+    ),
     _opt("--severity", type=click.IntRange(1, 5), default=DEFAULT_SEVERITY, help="Corruption severity."),
     _opt("--max-batches", type=click.IntRange(1, INT32_MAX), default=None, help="At most this many batches per domain."),
     _opt("--batch-size", type=click.IntRange(1, INT32_MAX), default=DEFAULT_BATCH_SIZE, help="Images per batch."),
     _opt("--seed", type=click.IntRange(0, INT64_MAX), default=DEFAULT_SEED, help="Seed of the batch order and the method."),
-    _opt("--stream", type=click.Choice(["episodic", "continual", "dirichlet"]), default="episodic",
-         help="episodic: reset per domain; continual: never reset; dirichlet: reset per domain, batches in a "
-              "label-shifted order (classes spread over time by Dirichlet(α))."),
-    _opt("--dirichlet-alpha", type=click.FloatRange(0, None, min_open=True), default=None, metavar="ALPHA",
-         help="Concentration α of --stream dirichlet: smaller α, longer single-class runs [e.g. 0.01]."),
-    _opt("--workers", type=click.IntRange(0, 1024), default=None,
-         help="Parallel decode workers, active only between staged chunks, never during a timed event [default: min(8, cores)]."),
-    _opt("--stage-mb", type=click.FloatRange(0, None, min_open=True), default=DEFAULT_STAGE_MB, metavar="MIB",
-         help="Host memory for one staged chunk of batches, MiB (docs/timing.md)."),
+    _opt(
+        "--stream",
+        type=click.Choice(["episodic", "continual", "dirichlet"]),
+        default="episodic",
+        help="episodic: reset per domain; continual: never reset; dirichlet: reset per domain, batches in a "
+        "label-shifted order (classes spread over time by Dirichlet(α)).",
+    ),
+    _opt(
+        "--dirichlet-alpha",
+        type=click.FloatRange(0, None, min_open=True),
+        default=None,
+        metavar="ALPHA",
+        help="Concentration α of --stream dirichlet: smaller α, longer single-class runs [e.g. 0.01].",
+    ),
+    _opt(
+        "--workers",
+        type=click.IntRange(0, 1024),
+        default=None,
+        help="Parallel decode workers, active only between staged chunks, never during a timed event [default: min(8, cores)].",
+    ),
+    _opt(
+        "--stage-mb",
+        type=click.FloatRange(0, None, min_open=True),
+        default=DEFAULT_STAGE_MB,
+        metavar="MIB",
+        help="Host memory for one staged chunk of batches, MiB (docs/timing.md).",
+    ),
     _opt("--threads", type=click.IntRange(1, 4096), default=None, help="Torch intra-op threads [default: torch's choice]."),
-    _opt("--warmup-batches", type=click.IntRange(0, 1000), default=WARMUP_BATCHES,
-         help="Untimed noise-perturbed copies of the first batch run before the clock starts, so lazy "
-              "initialisation never lands in a timed row (0: none)."),
+    _opt(
+        "--warmup-batches",
+        type=click.IntRange(0, 1000),
+        default=WARMUP_BATCHES,
+        help="Untimed noise-perturbed copies of the first batch run before the clock starts, so lazy "
+        "initialisation never lands in a timed row (0: none).",
+    ),
     _opt("--resume", is_flag=True, help="Continue an interrupted run after its last complete episode."),
     _opt("--force", is_flag=True, help="Overwrite an existing trace or discard an interrupted run."),
     _opt("--quiet", is_flag=True, help="No progress bars or episode summaries."),
@@ -191,18 +223,41 @@ RUN_OPTIONS: list[Callable] = [
 METHOD_OPTIONS: list[Callable] = [
     _opt("--method", default=None, help="TTA method (see `tempora-trace list`). Required."),
     _opt("--param", "params", multiple=True, metavar="KEY=VALUE", help="Override a method hyperparameter (repeatable)."),
-    _opt("--profile", type=click.Choice(["default", "paper"]), default=None,
-         help="paper: behave as the Tempora reference code wherever the default departs from it "
-              "(docs/methods-parity.md); the trace is named <method>-paper. Same as --param profile=paper."),
-    _opt("--frozen-sample", type=FROZEN_SAMPLE, default=str(DEFAULT_FROZEN_SAMPLE),
-         help="Later batches scored per frozen checkpoint, or 'all' (exact)."),
-    _opt("--checkpoints", type=int_list_type(0, INT32_MAX), default=None, metavar="STEPS",
-         help="Extra exact checkpoints, comma-separated, e.g. 0,5,17."),
+    _opt(
+        "--profile",
+        type=click.Choice(["default", "paper"]),
+        default=None,
+        help="paper: behave as the Tempora reference code wherever the default departs from it "
+        "(docs/methods-parity.md); the trace is named <method>-paper. Same as --param profile=paper.",
+    ),
+    _opt(
+        "--frozen-sample",
+        type=FROZEN_SAMPLE,
+        default=str(DEFAULT_FROZEN_SAMPLE),
+        help="Later batches scored per frozen checkpoint, or 'all' (exact).",
+    ),
+    _opt(
+        "--checkpoints",
+        type=int_list_type(0, INT32_MAX),
+        default=None,
+        metavar="STEPS",
+        help="Extra exact checkpoints, comma-separated, e.g. 0,5,17.",
+    ),
     _opt("--no-default-checkpoints", is_flag=True, help="Only --checkpoints and budget checkpoints."),
-    _opt("--budgets-ms", type=time_list_type(0.0), default=None, metavar="TIMES",
-         help="Add the exact cut-off checkpoints of these budgets (ms, or with ms/s: 1s,2s); needs --lambda-ms."),
-    _opt("--lambda-ms", type=time_type(0.0, allow_zero=False), default=None, metavar="TIME",
-         help="λ for --budgets-ms (ms, or with ms/s; see `tempora-trace calibrate`)."),
+    _opt(
+        "--budgets-ms",
+        type=time_list_type(0.0),
+        default=None,
+        metavar="TIMES",
+        help="Add the exact cut-off checkpoints of these budgets (ms, or with ms/s: 1s,2s); needs --lambda-ms.",
+    ),
+    _opt(
+        "--lambda-ms",
+        type=time_type(0.0, allow_zero=False),
+        default=None,
+        metavar="TIME",
+        help="λ for --budgets-ms (ms, or with ms/s; see `tempora-trace calibrate`).",
+    ),
 ]
 
 
@@ -241,14 +296,29 @@ def make_config(method: str, opts: dict[str, Any], **extra: Any) -> TraceConfig:
     """A resolved :class:`TraceConfig` from the shared options; every value is checked here,
     before any model, data or output is touched."""
     cfg = TraceConfig(
-        method=method, dataset=opts["dataset"], model=opts["model"], weights=opts["weights"],
-        data_root=opts["data_root"], device=opts["device"], out=opts["out"], name=opts["name"],
-        domains=_domains(opts["domains"]), severity=opts["severity"], max_batches=opts["max_batches"],
-        batch_size=opts["batch_size"], seed=opts["seed"], stream=opts["stream"],
-        dirichlet_alpha=opts["dirichlet_alpha"], workers=opts["workers"],
+        method=method,
+        dataset=opts["dataset"],
+        model=opts["model"],
+        weights=opts["weights"],
+        data_root=opts["data_root"],
+        device=opts["device"],
+        out=opts["out"],
+        name=opts["name"],
+        domains=_domains(opts["domains"]),
+        severity=opts["severity"],
+        max_batches=opts["max_batches"],
+        batch_size=opts["batch_size"],
+        seed=opts["seed"],
+        stream=opts["stream"],
+        dirichlet_alpha=opts["dirichlet_alpha"],
+        workers=opts["workers"],
         threads=opts["threads"],  # part of the trace identity; the run applies it
-        stage_mb=opts["stage_mb"], resume=opts["resume"], force=opts["force"], quiet=opts["quiet"],
-        warmup_batches=opts["warmup_batches"], **extra,
+        stage_mb=opts["stage_mb"],
+        resume=opts["resume"],
+        force=opts["force"],
+        quiet=opts["quiet"],
+        warmup_batches=opts["warmup_batches"],
+        **extra,
     ).resolved()
     if opts["resume"] and opts["force"]:
         raise ConfigError("--resume and --force contradict each other; pass one")
@@ -261,9 +331,33 @@ def make_config(method: str, opts: dict[str, Any], **extra: Any) -> TraceConfig:
 
 
 def _common(opts: dict[str, Any]) -> dict[str, Any]:
-    return {k: opts[k] for k in ("dataset", "model", "weights", "data_root", "device", "out", "name", "domains",
-                                 "severity", "max_batches", "batch_size", "seed", "stream", "dirichlet_alpha", "workers", "stage_mb",
-                                 "threads", "resume", "force", "quiet", "offline", "warmup_batches")}
+    return {
+        k: opts[k]
+        for k in (
+            "dataset",
+            "model",
+            "weights",
+            "data_root",
+            "device",
+            "out",
+            "name",
+            "domains",
+            "severity",
+            "max_batches",
+            "batch_size",
+            "seed",
+            "stream",
+            "dirichlet_alpha",
+            "workers",
+            "stage_mb",
+            "threads",
+            "resume",
+            "force",
+            "quiet",
+            "offline",
+            "warmup_batches",
+        )
+    }
 
 
 # ------------------------------------------------------------------------ subcommands
@@ -280,9 +374,14 @@ def run_command(**opts: Any) -> None:
         raise ConfigError(f"--method is required; available: {', '.join(available_methods())}")
     params = method_params(opts)
     cfg = make_config(
-        opts["method"], _common(opts), method_params=params, frozen_sample=opts["frozen_sample"],
-        checkpoints=opts["checkpoints"] or [], default_checkpoints=not opts["no_default_checkpoints"],
-        budgets_ms=opts["budgets_ms"] or [], lambda_ms=opts["lambda_ms"],
+        opts["method"],
+        _common(opts),
+        method_params=params,
+        frozen_sample=opts["frozen_sample"],
+        checkpoints=opts["checkpoints"] or [],
+        default_checkpoints=not opts["no_default_checkpoints"],
+        budgets_ms=opts["budgets_ms"] or [],
+        lambda_ms=opts["lambda_ms"],
     )
     try:
         path = trace_run(cfg)
@@ -321,26 +420,63 @@ def _positive_time_list(text: str, option: str) -> list[float]:
 LIVE_OPTIONS: list[Callable] = [
     _opt("--method", default=None, help="TTA method (see `tempora-trace list`). Required."),
     _opt("--param", "params", multiple=True, metavar="KEY=VALUE", help="Override a method hyperparameter (repeatable)."),
-    _opt("--profile", type=click.Choice(["default", "paper"]), default=None,
-         help="paper: behave as the Tempora reference code wherever the default departs from it "
-              "(docs/methods-parity.md); the trace is named <method>-paper. Same as --param profile=paper."),
+    _opt(
+        "--profile",
+        type=click.Choice(["default", "paper"]),
+        default=None,
+        help="paper: behave as the Tempora reference code wherever the default departs from it "
+        "(docs/methods-parity.md); the trace is named <method>-paper. Same as --param profile=paper.",
+    ),
     _opt("--protocol", default="discrete", help="discrete, amortised, or both: discrete,amortised."),
-    _opt("--rho", type=ValueType("RATIOS", _ratio_list), default=None, metavar="RATIOS",
-         help="Discrete: utilisations ρ = λ/γ, fractions or %, comma-separated (1,0.5 or 100%,50%)."),
-    _opt("--gamma-ms", type=ValueType("TIMES", _positive_time_list), default=None, metavar="TIMES",
-         help="Discrete: inter-arrival times γ instead of --rho (ms, or with ms/s)."),
+    _opt(
+        "--rho",
+        type=ValueType("RATIOS", _ratio_list),
+        default=None,
+        metavar="RATIOS",
+        help="Discrete: utilisations ρ = λ/γ, fractions or %, comma-separated (1,0.5 or 100%,50%).",
+    ),
+    _opt(
+        "--gamma-ms",
+        type=ValueType("TIMES", _positive_time_list),
+        default=None,
+        metavar="TIMES",
+        help="Discrete: inter-arrival times γ instead of --rho (ms, or with ms/s).",
+    ),
     _opt("--queue", type=click.IntRange(0, INT32_MAX), default=1, help="Discrete: queue capacity b (0 = drop arrivals while busy)."),
-    _opt("--B", "budgets", type=time_list_type(0.0), default=None, metavar="TIMES",
-         help="Amortised: overhead budgets (ms, or with ms/s: 1s,4s)."),
-    _opt("--budget-rule", type=click.Choice(["strict", "overshoot"]), default="strict",
-         help="Amortised cut-off: strict m = max{j: Σc ≤ B}, or overshoot (adapt while spent < B)."),
-    _opt("--lambda-ms", type=time_type(0.0, allow_zero=False), default=None, metavar="TIME",
-         help="λ (ms, or with ms/s) [default: mean + 6σ of the group's standard trace]."),
-    _opt("--standard", default=None, type=click.Path(path_type=str),
-         help="Standard trace (file or folder) to take λ from [default: the folder `run` writes this group to]."),
+    _opt(
+        "--B",
+        "budgets",
+        type=time_list_type(0.0),
+        default=None,
+        metavar="TIMES",
+        help="Amortised: overhead budgets (ms, or with ms/s: 1s,4s).",
+    ),
+    _opt(
+        "--budget-rule",
+        type=click.Choice(["strict", "overshoot"]),
+        default="strict",
+        help="Amortised cut-off: strict m = max{j: Σc ≤ B}, or overshoot (adapt while spent < B).",
+    ),
+    _opt(
+        "--lambda-ms",
+        type=time_type(0.0, allow_zero=False),
+        default=None,
+        metavar="TIME",
+        help="λ (ms, or with ms/s) [default: mean + 6σ of the group's standard trace].",
+    ),
+    _opt(
+        "--standard",
+        default=None,
+        type=click.Path(path_type=str),
+        help="Standard trace (file or folder) to take λ from [default: the folder `run` writes this group to].",
+    ),
     _opt("--repeats", type=click.IntRange(1, 1000), default=1, help="Play every setting this many times (run-to-run spread)."),
-    _opt("--spin-us", type=click.FloatRange(0, 1e6), default=500.0,
-         help="Before an arrival, busy-wait this last stretch (µs) instead of sleeping."),
+    _opt(
+        "--spin-us",
+        type=click.FloatRange(0, 1e6),
+        default=500.0,
+        help="Before an arrival, busy-wait this last stretch (µs) instead of sleeping.",
+    ),
 ]
 
 
@@ -361,9 +497,16 @@ def live_command(**opts: Any) -> None:
     if opts["resume"]:
         raise ConfigError("--resume: a live run cannot be resumed (its clock would not be one run); start it again")
     settings = LiveSettings(
-        protocols=opts["protocol"], rho=opts["rho"], gamma_ms=opts["gamma_ms"], queue=opts["queue"],
-        budgets_ms=opts["budgets"] or [], budget_rule=opts["budget_rule"], lambda_ms=opts["lambda_ms"],
-        standard=opts["standard"], repeats=opts["repeats"], spin_us=opts["spin_us"],
+        protocols=opts["protocol"],
+        rho=opts["rho"],
+        gamma_ms=opts["gamma_ms"],
+        queue=opts["queue"],
+        budgets_ms=opts["budgets"] or [],
+        budget_rule=opts["budget_rule"],
+        lambda_ms=opts["lambda_ms"],
+        standard=opts["standard"],
+        repeats=opts["repeats"],
+        spin_us=opts["spin_us"],
     ).checked()
     params = method_params(opts)
     cfg = make_config(opts["method"], _common(opts), method_params=params)
@@ -375,8 +518,9 @@ def live_command(**opts: Any) -> None:
 
 
 @cli.command("list")
-@click.option("--methods-for", metavar="MODEL", default=None,
-              help="Print only the methods that run on MODEL (space-separated, for scripts).")
+@click.option(
+    "--methods-for", metavar="MODEL", default=None, help="Print only the methods that run on MODEL (space-separated, for scripts)."
+)
 def list_command(methods_for: str | None) -> None:
     """List methods, models and datasets (or the methods that fit one model)."""
     if methods_for is not None:
@@ -393,12 +537,22 @@ def list_command(methods_for: str | None) -> None:
 
 @cli.command("campaign")
 @click.argument("file", type=click.Path(path_type=Path))
-@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="local: one trace at a time per device on this machine (one dispatcher per GPU); "
-                   "ray: every trace a Ray task holding a whole GPU (or its CPU cores).")
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="local: one trace at a time per device on this machine (one dispatcher per GPU); "
+    "ray: every trace a Ray task holding a whole GPU (or its CPU cores).",
+)
 @click.option("--address", default=None, help="Ray cluster to join (auto, or HOST:PORT); default: start a local one.")
-@click.option("--retries", type=click.IntRange(0, 100), default=3, show_default=True,
-              help="Ray: how often a lost trace is retried (each retry resumes after the last complete episode).")
+@click.option(
+    "--retries",
+    type=click.IntRange(0, 100),
+    default=3,
+    show_default=True,
+    help="Ray: how often a lost trace is retried (each retry resumes after the last complete episode).",
+)
 @click.option("--dry-run", is_flag=True, help="List the traces the campaign would run, then exit.")
 @click.option("--quiet", is_flag=True, help="No progress view, only the summary line.")
 def campaign_command(file: Path, engine: str, address: str | None, retries: int, dry_run: bool, quiet: bool) -> None:

@@ -88,7 +88,9 @@ class TraceConfig:
         """A copy with defaults filled in and every value checked (ConfigError otherwise)."""
         from .data import get_dataset
 
-        cfg = dataclasses.replace(self, method_params=dict(self.method_params), checkpoints=list(self.checkpoints), budgets_ms=list(self.budgets_ms))
+        cfg = dataclasses.replace(
+            self, method_params=dict(self.method_params), checkpoints=list(self.checkpoints), budgets_ms=list(self.budgets_ms)
+        )
         spec = get_dataset(cfg.dataset)
         if cfg.model is None:
             cfg.model = spec.default_model
@@ -105,8 +107,7 @@ class TraceConfig:
         elif cfg.dirichlet_alpha is not None and schema.stream_alpha(cfg.stream) is None:
             raise ConfigError("--dirichlet-alpha is for --stream dirichlet")
         if not schema.is_stream(cfg.stream):
-            raise ConfigError(f"--stream must be episodic, continual or dirichlet (with --dirichlet-alpha), "
-                              f"not '{cfg.stream}'")
+            raise ConfigError(f"--stream must be episodic, continual or dirichlet (with --dirichlet-alpha), not '{cfg.stream}'")
         cfg.dirichlet_alpha = schema.stream_alpha(cfg.stream)
         if not 1 <= cfg.batch_size <= INT32_MAX:
             raise ConfigError(f"--batch-size must be in 1..{INT32_MAX}, not {cfg.batch_size}")
@@ -168,9 +169,17 @@ class TraceConfig:
         file's :func:`tempora_schema.weights_identity`; ``device``: the device's name as the
         metadata records it (``cpu:<model>``, ``cuda:<name>``)."""
         group = schema.GroupKey(
-            dataset=self.dataset, model=str(self.model), weights=weights, device=device, threads=self.threads,
-            batch_size=self.batch_size, seed=self.seed, stream=self.stream, severity=self._severity(),
-            domains=tuple(self.domains or ()), max_batches=self.max_batches,
+            dataset=self.dataset,
+            model=str(self.model),
+            weights=weights,
+            device=device,
+            threads=self.threads,
+            batch_size=self.batch_size,
+            seed=self.seed,
+            stream=self.stream,
+            severity=self._severity(),
+            domains=tuple(self.domains or ()),
+            max_batches=self.max_batches,
         )
         return schema.TraceIdentity(self.method, group)
 

@@ -73,6 +73,7 @@ PROTOCOLS = ("discrete", "amortised")
 #: The non-adaptive method whose trace defines λ (as in the simulator).
 STANDARD_METHOD = "standard"
 
+
 def last_arrival(f_ms: float, gamma_ms: float) -> int:
     """Largest i ≥ 0 with i·γ ≤ f: the schema's definition, the one the replay kernels compile."""
     return int(_schema_last_arrival(float(f_ms), float(gamma_ms), 1.0 / float(gamma_ms)))
@@ -196,8 +197,9 @@ ServeFn = Callable[[int], tuple[Event, int]]
 PrepareFn = Callable[[int], int]
 
 
-def play_discrete(num_batches: int, gamma_ms: float, queue: int, serve: ServeFn, prepare: PrepareFn | None = None,
-                  spin_ns: int = SPIN_NS) -> list[Served | None]:
+def play_discrete(
+    num_batches: int, gamma_ms: float, queue: int, serve: ServeFn, prepare: PrepareFn | None = None, spin_ns: int = SPIN_NS
+) -> list[Served | None]:
     """Play one episode of the discrete protocol on the real clock; per batch, how it was served.
 
     ``None`` marks a skipped batch. The decision after each event uses one clock reading
@@ -253,8 +255,9 @@ class AmortisedHooks:
     freeze: Callable[[], None]
 
 
-def play_amortised(num_batches: int, lambda_ms: float, budget_ms: float, rule: str, hooks: AmortisedHooks,
-                   prepare: PrepareFn | None = None) -> tuple[list[Served], int]:
+def play_amortised(
+    num_batches: int, lambda_ms: float, budget_ms: float, rule: str, hooks: AmortisedHooks, prepare: PrepareFn | None = None
+) -> tuple[list[Served], int]:
     """Play one episode of the amortised protocol; return the batches and the cut-off m."""
     out: list[Served] = []
     t0 = now_ns()
@@ -268,8 +271,9 @@ def play_amortised(num_batches: int, lambda_ms: float, budget_ms: float, rule: s
             hooks.freeze()
         if m is not None:
             ev, correct = hooks.serve_frozen(i)
-            out.append(Served(i, (ev.start_ns - t0) / 1e6, (ev.predict_ns - t0) / 1e6, (now_ns() - t0) / 1e6, ev, correct,
-                              "frozen", 0.0, spent))
+            out.append(
+                Served(i, (ev.start_ns - t0) / 1e6, (ev.predict_ns - t0) / 1e6, (now_ns() - t0) / 1e6, ev, correct, "frozen", 0.0, spent)
+            )
             continue
         saved = hooks.save() if rule == "strict" else None
         ev, correct = hooks.serve_adapt(i)
@@ -280,12 +284,16 @@ def play_amortised(num_batches: int, lambda_ms: float, budget_ms: float, rule: s
             hooks.undo(saved)
             hooks.freeze()
             ev, correct = hooks.serve_frozen(i)
-            out.append(Served(i, (ev.start_ns - t0) / 1e6, (ev.predict_ns - t0) / 1e6, (now_ns() - t0) / 1e6, ev, correct,
-                              "frozen", charged, spent))
+            out.append(
+                Served(
+                    i, (ev.start_ns - t0) / 1e6, (ev.predict_ns - t0) / 1e6, (now_ns() - t0) / 1e6, ev, correct, "frozen", charged, spent
+                )
+            )
             continue
         spent += charged
-        out.append(Served(i, (ev.start_ns - t0) / 1e6, (ev.predict_ns - t0) / 1e6, (now_ns() - t0) / 1e6, ev, correct,
-                          "adapt", charged, spent))
+        out.append(
+            Served(i, (ev.start_ns - t0) / 1e6, (ev.predict_ns - t0) / 1e6, (now_ns() - t0) / 1e6, ev, correct, "adapt", charged, spent)
+        )
     return out, (num_batches if m is None else m)
 
 
@@ -304,8 +312,7 @@ class RunPlan:
 
     def params(self) -> dict[str, Any]:
         keys = ("rho", "gamma_ms", "queue") if self.protocol == "discrete" else ("budget_ms", "budget_rule")
-        return {"run": self.run, "protocol": self.protocol, "repeat": self.repeat, **{k: getattr(self, k) for k in keys},
-                **self.summary}
+        return {"run": self.run, "protocol": self.protocol, "repeat": self.repeat, **{k: getattr(self, k) for k in keys}, **self.summary}
 
     def label(self) -> str:
         if self.protocol == "discrete":
@@ -409,17 +416,39 @@ class LiveRun:
         for i, s in enumerate(outcome):
             domain, idx = episode.locate(i)
             row = {
-                "run": plan.run, "episode": episode.name, "domain": domain.name, "severity": domain.severity, "step": i,
-                "n": len(idx), "served": s is not None, "event": -1 if s is None else s.event,
-                "mode": "skipped" if s is None else s.mode, "correct": None if s is None else s.correct,
+                "run": plan.run,
+                "episode": episode.name,
+                "domain": domain.name,
+                "severity": domain.severity,
+                "step": i,
+                "n": len(idx),
+                "served": s is not None,
+                "event": -1 if s is None else s.event,
+                "mode": "skipped" if s is None else s.mode,
+                "correct": None if s is None else s.correct,
                 "arrival_ms": i * plan.gamma_ms if plan.protocol == "discrete" else None,
-                "pickup_ms": None, "predict_ms": None, "free_ms": None, "e_ms": None, "l_ms": None, "delta_ms": None,
-                "charged_ms": None, "spent_ms": None, "peak_mem_bytes": None,
+                "pickup_ms": None,
+                "predict_ms": None,
+                "free_ms": None,
+                "e_ms": None,
+                "l_ms": None,
+                "delta_ms": None,
+                "charged_ms": None,
+                "spent_ms": None,
+                "peak_mem_bytes": None,
             }
             if s is not None:
-                row.update(pickup_ms=s.pickup_ms, predict_ms=s.predict_ms, free_ms=s.free_ms, e_ms=s.ev.e_ms,
-                           l_ms=s.ev.l_ms, delta_ms=s.ev.e_ms + s.ev.l_ms, charged_ms=s.charged_ms, spent_ms=s.spent_ms,
-                           peak_mem_bytes=s.ev.peak_mem_bytes)
+                row.update(
+                    pickup_ms=s.pickup_ms,
+                    predict_ms=s.predict_ms,
+                    free_ms=s.free_ms,
+                    e_ms=s.ev.e_ms,
+                    l_ms=s.ev.l_ms,
+                    delta_ms=s.ev.e_ms + s.ev.l_ms,
+                    charged_ms=s.charged_ms,
+                    spent_ms=s.spent_ms,
+                    peak_mem_bytes=s.ev.peak_mem_bytes,
+                )
             for k, v in row.items():
                 c[k].append(v)
 
@@ -447,11 +476,13 @@ class LiveRun:
             self._stage_from(episode, 0)
             prepare = self._prepare(episode)
             if plan.protocol == "discrete":
-                outcome = play_discrete(n, plan.gamma_ms, plan.queue, self._server(episode, True), prepare,
-                                        int(self.settings.spin_us * 1000))
+                outcome = play_discrete(
+                    n, plan.gamma_ms, plan.queue, self._server(episode, True), prepare, int(self.settings.spin_us * 1000)
+                )
             else:
-                hooks = AmortisedHooks(self._server(episode, True), self._server(episode, False), self._save,
-                                       self._undo, base.method.freeze)
+                hooks = AmortisedHooks(
+                    self._server(episode, True), self._server(episode, False), self._save, self._undo, base.method.freeze
+                )
                 outcome, m = play_amortised(n, self.lambda_ms, plan.budget_ms, plan.budget_rule, hooks, prepare)
                 if base.method.frozen:
                     base.method.unfreeze()
@@ -468,8 +499,12 @@ class LiveRun:
         served, total = totals["served"], totals["num_batches"]
         acc_sum = totals.pop("served_correct_frac")
         plan.summary = {
-            "num_batches": total, "served": served, "alpha": served / total, "served_acc": acc_sum / served if served else None,
-            "utility": acc_sum / total, "wall_s": (now_ns() - t_run) / 1e9,
+            "num_batches": total,
+            "served": served,
+            "alpha": served / total,
+            "served_acc": acc_sum / served if served else None,
+            "utility": acc_sum / total,
+            "wall_s": (now_ns() - t_run) / 1e9,
         }
         if plan.protocol == "amortised":
             plan.summary.update(m=totals["m"], spent_ms=totals["spent_ms"])
@@ -516,8 +551,7 @@ class LiveRun:
             return write_file(self.out_path, to_bytes(lambda f: pq.write_table(table, f)))
 
 
-def run_live(config: TraceConfig, settings: LiveSettings | None = None, echo: Callable[[str], None] | None = None,
-             **options: Any) -> Path:
+def run_live(config: TraceConfig, settings: LiveSettings | None = None, echo: Callable[[str], None] | None = None, **options: Any) -> Path:
     """Play ``config``'s method live under ``settings`` (or keyword options of
     :class:`LiveSettings`) and return the path of the written live-run Parquet file."""
     if settings is None:

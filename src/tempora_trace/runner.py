@@ -65,8 +65,7 @@ def build_episodes(domains, cfg: TraceConfig) -> list[Episode]:
         if len(d.source) < cfg.batch_size:
             raise DataError(f"domain '{d.name}' has {len(d.source)} samples, fewer than one batch of {cfg.batch_size}")
         if alpha is not None:
-            orders.append(dirichlet_order(source_labels(d.source), cfg.batch_size, cfg.seed, d.name, alpha,
-                                          cfg.max_batches))
+            orders.append(dirichlet_order(source_labels(d.source), cfg.batch_size, cfg.seed, d.name, alpha, cfg.max_batches))
         else:
             orders.append(batch_order(len(d.source), cfg.batch_size, cfg.seed, d.name, cfg.max_batches))
     if cfg.stream == "continual":
@@ -137,7 +136,9 @@ def summarize(name: str, table) -> EpisodeSummary:
     n = sum(d["n"][i] for i in idx)
     ckpts = {d["checkpoint"][i] for i, p in enumerate(d["phase"]) if p == schema.PHASE_FROZEN}
     mean = lambda col: float(np.mean([d[col][i] for i in idx])) if idx else 0.0  # noqa: E731
-    return EpisodeSummary(name, len(idx), sum(d["correct"][i] for i in idx) / max(n, 1), mean("e_ms"), mean("l_ms"), mean("delta_ms"), len(ckpts))
+    return EpisodeSummary(
+        name, len(idx), sum(d["correct"][i] for i in idx) / max(n, 1), mean("e_ms"), mean("l_ms"), mean("delta_ms"), len(ckpts)
+    )
 
 
 # ------------------------------------------------------------------------ the run
@@ -150,8 +151,14 @@ class _Progress:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                console=Console(stderr=True), transient=True)
+            self.bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
             self.bar.start()
         self.task = None
 
@@ -213,8 +220,12 @@ class MethodRun:
         seed_everything(cfg.seed)
         model.to(self.device)
         context = MethodContext(
-            num_classes=self.model_spec.num_classes, dataset_family=self.dataset.family, batch_size=cfg.batch_size,
-            device=str(self.device), model_name=cfg.model, norm_kind=self.model_spec.norm,
+            num_classes=self.model_spec.num_classes,
+            dataset_family=self.dataset.family,
+            batch_size=cfg.batch_size,
+            device=str(self.device),
+            model_name=cfg.model,
+            norm_kind=self.model_spec.norm,
         )
         self.method: TTAMethod = self.method_cls(model, context, **cfg.method_params)
         self.masks = {}
@@ -293,6 +304,7 @@ class MethodRun:
             restore_rng(saved_rng, self.device)
         self._last_event_end = time.perf_counter()
 
+
 class TraceRun(MethodRun):
     """The mutable state of one trace run; :func:`trace_run` is the entry point."""
 
@@ -306,7 +318,8 @@ class TraceRun(MethodRun):
     def _maybe_probe(self, episode_index: int, episode: Episode, step: int) -> None:
         if step % PROBE_EVERY == 0:
             self.probes.setdefault(episode_index, []).append(
-                {"episode": episode.name, "step": int(step), "ms": round(self.probe.measure(), 4)})
+                {"episode": episode.name, "step": int(step), "ms": round(self.probe.measure(), 4)}
+            )
 
     def frozen_eval(self, episode: Episode, m: int, rows: RowBuffer, base: dict | None = None) -> bool:
         """Score the model frozen after ``m`` steps on later batches; leave every state as found.
@@ -325,9 +338,21 @@ class TraceRun(MethodRun):
                     domain, _ = episode.locate(b.step)
                     x = b.x.to(self.device, non_blocking=True)
                     ev = timed_event(self.method, x, self.clock, adapt=False)
-                    rows.add(episode=episode.name, domain=domain.name, severity=domain.severity, phase=schema.PHASE_FROZEN,
-                             checkpoint=m, step=b.step, n=len(b.y), correct=self._correct(ev.logits, b.y, domain.name),
-                             e_ms=ev.e_ms, l_ms=0.0, delta_ms=ev.e_ms, updated=False, peak_mem_bytes=ev.peak_mem_bytes)
+                    rows.add(
+                        episode=episode.name,
+                        domain=domain.name,
+                        severity=domain.severity,
+                        phase=schema.PHASE_FROZEN,
+                        checkpoint=m,
+                        step=b.step,
+                        n=len(b.y),
+                        correct=self._correct(ev.logits, b.y, domain.name),
+                        e_ms=ev.e_ms,
+                        l_ms=0.0,
+                        delta_ms=ev.e_ms,
+                        updated=False,
+                        peak_mem_bytes=ev.peak_mem_bytes,
+                    )
                     self._last_event_end = time.perf_counter()
                     del ev, x
                     collect_between_events()
@@ -367,9 +392,21 @@ class TraceRun(MethodRun):
         x = b.x.to(self.device, non_blocking=True)
         ev = timed_event(self.method, x, self.clock)
         self._last_event_end = time.perf_counter()
-        rows.add(episode=episode.name, domain=domain.name, severity=domain.severity, phase=schema.PHASE_ADAPT,
-                 checkpoint=schema.NO_CHECKPOINT, step=step, n=len(b.y), correct=self._correct(ev.logits, b.y, domain.name),
-                 e_ms=ev.e_ms, l_ms=ev.l_ms, delta_ms=ev.e_ms + ev.l_ms, updated=ev.updated, peak_mem_bytes=ev.peak_mem_bytes)
+        rows.add(
+            episode=episode.name,
+            domain=domain.name,
+            severity=domain.severity,
+            phase=schema.PHASE_ADAPT,
+            checkpoint=schema.NO_CHECKPOINT,
+            step=step,
+            n=len(b.y),
+            correct=self._correct(ev.logits, b.y, domain.name),
+            e_ms=ev.e_ms,
+            l_ms=ev.l_ms,
+            delta_ms=ev.e_ms + ev.l_ms,
+            updated=ev.updated,
+            peak_mem_bytes=ev.peak_mem_bytes,
+        )
         delta = ev.e_ms + ev.l_ms
         del ev, x
         collect_between_events()
@@ -415,8 +452,9 @@ class TraceRun(MethodRun):
             self.writer.close()  # releases the output lock, however the run ended
 
 
-def trace_run(config: TraceConfig, on_episode_end: Callable[[int, str], None] | None = None,
-              echo: Callable[[str], None] | None = None) -> Path:
+def trace_run(
+    config: TraceConfig, on_episode_end: Callable[[int, str], None] | None = None, echo: Callable[[str], None] | None = None
+) -> Path:
     """Trace ``config`` and return the path of the written Parquet file.
 
     ``on_episode_end(index, name)`` runs after each episode's rows are safely on disk (tests

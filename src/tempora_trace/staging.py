@@ -60,8 +60,9 @@ class BatchStager:
     the decode threads are idle (blocked on an empty queue).
     """
 
-    def __init__(self, workers: int = 0, pin_memory: bool = False, stage_mb: float = DEFAULT_STAGE_MB,
-                 observer: StageObserver | None = None):
+    def __init__(
+        self, workers: int = 0, pin_memory: bool = False, stage_mb: float = DEFAULT_STAGE_MB, observer: StageObserver | None = None
+    ):
         if workers < 0:
             raise ValueError("workers must be ≥ 0")
         if not stage_mb > 0:
@@ -75,8 +76,9 @@ class BatchStager:
             # Each decode thread gets the caller's intra-op thread count (OpenMP's is per
             # thread): no decode thread leaves a wider thread team spinning after its work.
             threads = torch.get_num_threads()
-            self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tempora-decode",
-                                            initializer=torch.set_num_threads, initargs=(threads,))
+            self._pool = ThreadPoolExecutor(
+                max_workers=workers, thread_name_prefix="tempora-decode", initializer=torch.set_num_threads, initargs=(threads,)
+            )
 
     def _load(self, episode: Episode, step: int) -> StagedBatch:
         domain, indices = episode.locate(step)
@@ -131,7 +133,7 @@ class BatchStager:
             chunk.clear()
             if start >= len(steps):
                 return
-            chunk = self.stage(episode, steps[start:start + length])
+            chunk = self.stage(episode, steps[start : start + length])
             start += length
 
     def close(self) -> None:

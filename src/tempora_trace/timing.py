@@ -147,8 +147,7 @@ def timed_event(method: TTAMethod, x: torch.Tensor, clock: DeviceClock, adapt: b
         clock.sync()
     t2 = now_ns()
     peak = clock.peak_bytes()
-    return Event(logits, (t1 - t0) / 1e6, (t2 - t1) / 1e6 if adapt else 0.0, peak, bool(method.last_updated) and adapt,
-                 t0, t1, t2)
+    return Event(logits, (t1 - t0) / 1e6, (t2 - t1) / 1e6 if adapt else 0.0, peak, bool(method.last_updated) and adapt, t0, t1, t2)
 
 
 # ------------------------------------------------------------------ garbage collection

@@ -92,14 +92,18 @@ class TraceWriter:
         final_path = self.final_path
         try:
             if final_path.exists() and not force:
-                raise OutputError(f"{final_path} already exists (a complete trace); pass --force to overwrite it or --name to write another file")
+                raise OutputError(
+                    f"{final_path} already exists (a complete trace); pass --force to overwrite it or --name to write another file"
+                )
             if self.partial_dir.exists():
                 if resume:
                     self._load_partial()
                 elif force:
                     shutil.rmtree(self.partial_dir)
                 else:
-                    raise OutputError(f"an interrupted run exists at {self.partial_dir}; pass --resume to continue it or --force to start over")
+                    raise OutputError(
+                        f"an interrupted run exists at {self.partial_dir}; pass --resume to continue it or --force to start over"
+                    )
             elif resume:
                 raise OutputError(f"nothing to resume: no interrupted run at {self.partial_dir}")
             created = not self.partial_dir.exists()
@@ -128,7 +132,9 @@ class TraceWriter:
         if saved != self.identity:
             keys = set(saved) | set(self.identity) if isinstance(saved, dict) else set(self.identity)
             diff = sorted(k for k in keys if not isinstance(saved, dict) or saved.get(k) != self.identity.get(k))
-            raise OutputError(f"cannot resume {self.partial_dir}: options differ from the interrupted run ({', '.join(diff)}); pass --force to start over")
+            raise OutputError(
+                f"cannot resume {self.partial_dir}: options differ from the interrupted run ({', '.join(diff)}); pass --force to start over"
+            )
         for path in sorted(self.partial_dir.glob("episode-*.rows")):
             try:
                 index = int(path.stem.split("-")[1])
@@ -137,8 +143,7 @@ class TraceWriter:
             try:
                 pq.read_metadata(path)  # a damaged file (e.g. truncated by a full disk) is run again
             except (pa.ArrowException, OSError, ValueError):
-                warnings.warn(f"{path} is damaged (not a complete Parquet file); its episode is traced again",
-                              stacklevel=2)
+                warnings.warn(f"{path} is damaged (not a complete Parquet file); its episode is traced again", stacklevel=2)
                 try:
                     path.unlink()
                 except OSError as exc:
@@ -169,8 +174,9 @@ class TraceWriter:
         episode is complete — rows and probes — exactly when its one file landed."""
         path = self.partial_dir / f"episode-{episode_index:04d}.rows"
         table = rows.table()
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}),
-                                               _PROBE_KEY: json.dumps(list(probes or []), allow_nan=False).encode("utf-8")})
+        table = table.replace_schema_metadata(
+            {**(table.schema.metadata or {}), _PROBE_KEY: json.dumps(list(probes or []), allow_nan=False).encode("utf-8")}
+        )
         write_file(path, to_bytes(lambda f: pq.write_table(table, f)))
         self.completed[episode_index] = path
 
@@ -190,8 +196,7 @@ class TraceWriter:
 _PROBE_KEY = b"tempora_speed_probe"
 
 #: Metadata that must match for an existing trace to stand in for a fresh run of ``cfg``.
-_REUSE_KEYS = ("method", "dataset", "model", "batch_size", "seed", "stream", "severity", "domains", "max_batches",
-               "threads")
+_REUSE_KEYS = ("method", "dataset", "model", "batch_size", "seed", "stream", "severity", "domains", "max_batches", "threads")
 
 
 def check_reusable(path: Path, cfg) -> dict:
@@ -207,11 +212,22 @@ def check_reusable(path: Path, cfg) -> dict:
     except (pa.ArrowException, OSError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise OutputError(f"{path} is not a readable trace ({first}); pass --force to re-measure it") from None
-    wanted = {"method": cfg.method, "dataset": cfg.dataset, "model": cfg.model, "batch_size": cfg.batch_size,
-              "seed": cfg.seed, "stream": cfg.stream, "severity": cfg._severity(), "domains": list(cfg.domains or ()),
-              "max_batches": cfg.max_batches, "threads": cfg.threads}
+    wanted = {
+        "method": cfg.method,
+        "dataset": cfg.dataset,
+        "model": cfg.model,
+        "batch_size": cfg.batch_size,
+        "seed": cfg.seed,
+        "stream": cfg.stream,
+        "severity": cfg._severity(),
+        "domains": list(cfg.domains or ()),
+        "max_batches": cfg.max_batches,
+        "threads": cfg.threads,
+    }
     differ = [f"{k} {meta.get(k)!r} ≠ {wanted[k]!r}" for k in _REUSE_KEYS if meta.get(k) != wanted[k]]
     if differ:
-        raise OutputError(f"{path} is not the trace this run would write ({'; '.join(differ)}); "
-                          "pass --force to re-measure it or --name/--out to write elsewhere")
+        raise OutputError(
+            f"{path} is not the trace this run would write ({'; '.join(differ)}); "
+            "pass --force to re-measure it or --name/--out to write elsewhere"
+        )
     return meta

@@ -95,20 +95,77 @@ _C_DOMAINS = tuple(CORRUPTIONS) + ("clean",)
 _CIFAR_LAYOUT = "<root>/<corruption>.npy (5 severities × M images, uint8 N×32×32×3) and <root>/labels.npy"
 
 DATASETS: dict[str, DatasetSpec] = {
-    "demo": DatasetSpec("demo", "cifar", 10, 10, "demo-resnet", _C_DOMAINS, tuple(CORRUPTIONS), True, None, _open_demo,
-                        "generated in $TEMPORA_HOME on first use"),
-    "cifar10-c": DatasetSpec("cifar10-c", "cifar", 10, 10, "cifar-resnet18", _C_DOMAINS, tuple(CORRUPTIONS), True, "CIFAR-10-C",
-                             _open_cifar, _CIFAR_LAYOUT),
-    "cifar100-c": DatasetSpec("cifar100-c", "cifar", 100, 100, "cifar-resnet18", _C_DOMAINS, tuple(CORRUPTIONS), True, "CIFAR-100-C",
-                              _open_cifar, _CIFAR_LAYOUT),
-    "imagenet-c": DatasetSpec("imagenet-c", "imagenet", 1000, 1000, "resnet50", _C_DOMAINS, tuple(CORRUPTIONS), True, "ImageNet-C",
-                              _open_imagenet_c, "<root>/<corruption>/<severity>/<wnid>/*.JPEG"),
-    "imagenet-r": DatasetSpec("imagenet-r", "imagenet", 200, 1000, "resnet50", ("imagenet-r",), ("imagenet-r",), False, "imagenet-r",
-                              _open_variant, "<root>/<wnid>/*.jpg (200 classes)"),
-    "imagenet-a": DatasetSpec("imagenet-a", "imagenet", 200, 1000, "resnet50", ("imagenet-a",), ("imagenet-a",), False, "imagenet-a",
-                              _open_variant, "<root>/<wnid>/*.JPEG (200 classes)"),
-    "imagenet-v2": DatasetSpec("imagenet-v2", "imagenet", 1000, 1000, "resnet50", ("imagenet-v2",), ("imagenet-v2",), False,
-                               "imagenetv2-matched-frequency-format-val", _open_variant, "<root>/<class index 0..999>/*.jpeg"),
+    "demo": DatasetSpec(
+        "demo",
+        "cifar",
+        10,
+        10,
+        "demo-resnet",
+        _C_DOMAINS,
+        tuple(CORRUPTIONS),
+        True,
+        None,
+        _open_demo,
+        "generated in $TEMPORA_HOME on first use",
+    ),
+    "cifar10-c": DatasetSpec(
+        "cifar10-c", "cifar", 10, 10, "cifar-resnet18", _C_DOMAINS, tuple(CORRUPTIONS), True, "CIFAR-10-C", _open_cifar, _CIFAR_LAYOUT
+    ),
+    "cifar100-c": DatasetSpec(
+        "cifar100-c", "cifar", 100, 100, "cifar-resnet18", _C_DOMAINS, tuple(CORRUPTIONS), True, "CIFAR-100-C", _open_cifar, _CIFAR_LAYOUT
+    ),
+    "imagenet-c": DatasetSpec(
+        "imagenet-c",
+        "imagenet",
+        1000,
+        1000,
+        "resnet50",
+        _C_DOMAINS,
+        tuple(CORRUPTIONS),
+        True,
+        "ImageNet-C",
+        _open_imagenet_c,
+        "<root>/<corruption>/<severity>/<wnid>/*.JPEG",
+    ),
+    "imagenet-r": DatasetSpec(
+        "imagenet-r",
+        "imagenet",
+        200,
+        1000,
+        "resnet50",
+        ("imagenet-r",),
+        ("imagenet-r",),
+        False,
+        "imagenet-r",
+        _open_variant,
+        "<root>/<wnid>/*.jpg (200 classes)",
+    ),
+    "imagenet-a": DatasetSpec(
+        "imagenet-a",
+        "imagenet",
+        200,
+        1000,
+        "resnet50",
+        ("imagenet-a",),
+        ("imagenet-a",),
+        False,
+        "imagenet-a",
+        _open_variant,
+        "<root>/<wnid>/*.JPEG (200 classes)",
+    ),
+    "imagenet-v2": DatasetSpec(
+        "imagenet-v2",
+        "imagenet",
+        1000,
+        1000,
+        "resnet50",
+        ("imagenet-v2",),
+        ("imagenet-v2",),
+        False,
+        "imagenetv2-matched-frequency-format-val",
+        _open_variant,
+        "<root>/<class index 0..999>/*.jpeg",
+    ),
 }
 
 
@@ -119,6 +176,13 @@ def get_dataset(name: str) -> DatasetSpec:
 
 
 __all__ = [
-    "CORRUPTIONS", "DATASETS", "DEFAULT_SEVERITY", "DatasetSpec", "Domain", "Episode",
-    "batch_order", "expand_domains", "get_dataset",
+    "CORRUPTIONS",
+    "DATASETS",
+    "DEFAULT_SEVERITY",
+    "DatasetSpec",
+    "Domain",
+    "Episode",
+    "batch_order",
+    "expand_domains",
+    "get_dataset",
 ]

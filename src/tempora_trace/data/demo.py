@@ -50,7 +50,16 @@ DEMO_VERSION = "v2"
 DEMO_SEED = 20260311
 IMAGE_SIZE = 32
 CLASS_NAMES: tuple[str, ...] = (
-    "disk", "ring", "square", "frame", "triangle", "star", "cross", "bar", "stripes", "checker",
+    "disk",
+    "ring",
+    "square",
+    "frame",
+    "triangle",
+    "star",
+    "cross",
+    "bar",
+    "stripes",
+    "checker",
 )
 NUM_CLASSES = len(CLASS_NAMES)
 DEMO_TEST_SIZE = 10_000
@@ -58,17 +67,37 @@ DEMO_TRAIN_SIZE = 50_000
 SEVERITIES = (1, 2, 3, 4, 5)
 #: the 15 ImageNet-C corruptions in imagecorruptions' canonical order.
 DEMO_CORRUPTIONS: tuple[str, ...] = (
-    "gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur",
-    "motion_blur", "zoom_blur", "snow", "frost", "fog", "brightness", "contrast",
-    "elastic_transform", "pixelate", "jpeg_compression",
+    "gaussian_noise",
+    "shot_noise",
+    "impulse_noise",
+    "defocus_blur",
+    "glass_blur",
+    "motion_blur",
+    "zoom_blur",
+    "snow",
+    "frost",
+    "fog",
+    "brightness",
+    "contrast",
+    "elastic_transform",
+    "pixelate",
+    "jpeg_compression",
 )
 _SPLIT_CODES = {"train": 0, "test": 1}
 _SUPERSAMPLE = 2  # shapes are rendered at 2x and box-filtered: anti-aliased edges
 # Size of each shape relative to the sampled scale, chosen so that the expected covered area
 # is about the same for every class (colour statistics then do not reveal the class).
 _SHAPE_SCALE = {
-    "disk": 0.80, "ring": 0.98, "square": 0.76, "frame": 0.95, "triangle": 1.10,
-    "star": 1.00, "cross": 1.05, "bar": 1.15, "stripes": 0.80, "checker": 0.80,
+    "disk": 0.80,
+    "ring": 0.98,
+    "square": 0.76,
+    "frame": 0.95,
+    "triangle": 1.10,
+    "star": 1.00,
+    "cross": 1.05,
+    "bar": 1.15,
+    "stripes": 0.80,
+    "checker": 0.80,
 }
 
 
@@ -109,7 +138,7 @@ def _labels(split: str, n: int) -> np.ndarray:
     blocks = (n + NUM_CLASSES - 1) // NUM_CLASSES
     out = np.empty(blocks * NUM_CLASSES, dtype=np.int64)
     for b in range(blocks):
-        out[b * NUM_CLASSES:(b + 1) * NUM_CLASSES] = np.random.default_rng([DEMO_SEED, code, 1, b]).permutation(NUM_CLASSES)
+        out[b * NUM_CLASSES : (b + 1) * NUM_CLASSES] = np.random.default_rng([DEMO_SEED, code, 1, b]).permutation(NUM_CLASSES)
     return out[:n]
 
 
@@ -263,7 +292,7 @@ def generate_clean(split: str, n: int, workers: int | None = None, chunk: int = 
     if split not in _SPLIT_CODES:
         raise ValueError(f"unknown demo split {split!r}: expected 'train' or 'test'")
     labels = _labels(split, n)
-    tasks = [(split, s, labels[s:s + chunk]) for s in range(0, n, chunk)]
+    tasks = [(split, s, labels[s : s + chunk]) for s in range(0, n, chunk)]
     images = np.concatenate(_map_chunks(_render_chunk, tasks, workers)) if n else np.empty((0, IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8)
     return images, labels
 
@@ -271,7 +300,7 @@ def generate_clean(split: str, n: int, workers: int | None = None, chunk: int = 
 def corrupt_images(images: np.ndarray, corruption: str, severity: int, workers: int | None = None, chunk: int = 500) -> np.ndarray:
     """Corrupt clean test images (index ``i`` seeded by ``(corruption, severity, i)``)."""
     _check_corruption(corruption, severity)
-    tasks = [(corruption, severity, s, images[s:s + chunk]) for s in range(0, len(images), chunk)]
+    tasks = [(corruption, severity, s, images[s : s + chunk]) for s in range(0, len(images), chunk)]
     return np.concatenate(_map_chunks(_corrupt_chunk, tasks, workers))
 
 
@@ -299,8 +328,9 @@ def _cache_errors(fn):
         try:
             return fn(*args, **kwargs)
         except OSError as exc:
-            raise DataError(describe_os_error(exc, action="cannot write the demo data cache at")
-                            + "; or set TEMPORA_HOME to a writable folder") from None
+            raise DataError(
+                describe_os_error(exc, action="cannot write the demo data cache at") + "; or set TEMPORA_HOME to a writable folder"
+            ) from None
         except OutputError as exc:
             raise DataError(f"demo data cache: {exc}; or set TEMPORA_HOME to a writable folder") from None
 
@@ -315,7 +345,9 @@ def _check_corruption(corruption: str, severity: int) -> None:
 
 
 @_cache_errors
-def ensure_demo_clean(home: str | os.PathLike | None = None, split: str = "test", workers: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def ensure_demo_clean(
+    home: str | os.PathLike | None = None, split: str = "test", workers: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The clean ``split`` (``"test"`` or ``"train"``): uint8 Nx32x32x3 images, int64 labels.
 
     Generated on first use into the cache (both files written atomically), loaded after.
@@ -381,7 +413,7 @@ def ensure_demo_corrupted(corruption: str, severity: int, home: str | os.PathLik
             data = open_memmap(tmp, mode="w+", dtype=np.uint8, shape=shape)
             data.flush()
             os.replace(tmp, data_path)
-        data[(severity - 1) * n:severity * n] = corrupt_images(images, corruption, severity, workers)
+        data[(severity - 1) * n : severity * n] = corrupt_images(images, corruption, severity, workers)
         data.flush()
         del data
         _atomic_write_json(_done_path(directory, corruption), {"severities": sorted(set(done) | {severity}), "n": n})

@@ -92,7 +92,9 @@ def expand_domains(names: Sequence[str], available: Sequence[str]) -> list[str]:
             expanded = CORRUPTION_GROUPS.get(name, [name])
             for d in expanded:
                 if d not in available:
-                    raise ConfigError(f"unknown domain '{d}'; available: {', '.join(available)} (or groups noise, blur, weather, digital, all)")
+                    raise ConfigError(
+                        f"unknown domain '{d}'; available: {', '.join(available)} (or groups noise, blur, weather, digital, all)"
+                    )
                 if d not in out:
                     out.append(d)
     if not out:
@@ -124,8 +126,9 @@ def source_labels(source: BatchSource) -> np.ndarray:
     return np.asarray(labels, dtype=np.int64)
 
 
-def dirichlet_order(labels: np.ndarray, batch_size: int, seed: int, domain: str, alpha: float,
-                    max_batches: int | None = None) -> list[np.ndarray]:
+def dirichlet_order(
+    labels: np.ndarray, batch_size: int, seed: int, domain: str, alpha: float, max_batches: int | None = None
+) -> list[np.ndarray]:
     """Index batches in a label-shifted order: each class spread over time by Dirichlet(α).
 
     Time is cut into as many slots as there are full batches. Each class's samples (shuffled)
@@ -155,4 +158,3 @@ def dirichlet_order(labels: np.ndarray, batch_size: int, seed: int, domain: str,
                 slot.append(part)
     order = np.concatenate([rng.permutation(np.concatenate(s)) for s in slots if s])
     return [order[i * batch_size : (i + 1) * batch_size] for i in range(count)]
-

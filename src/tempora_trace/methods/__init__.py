@@ -60,6 +60,16 @@ def departures_markdown() -> str:
 
 
 __all__ = [
-    "AS_DEFAULT", "Departure", "GradientMethod", "MethodContext", "MethodError", "TTAMethod", "available_methods",
-    "departures_markdown", "entropy_margin", "get_method", "register", "softmax_entropy",
+    "AS_DEFAULT",
+    "Departure",
+    "GradientMethod",
+    "MethodContext",
+    "MethodError",
+    "TTAMethod",
+    "available_methods",
+    "departures_markdown",
+    "entropy_margin",
+    "get_method",
+    "register",
+    "softmax_entropy",
 ]

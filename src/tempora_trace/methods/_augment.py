@@ -93,11 +93,11 @@ def cmf_augment(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     out = x.clamp(0.0, 1.0)
     order = torch.randperm(5, generator=gen, device=gen.device).tolist()
     factors = {
-        0: _uniform(gen, 0.6, 1.4),     # brightness
-        1: _uniform(gen, 0.7, 1.3),     # contrast
-        2: _uniform(gen, 0.5, 1.5),     # saturation
+        0: _uniform(gen, 0.6, 1.4),  # brightness
+        1: _uniform(gen, 0.7, 1.3),  # contrast
+        2: _uniform(gen, 0.5, 1.5),  # saturation
         3: _uniform(gen, -0.06, 0.06),  # hue
-        4: _uniform(gen, 0.7, 1.3),     # gamma
+        4: _uniform(gen, 0.7, 1.3),  # gamma
     }
     for fn in order:
         if fn == 0:
@@ -118,16 +118,16 @@ def cmf_augment(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     tx = int(round(_uniform(gen, -max_dx, max_dx)))
     ty = int(round(_uniform(gen, -max_dy, max_dy)))
     scale = _uniform(gen, 0.9, 1.1)
-    out = TF.affine(out, angle=angle, translate=[tx, ty], scale=scale, shear=[0.0, 0.0],
-                    interpolation=InterpolationMode.BILINEAR, fill=0.0)
+    out = TF.affine(out, angle=angle, translate=[tx, ty], scale=scale, shear=[0.0, 0.0], interpolation=InterpolationMode.BILINEAR, fill=0.0)
     out = TF.center_crop(out, [h, w])
     if torch.rand((), generator=gen, device=gen.device).item() < 0.5:
         out = TF.hflip(out)
     return out.clamp(0.0, 1.0)
 
 
-def _resized_crop_box(h: int, w: int, gen: torch.Generator, scale: tuple[float, float],
-                      ratio: tuple[float, float]) -> tuple[int, int, int, int]:
+def _resized_crop_box(
+    h: int, w: int, gen: torch.Generator, scale: tuple[float, float], ratio: tuple[float, float]
+) -> tuple[int, int, int, int]:
     """Top, left, height, width of one RandomResizedCrop box: up to ten tries at an area
     fraction in ``scale`` and a log-uniform aspect ratio in ``ratio``, else the central crop
     with the aspect ratio clamped (the usual torchvision sampling, on ``gen``)."""
@@ -152,8 +152,9 @@ def _resized_crop_box(h: int, w: int, gen: torch.Generator, scale: tuple[float, 
     return (h - ch) // 2, (w - cw) // 2, ch, cw
 
 
-def random_resized_crop_flip(x: torch.Tensor, gen: torch.Generator, scale: tuple[float, float] = (0.5, 1.0),
-                             ratio: tuple[float, float] = (3 / 4, 4 / 3)) -> torch.Tensor:
+def random_resized_crop_flip(
+    x: torch.Tensor, gen: torch.Generator, scale: tuple[float, float] = (0.5, 1.0), ratio: tuple[float, float] = (3 / 4, 4 / 3)
+) -> torch.Tensor:
     """The Tempora reference's CMF view: per image, a RandomResizedCrop (area ``scale``,
     antialiased bilinear resize back to the input side) and a horizontal flip with p = ½.
     Parameters are drawn per image on the host, one crop call per image, as the reference's
@@ -187,7 +188,7 @@ def _symmetric_mask(mask: torch.Tensor) -> torch.Tensor:
     sw = 1 - mask.shape[-1] % 2
     sub = mask[..., sh:, sw:].clone()
     mh, mw = sub.shape[-2] // 2, sub.shape[-1] // 2
-    sub[..., sub.shape[-2] - mh:, :] = 1.0
+    sub[..., sub.shape[-2] - mh :, :] = 1.0
     sub[..., mh, :mw] = 1.0
     sub = sub * torch.flip(sub, dims=(-2, -1))
     mask = mask.clone()
@@ -204,7 +205,7 @@ def low_frequency_amplitude_mask(x: torch.Tensor, mask_ratio: float, region: flo
     rh, rw = max(1, int(h * region)), max(1, int(w * region))
     top, left = (h - rh) // 2, (w - rw) // 2
     low = torch.zeros(1, z.shape[1], h, w, device=z.device, dtype=z.dtype)
-    low[..., h - top - rh:h - top, w - left - rw:w - left] = 1.0
+    low[..., h - top - rh : h - top, w - left - rw : w - left] = 1.0
     fft = torch.fft.fft2(z, dim=(-2, -1))
     amp, phase = fft.abs(), fft.angle()
     amp = torch.fft.fftshift(amp, dim=(-2, -1))
@@ -234,7 +235,7 @@ class PatchNoise(nn.Module):
             raise ValueError(f"patch noise built for {self.grid * self.patch}² images, got {tuple(x.shape[-2:])}")
         z = _to_centred(x)
         noise = torch.randn(z.shape[1:], generator=gen, device=gen.device, dtype=z.dtype).to(z.device)
-        ratio = (self.alpha ** 2).view(self.grid, self.grid)
+        ratio = (self.alpha**2).view(self.grid, self.grid)
         ratio = ratio.repeat_interleave(self.patch, 0).repeat_interleave(self.patch, 1)
         z = (1.0 - ratio) * z + ratio * noise
         return _from_centred(z.clamp(-1.0, 1.0))
@@ -250,16 +251,16 @@ class PatchNoise(nn.Module):
         p = self.patch
         for k in range(self.grid * self.grid):
             top, left = (k // self.grid) * p, (k % self.grid) * p
-            patch = z[..., top:top + p, left:left + p]
+            patch = z[..., top : top + p, left : left + p]
             noise = torch.randn(patch.shape[1:], generator=gen, device=gen.device, dtype=z.dtype).to(z.device)
             ratio = self.alpha[k] ** 2
-            out[..., top:top + p, left:left + p] = (1.0 - ratio) * patch + ratio * noise
+            out[..., top : top + p, left : left + p] = (1.0 - ratio) * patch + ratio * noise
         return _from_centred(out.clamp_(-1.0, 1.0))
 
     @torch.no_grad()
     def renormalise(self) -> None:
         """Rescale so the mean noise ratio stays at its target, then clip to [−1, 1]."""
-        current = (self.alpha ** 2).mean()
+        current = (self.alpha**2).mean()
         self.alpha.div_(torch.sqrt(current / self.noise_ratio))
         self.alpha.clamp_(-1.0, 1.0)
 
@@ -296,7 +297,6 @@ class ProjectorView:
 
     def remove(self) -> None:
         self._handle.remove()
-
 
 
 class DetachedTargetMethod(GradientMethod):

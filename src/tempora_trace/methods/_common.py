@@ -46,10 +46,8 @@ def auxiliary_view_statistics(view: str) -> Departure:
         default="left alone (train-mode BN uses the view's batch statistics, the running buffers do not move)",
         reference="moved: the view runs in train mode like the clean pass, a second buffer update per adapted batch",
         authors="nothing to move (running statistics are not tracked)",
-        reason="the buffers frozen inference uses should describe the clean target stream, not a "
-               "perturbed or filtered copy of it",
+        reason="the buffers frozen inference uses should describe the clean target stream, not a perturbed or filtered copy of it",
     )
-
 
 
 def is_vit(context: MethodContext) -> bool:

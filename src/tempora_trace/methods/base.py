@@ -77,8 +77,11 @@ def departures_docstring(departures: tuple[Departure, ...]) -> str:
     """The docstring section a method class gets from its ``departures``."""
     lines = ["", "", "Departures (generated from ``departures``; ``profile=paper`` restores the reference):", ""]
     for d in departures:
-        lines.append(f"- {d.point}: default {d.default}; Tempora reference {d.reference}"
-                     + (f"; original authors {d.authors}" if d.authors != AS_DEFAULT else "") + f". Why: {d.reason}")
+        lines.append(
+            f"- {d.point}: default {d.default}; Tempora reference {d.reference}"
+            + (f"; original authors {d.authors}" if d.authors != AS_DEFAULT else "")
+            + f". Why: {d.reason}"
+        )
     return "\n".join(lines)
 
 
@@ -151,10 +154,7 @@ class TTAMethod(metaclass=_MethodMeta):
         known = self.all_params(context)
         unknown = set(params) - set(known)
         if unknown:
-            raise MethodError(
-                f"method '{self.name}' has no option(s) {sorted(unknown)}; "
-                f"known: {sorted(known)}"
-            )
+            raise MethodError(f"method '{self.name}' has no option(s) {sorted(unknown)}; known: {sorted(known)}")
         merged = dict(known)
         merged.update(params)
         if merged["profile"] not in PROFILES:

@@ -31,8 +31,9 @@ def soft_likelihood_ratio(logits: torch.Tensor, clip: float = 0.99) -> torch.Ten
 def symmetric_cross_entropy(logits_aug: torch.Tensor, logits: torch.Tensor, alpha: float = 0.5) -> torch.Tensor:
     """Per-sample ``−(1−a) Σ p·log q − a Σ q·log p`` between the clean (p) and augmented (q)
     views (a = ½ in the authors' code)."""
-    return (-(1 - alpha) * (logits.softmax(1) * logits_aug.log_softmax(1)).sum(1)
-            - alpha * (logits_aug.softmax(1) * logits.log_softmax(1)).sum(1))
+    return -(1 - alpha) * (logits.softmax(1) * logits_aug.log_softmax(1)).sum(1) - alpha * (
+        logits_aug.softmax(1) * logits.log_softmax(1)
+    ).sum(1)
 
 
 def prior_corrected(logits: torch.Tensor) -> torch.Tensor:
@@ -50,7 +51,7 @@ def kalman_gain(hidden_var: float, alpha: float, q: float) -> tuple[float, float
 
     var ← α²·var + q; β = r / (var + r) with r = 1 − q, floored at 0.89 and saturated to 1
     (no update) at ≥ 0.9999; var ← β·var."""
-    var = alpha ** 2 * hidden_var + q
+    var = alpha**2 * hidden_var + q
     r = 1.0 - q
     beta = r / (var + r)
     beta = max(beta, 0.89)
@@ -101,19 +102,19 @@ class CMF(GradientMethod):
         Departure(
             point="consistency view",
             default="the CMF authors' transform: colour jitter and gamma in random order, "
-                    "reflect-padded random affine, flip; one draw per batch",
+            "reflect-padded random affine, flip; one draw per batch",
             reference="RandomResizedCrop (scale 0.5-1, antialiased, output 224 px: the input side "
-                      "on ImageNet, which the paper profile uses on every input size) and a "
-                      "horizontal flip, drawn per image",
+            "on ImageNet, which the paper profile uses on every input size) and a "
+            "horizontal flip, drawn per image",
             reason="the view CMF was published and tuned with",
         ),
         Departure(
             point="Kalman filter over parameters",
             default="the adapted (norm-layer) parameters only",
             reference="update_all: the hidden model blends every parameter with the source and "
-                      "with the adapted model (frozen ones with themselves); only the adapted "
-                      "ones are blended back, so predictions are the same and the step costs "
-                      "about 3x as much on a ViT-B/16",
+            "with the adapted model (frozen ones with themselves); only the adapted "
+            "ones are blended back, so predictions are the same and the step costs "
+            "about 3x as much on a ViT-B/16",
             authors="not compared",
             reason="a frozen parameter's hidden value never reaches the model",
         ),
@@ -180,8 +181,7 @@ class CMF(GradientMethod):
         self.source = self._views(self.source_flat)
         self.hidden = self._views(self.hidden_flat)
         self.hidden_var = 0.0
-        self.class_probs_ema = torch.full((context.num_classes,), 1.0 / context.num_classes,
-                                          device=self.trainable[0].device)
+        self.class_probs_ema = torch.full((context.num_classes,), 1.0 / context.num_classes, device=self.trainable[0].device)
         self.rng = MethodRNG()
         #: samples that entered the loss on the last adapted batch.
         self.last_selected = 0

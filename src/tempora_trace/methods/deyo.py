@@ -60,8 +60,8 @@ class DeYO(GradientMethod):
     def default_params(cls, context: MethodContext) -> dict[str, Any]:
         return {
             **super().default_params(context),  # authors: lr 0.00025 for ResNets, 0.001 for ViT-B (batch 64)
-            "ent_threshold": entropy_margin(context.num_classes, 0.5),   # τ_Ent = 0.5·ln C
-            "ent_margin": entropy_margin(context.num_classes, 0.4),      # Ent_0 = 0.4·ln C
+            "ent_threshold": entropy_margin(context.num_classes, 0.5),  # τ_Ent = 0.5·ln C
+            "ent_margin": entropy_margin(context.num_classes, 0.4),  # Ent_0 = 0.4·ln C
             "plpd_threshold": 0.2,
             "patch_len": 4,
         }

@@ -81,8 +81,7 @@ class LAME(TTAMethod):
             point="self-exclusion from the neighbours",
             default="the diagonal of the distance matrix is set to +inf before the k nearest are taken",
             reference="the k + 1 nearest are taken and the first dropped",
-            reason="the same neighbours unless features coincide, where the reference can keep the "
-                   "sample as its own neighbour",
+            reason="the same neighbours unless features coincide, where the reference can keep the sample as its own neighbour",
         ),
     )
 

@@ -38,7 +38,7 @@ class NEO(TTAMethod):
             default="centred with the mean reached so far, which stops moving",
             reference="the uncentred source model",
             reason="the authors' adapt=False path: what NEO has learnt is the mean, and freezing "
-                   "should keep it, as it keeps other methods' adapted weights",
+            "should keep it, as it keeps other methods' adapted weights",
         ),
     )
 

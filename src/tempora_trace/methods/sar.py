@@ -93,38 +93,37 @@ class SAR(GradientMethod):
         Departure(
             point="top layers left unadapted",
             default="the last residual stage (the highest layerN, or the last element of a "
-                    "layers/stages container) and the last quarter of the transformer blocks "
-                    "plus the final norm",
+            "layers/stages container) and the last quarter of the transformer blocks "
+            "plus the final norm",
             reference="modules named layer4, blocks.9-11 or norm: the same set on ResNet-50 and "
-                      "ViT-B/16, nothing on models named otherwise (the demo ResNets)",
+            "ViT-B/16, nothing on models named otherwise (the demo ResNets)",
             reason="the authors' intent (leave the top of the network alone) on any architecture",
         ),
         auxiliary_view_statistics("second (perturbed) forward"),
         Departure(
             point="no reliable sample (first or second filter empty)",
-            default="no step: the perturbation is undone (second filter) or never made (first), "
-                    "nothing moves",
+            default="no step: the perturbation is undone (second filter) or never made (first), nothing moves",
             reference="both passes still run on a NaN loss (the mean of an empty selection); its "
-                      "zero gradients leave SGD a momentum-only step",
+            "zero gradients leave SGD a momentum-only step",
             authors="as the reference",
             reason="a batch without a reliable sample carries no learning signal; stepping along "
-                   "stale momentum moves the weights anyway and costs two passes",
+            "stale momentum moves the weights anyway and costs two passes",
         ),
         Departure(
             point="SGD momentum through a reset (model recovery and the episode reset)",
             default="restored with the model: the optimiser returns to its source state",
             reference="kept: its SAM wrapper's load_state_dict restores only the wrapper's own "
-                      "state, so the inner SGD's momentum buffers survive",
+            "state, so the inner SGD's momentum buffers survive",
             authors="as the reference (same SAM wrapper)",
             reason="a reset should return to the source state; leftover momentum pushes the "
-                   "recovered model straight back where it collapsed",
+            "recovered model straight back where it collapsed",
         ),
         Departure(
             point="loss average after a model recovery",
             default="cleared",
             reference=AS_DEFAULT,
             authors="overwritten with the pre-recovery value right after the reset, so a recovery "
-                    "repeats on every batch until the average climbs back above the threshold",
+            "repeats on every batch until the average climbs back above the threshold",
             reason="the recovery is meant to start the average afresh",
         ),
         TRACKED_BN_STATISTICS,
@@ -152,9 +151,14 @@ class SAR(GradientMethod):
     def choose_parameters(self, model: nn.Module) -> list[tuple[str, nn.Parameter]]:
         if self.paper_profile:
             # Tempora reference: its literal names (layer4, blocks.9-11, norm), as DeYO uses them.
-            self.excluded = [mn for mn, m in model.named_modules()
-                             if mn and reference_top_layer(mn) and not reference_top_layer(mn.rpartition(".")[0])
-                             and next(m.parameters(), None) is not None]
+            self.excluded = [
+                mn
+                for mn, m in model.named_modules()
+                if mn
+                and reference_top_layer(mn)
+                and not reference_top_layer(mn.rpartition(".")[0])
+                and next(m.parameters(), None) is not None
+            ]
             adapted = named_norm_affine_params(model, skip=reference_top_layer)
         else:
             self.excluded = sar_excluded_modules(model)

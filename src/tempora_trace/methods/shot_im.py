@@ -62,10 +62,10 @@ class SHOTIM(GradientMethod):
             point="frozen classifier",
             default="the final nn.Linear only (ViT-B/16: 150 tensors, 85.8 M values adapted)",
             reference="every parameter whose name contains 'fc', 'classifier' or 'head', which on timm's "
-                      "ViT also freezes all blocks.N.mlp.fc1/fc2 (102 tensors, 29.1 M values); the same "
-                      "set as the default on ResNets",
+            "ViT also freezes all blocks.N.mlp.fc1/fc2 (102 tensors, 29.1 M values); the same "
+            "set as the default on ResNets",
             reason="SHOT freezes the classifier (the source hypothesis) and adapts the feature "
-                   "extractor; the substring rule's reach depends on module names, not on the model",
+            "extractor; the substring rule's reach depends on module names, not on the model",
         ),
         Departure(
             point="ε inside the diversity term log(p̄ + ε)",
@@ -82,8 +82,7 @@ class SHOTIM(GradientMethod):
     def choose_parameters(self, model: nn.Module) -> list[tuple[str, nn.Parameter]]:
         if self.paper_profile:
             # Tempora reference quirk: name-based exclusion, which also matches ViT's mlp.fc1/fc2.
-            return [(n, p) for n, p in model.named_parameters()
-                    if not any(s in n for s in REFERENCE_FROZEN_SUBSTRINGS)]
+            return [(n, p) for n, p in model.named_parameters() if not any(s in n for s in REFERENCE_FROZEN_SUBSTRINGS)]
         # Every parameter except the classifier head's (the source hypothesis).
         head = {id(p) for p in classifier_head(model).parameters()}
         return [(n, p) for n, p in model.named_parameters() if id(p) not in head]

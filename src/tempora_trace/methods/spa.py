@@ -64,20 +64,17 @@ class SPA(DetachedTargetMethod):
     departures = (
         Departure(
             point="patch-noise view",
-            default="one vectorised pass: a per-pixel noise-strength map from the per-patch "
-                    "strengths, one noise draw for the image",
+            default="one vectorised pass: a per-pixel noise-strength map from the per-patch strengths, one noise draw for the image",
             reference="a Python loop over the patches (196 on a 224-px image) with one noise draw "
-                      "and one autograd-recorded slice assignment each: the same distribution, "
-                      "about 80x the time of the view on an H100",
-            reason="the method's arithmetic without the interpreter overhead, which would "
-                   "otherwise dominate the measured extrinsic time",
+            "and one autograd-recorded slice assignment each: the same distribution, "
+            "about 80x the time of the view on an H100",
+            reason="the method's arithmetic without the interpreter overhead, which would otherwise dominate the measured extrinsic time",
         ),
         Departure(
             point="clean forward",
             default="without autograd (it is a detached target)",
             reference="with autograd, the unused graph kept until the update is done",
-            reason="no gradient can flow through it; recording one only adds intrinsic time and "
-                   "peak memory",
+            reason="no gradient can flow through it; recording one only adds intrinsic time and peak memory",
         ),
     )
 
@@ -115,9 +112,10 @@ class SPA(DetachedTargetMethod):
         # the projector is outside the model and always trainable, with its own learning rate
         p = self.params
         return torch.optim.SGD(
-            [{"params": params, "lr": p["lr"]},
-             {"params": [self.view.projector.weight], "lr": p["projector_lr"]}],
-            momentum=p["momentum"], foreach=True)
+            [{"params": params, "lr": p["lr"]}, {"params": [self.view.projector.weight], "lr": p["projector_lr"]}],
+            momentum=p["momentum"],
+            foreach=True,
+        )
 
     def __init__(self, model: nn.Module, context: MethodContext, **params: Any):
         super().__init__(model, context, **params)

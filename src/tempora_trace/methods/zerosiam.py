@@ -58,8 +58,7 @@ class ZeroSIAM(DetachedTargetMethod):
             point="clean forward",
             default="without autograd (it is a detached target)",
             reference="with autograd, the unused graph kept until the update is done",
-            reason="no gradient can flow through it; recording one only adds intrinsic time and "
-                   "peak memory",
+            reason="no gradient can flow through it; recording one only adds intrinsic time and peak memory",
         ),
         Departure(
             point="optimiser state at a reset",
@@ -81,8 +80,9 @@ class ZeroSIAM(DetachedTargetMethod):
 
     def prepare(self, model: nn.Module) -> None:
         self.view = ProjectorView(model)
-        self.projector_optimizer = torch.optim.SGD([self.view.projector.weight], lr=self.params["projector_lr"],
-                                                   momentum=self.params["momentum"], foreach=True)
+        self.projector_optimizer = torch.optim.SGD(
+            [self.view.projector.weight], lr=self.params["projector_lr"], momentum=self.params["momentum"], foreach=True
+        )
 
     def __init__(self, model: nn.Module, context: MethodContext, **params: Any):
         super().__init__(model, context, **params)

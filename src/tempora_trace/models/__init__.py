@@ -134,8 +134,7 @@ def _torchvision_resnet(arch: str, weights, num_classes: int | None):
     if path is not None:
         _load_into(net, path, arch)
     preprocess = torchvision_weights(arch).transforms()
-    return (Normalized(net, tuple(preprocess.mean), tuple(preprocess.std)),
-            ModelSpec(arch, "bn", classes, 224, "imagenet", _file(path)))
+    return (Normalized(net, tuple(preprocess.mean), tuple(preprocess.std)), ModelSpec(arch, "bn", classes, 224, "imagenet", _file(path)))
 
 
 def _vit(weights, num_classes: int | None):
@@ -150,8 +149,10 @@ def _vit(weights, num_classes: int | None):
     if path is not None:
         _load_into(net, path, "vit_base_patch16_224")
     size = cfg.input_size[-1]
-    return (Normalized(net, tuple(cfg.mean), tuple(cfg.std)),
-            ModelSpec("vit_base_patch16_224", "ln", classes, size, "imagenet", _file(path)))
+    return (
+        Normalized(net, tuple(cfg.mean), tuple(cfg.std)),
+        ModelSpec("vit_base_patch16_224", "ln", classes, size, "imagenet", _file(path)),
+    )
 
 
 def _cifar_resnet18(weights, num_classes: int | None):

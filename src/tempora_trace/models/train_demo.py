@@ -49,7 +49,7 @@ def _augment(batch: np.ndarray, rng: np.random.Generator, pad: int) -> torch.Ten
     flips = rng.random(n) < 0.5
     out = np.empty_like(batch)
     for k in range(n):
-        crop = padded[k, offsets[k, 0]:offsets[k, 0] + h, offsets[k, 1]:offsets[k, 1] + w]
+        crop = padded[k, offsets[k, 0] : offsets[k, 0] + h, offsets[k, 1] : offsets[k, 1] + w]
         out[k] = crop[:, ::-1] if flips[k] else crop
     return to_tensor(out)
 
@@ -65,13 +65,14 @@ def evaluate(model: torch.nn.Module, images: np.ndarray, labels: np.ndarray, bat
     model.eval()
     correct = 0
     for start in range(0, len(images), batch_size):
-        logits = model(to_tensor(images[start:start + batch_size]))
-        correct += int((logits.argmax(1) == torch.from_numpy(labels[start:start + batch_size])).sum())
+        logits = model(to_tensor(images[start : start + batch_size]))
+        correct += int((logits.argmax(1) == torch.from_numpy(labels[start : start + batch_size])).sum())
     return correct / len(images)
 
 
-def train_one(norm: str, images: np.ndarray, labels: np.ndarray, epochs: int, batch_size: int, lr: float,
-              weight_decay: float, pad: int, log=print) -> tuple[torch.nn.Module, dict]:
+def train_one(
+    norm: str, images: np.ndarray, labels: np.ndarray, epochs: int, batch_size: int, lr: float, weight_decay: float, pad: int, log=print
+) -> tuple[torch.nn.Module, dict]:
     """Train one demo model from a fixed seed; returns the model and timing info."""
     torch.manual_seed(TRAIN_SEED)
     rng = np.random.default_rng([TRAIN_SEED, 0 if norm == "bn" else 1])
@@ -79,13 +80,15 @@ def train_one(norm: str, images: np.ndarray, labels: np.ndarray, epochs: int, ba
     decay, no_decay = [], []
     for p in model.parameters():
         (no_decay if p.ndim <= 1 else decay).append(p)
-    opt = torch.optim.SGD([{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-                          lr=lr, momentum=0.9, nesterov=True)
+    opt = torch.optim.SGD(
+        [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=lr, momentum=0.9, nesterov=True
+    )
     steps_per_epoch = len(images) // batch_size
     total = epochs * steps_per_epoch
     warmup = max(1, int(0.15 * total))
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: (s + 1) / warmup if s < warmup else 0.5 * (1 + math.cos(math.pi * (s - warmup) / max(1, total - warmup))))
+        opt, lambda s: (s + 1) / warmup if s < warmup else 0.5 * (1 + math.cos(math.pi * (s - warmup) / max(1, total - warmup)))
+    )
     t0, c0 = time.perf_counter(), _cpu_seconds()
     step = 0
     for epoch in range(epochs):
@@ -93,7 +96,7 @@ def train_one(norm: str, images: np.ndarray, labels: np.ndarray, epochs: int, ba
         order = rng.permutation(len(images))
         running = 0.0
         for b in range(steps_per_epoch):
-            idx = np.sort(order[b * batch_size:(b + 1) * batch_size])
+            idx = np.sort(order[b * batch_size : (b + 1) * batch_size])
             x = _augment(images[idx], rng, pad)
             y = torch.from_numpy(labels[idx])
             loss = F.cross_entropy(model(x), y)
@@ -103,8 +106,10 @@ def train_one(norm: str, images: np.ndarray, labels: np.ndarray, epochs: int, ba
             sched.step()
             running += loss.item()
             step += 1
-        log(f"[{norm}] epoch {epoch + 1}/{epochs} loss {running / steps_per_epoch:.4f} "
-            f"wall {time.perf_counter() - t0:.0f}s cpu {_cpu_seconds() - c0:.0f}s")
+        log(
+            f"[{norm}] epoch {epoch + 1}/{epochs} loss {running / steps_per_epoch:.4f} "
+            f"wall {time.perf_counter() - t0:.0f}s cpu {_cpu_seconds() - c0:.0f}s"
+        )
     info = {"train_wall_s": time.perf_counter() - t0, "train_cpu_s": _cpu_seconds() - c0, "steps": total}
     model.eval()
     return model, info
@@ -121,8 +126,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--weight-decay", type=float, default=5e-4)
     parser.add_argument("--pad", type=int, default=3, help="random-crop padding in pixels")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (fixed for reproducibility)")
-    parser.add_argument("--eval-severity", type=int, default=5, choices=[0, 1, 2, 3, 4, 5],
-                        help="also report accuracy on all 15 corruptions at this severity (0: skip)")
+    parser.add_argument(
+        "--eval-severity",
+        type=int,
+        default=5,
+        choices=[0, 1, 2, 3, 4, 5],
+        help="also report accuracy on all 15 corruptions at this severity (0: skip)",
+    )
     parser.add_argument("--home", type=Path, default=None, help="cache root (default $TEMPORA_HOME or ~/.cache/tempora)")
     parser.add_argument("--summary", type=Path, default=None, help="write accuracies and timings as JSON here")
     args = parser.parse_args(argv)
@@ -136,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     test_x, test_y = ensure_demo_clean(args.home, "test")
     print(f"data ready in {time.perf_counter() - t:.1f}s: train {len(train_x)}, test {len(test_x)}")
     if args.train_size is not None:
-        train_x, train_y = train_x[:args.train_size], train_y[:args.train_size]
+        train_x, train_y = train_x[: args.train_size], train_y[: args.train_size]
 
     corrupted = {}
     if args.eval_severity:
@@ -145,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in DEMO_CORRUPTIONS:
             t = time.perf_counter()
             directory = ensure_demo_corrupted(name, s, args.home)
-            corrupted[name] = np.load(directory / f"{name}.npy", mmap_mode="r")[(s - 1) * n:s * n]
+            corrupted[name] = np.load(directory / f"{name}.npy", mmap_mode="r")[(s - 1) * n : s * n]
             print(f"  {name} severity {s} ready in {time.perf_counter() - t:.1f}s")
 
     summary = {}
@@ -157,8 +167,10 @@ def main(argv: list[str] | None = None) -> int:
         info["clean_acc"] = evaluate(model, test_x, test_y)
         info["params"] = sum(p.numel() for p in model.parameters())
         info["file_bytes"] = path.stat().st_size
-        print(f"[{norm}] wrote {path} ({info['file_bytes'] / 1e6:.2f} MB, {info['params']} params); "
-              f"train wall {info['train_wall_s']:.0f}s cpu {info['train_cpu_s']:.0f}s; clean acc {info['clean_acc']:.4f}")
+        print(
+            f"[{norm}] wrote {path} ({info['file_bytes'] / 1e6:.2f} MB, {info['params']} params); "
+            f"train wall {info['train_wall_s']:.0f}s cpu {info['train_cpu_s']:.0f}s; clean acc {info['clean_acc']:.4f}"
+        )
         for name, imgs in corrupted.items():
             info[f"{name}@{args.eval_severity}"] = evaluate(model, np.asarray(imgs), test_y)
             print(f"[{norm}]   {name:18s} severity {args.eval_severity}: {info[f'{name}@{args.eval_severity}']:.4f}")
