@@ -48,10 +48,8 @@ bench: install
 
 # `make lint`: ruff's lint rules and the import contracts (pyproject.toml: the simulator never
 # imports torch, tracer and simulator meet only in tempora_schema, no import cycles), then
-# `ruff format --check` on FORMATTED: the files already in ruff's format (all of src tests
-# bench once the code base has been formatted in one go).
+# `ruff format --check` on FORMATTED (everything ruff formats).
 FORMATTED ?= src tests bench tools
-             tests/test_packaging.py tests/test_make_targets.py tests/test_weights_download.py
 lint: install
 	$(PY) -m ruff check src tests bench tools
 	$(dir $(PY))lint-imports --no-cache --no-logo
