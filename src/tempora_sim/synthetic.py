@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tempora_schema import (
+    CORRUPTIONS,
     METADATA_FIELDS_V1,
     NO_CHECKPOINT,
     PHASE_ADAPT,
@@ -28,25 +29,6 @@ from tempora_schema import (
     SCHEMA_VERSION,
     WEIGHTS_RANDOM,
     arrow_schema,
-)
-
-#: The 15 ImageNet-C corruptions, canonical order (episodes of the paper's episodic stream).
-CORRUPTIONS = (
-    "gaussian_noise",
-    "shot_noise",
-    "impulse_noise",
-    "defocus_blur",
-    "glass_blur",
-    "motion_blur",
-    "zoom_blur",
-    "snow",
-    "frost",
-    "fog",
-    "brightness",
-    "contrast",
-    "elastic_transform",
-    "pixelate",
-    "jpeg_compression",
 )
 
 

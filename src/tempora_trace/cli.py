@@ -219,8 +219,8 @@ RUN_OPTIONS: list[Callable] = [
     _opt("--quiet", is_flag=True, help="No progress bars or episode summaries."),
 ]
 
-#: Options of `run` only: what to adapt and which frozen checkpoints to score.
-METHOD_OPTIONS: list[Callable] = [
+#: The method and its hyperparameters (`run` and `live`).
+METHOD_CHOICE: list[Callable] = [
     _opt("--method", default=None, help="TTA method (see `tempora-trace list`). Required."),
     _opt("--param", "params", multiple=True, metavar="KEY=VALUE", help="Override a method hyperparameter (repeatable)."),
     _opt(
@@ -230,6 +230,11 @@ METHOD_OPTIONS: list[Callable] = [
         help="paper: behave as the Tempora reference code wherever the default departs from it "
         "(docs/methods-parity.md); the trace is named <method>-paper. Same as --param profile=paper.",
     ),
+]
+
+#: Options of `run` only: what to adapt and which frozen checkpoints to score.
+METHOD_OPTIONS: list[Callable] = [
+    *METHOD_CHOICE,
     _opt(
         "--frozen-sample",
         type=FROZEN_SAMPLE,
@@ -418,15 +423,7 @@ def _positive_time_list(text: str, option: str) -> list[float]:
 
 #: Options of `live` beyond the run options: the protocol and how λ is found.
 LIVE_OPTIONS: list[Callable] = [
-    _opt("--method", default=None, help="TTA method (see `tempora-trace list`). Required."),
-    _opt("--param", "params", multiple=True, metavar="KEY=VALUE", help="Override a method hyperparameter (repeatable)."),
-    _opt(
-        "--profile",
-        type=click.Choice(["default", "paper"]),
-        default=None,
-        help="paper: behave as the Tempora reference code wherever the default departs from it "
-        "(docs/methods-parity.md); the trace is named <method>-paper. Same as --param profile=paper.",
-    ),
+    *METHOD_CHOICE,
     _opt("--protocol", default="discrete", help="discrete, amortised, or both: discrete,amortised."),
     _opt(
         "--rho",

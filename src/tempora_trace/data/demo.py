@@ -39,6 +39,7 @@ import numpy as np
 from filelock import FileLock
 from numpy.lib.format import open_memmap
 
+from tempora_schema import CORRUPTIONS
 from tempora_schema.errors import OutputError, describe_os_error
 from tempora_schema.outputs import to_bytes, write_file
 
@@ -65,24 +66,8 @@ NUM_CLASSES = len(CLASS_NAMES)
 DEMO_TEST_SIZE = 10_000
 DEMO_TRAIN_SIZE = 50_000
 SEVERITIES = (1, 2, 3, 4, 5)
-#: the 15 ImageNet-C corruptions in imagecorruptions' canonical order.
-DEMO_CORRUPTIONS: tuple[str, ...] = (
-    "gaussian_noise",
-    "shot_noise",
-    "impulse_noise",
-    "defocus_blur",
-    "glass_blur",
-    "motion_blur",
-    "zoom_blur",
-    "snow",
-    "frost",
-    "fog",
-    "brightness",
-    "contrast",
-    "elastic_transform",
-    "pixelate",
-    "jpeg_compression",
-)
+#: the 15 ImageNet-C corruptions in imagecorruptions' canonical order (tempora_schema.CORRUPTIONS).
+DEMO_CORRUPTIONS: tuple[str, ...] = CORRUPTIONS
 _SPLIT_CODES = {"train": 0, "test": 1}
 _SUPERSAMPLE = 2  # shapes are rendered at 2x and box-filtered: anti-aliased edges
 # Size of each shape relative to the sampled scale, chosen so that the expected covered area
