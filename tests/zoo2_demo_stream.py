@@ -50,7 +50,7 @@ def _private_home() -> Path:
 @lru_cache(maxsize=4)
 def demo_stream(corruption: str, severity: int, batches: int, batch_size: int = 64) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``batches`` (images in [0, 1], labels) pairs of the corrupted demo test split; generated
-    once per test session."""
+    once per test run."""
     n = batches * batch_size
     with _env(TEMPORA_HOME=str(_private_home() / f"n{n}"), TEMPORA_DEMO_TEST_SIZE=str(n)):
         root = ensure_demo_corrupted(corruption, severity, workers=1)
