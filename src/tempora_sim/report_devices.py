@@ -12,6 +12,7 @@ from __future__ import annotations
 import polars as pl
 
 from . import analyses as an
+from .report_scenarios import best_per_cell
 
 SETTING = ("dataset", "model", "batch_size", "stream")
 
@@ -27,13 +28,8 @@ def device_winners(utility: pl.DataFrame) -> dict[tuple, pl.DataFrame]:
         devices = part["device"].unique(maintain_order=True).to_list()
         if len(devices) < 2:
             continue
-        best = (
-            part.filter(pl.col("utility").is_not_null())
-            .sort(["device", "protocol", "value", "utility", "method"], descending=[False, False, False, True, False], nulls_last=True)
-            .group_by(["device", "protocol", "value"], maintain_order=True)
-            .agg(pl.col("method").first())
-        )
-        table = best.pivot(on="device", index=["protocol", "value"], values="method")
+        best = best_per_cell(part, ["device", "protocol", "value"])
+        table = best.pivot(on="device", index=["protocol", "value"], values="winner")
         order = {p: i for i, p in enumerate(an.PROTOCOLS)}
         table = (
             table.with_columns(pl.col("protocol").replace_strict(order, default=99).alias("_o"))

@@ -59,16 +59,16 @@ def _pooled(frame: pl.DataFrame) -> pl.DataFrame:
     return an.pool_seeds(rows) if an.SEED in rows.columns else rows
 
 
-def _winners(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+def best_per_cell(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Per ``keys`` cell: the method with the highest utility (``winner``, ties to the first
+    name) and that utility. Shared by the scenario section, the terminal maps and the device
+    comparison."""
     ranked = frame.filter(pl.col("utility").is_not_null()).sort(
         keys + ["utility", "method"], descending=[False] * len(keys) + [True, False]
     )
-    top = ranked.group_by(keys, maintain_order=True).agg(
-        pl.col("method").first().alias("winner"),
-        pl.col("utility").first().alias("utility"),
-        pl.col("utility").get(1).alias("runner_up_utility") if ranked.height else pl.lit(None).alias("runner_up_utility"),
+    return ranked.group_by(keys, maintain_order=True).agg(
+        pl.col("method").first().alias("winner"), pl.col("utility").first().alias("utility")
     )
-    return top
 
 
 def burst_comparison(paper: pl.DataFrame, scen: pl.DataFrame) -> pl.DataFrame | None:
@@ -77,15 +77,11 @@ def burst_comparison(paper: pl.DataFrame, scen: pl.DataFrame) -> pl.DataFrame | 
     bursty = _pooled(scen.filter(pl.col("protocol") == "discrete"))
     if periodic.height == 0 or bursty.height == 0:
         return None
-    p = _winners(periodic, ["value"]).rename({"winner": "periodic_winner", "utility": "periodic_utility"})
+    p = best_per_cell(periodic, ["value"]).rename({"winner": "periodic_winner", "utility": "periodic_utility"})
     rows = []
     for label, part in bursty.group_by("arrivals", maintain_order=True):
-        b = _winners(part, ["value"]).rename({"winner": "bursty_winner", "utility": "bursty_utility"})
-        rows.append(
-            p.drop("runner_up_utility")
-            .join(b.drop("runner_up_utility"), on="value", how="inner")
-            .with_columns(pl.lit(label[0]).alias("arrivals"))
-        )
+        b = best_per_cell(part, ["value"]).rename({"winner": "bursty_winner", "utility": "bursty_utility"})
+        rows.append(p.join(b, on="value", how="inner").with_columns(pl.lit(label[0]).alias("arrivals")))
     out = pl.concat(rows).with_columns((pl.col("periodic_winner") != pl.col("bursty_winner")).alias("changed"))
     return out.sort("arrivals", "value", descending=[False, True])
 
@@ -97,7 +93,7 @@ def winners_maps(scen: pl.DataFrame) -> dict[str, pl.DataFrame]:
     for protocol in COMBINED_PROTOCOLS:
         part = pooled.filter(pl.col("protocol") == protocol)
         if part.height:
-            out[protocol] = _winners(part, ["value", "value2"]).sort("value2", "value", descending=[False, True])
+            out[protocol] = best_per_cell(part, ["value", "value2"]).sort("value2", "value", descending=[False, True])
     return out
 
 

@@ -13,6 +13,8 @@ import polars as pl
 from rich import box
 from rich.table import Table
 
+from . import grids
+
 _TITLES = {
     "discrete-continuous": "Deadline + patience: winner (utility %) per ρ × T",
     "discrete-amortised": "Deadline + budget: winner (utility %) per ρ × B",
@@ -28,16 +30,10 @@ def _label(param: str, value: float) -> str:
 
 
 def winners_map(group: pl.DataFrame) -> pl.DataFrame:
-    """Per (protocol, value, value2): the best method and its utility (ties: first by name)."""
-    part = group.filter(pl.col("protocol").is_in(list(_TITLES)) & pl.col("utility").is_not_null())
-    if part.height == 0:
-        return part.select("protocol", "param", "value", "param2", "value2", "method", "utility")
-    return (
-        part.sort(["protocol", "value", "value2", "utility", "method"], descending=[False, False, False, True, False])
-        .group_by(["protocol", "value", "value2"], maintain_order=True)
-        .first()
-        .select("protocol", "param", "value", "param2", "value2", "method", "utility")
-    )
+    """Per (protocol, value, value2): the best method (``winner``) and its utility."""
+    from .report_scenarios import best_per_cell
+
+    return best_per_cell(group.filter(pl.col("protocol").is_in(list(_TITLES))), ["protocol", "value", "value2"])
 
 
 def scenario_tables(group: pl.DataFrame) -> list[Table]:
@@ -50,7 +46,7 @@ def scenario_tables(group: pl.DataFrame) -> list[Table]:
             continue
         rhos = sorted(part["value"].unique().to_list(), reverse=True)
         seconds = sorted(part["value2"].unique().to_list())
-        param2 = part["param2"][0]
+        param2 = grids.PARAM2_OF[protocol]
         table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", min_width=60)
         table.add_column("")
         for r in rhos:
@@ -60,7 +56,7 @@ def scenario_tables(group: pl.DataFrame) -> list[Table]:
             row = [_label(param2, v2)]
             for r in rhos:
                 hit = cells.get((r, v2))
-                row.append("–" if hit is None else f"{hit['method']} {hit['utility'] * 100:.1f}")
+                row.append("–" if hit is None else f"{hit['winner']} {hit['utility'] * 100:.1f}")
             table.add_row(*row)
         tables.append(table)
     return tables
