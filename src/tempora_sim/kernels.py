@@ -46,6 +46,17 @@ last_arrival = njit(cache=True, inline="always")(_schema_last_arrival)
 _last_arrival = last_arrival
 
 
+@njit(cache=True, inline="always")
+def _skipped_score(skipped, skip_mode, acc_in_progress, skip_value):
+    """What ``skipped`` batches dropped during one event score together: 0 (null), 1/C each
+    (random), or the accuracy of the event in progress (dual-model fallback)."""
+    if skip_mode == SKIP_FALLBACK:
+        return skipped * acc_in_progress
+    if skip_mode == SKIP_RANDOM:
+        return skipped * skip_value
+    return 0.0
+
+
 @njit(cache=True)
 def discrete_one(a, delta, gamma, queue, strict, skip_mode, skip_value):
     """Replay one episode at inter-arrival ``gamma``; return (served, Σa served, Σ skipped scores)."""
@@ -114,11 +125,7 @@ def _discrete_walk(a, delta, gamma, queue, strict, skip_mode, skip_value, served
             elif p + 1 < n:
                 nxt = p + 1
                 start_next = nxt * gamma
-        skipped = nxt - p - 1
-        if skip_mode == SKIP_FALLBACK:
-            skipped_score += skipped * a[j]
-        elif skip_mode == SKIP_RANDOM:
-            skipped_score += skipped * skip_value
+        skipped_score += _skipped_score(nxt - p - 1, skip_mode, a[j], skip_value)
         j += 1
         if nxt >= n:
             break
@@ -422,11 +429,7 @@ def discrete_general_one(a, e, delta, t, queue, strict, skip_mode, skip_value, l
             start_next = t[p + 1]
             if last > k:
                 k = last
-        skipped = nxt - p - 1
-        if skip_mode == SKIP_FALLBACK:
-            skipped_score += skipped * acc
-        elif skip_mode == SKIP_RANDOM:
-            skipped_score += skipped * skip_value
+        skipped_score += _skipped_score(nxt - p - 1, skip_mode, acc, skip_value)
         j += 1
         if nxt >= n:
             break
