@@ -14,6 +14,19 @@ import pytest
 os.environ["TEMPORA_OFFLINE"] = "1"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _trace_cache_in_tmp(tmp_path_factory):
+    """The simulator's trace cache (tempora_sim.trace_cache) of this test run lives in a
+    temporary folder, never in the user's cache; subprocesses inherit it."""
+    before = os.environ.get("TEMPORA_TRACE_CACHE")
+    os.environ["TEMPORA_TRACE_CACHE"] = str(tmp_path_factory.mktemp("trace-cache"))
+    yield
+    if before is None:
+        os.environ.pop("TEMPORA_TRACE_CACHE", None)
+    else:
+        os.environ["TEMPORA_TRACE_CACHE"] = before
+
+
 def write_cifar_c(root: Path, corruptions, per_severity: int = 32, size: int = 32, classes: int = 10, seed: int = 0) -> Path:
     """CIFAR-10-C layout: ``<corruption>.npy`` uint8 (5·M, H, W, 3) and ``labels.npy`` (5·M,).
 

@@ -28,16 +28,28 @@ import click  # noqa: E402
 
 from tempora_schema.command import OneLineGroup  # noqa: E402
 
-from . import __version__  # noqa: E402
-
 PROG = "tempora-sim"
+
+
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """``--version``, as click's version option prints it; the version is looked up only when
+    asked for (reading the package metadata is a cost every sweep would pay otherwise)."""
+    if not value or ctx.resilient_parsing:
+        return
+    from . import __version__
+
+    click.echo(f"{PROG}, version {__version__}", color=ctx.color)
+    ctx.exit()
+
 
 main = OneLineGroup(
     name=PROG,
     prog=PROG,
     help="Replay Tempora traces under temporal constraints (discrete, continuous, amortised).",
 )
-main = click.version_option(__version__, "--version", prog_name=PROG)(main)
+main = click.option(
+    "--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version, help="Show the version and exit."
+)(main)
 
 #: Modules that add a subcommand to :data:`main` when imported.
 SUBCOMMAND_MODULES = (

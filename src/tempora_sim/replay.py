@@ -142,80 +142,21 @@ class Series:
         return np.diff(self.offsets)
 
 
-def _segment_starts(*keys: np.ndarray) -> np.ndarray:
-    """Indices where any of the (equal-length) key arrays changes value, starting with 0."""
-    size = keys[0].shape[0]
-    change = np.zeros(size, bool)
-    if size:
-        change[0] = True
-        for k in keys:
-            change[1:] |= k[1:] != k[:-1]
-    return np.flatnonzero(change)
-
-
-def _trace_arrays(trace: Trace) -> dict:
-    """One trace's adapt series and frozen tables as flat arrays (no per-row Python).
-
-    Rows already in the tracer's order (validation says so) are taken as they are; any other
-    order is sorted once with ``np.lexsort``."""
-    arr = trace._arrays()
-    canonical = trace.layout.canonical if trace.layout is not None else False
-    code, adapt = arr.episode_code, arr.adapt
-    a_idx = np.flatnonzero(adapt)
-    f_idx = np.flatnonzero(~adapt)
-    if not canonical:
-        a_idx = a_idx[np.lexsort((arr.step[a_idx], code[a_idx]))]
-        f_idx = f_idx[np.lexsort((arr.step[f_idx], arr.checkpoint[f_idx], code[f_idx]))]
-    n_ep = len(arr.episode_names)
-    a_code = code[a_idx]
-    lengths = np.bincount(a_code, minlength=n_ep)
-    out = {
-        "a": arr.correct[a_idx] / arr.n[a_idx],
-        "e": arr.e_ms[a_idx],
-        "l": arr.l_ms[a_idx],
-        "delta": arr.delta_ms[a_idx],
-        "lengths": lengths,
-        "episodes": list(arr.episode_names),
-    }
-    f_code, f_ck, f_step = code[f_idx], arr.checkpoint[f_idx], arr.step[f_idx]
-    seg = _segment_starts(f_code, f_ck)  # one segment per (episode, checkpoint)
-    seg_end = np.append(seg[1:], f_idx.size).astype(np.int64) if seg.size else seg.astype(np.int64)
-    # suffix sums of correct / n within each segment: reverse cumulative sums minus the tail
-    corr = arr.correct[f_idx]
-    nn = arr.n[f_idx]
-    rc = np.cumsum(corr[::-1])[::-1]
-    rn = np.cumsum(nn[::-1])[::-1]
-    rc_ext, rn_ext = np.r_[rc, 0], np.r_[rn, 0]
-    seg_len = seg_end - seg
-    tail = np.repeat(seg_end, seg_len)
-    out.update(
-        ck_counts=np.bincount(f_code[seg], minlength=n_ep) if seg.size else np.zeros(n_ep, np.int64),
-        ck_values=f_ck[seg],
-        row_counts=seg_len,
-        f_steps=f_step,
-        f_suf_correct=(rc - rc_ext[tail]).astype(np.float64),
-        f_suf_n=(rn - rn_ext[tail]).astype(np.float64),
-        has_frozen=np.bincount(f_code, minlength=n_ep) > 0 if f_idx.size else np.zeros(n_ep, bool),
-        from_adapt=f_idx.size == 0 and not trace.updates_parameters,
-    )
-    return out
-
-
 def build_series(traces: Sequence[Trace], lambdas: dict[GroupKey, float], lambda_rule: str = "paper") -> Series:
-    parts = [_trace_arrays(t) for t in traces]
+    parts = [t.replay_arrays for t in traces]
 
     def cat(key, dtype):
-        chunks = [p[key] for p in parts]
+        chunks = [getattr(p, key) for p in parts]
         return np.concatenate(chunks).astype(dtype, copy=False) if chunks else np.zeros(0, dtype)
 
-    per_series = [len(p["episodes"]) for p in parts]
+    per_series = [len(p.episodes) for p in parts]
     lengths = cat("lengths", np.int64)
     ck_counts = cat("ck_counts", np.int64)
     row_counts = cat("row_counts", np.int64)
     return Series(
         traces=list(traces),
         trace_of=np.repeat(np.arange(len(traces), dtype=np.int64), per_series),
-        episode=[ep for p in parts for ep in p["episodes"]],
+        episode=[ep for p in parts for ep in p.episodes],
         offsets=np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
         a=cat("a", np.float64),
         e=cat("e", np.float64),
@@ -223,7 +164,7 @@ def build_series(traces: Sequence[Trace], lambdas: dict[GroupKey, float], lambda
         delta=cat("delta", np.float64),
         lam=np.repeat(np.array([lambdas[t.group] for t in traces], np.float64), per_series),
         skip_value=np.repeat(np.array([1.0 / t.num_classes for t in traces], np.float64), per_series),
-        frozen_from_adapt=np.repeat(np.array([p["from_adapt"] for p in parts], np.bool_), per_series),
+        frozen_from_adapt=np.repeat(np.array([p.from_adapt for p in parts], np.bool_), per_series),
         has_frozen=cat("has_frozen", np.bool_),
         ck_offsets=np.concatenate(([0], np.cumsum(ck_counts))).astype(np.int64),
         ck_values=cat("ck_values", np.int64),

@@ -58,16 +58,129 @@ LAMBDA_MEDIAN_LIMIT = 1.5
 
 
 @dataclass
-class Trace:
-    """One trace file: its metadata (v2 keys, filled in for v1 files), rows and row arrays."""
+class ReplayArrays:
+    """What the replay needs from one trace, as flat arrays (no per-row Python).
 
-    path: Path
-    meta: dict
-    rows: pl.DataFrame
-    arrays: RowArrays | None = None
-    layout: RowLayout | None = None
-    #: schema version of the file (1 for a v1 file read with its metadata upgraded in memory)
-    version: int = 2
+    Adapt rows sorted by (episode, step): per-batch accuracy ``a``, times ``e``, ``l``,
+    ``delta`` and the batches per episode (``lengths``, episodes in ``episodes`` order). Frozen
+    rows sorted by (episode, checkpoint, step): checkpoints per episode (``ck_counts``), their
+    values (``ck_values``), rows per checkpoint (``row_counts``), the steps (``f_steps``) and
+    the suffix sums of ``correct`` and ``n`` within each checkpoint (``f_suf_correct``,
+    ``f_suf_n``). ``adapt_delta`` is δ of the adapt rows in file order (what λ is taken from).
+    It is also what the trace cache stores (:mod:`tempora_sim.trace_cache`).
+    """
+
+    episodes: list[str]
+    a: np.ndarray
+    e: np.ndarray
+    l: np.ndarray
+    delta: np.ndarray
+    lengths: np.ndarray
+    ck_counts: np.ndarray
+    ck_values: np.ndarray
+    row_counts: np.ndarray
+    f_steps: np.ndarray
+    f_suf_correct: np.ndarray
+    f_suf_n: np.ndarray
+    has_frozen: np.ndarray
+    adapt_delta: np.ndarray
+    #: some adapt row changed the model (``updated``)
+    updates_parameters: bool
+
+    @property
+    def from_adapt(self) -> bool:
+        """No frozen rows and a model that never changed: frozen accuracy is adapt accuracy."""
+        return not self.updates_parameters and not bool(self.has_frozen.any())
+
+
+def _segment_starts(*keys: np.ndarray) -> np.ndarray:
+    """Indices where any of the (equal-length) key arrays changes value, starting with 0."""
+    size = keys[0].shape[0]
+    change = np.zeros(size, bool)
+    if size:
+        change[0] = True
+        for k in keys:
+            change[1:] |= k[1:] != k[:-1]
+    return np.flatnonzero(change)
+
+
+def replay_arrays(arr: RowArrays, canonical: bool, updates_parameters: bool) -> ReplayArrays:
+    """One trace's adapt series and frozen tables as flat arrays.
+
+    Rows already in the tracer's order (validation says so: ``canonical``) are taken as they
+    are; any other order is sorted once with ``np.lexsort``."""
+    code, adapt = arr.episode_code, arr.adapt
+    a_idx = np.flatnonzero(adapt)
+    f_idx = np.flatnonzero(~adapt)
+    adapt_delta = arr.delta_ms[a_idx]
+    if not canonical:
+        a_idx = a_idx[np.lexsort((arr.step[a_idx], code[a_idx]))]
+        f_idx = f_idx[np.lexsort((arr.step[f_idx], arr.checkpoint[f_idx], code[f_idx]))]
+    n_ep = len(arr.episode_names)
+    a_code = code[a_idx]
+    f_code, f_ck, f_step = code[f_idx], arr.checkpoint[f_idx], arr.step[f_idx]
+    seg = _segment_starts(f_code, f_ck)  # one segment per (episode, checkpoint)
+    seg_end = np.append(seg[1:], f_idx.size).astype(np.int64) if seg.size else seg.astype(np.int64)
+    # suffix sums of correct / n within each segment: reverse cumulative sums minus the tail
+    corr = arr.correct[f_idx]
+    nn = arr.n[f_idx]
+    rc = np.cumsum(corr[::-1])[::-1]
+    rn = np.cumsum(nn[::-1])[::-1]
+    rc_ext, rn_ext = np.r_[rc, 0], np.r_[rn, 0]
+    seg_len = seg_end - seg
+    tail = np.repeat(seg_end, seg_len)
+    return ReplayArrays(
+        episodes=list(arr.episode_names),
+        a=arr.correct[a_idx] / arr.n[a_idx],
+        e=arr.e_ms[a_idx],
+        l=arr.l_ms[a_idx],
+        delta=arr.delta_ms[a_idx],
+        lengths=np.bincount(a_code, minlength=n_ep),
+        ck_counts=np.bincount(f_code[seg], minlength=n_ep) if seg.size else np.zeros(n_ep, np.int64),
+        ck_values=f_ck[seg],
+        row_counts=seg_len,
+        f_steps=f_step,
+        f_suf_correct=(rc - rc_ext[tail]).astype(np.float64),
+        f_suf_n=(rn - rn_ext[tail]).astype(np.float64),
+        has_frozen=np.bincount(f_code, minlength=n_ep) > 0 if f_idx.size else np.zeros(n_ep, bool),
+        adapt_delta=adapt_delta,
+        updates_parameters=bool(updates_parameters),
+    )
+
+
+class Trace:
+    """One trace file: its metadata (v2 keys, filled in for v1 files), rows and row arrays.
+
+    ``rows`` (the polars frame) is read from the file on first use when the trace came from
+    the trace cache (:mod:`tempora_sim.trace_cache`), which holds only what a sweep needs."""
+
+    def __init__(
+        self,
+        path: Path,
+        meta: dict,
+        rows: pl.DataFrame | None = None,
+        arrays: RowArrays | None = None,
+        layout: RowLayout | None = None,
+        version: int = 2,
+        replay: ReplayArrays | None = None,
+    ):
+        self.path = Path(path)
+        self.meta = meta
+        self._rows = rows
+        self.arrays = arrays
+        self.layout = layout
+        #: schema version of the file (1 for a v1 file read with its metadata upgraded in memory)
+        self.version = version
+        self._replay = replay
+
+    def __repr__(self) -> str:
+        return f"Trace(path={str(self.path)!r}, method={self.method!r}, version={self.version})"
+
+    @property
+    def rows(self) -> pl.DataFrame:
+        if self._rows is None:
+            self._rows = pl.read_parquet(_parquet_source(self.path), parallel="none")
+        return self._rows
 
     @property
     def method(self) -> str:
@@ -100,17 +213,26 @@ class Trace:
     def episodes(self) -> list[str]:
         return self.adapt["episode"].unique(maintain_order=True).to_list()
 
-    @cached_property
+    @property
     def adapt_delta(self) -> np.ndarray:
-        """δ of the adapt rows (any order): what λ and the latency summaries need."""
-        arr = self._arrays()
-        return arr.delta_ms[arr.adapt]
+        """δ of the adapt rows (file order): what λ and the latency summaries need."""
+        return self.replay_arrays.adapt_delta
 
     @cached_property
     def updates_parameters(self) -> bool:
         """True if any adapt row changed the model (frozen ≠ source model)."""
+        if self._replay is not None:
+            return self._replay.updates_parameters
         arr = self._arrays()
         return bool(self.rows["updated"].to_numpy()[arr.adapt].any())
+
+    @property
+    def replay_arrays(self) -> ReplayArrays:
+        """The trace as the replay reads it (:class:`ReplayArrays`), built once."""
+        if self._replay is None:
+            canonical = self.layout.canonical if self.layout is not None else False
+            self._replay = replay_arrays(self._arrays(), canonical, self.updates_parameters)
+        return self._replay
 
     def _arrays(self) -> RowArrays:
         if self.arrays is None:
@@ -307,6 +429,18 @@ def _panic(exc: BaseException) -> bool:
     return type(exc).__name__ == "PanicException"
 
 
+def _parquet_source(path: Path):
+    """What polars opens: the path, or the file's bytes when its name is not UTF-8 (polars
+    cannot open such a file by name)."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        import io
+
+        return io.BytesIO(path.read_bytes())
+    return path
+
+
 def read_trace(path: str | os.PathLike) -> Trace:
     """Read and validate one trace file; any problem becomes a one-line TraceFileError.
 
@@ -315,13 +449,7 @@ def read_trace(path: str | os.PathLike) -> Trace:
     """
     path = Path(path)
     try:
-        source = path
-        try:
-            str(path).encode("utf-8")
-        except UnicodeEncodeError:  # a file name that is not UTF-8: polars cannot open it by name
-            import io
-
-            source = io.BytesIO(path.read_bytes())
+        source = _parquet_source(path)
         kv = pl.read_parquet_metadata(source)
         if not isinstance(source, Path):
             source.seek(0)
@@ -348,16 +476,64 @@ def read_trace(path: str | os.PathLike) -> Trace:
         raise TraceFileError.from_schema_error(exc) from None
     except RecursionError:
         raise TraceFileError(path, "metadata is nested too deeply to be a Tempora trace") from None
-    return Trace(path=path, meta=meta, rows=df, arrays=arrays, layout=layout, version=version)
+    return Trace(path, meta, df, arrays, layout, version)
 
 
-def load_traces(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike]) -> TraceSet:
+def _read_cached(path: Path, folder: Path | None) -> Trace:
+    """:func:`read_trace` through the trace cache (:mod:`tempora_sim.trace_cache`): an entry
+    for these exact bytes (and this reader) is loaded instead of decoding and validating the
+    file again; after a miss, the validated trace is stored. Without ``folder``, or whenever the
+    cache cannot help, the file is read as :func:`read_trace` reads it (same errors)."""
+    if folder is None:
+        return read_trace(path)
+    from . import trace_cache
+
+    try:
+        digest, before = trace_cache.file_digest(path)
+        entry = trace_cache.entry_path(folder, digest)
+    except OSError:
+        return read_trace(path)  # reports the file's problem in its own words
+    hit = trace_cache.load(entry)
+    if hit is not None:
+        meta, version, canonical, fields = hit
+        replay = ReplayArrays(**fields)
+        return Trace(path, meta, None, None, RowLayout(canonical, replay.lengths), version, replay)
+    trace = read_trace(path)
+    try:
+        after = os.stat(path)
+    except OSError:
+        return trace
+    if (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino):
+        canonical = trace.layout.canonical if trace.layout is not None else False
+        trace_cache.store(entry, trace_cache.encode(trace.meta, trace.version, canonical, trace.replay_arrays))
+    return trace
+
+
+def _read_all(files: list[Path], folder: Path | None) -> list[Trace]:
+    """Read files on a thread per core (polars, numpy and hashlib release the GIL); the first
+    failing file in list order is the error, as if they had been read one after another."""
+    workers = min(len(files), os.cpu_count() or 1)
+    if workers < 2:
+        return [_read_cached(p, folder) for p in files]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="tempora-read") as pool:
+        futures = [pool.submit(_read_cached, p, folder) for p in files]
+        return [f.result() for f in futures]
+
+
+def load_traces(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike], cache: str | os.PathLike | bool | None = None) -> TraceSet:
     """Load every trace under the given file(s)/directory(ies) into a validated TraceSet.
 
-    Schema-v1 files are read with one :class:`SimWarning` line for the whole call."""
+    ``cache``: the trace cache folder (:mod:`tempora_sim.trace_cache`), ``False`` to read every
+    file afresh, ``None`` for ``$TEMPORA_TRACE_CACHE`` or the default folder. Schema-v1 files
+    are read with one :class:`SimWarning` line for the whole call."""
     if not isinstance(path_or_paths, (str, os.PathLike)):
         path_or_paths = list(path_or_paths)
-    traces = TraceSet([read_trace(p) for p in find_trace_files(path_or_paths)])
+    files = find_trace_files(path_or_paths)
+    from .trace_cache import cache_dir
+
+    traces = TraceSet(_read_all(files, cache_dir(cache)))
     old = [t.path for t in traces.traces if t.version == 1]
     if len(old) == 1:
         warnings.warn(v1_warning(old[0]), SimWarning, stacklevel=2)

@@ -26,11 +26,8 @@ from typing import Sequence
 
 import numpy as np
 import polars as pl
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from tempora_schema import GroupKey, TraceSchemaError
-from tempora_schema.live import comparable_group, decode_live_metadata, validate_live_table
 
 from .errors import GroupError, SimError, TraceFileError
 from .replay import ALL_EPISODES, run_sweep
@@ -75,6 +72,13 @@ def find_live_files(sources: Sequence[str | os.PathLike]) -> list[Path]:
 
 def read_live(path: str | os.PathLike) -> LiveFile:
     """Read and validate one live-run file; any problem is a one-line TraceFileError."""
+    # pyarrow (the live schema's reader) is imported here, not with the module: the command
+    # line imports this module to build its options, and a sweep should not pay for pyarrow
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tempora_schema.live import decode_live_metadata, validate_live_table
+
     path = Path(path)
     try:
         table = pq.read_table(path, use_threads=False)
@@ -228,9 +232,10 @@ def _restricted(trace: Trace, episodes: Sequence[str], sizes: dict[str, int]) ->
 def _find_trace(traces: TraceSet, live: LiveFile) -> Trace:
     """The trace of the live run's method and group (a trace of exactly its group first, else
     one of the same comparable group, which is then cut to the live run's episodes)."""
-    want = comparable_group(live.group)
     from tempora_schema import method_label
+    from tempora_schema.live import comparable_group
 
+    want = comparable_group(live.group)
     wanted = method_label(str(live.meta["method"]), live.meta.get("method_params"))
     found = [t for t in traces.traces if t.method == wanted and comparable_group(t.group) == want]
     if not found:
