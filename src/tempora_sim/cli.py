@@ -2,7 +2,9 @@
 
 Every failure is one ``tempora-sim: error: …`` line on stderr with exit status 2 (click's usage
 errors included; see :class:`tempora_schema.command.OneLineGroup` and ``docs/errors.md``).
-A new subcommand is a module with ``@main.command("name")`` listed in :data:`SUBCOMMAND_MODULES`.
+A new subcommand is a module with ``@main.command("name")`` listed in :data:`SUBCOMMAND_MODULES`;
+a command's module is imported when the command is asked for, so ``sweep`` does not load what
+``report`` or ``validate`` need.
 """
 
 from __future__ import annotations
@@ -42,7 +44,33 @@ def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> N
     ctx.exit()
 
 
-main = OneLineGroup(
+#: Subcommand name -> the module that adds it to :data:`main` when imported.
+SUBCOMMAND_MODULES = {
+    "sweep": "tempora_sim.cli_sweep",
+    "report": "tempora_sim.cli_report",
+    "migrate": "tempora_sim.cli_migrate",
+    "advise": "tempora_sim.cli_advise",
+    "validate": "tempora_sim.cli_validate",
+}
+
+
+class _SimGroup(OneLineGroup):
+    """The command group, importing a subcommand's module on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(self.commands) | set(SUBCOMMAND_MODULES))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands:
+            import importlib
+
+            # an unknown name loads them all, so click's "did you mean" sees every command
+            for name in [cmd_name] if cmd_name in SUBCOMMAND_MODULES else list(SUBCOMMAND_MODULES):
+                importlib.import_module(SUBCOMMAND_MODULES[name])
+        return super().get_command(ctx, cmd_name)
+
+
+main = _SimGroup(
     name=PROG,
     prog=PROG,
     help="Replay Tempora traces under temporal constraints (discrete, continuous, amortised).",
@@ -51,29 +79,27 @@ main = click.option(
     "--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version, help="Show the version and exit."
 )(main)
 
-#: Modules that add a subcommand to :data:`main` when imported.
-SUBCOMMAND_MODULES = (
-    "tempora_sim.cli_sweep",
-    "tempora_sim.cli_report",
-    "tempora_sim.cli_migrate",
-    "tempora_sim.cli_advise",
-    "tempora_sim.cli_validate",
-)
 
+def run() -> None:
+    """The ``tempora-sim`` program (and ``python -m tempora_sim.cli``): run the command line,
+    flush its output, and leave without the interpreter's teardown.
 
-def _register_subcommands() -> None:
-    import importlib
-
-    for mod in SUBCOMMAND_MODULES:
-        importlib.import_module(mod)
-
-
-_register_subcommands()
+    Every output file is written, fsynced and renamed into place before a command returns,
+    and no command leaves an exit handler behind; what the teardown would do is free Numba's
+    compiled code and the loaded modules, which costs a warm sweep about 0.3 s and serves
+    nothing. A library caller that calls :data:`main` keeps the ordinary exit."""
+    code = main.main(standalone_mode=False)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed pipe: what the interpreter's own exit reports
+        code = code or 120
+    _os._exit(code if isinstance(code, int) else 1)
 
 
 if __name__ == "__main__":
     # `python -m tempora_sim.cli`: run the importable module's group, on which the
     # subcommand modules registered themselves (this __main__ copy is a different object).
-    from tempora_sim.cli import main as _main
+    from tempora_sim.cli import run as _run
 
-    sys.exit(_main.main(standalone_mode=False))
+    _run()
