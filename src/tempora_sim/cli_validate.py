@@ -73,6 +73,7 @@ def print_validation(result, console) -> None:
         "U live",
         "U replay",
         "ΔU",
+        "δ Δ%",
         "spread",
         "tol",
         "self %",
@@ -115,6 +116,7 @@ def print_validation(result, console) -> None:
             _f(row["utility_live"]),
             _f(row["utility_replay"]),
             _f(row["delta_utility_pp"], scale=1, signed=True),
+            _f(row["clock_gap_pct"], digits=1, scale=1, signed=True),
             _f(spread, scale=1),
             _f(row["tolerance_pp"], scale=1),
             self_pct,
@@ -128,9 +130,11 @@ def print_validation(result, console) -> None:
             .unique(maintain_order=True)
             .to_list()
         )
+        mine = s.filter((pl.col("dataset") == g["dataset"]) & (pl.col("model") == g["model"]) & (pl.col("device") == g["device"]))
+        paired = int(mine["trace_alongside"].sum())
         console.print(
             f"group {g['dataset']} · {g['model']} · {g['device']} · λ = {', '.join(f'{x:.2f}' for x in lams)} ms "
-            "(m: mean per episode, live/replay)",
+            f"(m: mean per episode, live/replay); traces taken alongside the live runs: {paired} of {mine.height} settings",
             style="dim",
         )
     disc = runs.filter(pl.col("protocol") == "discrete")
