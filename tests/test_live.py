@@ -275,3 +275,43 @@ def test_tracer_cli_live_bad_input_exits_2(tmp_path, capsys):
     assert err.count("\n") == 1 and "--rho" in err
     assert main(["live", "--method", "tent", "--rho", "1", "--standard", str(tmp_path), "--out", str(tmp_path)]) == 2
     assert "no λ" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("one_thread", "tiny_models")
+def test_trace_alongside_writes_the_trace_a_separate_run_writes(recorded, cifar_c_root, tmp_path):
+    """A trace taken episode by episode between live runs holds the same rows (timings aside)
+    as a trace run on its own, and validate knows it was taken alongside."""
+    from tempora_schema.live import decode_live_metadata
+    from tempora_sim.validation import validate
+
+    traces, _ = recorded
+    paired = tmp_path / "paired"
+    live = run_live(
+        tiny_cfg(cifar_c_root, tmp_path / "live2"),
+        protocols="discrete,amortised",
+        rho=[1.0],
+        queue=1,
+        budgets_ms=[0.0],
+        standard=str(traces),
+        trace_alongside=str(paired),
+    )
+    alone = pq.read_table(next(traces.glob("tent*.parquet")))
+    together_path = next(paired.glob("tent*.parquet"))
+    together = pq.read_table(together_path)
+    untimed = ["episode", "domain", "phase", "checkpoint", "step", "n", "correct", "updated"]
+    assert together.select(untimed).equals(alone.select(untimed))
+    meta = decode_live_metadata(pq.read_schema(live), live)
+    assert meta["trace_alongside"] == together_path.name
+    settings = validate([live], [paired]).settings
+    assert settings["trace_alongside"].all()
+    assert settings["clock_gap_pct"].is_finite().all() and (settings["delta_live_ms"] > 0).all()
+    # the separate trace is found too, and is not taken for one taken alongside
+    assert not validate([live], [traces]).settings["trace_alongside"].any()
+
+    # a trace alongside may not overwrite the standard trace λ comes from; nothing is written
+    before = sorted(p.name for p in traces.iterdir())
+    with pytest.raises(ConfigError, match="λ comes from"):
+        run_live(
+            tiny_cfg(cifar_c_root, tmp_path / "live3", method="standard"), rho=[1.0], standard=str(traces), trace_alongside=str(traces)
+        )
+    assert sorted(p.name for p in traces.iterdir()) == before and not (tmp_path / "live3").exists()

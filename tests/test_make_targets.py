@@ -119,8 +119,10 @@ def demo_env(tmp_path_factory) -> dict[str, str]:
 
 
 def test_demo_and_demo_traces_run_end_to_end(tmp_path, demo_env):
-    """`make demo` (traces, report) and `make demo-traces` (the committed set, written
-    elsewhere), side by side on one demo cache."""
+    """`make demo` (traces, report), `make demo-traces` (the committed set, written
+    elsewhere) and `make validate` (live runs with traces alongside, then the comparison),
+    side by side on one demo cache. Timings mean nothing here: the validation's tolerances are
+    opened wide, so what is tested is that the recipe runs and writes its report."""
     common = dict(DEMO_MODELS="demo-resnet", DEMO_METHODS="standard tent")
     wait_all(
         [
@@ -140,8 +142,25 @@ def test_demo_and_demo_traces_run_end_to_end(tmp_path, demo_env):
                 DEMO_SET_DOMAINS=CORRUPTION,
                 DEMO_SET_TRACE_OPTS="--batch-size 16 --frozen-sample 1 --warmup-batches 0 --threads 1 --quiet",
             ),
+            start_make(
+                "validate",
+                demo_env,
+                VALIDATE_METHODS="standard tent",
+                VALIDATE_OPTS=f"--dataset demo --model demo-resnet --device cpu --domains {CORRUPTION} --batch-size 8 "
+                "--max-batches 2 --threads 1 --warmup-batches 0 --force --quiet",
+                VALIDATE_RHO="1",
+                VALIDATE_B="0ms",
+                VALIDATE_REPEATS="1",
+                VALIDATE_TRACE_OPTS="--frozen-sample 1",
+                VALIDATE_CHECK_OPTS="--tol-pp 100 --amortised-tol-pp 100 --min-agreement 0 --tie-us 1e9",
+                VALIDATE_OUT=str(tmp_path / "validate"),
+            ),
         ]
     )
+    validation = tmp_path / "validate"
+    assert sorted(p.name for p in (validation / "live").glob("*.parquet")) == ["standard-bs8.live.parquet", "tent-bs8.live.parquet"]
+    assert sorted(p.name for p in (validation / "traces").glob("*.parquet")) == ["standard-bs8.parquet", "tent-bs8.parquet"]
+    assert (validation / "report" / "validation.csv").is_file()
     for folder in (tmp_path / "demo" / "traces", tmp_path / "set"):
         written = folder / "demo-resnet" / "cpu"
         assert sorted(p.name for p in written.glob("*.parquet")) == ["standard.parquet", "tent.parquet"]

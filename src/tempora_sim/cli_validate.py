@@ -28,6 +28,8 @@ from .validation import (
 
 #: Exit status when every input was fine but a tolerance is exceeded.
 EXIT_TOLERANCE = 1
+#: Above this |δ Δ%| the summary says the machine, not the replay, moved the figures.
+CLOCK_GAP_NOTE_PCT = 5.0
 
 
 def write_frames(frames: dict, out: Path) -> list[Path]:
@@ -73,6 +75,7 @@ def print_validation(result, console) -> None:
         "U live",
         "U replay",
         "ΔU",
+        "δ Δ%",
         "spread",
         "tol",
         "self %",
@@ -115,6 +118,7 @@ def print_validation(result, console) -> None:
             _f(row["utility_live"]),
             _f(row["utility_replay"]),
             _f(row["delta_utility_pp"], scale=1, signed=True),
+            _f(row["clock_gap_pct"], digits=1, scale=1, signed=True),
             _f(spread, scale=1),
             _f(row["tolerance_pp"], scale=1),
             self_pct,
@@ -128,10 +132,22 @@ def print_validation(result, console) -> None:
             .unique(maintain_order=True)
             .to_list()
         )
+        mine = s.filter((pl.col("dataset") == g["dataset"]) & (pl.col("model") == g["model"]) & (pl.col("device") == g["device"]))
+        paired = int(mine["trace_alongside"].sum())
         console.print(
             f"group {g['dataset']} · {g['model']} · {g['device']} · λ = {', '.join(f'{x:.2f}' for x in lams)} ms "
-            "(m: mean per episode, live/replay)",
+            f"(m: mean per episode, live/replay); traces taken alongside the live runs: {paired} of {mine.height} settings",
             style="dim",
+        )
+    gaps = s.filter(pl.col("clock_gap_pct").abs() > CLOCK_GAP_NOTE_PCT)
+    if gaps.height:
+        worst = gaps.sort(pl.col("clock_gap_pct").abs(), descending=True).row(0, named=True)
+        console.print(
+            f"note: in {gaps.height} setting(s) the trace's events took more than {CLOCK_GAP_NOTE_PCT:g} % longer or shorter "
+            f"than the live ones (worst: {worst['method']}, {worst['clock_gap_pct']:+.1f} %); the replay is exact for the "
+            "times it is given, so that part of Δ comes from the times themselves (the machine's speed, idle waits), not from the replay"
+            + ("" if gaps["trace_alongside"].all() else " (traces taken alongside, --trace-alongside, take drift out)"),
+            style="yellow",
         )
     disc = runs.filter(pl.col("protocol") == "discrete")
     if disc.height:

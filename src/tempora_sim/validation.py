@@ -243,6 +243,27 @@ def _find_trace(traces: TraceSet, live: LiveFile) -> Trace:
     return min(found, key=lambda t: (t.group != live.group, str(t.path)))
 
 
+def clock_comparison(trace: Trace, runs: Sequence[LiveRunStats]) -> dict:
+    """Mean δ of the live runs' adapting events beside the trace's δ of the same batches.
+
+    This is what the replay cannot repair: the difference is the machine (and the method's own
+    run-to-run variation), not the replay. Positive ``clock_gap_pct``: the trace was slower."""
+    live = pl.concat(
+        [
+            r.file.rows.filter((pl.col("run") == r.run["run"]) & (pl.col("mode") == "adapt")).select(
+                pl.col("episode").cast(pl.String), pl.col("step").cast(pl.Int64), "delta_ms"
+            )
+            for r in runs
+        ]
+    )
+    traced = trace.adapt.select(pl.col("episode").cast(pl.String), pl.col("step").cast(pl.Int64), pl.col("delta_ms").alias("traced"))
+    both = live.join(traced, on=["episode", "step"], how="inner")
+    if both.height == 0:
+        return {"delta_live_ms": None, "delta_trace_ms": None, "clock_gap_pct": None}
+    live_ms, trace_ms = float(both["delta_ms"].mean()), float(both["traced"].mean())
+    return {"delta_live_ms": live_ms, "delta_trace_ms": trace_ms, "clock_gap_pct": 100.0 * (trace_ms / live_ms - 1.0)}
+
+
 def replay_setting(trace: Trace, first: LiveRunStats) -> dict:
     restricted = _restricted(trace, first.episodes, first.num_batches)
     lam = float(first.file.meta["lambda_ms"])
@@ -325,6 +346,9 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
             "budget_rule": first.run["budget_rule"] if proto == "amortised" else None,
             "num_batches": first.total,
             "trace": str(trace.path),
+            # the trace was taken in the live runs' own process, episode by episode beside them
+            "trace_alongside": meta.get("run_id") is not None and trace.meta.get("taken_alongside") == meta.get("run_id"),
+            **clock_comparison(trace, runs),
             "utility_live": float(u.mean()),
             "utility_replay": float(replay["utility"]),
             "spread_utility_pp": float(100 * (u.max() - u.min())) if len(runs) > 1 else None,

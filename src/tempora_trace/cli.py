@@ -232,9 +232,8 @@ METHOD_CHOICE: list[Callable] = [
     ),
 ]
 
-#: Options of `run` only: what to adapt and which frozen checkpoints to score.
-METHOD_OPTIONS: list[Callable] = [
-    *METHOD_CHOICE,
+#: Which frozen checkpoints a trace scores (`run`, and `live --trace-alongside`).
+CHECKPOINT_OPTIONS: list[Callable] = [
     _opt(
         "--frozen-sample",
         type=FROZEN_SAMPLE,
@@ -249,6 +248,12 @@ METHOD_OPTIONS: list[Callable] = [
         help="Extra exact checkpoints, comma-separated, e.g. 0,5,17.",
     ),
     _opt("--no-default-checkpoints", is_flag=True, help="Only --checkpoints and budget checkpoints."),
+]
+
+#: Options of `run` only: the method, its checkpoints and the exact budget cut-offs.
+METHOD_OPTIONS: list[Callable] = [
+    *METHOD_CHOICE,
+    *CHECKPOINT_OPTIONS,
     _opt(
         "--budgets-ms",
         type=time_list_type(0.0),
@@ -474,6 +479,15 @@ LIVE_OPTIONS: list[Callable] = [
         default=500.0,
         help="Before an arrival, busy-wait this last stretch (µs) instead of sleeping.",
     ),
+    _opt(
+        "--trace-alongside",
+        default=None,
+        type=click.Path(path_type=str, file_okay=False),
+        metavar="DIR",
+        help="Also trace the method in this run into DIR, each episode's trace pass beside its live runs "
+        "(a replay that shares the machine's state; docs/validation.md). Checkpoint options apply to it.",
+    ),
+    *CHECKPOINT_OPTIONS,
 ]
 
 
@@ -504,9 +518,17 @@ def live_command(**opts: Any) -> None:
         standard=opts["standard"],
         repeats=opts["repeats"],
         spin_us=opts["spin_us"],
+        trace_alongside=opts["trace_alongside"],
     ).checked()
     params = method_params(opts)
-    cfg = make_config(opts["method"], _common(opts), method_params=params)
+    cfg = make_config(
+        opts["method"],
+        _common(opts),
+        method_params=params,
+        frozen_sample=opts["frozen_sample"],
+        checkpoints=opts["checkpoints"] or [],
+        default_checkpoints=not opts["no_default_checkpoints"],
+    )
     try:
         path = run_live(cfg, settings)
     except KeyboardInterrupt:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -97,6 +98,9 @@ class LiveSettings:
     standard: str | None = None
     repeats: int = 1
     spin_us: float = SPIN_NS / 1000
+    #: a folder: also trace the method in this run, each episode's trace pass beside its live
+    #: runs, into this folder (the paired comparison of docs/validation.md)
+    trace_alongside: str | None = None
 
     def checked(self) -> "LiveSettings":
         s = dataclasses.replace(self)
@@ -128,6 +132,8 @@ class LiveSettings:
             raise ConfigError("--repeats must be ≥ 1")
         if not s.spin_us >= 0:
             raise ConfigError("--spin-us must be ≥ 0")
+        if s.trace_alongside is not None and not str(s.trace_alongside).strip():
+            raise ConfigError("--trace-alongside needs a folder")
         return s
 
 
@@ -338,24 +344,50 @@ def plan_runs(settings: LiveSettings, lambda_ms: float) -> list[RunPlan]:
 
 
 class LiveRun:
-    """One ``tempora-trace live`` invocation: every planned run over every episode."""
+    """One ``tempora-trace live`` invocation: every planned run over every episode.
+
+    Episodes are the outer loop: each episode is played under every planned run before the
+    next one starts, so the runs of one setting (repeats) and, with ``trace_alongside``, the
+    episode's trace pass are minutes apart at most. The trace pass goes before the live runs
+    on even episodes and after them on odd ones, so a machine that drifts slowly in speed
+    shifts neither side of the comparison on average.
+    """
 
     def __init__(self, cfg: TraceConfig, settings: LiveSettings, echo: Callable[[str], None]):
-        from .runner import MethodRun
+        from .runner import MethodRun, TraceRun
 
         self.cfg = cfg
         self.settings = settings
         self.echo = echo
         self.out_path = self._out_path(resolve_device(cfg.device))
-        self.base = MethodRun(cfg, echo)
+        self.tracing = settings.trace_alongside is not None
+        if self.tracing:
+            # the tracer's own run (a MethodRun too): the trace pass and the live runs share
+            # the model, the method, the stager and the clock
+            self.base: MethodRun = TraceRun(dataclasses.replace(cfg, out=str(settings.trace_alongside)), echo, claim=False)
+        else:
+            self.base = MethodRun(cfg, echo)
         if settings.lambda_ms is not None:
             self.lambda_ms, self.lambda_source = float(settings.lambda_ms), "--lambda-ms"
         else:
             self.lambda_ms, self.lambda_source = standard_trace_lambda(cfg, self.base.identity.group, settings.standard)
+        if self.tracing:
+            if Path(self.lambda_source).resolve() == self.base.out_path.resolve():
+                raise ConfigError(
+                    f"--trace-alongside would overwrite {self.lambda_source}, the standard trace λ comes from; "
+                    "write the trace to another folder"
+                )
+            self.base.claim_output()
+        #: names this invocation: its trace alongside carries the same id (``taken_alongside``)
+        self.run_id = uuid.uuid4().hex
+        if self.tracing:
+            self.base.alongside_of = self.run_id
         self.plans = plan_runs(settings, self.lambda_ms)
-        self.columns: dict[str, list] = {name: [] for name in LIVE_COLUMNS}
+        #: the live rows, one column buffer per run (written run by run)
+        self.columns: dict[int, dict[str, list]] = {p.run: {name: [] for name in LIVE_COLUMNS} for p in self.plans}
         self.staged: dict[int, tuple[Any, Any]] = {}
         self.pauses = 0
+        self.trace_path: Path | None = None
 
     def _out_path(self, device) -> Path:
         cfg = self.cfg
@@ -412,7 +444,7 @@ class LiveRun:
 
     # -- rows
     def _add_rows(self, plan: RunPlan, episode, outcome: Sequence[Served | None]) -> None:
-        c = self.columns
+        c = self.columns[plan.run]
         for i, s in enumerate(outcome):
             domain, idx = episode.locate(i)
             row = {
@@ -464,57 +496,63 @@ class LiveRun:
         self.base.method.restore(saved[0])
         restore_rng(saved[1], self.base.device)
 
-    # -- one run
-    def play(self, plan: RunPlan) -> None:
+    # -- one episode of one run
+    def play_episode(self, plan: RunPlan, index: int, episode, tally: dict) -> None:
+        """Play ``episode`` under ``plan`` from the state the stream prescribes (reset per
+        episode, or at the first of a continual stream) and add its rows and totals."""
         base = self.base
-        base.method.reset()  # every run starts from the source model, continual streams too
-        totals = {"num_batches": 0, "served": 0, "served_correct_frac": 0.0, "m": {}, "spent_ms": {}}
-        t_run = now_ns()
-        for index, episode in enumerate(base.episodes):
-            base.start_episode(index, episode)
-            n = episode.num_batches
-            self._stage_from(episode, 0)
-            prepare = self._prepare(episode)
-            if plan.protocol == "discrete":
-                outcome = play_discrete(
-                    n, plan.gamma_ms, plan.queue, self._server(episode, True), prepare, int(self.settings.spin_us * 1000)
-                )
-            else:
-                hooks = AmortisedHooks(
-                    self._server(episode, True), self._server(episode, False), self._save, self._undo, base.method.freeze
-                )
-                outcome, m = play_amortised(n, self.lambda_ms, plan.budget_ms, plan.budget_rule, hooks, prepare)
-                if base.method.frozen:
-                    base.method.unfreeze()
-                totals["m"][episode.name] = m
-                totals["spent_ms"][episode.name] = outcome[-1].spent_ms if outcome else 0.0
-            self.staged.clear()
-            self._add_rows(plan, episode, outcome)
-            sizes = [len(episode.locate(i)[1]) for i in range(n)]
-            for i, s in enumerate(outcome):
-                if s is not None:
-                    totals["served"] += 1
-                    totals["served_correct_frac"] += s.correct / sizes[i]
-            totals["num_batches"] += n
-        served, total = totals["served"], totals["num_batches"]
-        acc_sum = totals.pop("served_correct_frac")
+        t0 = now_ns()
+        base.start_episode(index, episode)
+        n = episode.num_batches
+        self._stage_from(episode, 0)
+        prepare = self._prepare(episode)
+        if plan.protocol == "discrete":
+            outcome = play_discrete(n, plan.gamma_ms, plan.queue, self._server(episode, True), prepare, int(self.settings.spin_us * 1000))
+        else:
+            hooks = AmortisedHooks(self._server(episode, True), self._server(episode, False), self._save, self._undo, base.method.freeze)
+            outcome, m = play_amortised(n, self.lambda_ms, plan.budget_ms, plan.budget_rule, hooks, prepare)
+            if base.method.frozen:
+                base.method.unfreeze()
+            tally["m"][episode.name] = m
+            tally["spent_ms"][episode.name] = outcome[-1].spent_ms if outcome else 0.0
+        self.staged.clear()
+        self._add_rows(plan, episode, outcome)
+        for i, s in enumerate(outcome):
+            if s is not None:
+                tally["served"] += 1
+                tally["served_correct_frac"] += s.correct / len(episode.locate(i)[1])
+        tally["num_batches"] += n
+        tally["wall_ns"] += now_ns() - t0
+
+    def trace_episode(self, index: int, episode) -> None:
+        """The episode's trace pass (``trace_alongside``): the tracer's own loop, checkpoints
+        included, its rows on disk before the next episode."""
+        from .runner import _Progress, summarize
+
+        base = self.base
+        t0 = time.perf_counter()
+        rows = base.run_episode(index, episode, _Progress(enabled=False))
+        base.writer.write_episode(index, rows, base.probes[index])
+        self.echo(f"trace  {summarize(episode.name, rows.table()).line()}  {time.perf_counter() - t0:.1f} s")
+
+    def summarise(self, plan: RunPlan, tally: dict) -> None:
+        served, total = tally["served"], tally["num_batches"]
+        acc_sum = tally["served_correct_frac"]
         plan.summary = {
             "num_batches": total,
             "served": served,
             "alpha": served / total,
             "served_acc": acc_sum / served if served else None,
             "utility": acc_sum / total,
-            "wall_s": (now_ns() - t_run) / 1e9,
+            "wall_s": tally["wall_ns"] / 1e9,
         }
         if plan.protocol == "amortised":
-            plan.summary.update(m=totals["m"], spent_ms=totals["spent_ms"])
-        else:
-            plan.summary.pop("m", None)
+            plan.summary.update(m=tally["m"], spent_ms=tally["spent_ms"])
         line = f"run {plan.run} (repeat {plan.repeat}) {plan.label()}: "
         if plan.protocol == "discrete":
             line += f"α {100 * plan.summary['alpha']:6.2f}%  served acc {100 * (plan.summary['served_acc'] or 0):6.2f}%  "
         else:
-            line += f"m {np.mean(list(totals['m'].values())):.1f}/{total / len(base.episodes):.0f}  "
+            line += f"m {np.mean(list(tally['m'].values())):.1f}/{total / len(self.base.episodes):.0f}  "
         line += f"U {100 * plan.summary['utility']:6.2f}%  ({plan.summary['wall_s']:.1f} s)"
         self.echo(line)
 
@@ -529,26 +567,54 @@ class LiveRun:
             "spin_us": float(self.settings.spin_us),
             "stage_mb": float(self.cfg.stage_mb),
             "stage_pauses": self.pauses,
+            "run_id": self.run_id,
+            # the trace taken in this run, episode by episode beside the live runs (file name; its
+            # metadata 'taken_alongside' is this run_id), or None
+            "trace_alongside": None if self.trace_path is None else self.trace_path.name,
             "runs": [p.params() for p in self.plans],
         }
+
+    def _play_all(self) -> None:
+        tallies = {
+            p.run: {"num_batches": 0, "served": 0, "served_correct_frac": 0.0, "m": {}, "spent_ms": {}, "wall_ns": 0} for p in self.plans
+        }
+        for index, episode in enumerate(self.base.episodes):
+            trace_first = index % 2 == 0
+            if self.tracing and trace_first:
+                self.trace_episode(index, episode)
+            t0 = time.perf_counter()
+            for plan in self.plans:
+                self.play_episode(plan, index, episode, tallies[plan.run])
+            self.echo(f"live   {episode.name:<20} {len(self.plans)} run(s)  {time.perf_counter() - t0:.1f} s")
+            if self.tracing and not trace_first:
+                self.trace_episode(index, episode)
+        for plan in self.plans:
+            self.summarise(plan, tallies[plan.run])
 
     def run(self) -> Path:
         from tempora_schema.outputs import output_lock, to_bytes, write_file
 
         self.out_path.parent.mkdir(parents=True, exist_ok=True)
-        with output_lock(self.out_path, "live run"):
-            try:
-                last_arrival(1.0, 1.0)  # compile / load the kernel function now, not at the first decision
-                with collector_paused():  # the collector runs between events only, as in a trace
-                    self.base.warm_up()
-                    for plan in self.plans:
-                        self.play(plan)
-            finally:
-                self.base.stager.close()
-            meta = self.metadata()
-            table = pa.table(self.columns, schema=live_arrow_schema(meta))
-            validate_live_table(table, meta, self.out_path)  # never publish a file the reader rejects
-            return write_file(self.out_path, to_bytes(lambda f: pq.write_table(table, f)))
+        try:
+            with output_lock(self.out_path, "live run"):
+                try:
+                    last_arrival(1.0, 1.0)  # compile / load the kernel function now, not at the first decision
+                    with collector_paused():  # the collector runs between events only, as in a trace
+                        self.base.warm_up()
+                        self._play_all()
+                finally:
+                    self.base.stager.close()
+                if self.tracing:
+                    self.trace_path = self.base.writer.finish(self.base.metadata())
+                    self.echo(f"wrote {self.trace_path}")
+                meta = self.metadata()
+                columns = {name: [v for p in self.plans for v in self.columns[p.run][name]] for name in LIVE_COLUMNS}
+                table = pa.table(columns, schema=live_arrow_schema(meta))
+                validate_live_table(table, meta, self.out_path)  # never publish a file the reader rejects
+                return write_file(self.out_path, to_bytes(lambda f: pq.write_table(table, f)))
+        finally:
+            if self.tracing:
+                self.base.writer.close()
 
 
 def run_live(config: TraceConfig, settings: LiveSettings | None = None, echo: Callable[[str], None] | None = None, **options: Any) -> Path:

@@ -308,12 +308,20 @@ class MethodRun:
 class TraceRun(MethodRun):
     """The mutable state of one trace run; :func:`trace_run` is the entry point."""
 
-    def __init__(self, cfg: TraceConfig, echo: Callable[[str], None]):
+    def __init__(self, cfg: TraceConfig, echo: Callable[[str], None], claim: bool = True):
         super().__init__(cfg, echo)
         self.out_path = cfg.output_dir(device_slug(self.device)) / f"{cfg.file_stem()}.parquet"
-        # Last, once every input is known to be good: claim the output path.
-        self.writer = TraceWriter(self.out_path, cfg.identity(self.identity), cfg.resume, cfg.force)
         self.budgets = BudgetCutoffs(cfg.budgets_ms, cfg.lambda_ms) if cfg.budgets_ms else None
+        self.writer: TraceWriter | None = None
+        #: the id of the live run this trace was taken alongside (metadata ``taken_alongside``)
+        self.alongside_of: str | None = None
+        if claim:
+            self.claim_output()
+
+    def claim_output(self) -> None:
+        """Last, once every input is known to be good: claim the output path (a caller with
+        more inputs to check, like a live run tracing alongside, claims it later)."""
+        self.writer = TraceWriter(self.out_path, self.cfg.identity(self.identity), self.cfg.resume, self.cfg.force)
 
     def _maybe_probe(self, episode_index: int, episode: Episode, step: int) -> None:
         if step % PROBE_EVERY == 0:
@@ -426,6 +434,7 @@ class TraceRun(MethodRun):
             "frozen_eval": "all" if cfg.frozen_sample is None else int(cfg.frozen_sample),
             "speed_probe": [p for i in sorted(self.probes) for p in self.probes[i]],
             "speed_probe_kind": self.probe.kind,
+            **({"taken_alongside": self.alongside_of} if self.alongside_of else {}),
         }
 
     def run(self, on_episode_end: Callable[[int, str], None] | None = None) -> Path:
