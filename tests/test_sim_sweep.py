@@ -284,3 +284,17 @@ def test_simulator_never_imports_torch():
     src = str(Path(tempora_sim.__file__).resolve().parents[1])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, *sys.path]))
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+def test_every_subcommand_is_listed_with_its_module():
+    """The command group imports a subcommand's module on demand (tempora_sim.cli): a
+    command missing from SUBCOMMAND_MODULES would vanish from --help and the reference."""
+    import importlib
+
+    from tempora_sim import cli
+
+    for module in set(cli.SUBCOMMAND_MODULES.values()):
+        importlib.import_module(module)
+    assert set(cli.main.commands) == set(cli.SUBCOMMAND_MODULES)
+    for name, module in cli.SUBCOMMAND_MODULES.items():
+        assert cli.main.commands[name].callback.__module__ == module

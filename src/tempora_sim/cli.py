@@ -48,6 +48,7 @@ def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> N
 SUBCOMMAND_MODULES = {
     "sweep": "tempora_sim.cli_sweep",
     "report": "tempora_sim.cli_report",
+    "show": "tempora_sim.cli_report",
     "migrate": "tempora_sim.cli_migrate",
     "advise": "tempora_sim.cli_advise",
     "validate": "tempora_sim.cli_validate",
