@@ -192,3 +192,15 @@ def test_cli_sweep_output_is_the_same_from_the_cache(trace_dir, tmp_path, monkey
         assert result.exit_code == 0, result.output
         outputs.append(((out / "utility.parquet").read_bytes(), (out / "utility.csv").read_bytes()))
     assert outputs[0] == outputs[1] == outputs[2]
+
+
+def test_rows_of_a_file_removed_after_loading_are_a_one_line_error(trace_dir, tmp_path):
+    cache = tmp_path / "cache"
+    load_traces(trace_dir, cache=cache)
+    hit = load_traces(trace_dir, cache=cache).traces
+    (trace_dir / "eta.parquet").unlink()
+    with pytest.raises(TraceFileError, match="eta.parquet: removed or rewritten while in use"):
+        _ = hit[0].rows
+    write_trace_set(trace_dir, ("tent",), num_batches=20, episodes=("fog", "snow"), checkpoints=(0, 2), frozen_eval="all")
+    with pytest.raises(TraceFileError, match="tent.parquet: rewritten while in use"):
+        _ = hit[2].rows

@@ -179,8 +179,26 @@ class Trace:
     @property
     def rows(self) -> pl.DataFrame:
         if self._rows is None:
-            self._rows = pl.read_parquet(_parquet_source(self.path), parallel="none")
+            self._rows = self._read_rows_again()
         return self._rows
+
+    def _read_rows_again(self) -> pl.DataFrame:
+        """The rows of a trace that came from the trace cache, from its file; a file removed or
+        rewritten since it was loaded is a one-line error, never rows that disagree with it."""
+        expected = None
+        if self._replay is not None:
+            expected = int(self._replay.lengths.sum()) + int(self._replay.row_counts.sum())
+        try:
+            rows = pl.read_parquet(_parquet_source(self.path), parallel="none")
+        except BaseException as exc:  # noqa: BLE001 - polars reports corrupt files as panics, too
+            if not isinstance(exc, Exception) and not _panic(exc):
+                raise
+            text = str(exc).strip()
+            first = text.splitlines()[0][:200] if text else type(exc).__name__
+            raise TraceFileError(self.path, f"removed or rewritten while in use: its rows cannot be read again ({first})") from None
+        if expected is not None and rows.height != expected:
+            raise TraceFileError(self.path, f"rewritten while in use: it had {expected:,} rows, it now has {rows.height:,}")
+        return rows
 
     @property
     def method(self) -> str:
