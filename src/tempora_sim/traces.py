@@ -6,7 +6,9 @@ stream, severity, domains, max_batches). All traces of a group share one λ, tak
 ``standard`` trace; a group may hold at most one trace per method.
 
 Files are read with polars' native Parquet reader and validated on numpy arrays: pyarrow is
-never imported on this path (it costs a third of a warm sweep's start-up).
+never imported on this path (it costs a third of a warm sweep's start-up). :func:`load_traces`
+reads the files on a thread per core, and a file whose exact bytes were validated before is
+loaded from the trace cache (:mod:`tempora_sim.trace_cache`) instead of being decoded again.
 """
 
 from __future__ import annotations
