@@ -283,6 +283,15 @@ def run_options(*groups: list[Callable]) -> Callable:
     return apply
 
 
+def checkpoint_settings(opts: dict[str, Any]) -> dict[str, Any]:
+    """The TraceConfig fields of :data:`CHECKPOINT_OPTIONS`."""
+    return {
+        "frozen_sample": opts["frozen_sample"],
+        "checkpoints": opts["checkpoints"] or [],
+        "default_checkpoints": not opts["no_default_checkpoints"],
+    }
+
+
 def method_params(opts: dict[str, Any]) -> dict[str, Any]:
     """``--param`` pairs plus ``--profile`` (which is the method parameter ``profile``)."""
     params = dict(parse_param(p) for p in opts["params"])
@@ -387,9 +396,7 @@ def run_command(**opts: Any) -> None:
         opts["method"],
         _common(opts),
         method_params=params,
-        frozen_sample=opts["frozen_sample"],
-        checkpoints=opts["checkpoints"] or [],
-        default_checkpoints=not opts["no_default_checkpoints"],
+        **checkpoint_settings(opts),
         budgets_ms=opts["budgets_ms"] or [],
         lambda_ms=opts["lambda_ms"],
     )
@@ -521,14 +528,7 @@ def live_command(**opts: Any) -> None:
         trace_alongside=opts["trace_alongside"],
     ).checked()
     params = method_params(opts)
-    cfg = make_config(
-        opts["method"],
-        _common(opts),
-        method_params=params,
-        frozen_sample=opts["frozen_sample"],
-        checkpoints=opts["checkpoints"] or [],
-        default_checkpoints=not opts["no_default_checkpoints"],
-    )
+    cfg = make_config(opts["method"], _common(opts), method_params=params, **checkpoint_settings(opts))
     try:
         path = run_live(cfg, settings)
     except KeyboardInterrupt:
