@@ -14,17 +14,26 @@ import pytest
 os.environ["TEMPORA_OFFLINE"] = "1"
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _trace_cache_in_tmp(tmp_path_factory):
+_CACHE_BEFORE = os.environ.get("TEMPORA_TRACE_CACHE")
+
+
+def pytest_configure(config):
     """The simulator's trace cache (tempora_sim.trace_cache) of this test run lives in a
     temporary folder, never in the user's cache; subprocesses inherit it."""
-    before = os.environ.get("TEMPORA_TRACE_CACHE")
-    os.environ["TEMPORA_TRACE_CACHE"] = str(tmp_path_factory.mktemp("trace-cache"))
-    yield
-    if before is None:
+    import tempfile
+
+    config._tempora_trace_cache = tempfile.mkdtemp(prefix="tempora-trace-cache-")
+    os.environ["TEMPORA_TRACE_CACHE"] = config._tempora_trace_cache
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    shutil.rmtree(getattr(config, "_tempora_trace_cache", ""), ignore_errors=True)
+    if _CACHE_BEFORE is None:
         os.environ.pop("TEMPORA_TRACE_CACHE", None)
     else:
-        os.environ["TEMPORA_TRACE_CACHE"] = before
+        os.environ["TEMPORA_TRACE_CACHE"] = _CACHE_BEFORE
 
 
 def write_cifar_c(root: Path, corruptions, per_severity: int = 32, size: int = 32, classes: int = 10, seed: int = 0) -> Path:
