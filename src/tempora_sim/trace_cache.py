@@ -21,11 +21,11 @@ under ``$TEMPORA_HOME``, else under the user cache folder for ``tempora`` (platf
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import struct
-import tempfile
 import zlib
 from pathlib import Path
 
@@ -78,28 +78,24 @@ def cache_dir(setting: str | os.PathLike | bool | None = None) -> Path | None:
     return platformdirs.user_cache_path("tempora", appauthor=False) / "trace-cache"
 
 
-_READER: list[str] = []
-
-
+@functools.cache
 def reader_fingerprint() -> str:
     """Digest of what turns a file into cached arrays: the reading, validating and
     flattening code, and the numpy and polars versions."""
-    if not _READER:
-        import polars as pl
+    import polars as pl
 
-        import tempora_schema
+    import tempora_schema
 
-        digest = hashlib.sha256(f"format {_FORMAT}; numpy {np.__version__}; polars {pl.__version__}".encode())
-        here = Path(__file__)
-        for source in (Path(tempora_schema.__file__ or ""), here.with_name("traces.py"), here):
-            try:
-                digest.update(source.read_bytes())
-            except OSError:  # no source on disk (a zip import): the code is what the version says
-                import tempora_sim
+    digest = hashlib.sha256(f"format {_FORMAT}; numpy {np.__version__}; polars {pl.__version__}".encode())
+    here = Path(__file__)
+    for source in (Path(tempora_schema.__file__ or ""), here.with_name("traces.py"), here):
+        try:
+            digest.update(source.read_bytes())
+        except OSError:  # no source on disk (a zip import): the code is what the version says
+            import tempora_sim
 
-                digest.update(f"{source.name} {tempora_sim.__version__}".encode())
-        _READER.append(digest.hexdigest()[:16])
-    return _READER[0]
+            digest.update(f"{source.name} {tempora_sim.__version__}".encode())
+    return digest.hexdigest()[:16]
 
 
 def file_digest(path: Path) -> tuple[str, os.stat_result]:
@@ -192,21 +188,13 @@ def load(entry: Path) -> tuple[dict, int, bool, dict] | None:
 
 
 def store(entry: Path, data: bytes) -> None:
-    """Write an entry atomically (temporary name, then rename); any failure leaves no entry
-    and is silent: the cache only ever saves time."""
-    tmp = None
+    """Write an entry atomically (:func:`tempora_schema.outputs.write_file`); any failure leaves
+    no entry and is silent: the cache only ever saves time."""
+    from tempora_schema.errors import OutputError
+    from tempora_schema.outputs import write_file
+
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=entry.parent)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, entry)
-        tmp = None
-    except OSError:
+        write_file(entry, data)
+    except (OSError, OutputError):
         pass
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass

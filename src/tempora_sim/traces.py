@@ -193,11 +193,9 @@ class Trace:
         try:
             rows = pl.read_parquet(_parquet_source(self.path), parallel="none")
         except BaseException as exc:  # noqa: BLE001 - polars reports corrupt files as panics, too
-            if not isinstance(exc, Exception) and not _panic(exc):
-                raise
-            text = str(exc).strip()
-            first = text.splitlines()[0][:200] if text else type(exc).__name__
-            raise TraceFileError(self.path, f"removed or rewritten while in use: its rows cannot be read again ({first})") from None
+            raise TraceFileError(
+                self.path, f"removed or rewritten while in use: its rows cannot be read again ({_read_failure(exc)})"
+            ) from None
         if expected is not None and rows.height != expected:
             raise TraceFileError(self.path, f"rewritten while in use: it had {expected:,} rows, it now has {rows.height:,}")
         return rows
@@ -449,6 +447,15 @@ def _panic(exc: BaseException) -> bool:
     return type(exc).__name__ == "PanicException"
 
 
+def _read_failure(exc: BaseException) -> str:
+    """The first line of why polars could not read a file (at most 200 characters); anything
+    that is neither an error nor one of polars' panics (Ctrl-C, exit) is raised again."""
+    if not isinstance(exc, Exception) and not _panic(exc):
+        raise exc
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
 def _parquet_source(path: Path):
     """What polars opens: the path, or the file's bytes when its name is not UTF-8 (polars
     cannot open such a file by name)."""
@@ -475,11 +482,7 @@ def read_trace(path: str | os.PathLike) -> Trace:
             source.seek(0)
         df = pl.read_parquet(source, parallel="none")  # per-file thread pools cost more than they save here
     except BaseException as exc:  # noqa: BLE001 - polars reports corrupt files as panics, too
-        if not isinstance(exc, Exception) and not _panic(exc):
-            raise
-        text = str(exc).strip()
-        first = text.splitlines()[0] if text else type(exc).__name__
-        raise TraceFileError(path, f"not a readable Parquet file ({first[:200]})") from None
+        raise TraceFileError(path, f"not a readable Parquet file ({_read_failure(exc)})") from None
     try:
         meta = parse_metadata(kv.get(METADATA_KEY), path)
         _check_metadata_values(meta, path)
