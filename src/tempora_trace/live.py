@@ -305,6 +305,20 @@ def play_amortised(
 
 # ------------------------------------------------------------------------ the run
 @dataclass
+class RunTally:
+    """What one run has played so far, summed over its episodes."""
+
+    num_batches: int = 0
+    served: int = 0
+    #: Σ correct/n over the served batches
+    served_correct_frac: float = 0.0
+    #: amortised: the cut-off and the overhead spent, per episode
+    m: dict[str, int] = field(default_factory=dict)
+    spent_ms: dict[str, float] = field(default_factory=dict)
+    wall_ns: int = 0
+
+
+@dataclass
 class RunPlan:
     run: int
     protocol: str
@@ -371,6 +385,8 @@ class LiveRun:
             self.lambda_ms, self.lambda_source = float(settings.lambda_ms), "--lambda-ms"
         else:
             self.lambda_ms, self.lambda_source = standard_trace_lambda(cfg, self.base.identity.group, settings.standard)
+        #: names this invocation: its trace alongside carries the same id (``taken_alongside``)
+        self.run_id = uuid.uuid4().hex
         if self.tracing:
             if Path(self.lambda_source).resolve() == self.base.out_path.resolve():
                 raise ConfigError(
@@ -378,9 +394,6 @@ class LiveRun:
                     "write the trace to another folder"
                 )
             self.base.claim_output()
-        #: names this invocation: its trace alongside carries the same id (``taken_alongside``)
-        self.run_id = uuid.uuid4().hex
-        if self.tracing:
             self.base.alongside_of = self.run_id
         self.plans = plan_runs(settings, self.lambda_ms)
         #: the live rows, one column buffer per run (written run by run)
@@ -497,7 +510,7 @@ class LiveRun:
         restore_rng(saved[1], self.base.device)
 
     # -- one episode of one run
-    def play_episode(self, plan: RunPlan, index: int, episode, tally: dict) -> None:
+    def play_episode(self, plan: RunPlan, index: int, episode, tally: RunTally) -> None:
         """Play ``episode`` under ``plan`` from the state the stream prescribes (reset per
         episode, or at the first of a continual stream) and add its rows and totals."""
         base = self.base
@@ -513,16 +526,16 @@ class LiveRun:
             outcome, m = play_amortised(n, self.lambda_ms, plan.budget_ms, plan.budget_rule, hooks, prepare)
             if base.method.frozen:
                 base.method.unfreeze()
-            tally["m"][episode.name] = m
-            tally["spent_ms"][episode.name] = outcome[-1].spent_ms if outcome else 0.0
+            tally.m[episode.name] = m
+            tally.spent_ms[episode.name] = outcome[-1].spent_ms if outcome else 0.0
         self.staged.clear()
         self._add_rows(plan, episode, outcome)
         for i, s in enumerate(outcome):
             if s is not None:
-                tally["served"] += 1
-                tally["served_correct_frac"] += s.correct / len(episode.locate(i)[1])
-        tally["num_batches"] += n
-        tally["wall_ns"] += now_ns() - t0
+                tally.served += 1
+                tally.served_correct_frac += s.correct / len(episode.locate(i)[1])
+        tally.num_batches += n
+        tally.wall_ns += now_ns() - t0
 
     def trace_episode(self, index: int, episode) -> None:
         """The episode's trace pass (``trace_alongside``): the tracer's own loop, checkpoints
@@ -535,24 +548,24 @@ class LiveRun:
         base.writer.write_episode(index, rows, base.probes[index])
         self.echo(f"trace  {summarize(episode.name, rows.table()).line()}  {time.perf_counter() - t0:.1f} s")
 
-    def summarise(self, plan: RunPlan, tally: dict) -> None:
-        served, total = tally["served"], tally["num_batches"]
-        acc_sum = tally["served_correct_frac"]
+    def summarise(self, plan: RunPlan, tally: RunTally) -> None:
+        served, total = tally.served, tally.num_batches
+        acc_sum = tally.served_correct_frac
         plan.summary = {
             "num_batches": total,
             "served": served,
             "alpha": served / total,
             "served_acc": acc_sum / served if served else None,
             "utility": acc_sum / total,
-            "wall_s": tally["wall_ns"] / 1e9,
+            "wall_s": tally.wall_ns / 1e9,
         }
         if plan.protocol == "amortised":
-            plan.summary.update(m=tally["m"], spent_ms=tally["spent_ms"])
+            plan.summary.update(m=tally.m, spent_ms=tally.spent_ms)
         line = f"run {plan.run} (repeat {plan.repeat}) {plan.label()}: "
         if plan.protocol == "discrete":
             line += f"α {100 * plan.summary['alpha']:6.2f}%  served acc {100 * (plan.summary['served_acc'] or 0):6.2f}%  "
         else:
-            line += f"m {np.mean(list(tally['m'].values())):.1f}/{total / len(self.base.episodes):.0f}  "
+            line += f"m {np.mean(list(tally.m.values())):.1f}/{total / len(self.base.episodes):.0f}  "
         line += f"U {100 * plan.summary['utility']:6.2f}%  ({plan.summary['wall_s']:.1f} s)"
         self.echo(line)
 
@@ -575,9 +588,7 @@ class LiveRun:
         }
 
     def _play_all(self) -> None:
-        tallies = {
-            p.run: {"num_batches": 0, "served": 0, "served_correct_frac": 0.0, "m": {}, "spent_ms": {}, "wall_ns": 0} for p in self.plans
-        }
+        tallies = {p.run: RunTally() for p in self.plans}
         for index, episode in enumerate(self.base.episodes):
             trace_first = index % 2 == 0
             if self.tracing and trace_first:
