@@ -127,12 +127,8 @@ def print_validation(result, console) -> None:
     console.print(t)
     groups = s.select("dataset", "model", "device").unique(maintain_order=True)
     for g in groups.iter_rows(named=True):
-        lams = (
-            s.filter((pl.col("dataset") == g["dataset"]) & (pl.col("model") == g["model"]) & (pl.col("device") == g["device"]))["lambda_ms"]
-            .unique(maintain_order=True)
-            .to_list()
-        )
         mine = s.filter((pl.col("dataset") == g["dataset"]) & (pl.col("model") == g["model"]) & (pl.col("device") == g["device"]))
+        lams = mine["lambda_ms"].unique(maintain_order=True).to_list()
         paired = int(mine["trace_alongside"].sum())
         console.print(
             f"group {g['dataset']} · {g['model']} · {g['device']} · λ = {', '.join(f'{x:.2f}' for x in lams)} ms "
