@@ -22,7 +22,7 @@ SIM    := $(PY) -m tempora_sim.cli
 TRACES  ?= traces
 RESULTS ?= results
 
-.PHONY: install test bench docs demo demo-run demo-traces demo-trace-files demo-models validate lint clean \
+.PHONY: install test bench docs demo demo-run demo-traces demo-trace-files demo-models validate validate-gpu lint clean \
         paper paper-vit paper-cifar paper-traces paper-vit-traces paper-cifar-traces
 
 # Never two recipes at once, whatever -j says: two traces on one machine would time each other
@@ -179,6 +179,22 @@ validate: install
 	        --repeats $(VALIDATE_REPEATS) $$pair || exit 2; \
 	done
 	$(SIM) validate $(VALIDATE_OUT)/live --traces $(VALIDATE_OUT)/traces --out $(VALIDATE_OUT)/report $(VALIDATE_CHECK_OPTS)
+
+# `make validate-gpu`: the same check on a GPU without ImageNet-C on disk: ResNet-50 with
+# random weights (timing only: α and the decisions are compared, accuracies mean nothing) on a
+# synthetic 224-px JPEG folder in the ImageNet-C layout (`tempora-trace synthesize`, written
+# once and reused), GPU_BATCHES batches of GPU_BATCH_SIZE per corruption.
+GPU_DEVICE     ?= cuda
+GPU_MODEL      ?= resnet50
+GPU_BATCHES    ?= 50
+GPU_BATCH_SIZE ?= 64
+GPU_DATA       ?= $(RESULTS)/synthetic-imagenet-c
+GPU_VALIDATE_OUT ?= $(RESULTS)/validate-gpu
+validate-gpu: install
+	$(TRACE) synthesize $(GPU_DATA) --domains $(VALIDATE_DOMAINS) --images $$(( $(GPU_BATCHES) * $(GPU_BATCH_SIZE) )) --quiet
+	@$(MAKE) --no-print-directory validate VALIDATE_DEVICE=$(GPU_DEVICE) VALIDATE_OUT=$(GPU_VALIDATE_OUT) \
+	    VALIDATE_OPTS="--dataset imagenet-c --data-root $(GPU_DATA) --model $(GPU_MODEL) --weights random --device $(GPU_DEVICE) \
+	    --domains $(VALIDATE_DOMAINS) --max-batches $(GPU_BATCHES) --batch-size $(GPU_BATCH_SIZE) --force $(GPU_OPTS)"
 
 # ------------------------------------------------------------------ paper reproduction
 # `make paper DATA=/path/to/ImageNet-C [WEIGHTS=resnet50-0676ba61.pth] DEVICE=cuda`

@@ -44,6 +44,7 @@ from tempora_trace.checkpoints import default_schedule, sample_steps  # noqa: E4
 from tempora_trace.config import TraceConfig  # noqa: E402
 from tempora_trace.data import get_dataset  # noqa: E402
 from tempora_trace.data.streams import batch_order  # noqa: E402
+from tempora_trace.data.synthetic import write_imagenet_c_folder  # noqa: E402
 from tempora_trace.errors import WeightsError  # noqa: E402
 from tempora_trace.methods import MethodContext, TTAMethod, get_method  # noqa: E402
 from tempora_trace.models import get_model  # noqa: E402
@@ -123,25 +124,6 @@ def harness_cost_us(device: torch.device, events: int = 2000) -> float:
     return statistics.median(1e3 * (ev.e_ms + ev.l_ms) for ev in costs)
 
 
-def make_jpeg_folder(root: Path, images: int, size: int = 224, corruption: str = "fog", severity: int = 5) -> Path:
-    """``root/<corruption>/<severity>/<wnid>/*.JPEG`` with 1000 class folders (the first ones
-    filled round-robin): the ImageNet-C layout the tracer reads. Content is smooth noise,
-    JPEG quality 85, so decoding costs about what a real photo of that size costs."""
-    from PIL import Image
-
-    base = root / corruption / str(severity)
-    wnids = [f"n{k:08d}" for k in range(1000)]
-    for w in wnids:
-        (base / w).mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(0)
-    for i in range(images):
-        coarse = rng.integers(0, 256, (size // 8, size // 8, 3), dtype=np.uint8)
-        img = np.kron(coarse, np.ones((8, 8, 1), dtype=np.uint8))
-        img = np.clip(img.astype(np.int16) + rng.integers(-12, 13, img.shape), 0, 255).astype(np.uint8)
-        Image.fromarray(img).save(base / wnids[i % 50] / f"img_{i:06d}.JPEG", quality=85)
-    return root
-
-
 def bare_jpeg_loop(model_name: str, root: Path, batch_size: int, device: torch.device, warmup: int, count: int) -> list[float]:
     """Per-batch ms of ``model(x)`` alone (eval, no_grad, a sync on each side) over the same
     batches the tracer sees, each decoded serially right before its forward (nothing else
@@ -180,7 +162,7 @@ def jpeg_runs(args, device: torch.device, tmp: Path) -> None:
     root = tmp / "jpeg"
     if not root.exists():
         t0 = time.perf_counter()
-        make_jpeg_folder(root, max(count, 2) * max(bs, 64))
+        write_imagenet_c_folder(root, ["fog"], max(count, 2) * max(bs, 64))
         print(f"[jpeg] generated {max(count, 2) * max(bs, 64)} JPEGs (224 px, ImageNet-C layout) in {time.perf_counter() - t0:.1f} s")
     bare_runs, traced_runs, walls = [], [], []
     for r in range(args.repeats):

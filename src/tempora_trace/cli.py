@@ -6,6 +6,7 @@
     tempora-trace calibrate --device cuda                      # trace `standard`, print λ
     tempora-trace live --method tent --rho 1,0.5 --queue 1     # the protocol against a real clock
     tempora-trace list [--methods-for MODEL]
+    tempora-trace synthesize data/synthetic                    # random JPEGs, ImageNet-C layout
 
 Bad input is one ``tempora-trace: error: …`` line on stderr with exit status 2 (see
 ``docs/errors.md``). A subcommand is one ``@cli.command(...)`` function; options shared by
@@ -534,6 +535,43 @@ def live_command(**opts: Any) -> None:
     except KeyboardInterrupt:
         raise KeyboardInterrupt("interrupted: nothing written (a live run is written whole or not at all)") from None
     click.echo(f"wrote {path}")
+
+
+@cli.command("synthesize")
+@click.argument("root", type=click.Path(path_type=Path, file_okay=False))
+@_opt(
+    "--domains",
+    default="gaussian_noise,motion_blur,fog,contrast",
+    help="Corruption folders to write, or groups (noise, blur, weather, digital, all).",
+)
+@_opt("--images", type=click.IntRange(1, INT32_MAX), default=3200, help="Images per domain (3200: 50 batches of 64).")
+@_opt("--severity", type=click.IntRange(1, 5), default=DEFAULT_SEVERITY, help="Severity folder to write.")
+@_opt("--size", type=click.IntRange(8, 4096), default=224, help="Image side, px (ImageNet-C: 224).")
+@_opt("--seed", type=click.IntRange(0, INT32_MAX), default=0, help="Seed of the image content.")
+@_opt("--workers", type=click.IntRange(1, 1024), default=None, help="Encoding processes [default: the cores].")
+@_opt("--quiet", is_flag=True, help="No progress bar.")
+def synthesize_command(
+    root: Path, domains: str, images: int, severity: int, size: int, seed: int, workers: int | None, quiet: bool
+) -> None:
+    """Write random JPEGs in the ImageNet-C layout under ROOT, to time methods where the dataset
+    is not on disk: trace with --dataset imagenet-c --data-root ROOT --weights random (timing
+    only; accuracies mean nothing). A complete folder is reused."""
+    from .data.streams import CORRUPTIONS, expand_domains
+    from .data.synthetic import write_imagenet_c_folder
+    from .runner import _Progress
+
+    names = expand_domains(_domains(domains) or [], CORRUPTIONS)
+    bar = _Progress(enabled=not quiet)
+    bar.start("synthesize", total=images * len(names))
+    try:
+        written = write_imagenet_c_folder(root, names, images, severity, size, seed, workers, progress=bar.advance)
+    finally:
+        bar.close()
+    reused = [d for d in names if d not in written]
+    click.echo(
+        f"{root}: {images} synthetic {size}-px JPEGs per domain, severity {severity}: "
+        f"wrote {', '.join(written) or 'nothing'}" + (f"; reused {', '.join(reused)}" if reused else "")
+    )
 
 
 @cli.command("list")

@@ -166,9 +166,9 @@ class _Progress:
         if self.bar is not None:
             self.task = self.bar.add_task(name, total=total)
 
-    def advance(self) -> None:
+    def advance(self, n: int = 1) -> None:
         if self.bar is not None and self.task is not None:
-            self.bar.advance(self.task)
+            self.bar.advance(self.task, n)
 
     def end(self) -> None:
         if self.bar is not None and self.task is not None:
