@@ -149,6 +149,7 @@ $(foreach s,$(SEEDS),$(eval $(call demo_seed_rule,$(s))))
 VALIDATE_METHODS ?= standard tent eta cmf
 VALIDATE_DOMAINS ?= gaussian_noise,motion_blur,fog,contrast
 VALIDATE_BATCHES ?= 40
+VALIDATE_PROTOCOL ?= discrete,amortised
 VALIDATE_RHO     ?= 1,0.5
 VALIDATE_B       ?= 250ms,1s
 VALIDATE_REPEATS ?= 2
@@ -175,7 +176,7 @@ validate: install
 	    pair=$$( [ $$m != standard ] && [ "$(VALIDATE_ALONGSIDE)" = yes ] && echo --trace-alongside $(VALIDATE_OUT)/traces $(VALIDATE_TRACE_OPTS) ); \
 	    echo "live $$m"; \
 	    $(TRACE) live --method $$m $(VALIDATE_OPTS) --out $(VALIDATE_OUT)/live --standard $(VALIDATE_OUT)/traces \
-	        --protocol discrete,amortised --rho $(VALIDATE_RHO) --queue 1 --B $(VALIDATE_B) \
+	        --protocol $(VALIDATE_PROTOCOL) --rho $(VALIDATE_RHO) --queue 1 $(if $(findstring amortised,$(VALIDATE_PROTOCOL)),--B $(VALIDATE_B)) \
 	        --repeats $(VALIDATE_REPEATS) $$pair || exit 2; \
 	done
 	$(SIM) validate $(VALIDATE_OUT)/live --traces $(VALIDATE_OUT)/traces --out $(VALIDATE_OUT)/report $(VALIDATE_CHECK_OPTS)
@@ -183,18 +184,23 @@ validate: install
 # `make validate-gpu`: the same check on a GPU without ImageNet-C on disk: ResNet-50 with
 # random weights (timing only: α and the decisions are compared, accuracies mean nothing) on a
 # synthetic 224-px JPEG folder in the ImageNet-C layout (`tempora-trace synthesize`, written
-# once and reused), GPU_BATCHES batches of GPU_BATCH_SIZE per corruption.
+# once and reused), GPU_BATCHES batches of GPU_BATCH_SIZE per corruption, on GPU_DOMAINS.
+# Discrete protocol only by default (GPU_PROTOCOL), so the traces need no frozen checkpoints.
 GPU_DEVICE     ?= cuda
 GPU_MODEL      ?= resnet50
 GPU_BATCHES    ?= 50
 GPU_BATCH_SIZE ?= 64
 GPU_DATA       ?= $(RESULTS)/synthetic-imagenet-c
+GPU_DOMAINS    ?= gaussian_noise,fog
+GPU_PROTOCOL   ?= discrete
+GPU_TRACE_OPTS ?= $(if $(findstring amortised,$(GPU_PROTOCOL)),--frozen-sample 16,--no-default-checkpoints)
 GPU_VALIDATE_OUT ?= $(RESULTS)/validate-gpu
 validate-gpu: install
-	$(TRACE) synthesize $(GPU_DATA) --domains $(VALIDATE_DOMAINS) --images $$(( $(GPU_BATCHES) * $(GPU_BATCH_SIZE) )) --quiet
+	$(TRACE) synthesize $(GPU_DATA) --domains $(GPU_DOMAINS) --images $$(( $(GPU_BATCHES) * $(GPU_BATCH_SIZE) )) --quiet
 	@$(MAKE) --no-print-directory validate VALIDATE_DEVICE=$(GPU_DEVICE) VALIDATE_OUT=$(GPU_VALIDATE_OUT) \
+	    VALIDATE_PROTOCOL=$(GPU_PROTOCOL) VALIDATE_TRACE_OPTS="$(GPU_TRACE_OPTS)" \
 	    VALIDATE_OPTS="--dataset imagenet-c --data-root $(GPU_DATA) --model $(GPU_MODEL) --weights random --device $(GPU_DEVICE) \
-	    --domains $(VALIDATE_DOMAINS) --max-batches $(GPU_BATCHES) --batch-size $(GPU_BATCH_SIZE) --force $(GPU_OPTS)"
+	    --domains $(GPU_DOMAINS) --max-batches $(GPU_BATCHES) --batch-size $(GPU_BATCH_SIZE) --force $(GPU_OPTS)"
 
 # ------------------------------------------------------------------ paper reproduction
 # `make paper DATA=/path/to/ImageNet-C [WEIGHTS=resnet50-0676ba61.pth] DEVICE=cuda`
