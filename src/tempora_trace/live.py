@@ -191,7 +191,9 @@ class Served:
     predict_ms: float
     free_ms: float
     ev: Event
-    correct: int
+    #: correct predictions; in a live run a device scalar until the episode ends (read then, so
+    #: scoring never waits for the device inside the pipeline's busy time)
+    correct: Any
     mode: str = "adapt"
     charged_ms: float | None = None
     spent_ms: float | None = None
@@ -204,13 +206,21 @@ PrepareFn = Callable[[int], int]
 
 
 def play_discrete(
-    num_batches: int, gamma_ms: float, queue: int, serve: ServeFn, prepare: PrepareFn | None = None, spin_ns: int = SPIN_NS
+    num_batches: int,
+    gamma_ms: float,
+    queue: int,
+    serve: ServeFn,
+    prepare: PrepareFn | None = None,
+    spin_ns: int = SPIN_NS,
+    idle: Callable[[], object] | None = None,
 ) -> list[Served | None]:
     """Play one episode of the discrete protocol on the real clock; per batch, how it was served.
 
     ``None`` marks a skipped batch. The decision after each event uses one clock reading
     ``f`` (recorded as that event's ``free_ms`` and, when a batch is waiting, the next event's
-    ``pickup_ms``), so replaying the recorded times reproduces every decision.
+    ``pickup_ms``), so replaying the recorded times reproduces every decision. ``idle`` runs
+    only while the pipeline waits for an arrival (:func:`wait_until`), never between an
+    event's end and the next pickup.
     """
     if num_batches <= 0:
         return []
@@ -235,7 +245,7 @@ def play_discrete(
             if cand >= num_batches:
                 break
             nxt = cand
-            pickup = ready if cand * gamma_ms == f else wait_until(t0 + math.ceil(cand * gamma_ms * 1e6), spin_ns)
+            pickup = ready if cand * gamma_ms == f else wait_until(t0 + math.ceil(cand * gamma_ms * 1e6), spin_ns, idle)
         else:
             kc = min(k, num_batches - 1)
             if kc > p:
@@ -243,7 +253,7 @@ def play_discrete(
                 pickup = ready
             elif p + 1 < num_batches:
                 nxt = p + 1
-                pickup = wait_until(t0 + math.ceil(nxt * gamma_ms * 1e6), spin_ns)
+                pickup = wait_until(t0 + math.ceil(nxt * gamma_ms * 1e6), spin_ns, idle)
             else:
                 break
     return out
@@ -421,7 +431,7 @@ class LiveRun:
         length = stager.chunk_length(first[0].nbytes)
         batches = first + stager.stage(episode, range(start + 1, min(episode.num_batches, start + length)))
         for b in batches:
-            self.staged[b.step] = (b.x.to(self.base.device), b.y)
+            self.staged[b.step] = (b.x.to(self.base.device), b.y.to(self.base.device))
         del first, batches
         collect_between_chunks()
         from .runner import REWARM_AFTER_S
@@ -443,14 +453,16 @@ class LiveRun:
     def _server(self, episode, adapt: bool) -> ServeFn:
         base = self.base
 
-        def serve(i: int) -> tuple[Event, int]:
+        def serve(i: int) -> tuple[Event, Any]:
             x, y = self.staged[i]
-            ev = timed_event(base.method, x, base.clock, adapt=adapt)
+            ev = timed_event(base.method, x, base.clock, adapt=adapt, peak=False)
             domain, _ = episode.locate(i)
             base._last_event_end = time.perf_counter()
-            correct = base._correct(ev.logits, y, domain.name)
+            # queued on the device, read after the episode: no wait for the device, and no
+            # garbage collection (that runs while the pipeline is idle), between an event's
+            # end and the next decision
+            correct = base.count_correct(ev.logits, y, domain.name)
             ev.logits = None  # the event's tensors go before the next one (as in the tracer)
-            collect_between_events()
             return ev, correct
 
         return serve
@@ -520,7 +532,15 @@ class LiveRun:
         self._stage_from(episode, 0)
         prepare = self._prepare(episode)
         if plan.protocol == "discrete":
-            outcome = play_discrete(n, plan.gamma_ms, plan.queue, self._server(episode, True), prepare, int(self.settings.spin_us * 1000))
+            outcome = play_discrete(
+                n,
+                plan.gamma_ms,
+                plan.queue,
+                self._server(episode, True),
+                prepare,
+                int(self.settings.spin_us * 1000),
+                collect_between_events,
+            )
         else:
             hooks = AmortisedHooks(self._server(episode, True), self._server(episode, False), self._save, self._undo, base.method.freeze)
             outcome, m = play_amortised(n, self.lambda_ms, plan.budget_ms, plan.budget_rule, hooks, prepare)
@@ -529,6 +549,9 @@ class LiveRun:
             tally.m[episode.name] = m
             tally.spent_ms[episode.name] = outcome[-1].spent_ms if outcome else 0.0
         self.staged.clear()
+        for s in outcome:
+            if s is not None:
+                s.correct = int(s.correct)
         self._add_rows(plan, episode, outcome)
         for i, s in enumerate(outcome):
             if s is not None:

@@ -232,14 +232,19 @@ class MethodRun:
         for ep in self.episodes:
             for d in ep.domains:
                 if d.class_mask is not None:
-                    self.masks[d.name] = torch.as_tensor(d.class_mask, dtype=torch.long)
+                    self.masks[d.name] = torch.as_tensor(d.class_mask, dtype=torch.long, device=self.device)
 
     # -- scoring (outside the timed regions)
-    def _correct(self, logits: torch.Tensor, labels: torch.Tensor, domain: str) -> int:
+    def count_correct(self, logits: torch.Tensor, labels: torch.Tensor, domain: str) -> torch.Tensor:
+        """Correct predictions as a 0-dim tensor on the logits' device, queued without waiting
+        for the device (the live runner reads them after the episode)."""
         logits = logits.detach()
         if domain in self.masks:
             logits = logits[:, self.masks[domain].to(logits.device)]
-        return int((logits.argmax(1).cpu() == labels).sum())
+        return (logits.argmax(1) == labels.to(logits.device)).sum()
+
+    def _correct(self, logits: torch.Tensor, labels: torch.Tensor, domain: str) -> int:
+        return int(self.count_correct(logits, labels, domain))
 
     def warm_up(self) -> None:
         """Five noise-perturbed copies of the first batch through predict+adapt (and one

@@ -20,7 +20,7 @@ import re
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 
@@ -118,13 +118,22 @@ def clock_resolution_ns() -> float:
     return time.get_clock_info("perf_counter").resolution * 1e9
 
 
-def wait_until(target_ns: int, spin_ns: int = SPIN_NS) -> int:
+#: Idle work (:func:`wait_until`'s ``idle``) runs only when at least this much time is left.
+IDLE_WORK_NS = 5_000_000
+
+
+def wait_until(target_ns: int, spin_ns: int = SPIN_NS, idle: Callable[[], object] | None = None) -> int:
     """Block until ``now_ns() >= target_ns`` and return that reading.
 
     ``time.sleep`` alone wakes up late by up to a scheduler tick, so it only covers the wait
     up to ``spin_ns`` before the target; the last stretch is a busy loop on the clock.
+    ``idle`` (housekeeping such as a garbage collection) runs first when at least
+    :data:`IDLE_WORK_NS` are left, so it fills a wait instead of delaying the next pickup.
     """
     now = now_ns()
+    if idle is not None and target_ns - now >= IDLE_WORK_NS:
+        idle()
+        now = now_ns()
     remaining = target_ns - now
     if remaining > spin_ns:
         time.sleep((remaining - spin_ns) / 1e9)
@@ -134,9 +143,14 @@ def wait_until(target_ns: int, spin_ns: int = SPIN_NS) -> int:
     return now
 
 
-def timed_event(method: TTAMethod, x: torch.Tensor, clock: DeviceClock, adapt: bool = True) -> Event:
-    """Run predict (and adapt) on ``x`` and time both phases; ``x`` must already be on the device."""
-    clock.reset_peak()
+def timed_event(method: TTAMethod, x: torch.Tensor, clock: DeviceClock, adapt: bool = True, peak: bool = True) -> Event:
+    """Run predict (and adapt) on ``x`` and time both phases; ``x`` must already be on the device.
+
+    ``peak=False`` skips the peak-memory reading around the event: on CUDA, resetting and
+    reading the allocator's statistics costs hundreds of µs, which a live run cannot spend
+    between an event's end and its next decision (the trace keeps the reading)."""
+    if peak:
+        clock.reset_peak()
     clock.sync()
     t0 = now_ns()
     logits = method.predict(x)
@@ -146,8 +160,8 @@ def timed_event(method: TTAMethod, x: torch.Tensor, clock: DeviceClock, adapt: b
         method.adapt()
         clock.sync()
     t2 = now_ns()
-    peak = clock.peak_bytes()
-    return Event(logits, (t1 - t0) / 1e6, (t2 - t1) / 1e6 if adapt else 0.0, peak, bool(method.last_updated) and adapt, t0, t1, t2)
+    peak_bytes = clock.peak_bytes() if peak else None
+    return Event(logits, (t1 - t0) / 1e6, (t2 - t1) / 1e6 if adapt else 0.0, peak_bytes, bool(method.last_updated) and adapt, t0, t1, t2)
 
 
 # ------------------------------------------------------------------ garbage collection
