@@ -118,7 +118,8 @@ def demo_env(tmp_path_factory) -> dict[str, str]:
 def test_demo_and_demo_traces_run_end_to_end(tmp_path, demo_env):
     """`make demo` (traces, report), `make demo-traces` (the committed set, written
     elsewhere) and `make validate` (live runs with traces alongside, then the comparison),
-    side by side on one demo cache. Timings mean nothing here: the validation's tolerances are
+    side by side on one demo cache, and `make validate-gpu` on the CPU (a synthetic ImageNet-C
+    folder, ResNet-18 with random weights). Timings mean nothing here: the validation's tolerances are
     opened wide, so what is tested is that the recipe runs and writes its report."""
     common = dict(DEMO_MODELS="demo-resnet", DEMO_METHODS="standard tent")
     wait_all(
@@ -152,8 +153,28 @@ def test_demo_and_demo_traces_run_end_to_end(tmp_path, demo_env):
                 VALIDATE_CHECK_OPTS="--tol-pp 100 --amortised-tol-pp 100 --min-agreement 0 --tie-us 1e9",
                 VALIDATE_OUT=str(tmp_path / "validate"),
             ),
+            start_make(
+                "validate-gpu",
+                demo_env,
+                GPU_DEVICE="cpu",
+                GPU_MODEL="resnet18",
+                GPU_BATCHES="2",
+                GPU_BATCH_SIZE="4",
+                GPU_DOMAINS=CORRUPTION,
+                GPU_DATA=str(tmp_path / "synthetic"),
+                GPU_VALIDATE_OUT=str(tmp_path / "validate-gpu"),
+                GPU_OPTS="--threads 1 --warmup-batches 0 --quiet",
+                VALIDATE_METHODS="standard tent",
+                VALIDATE_RHO="1",
+                VALIDATE_REPEATS="1",
+                VALIDATE_CHECK_OPTS="--tol-pp 100 --amortised-tol-pp 100 --min-agreement 0 --tie-us 1e9",
+            ),
         ]
     )
+    gpu = tmp_path / "validate-gpu"
+    assert len(list((tmp_path / "synthetic" / CORRUPTION / "5").rglob("*.JPEG"))) == 8
+    assert sorted(p.name for p in (gpu / "live").glob("*.parquet")) == ["standard-bs4.live.parquet", "tent-bs4.live.parquet"]
+    assert (gpu / "report" / "validation.csv").read_text().count("imagenet-c") >= 2
     validation = tmp_path / "validate"
     assert sorted(p.name for p in (validation / "live").glob("*.parquet")) == ["standard-bs8.live.parquet", "tent-bs8.live.parquet"]
     assert sorted(p.name for p in (validation / "traces").glob("*.parquet")) == ["standard-bs8.parquet", "tent-bs8.parquet"]
