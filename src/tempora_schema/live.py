@@ -30,7 +30,7 @@ e_ms, l_ms,        float null the tracer's own split of the event (same clock, s
 delta_ms
 charged_ms         float null amortised: overhead c = max(0, δ − λ) charged at this batch
 spent_ms           float null amortised: overhead spent after this batch
-peak_mem_bytes     int64 null as in traces
+peak_mem_bytes     int64 null null: not read live (it would hold the pipeline)
 =================  =========  ==========================================================
 
 Times are ms since the episode's start ``t0`` on the episode clock (monotonic; staging
