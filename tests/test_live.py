@@ -215,6 +215,8 @@ def test_live_file_is_valid_and_validate_agrees_with_itself(recorded, tmp_path):
     res = CliRunner().invoke(sim_main, ["validate", str(live), "--traces", str(traces), "--out", str(out)])
     assert res.exit_code in (0, 1), res.output
     assert "Live runs vs replay" in res.output
+    # the resolution a tolerance must be read against: 2 episodes × 4 batches per run
+    assert "one batch is 12.50 pp of α at 8 batches per run" in " ".join(res.output.split())
     assert (out / "validation.csv").exists() and (out / "validation-runs.parquet").exists()
     # tolerances that nothing can meet → exit 1 (a verdict, not bad input)
     res = CliRunner().invoke(

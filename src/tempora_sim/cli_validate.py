@@ -130,9 +130,11 @@ def print_validation(result, console) -> None:
         mine = s.filter((pl.col("dataset") == g["dataset"]) & (pl.col("model") == g["model"]) & (pl.col("device") == g["device"]))
         lams = mine["lambda_ms"].unique(maintain_order=True).to_list()
         paired = int(mine["trace_alongside"].sum())
+        fewest = int(mine["num_batches"].min())
         console.print(
             f"group {g['dataset']} · {g['model']} · {g['device']} · λ = {', '.join(f'{x:.2f}' for x in lams)} ms "
-            f"(m: mean per episode, live/replay); traces taken alongside the live runs: {paired} of {mine.height} settings",
+            f"(m: mean per episode, live/replay); traces taken alongside the live runs: {paired} of {mine.height} settings; "
+            f"one batch is {100 / fewest:.2f} pp of α at {fewest} batches per run",
             style="dim",
         )
     gaps = s.filter(pl.col("clock_gap_pct").abs() > CLOCK_GAP_NOTE_PCT)
