@@ -199,8 +199,9 @@ class Served:
     spent_ms: float | None = None
 
 
-#: ``serve(i) -> (event, correct)``: run and score batch i (staged, on the device).
-ServeFn = Callable[[int], tuple[Event, int]]
+#: ``serve(i) -> (event, correct)``: run and score batch i (staged, on the device); ``correct``
+#: may be a device scalar, read once the episode is over.
+ServeFn = Callable[[int], tuple[Event, Any]]
 #: ``prepare(i) -> ns``: make batch i available (stage its chunk); returns the ns it took.
 PrepareFn = Callable[[int], int]
 

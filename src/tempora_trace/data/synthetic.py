@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import zlib
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Callable, Sequence
@@ -90,7 +91,7 @@ def write_imagenet_c_folder(
     root = Path(root)
     written = []
     workers = max(1, workers or os.cpu_count() or 1)
-    for d_index, domain in enumerate(domains):
+    for domain in domains:
         folder = root / domain / str(severity)
         params = {"images": images, "size": size, "seed": seed, "quality": QUALITY}
         try:
@@ -101,7 +102,9 @@ def write_imagenet_c_folder(
             if progress:
                 progress(images)
             continue
-        chunks = [(str(folder), a, min(a + CHUNK, images), size, (seed, d_index)) for a in range(0, images, CHUNK)]
+        # content seeded by the domain's name: the same whichever other domains are written with it
+        key = (seed, zlib.crc32(domain.encode()))
+        chunks = [(str(folder), a, min(a + CHUNK, images), size, key) for a in range(0, images, CHUNK)]
         if workers == 1:
             for c in chunks:
                 n = _draw_chunk(*c)
