@@ -89,3 +89,15 @@ def test_idle_work_fills_a_long_wait_and_never_delays_a_short_one():
     target = now_ns() + IDLE_WORK_NS // 10
     assert wait_until(target, idle=lambda: calls.append(now_ns())) >= target
     assert len(calls) == 1  # too little time left: the housekeeping waits for a longer gap
+
+
+def test_a_write_that_fails_midway_is_one_error_and_left_incomplete(tmp_path, monkeypatch):
+    from tempora_trace.data import synthetic
+
+    def full_disk(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(synthetic, "_draw_chunk", full_disk)
+    with pytest.raises(DataError, match="No space left on device"):
+        write_imagenet_c_folder(tmp_path, ["fog"], 4, size=16, workers=1)
+    assert json.loads((tmp_path / "fog" / "5" / MARKER).read_text())["complete"] is False

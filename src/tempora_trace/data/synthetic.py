@@ -105,16 +105,19 @@ def write_imagenet_c_folder(
         # content seeded by the domain's name: the same whichever other domains are written with it
         key = (seed, zlib.crc32(domain.encode()))
         chunks = [(str(folder), a, min(a + CHUNK, images), size, key) for a in range(0, images, CHUNK)]
-        if workers == 1:
-            for c in chunks:
-                n = _draw_chunk(*c)
-                if progress:
-                    progress(n)
-        else:
-            with ProcessPoolExecutor(max_workers=min(workers, len(chunks))) as pool:
-                for n in pool.map(_draw_chunk, *zip(*chunks)):
+        try:
+            if workers == 1:
+                done = map(_draw_chunk, *zip(*chunks))
+                for n in done:
                     if progress:
                         progress(n)
-        (folder / MARKER).write_text(json.dumps({**params, "complete": True}))
+            else:
+                with ProcessPoolExecutor(max_workers=min(workers, len(chunks))) as pool:
+                    for n in pool.map(_draw_chunk, *zip(*chunks)):
+                        if progress:
+                            progress(n)
+            (folder / MARKER).write_text(json.dumps({**params, "complete": True}))
+        except OSError as exc:  # a full disk, a folder removed under us: the marker stays incomplete
+            raise DataError(f"cannot write {folder}: {exc.strerror or exc}") from None
         written.append(domain)
     return written
