@@ -43,6 +43,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import torch
 
 from tempora_schema.live import (
     BUDGET_RULES,
@@ -550,9 +551,10 @@ class LiveRun:
             tally.m[episode.name] = m
             tally.spent_ms[episode.name] = outcome[-1].spent_ms if outcome else 0.0
         self.staged.clear()
-        for s in outcome:
-            if s is not None:
-                s.correct = int(s.correct)
+        served = [s for s in outcome if s is not None]
+        if served:  # the counts queued on the device, read in one transfer
+            for s, count in zip(served, torch.stack([torch.as_tensor(s.correct) for s in served]).tolist()):
+                s.correct = int(count)
         self._add_rows(plan, episode, outcome)
         for i, s in enumerate(outcome):
             if s is not None:

@@ -13,6 +13,7 @@ was not written here (real ImageNet-C, say) is never touched.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -91,31 +92,21 @@ def write_imagenet_c_folder(
     root = Path(root)
     written = []
     workers = max(1, workers or os.cpu_count() or 1)
+    report = progress or (lambda n: None)
     for domain in domains:
         folder = root / domain / str(severity)
         params = {"images": images, "size": size, "seed": seed, "quality": QUALITY}
-        try:
-            todo = _prepare(folder, params)
-        except OSError as exc:
-            raise DataError(f"cannot write {folder}: {exc.strerror or exc}") from None
-        if not todo:
-            if progress:
-                progress(images)
-            continue
         # content seeded by the domain's name: the same whichever other domains are written with it
         key = (seed, zlib.crc32(domain.encode()))
         chunks = [(str(folder), a, min(a + CHUNK, images), size, key) for a in range(0, images, CHUNK)]
         try:
-            if workers == 1:
-                done = map(_draw_chunk, *zip(*chunks))
-                for n in done:
-                    if progress:
-                        progress(n)
-            else:
-                with ProcessPoolExecutor(max_workers=min(workers, len(chunks))) as pool:
-                    for n in pool.map(_draw_chunk, *zip(*chunks)):
-                        if progress:
-                            progress(n)
+            if not _prepare(folder, params):
+                report(images)
+                continue
+            parallel = workers > 1 and len(chunks) > 1
+            with ProcessPoolExecutor(max_workers=min(workers, len(chunks))) if parallel else contextlib.nullcontext() as pool:
+                for n in (pool.map if parallel else map)(_draw_chunk, *zip(*chunks)):
+                    report(n)
             (folder / MARKER).write_text(json.dumps({**params, "complete": True}))
         except OSError as exc:  # a full disk, a folder removed under us: the marker stays incomplete
             raise DataError(f"cannot write {folder}: {exc.strerror or exc}") from None
