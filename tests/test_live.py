@@ -211,6 +211,17 @@ def test_live_file_is_valid_and_validate_agrees_with_itself(recorded, tmp_path):
     # B = 10^6 ms is never reached: live and replay adapt on every batch
     assert amort["m_live"].to_list()[1] == 4.0 and amort["m_replay"].to_list()[1] == 4.0
     assert result.settings.filter(result.settings["protocol"] == "discrete")["runs"].to_list() == [2, 2]
+    # scoring waits for the clock to stand still (here: a staging pause before every batch);
+    # the runs that adapt on every batch saw the trace's sequence, so score what it scored
+    import polars as pl
+
+    traced = pl.read_parquet(next(traces.glob("tent*.parquet"))).filter(pl.col("phase") == "adapt")
+    expected = dict(zip(zip(traced["episode"], traced["step"]), traced["correct"]))
+    unbounded = [r["run"] for r in meta["runs"] if r["protocol"] == "amortised" and r["budget_ms"] == 1e6]
+    frame = pl.from_arrow(table).filter(pl.col("run").is_in(unbounded))
+    assert frame.height == 16 and (frame["mode"] == "adapt").all()
+    assert [expected[(e, s)] for e, s in zip(frame["episode"], frame["step"])] == frame["correct"].to_list()
+    assert sum(frame["correct"]) > 0
     out = tmp_path / "val"
     res = CliRunner().invoke(sim_main, ["validate", str(live), "--traces", str(traces), "--out", str(out)])
     assert res.exit_code in (0, 1), res.output

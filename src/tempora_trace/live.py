@@ -192,16 +192,15 @@ class Served:
     predict_ms: float
     free_ms: float
     ev: Event
-    #: correct predictions; in a live run a device scalar until the episode ends (read then, so
-    #: scoring never waits for the device inside the pipeline's busy time)
+    #: correct predictions; in a live run None until the clock stands still (:class:`HeldScores`)
     correct: Any
     mode: str = "adapt"
     charged_ms: float | None = None
     spent_ms: float | None = None
 
 
-#: ``serve(i) -> (event, correct)``: run and score batch i (staged, on the device); ``correct``
-#: may be a device scalar, read once the episode is over.
+#: ``serve(i) -> (event, correct)``: run batch i (staged, on the device); ``correct`` may be
+#: None when the caller scores the batch later (:class:`HeldScores`).
 ServeFn = Callable[[int], tuple[Event, Any]]
 #: ``prepare(i) -> ns``: make batch i available (stage its chunk); returns the ns it took.
 PrepareFn = Callable[[int], int]
@@ -316,6 +315,47 @@ def play_amortised(
 
 
 # ------------------------------------------------------------------------ the run
+class HeldScores:
+    """Scoring kept out of the pipeline's busy time.
+
+    Whatever runs between an event's end and the next decision is busy time the replay does
+    not know about, and scoring a batch (a few small kernels) was most of it. So an event's
+    logits are only held (detached: the method's graph goes) and scored against the staged
+    labels while the episode clock stands still — at a staging pause and after the episode.
+    Held logits are a few hundred KB a batch, far less than the staged inputs beside them.
+    A batch held twice (the strict rule's undone step, then its frozen prediction) keeps the
+    last."""
+
+    def __init__(self, count_correct: Callable[[torch.Tensor, torch.Tensor, str], torch.Tensor]):
+        self.count_correct = count_correct
+        self.episode: Any = None
+        self.held: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.counts: dict[int, torch.Tensor] = {}
+
+    def start(self, episode) -> None:
+        """Hold the batches of ``episode`` from now on (whose domains name their class masks)."""
+        self.episode = episode
+        self.held.clear()
+        self.counts.clear()
+
+    def hold(self, step: int, logits: torch.Tensor, labels: torch.Tensor) -> None:
+        self.held[step] = (logits.detach(), labels)
+
+    def score_held(self) -> None:
+        """Score every held batch (queued on the device) and let its logits go."""
+        for step, (logits, labels) in self.held.items():
+            self.counts[step] = self.count_correct(logits, labels, self.episode.locate(step)[0].name)
+        self.held.clear()
+
+    def take(self) -> dict[int, int]:
+        """Every count since the last take, read from the device in one transfer."""
+        self.score_held()
+        steps = list(self.counts)
+        values = torch.stack([self.counts[s] for s in steps]).tolist() if steps else []
+        self.counts.clear()
+        return dict(zip(steps, (int(v) for v in values)))
+
+
 @dataclass
 class RunTally:
     """What one run has played so far, summed over its episodes."""
@@ -411,6 +451,7 @@ class LiveRun:
         #: the live rows, one column buffer per run (written run by run)
         self.columns: dict[int, dict[str, list]] = {p.run: {name: [] for name in LIVE_COLUMNS} for p in self.plans}
         self.staged: dict[int, tuple[Any, Any]] = {}
+        self.scores = HeldScores(self.base.count_correct)
         self.pauses = 0
         self.trace_path: Path | None = None
 
@@ -427,6 +468,7 @@ class LiveRun:
         """Stage batches ``start..`` of ``episode`` — as many as fit in ``--stage-mb`` — onto the
         device, with every decode finished before it returns; return the ns it took."""
         t = now_ns()
+        self.scores.score_held()  # before the labels they are scored against go
         self.staged.clear()
         stager = self.base.stager
         first = stager.stage(episode, [start])
@@ -458,14 +500,12 @@ class LiveRun:
         def serve(i: int) -> tuple[Event, Any]:
             x, y = self.staged[i]
             ev = timed_event(base.method, x, base.clock, adapt=adapt, peak=False)
-            domain, _ = episode.locate(i)
             base._last_event_end = time.perf_counter()
-            # queued on the device, read after the episode: no wait for the device, and no
-            # garbage collection (that runs while the pipeline is idle), between an event's
-            # end and the next decision
-            correct = base.count_correct(ev.logits, y, domain.name)
-            ev.logits = None  # the event's tensors go before the next one (as in the tracer)
-            return ev, correct
+            # nothing between an event's end and the next decision but holding its logits:
+            # scoring waits for the clock to stand still, garbage collection for an idle wait
+            self.scores.hold(i, ev.logits, y)
+            ev.logits = None  # the event's graph goes before the next one (as in the tracer)
+            return ev, None
 
         return serve
 
@@ -531,6 +571,7 @@ class LiveRun:
         t0 = now_ns()
         base.start_episode(index, episode)
         n = episode.num_batches
+        self.scores.start(episode)
         self._stage_from(episode, 0)
         prepare = self._prepare(episode)
         if plan.protocol == "discrete":
@@ -550,11 +591,11 @@ class LiveRun:
                 base.method.unfreeze()
             tally.m[episode.name] = m
             tally.spent_ms[episode.name] = outcome[-1].spent_ms if outcome else 0.0
+        counts = self.scores.take()
         self.staged.clear()
-        served = [s for s in outcome if s is not None]
-        if served:  # the counts queued on the device, read in one transfer
-            for s, count in zip(served, torch.stack([torch.as_tensor(s.correct) for s in served]).tolist()):
-                s.correct = int(count)
+        for i, s in enumerate(outcome):
+            if s is not None:
+                s.correct = counts[i]
         self._add_rows(plan, episode, outcome)
         for i, s in enumerate(outcome):
             if s is not None:
