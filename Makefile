@@ -195,12 +195,15 @@ GPU_DOMAINS    ?= gaussian_noise,fog
 GPU_PROTOCOL   ?= discrete
 GPU_TRACE_OPTS ?= $(if $(findstring amortised,$(GPU_PROTOCOL)),--frozen-sample 16,--no-default-checkpoints)
 GPU_VALIDATE_OUT ?= $(RESULTS)/validate-gpu
+# Host memory for one staged chunk (MiB): by default a whole episode (602112 bytes a 224-px
+# fp32 image, plus slack), so a live episode is staged once for all its runs and never pauses.
+GPU_STAGE_MB   ?= $$(( $(GPU_BATCHES) * $(GPU_BATCH_SIZE) * 602112 / 1048576 + 64 ))
 validate-gpu: install
 	$(TRACE) synthesize $(GPU_DATA) --domains $(GPU_DOMAINS) --images $$(( $(GPU_BATCHES) * $(GPU_BATCH_SIZE) )) --quiet
 	@$(MAKE) --no-print-directory validate VALIDATE_DEVICE=$(GPU_DEVICE) VALIDATE_OUT=$(GPU_VALIDATE_OUT) \
 	    VALIDATE_PROTOCOL=$(GPU_PROTOCOL) VALIDATE_TRACE_OPTS="$(GPU_TRACE_OPTS)" \
 	    VALIDATE_OPTS="--dataset imagenet-c --data-root $(GPU_DATA) --model $(GPU_MODEL) --weights random --device $(GPU_DEVICE) \
-	    --domains $(GPU_DOMAINS) --max-batches $(GPU_BATCHES) --batch-size $(GPU_BATCH_SIZE) --force $(GPU_OPTS)"
+	    --domains $(GPU_DOMAINS) --max-batches $(GPU_BATCHES) --batch-size $(GPU_BATCH_SIZE) --stage-mb $(GPU_STAGE_MB) --force $(GPU_OPTS)"
 
 # ------------------------------------------------------------------ paper reproduction
 # `make paper DATA=/path/to/ImageNet-C [WEIGHTS=resnet50-0676ba61.pth] DEVICE=cuda`

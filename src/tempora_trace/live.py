@@ -451,6 +451,7 @@ class LiveRun:
         #: the live rows, one column buffer per run (written run by run)
         self.columns: dict[int, dict[str, list]] = {p.run: {name: [] for name in LIVE_COLUMNS} for p in self.plans}
         self.staged: dict[int, tuple[Any, Any]] = {}
+        self.staged_episode: str | None = None
         self.scores = HeldScores(self.base.count_correct)
         self.pauses = 0
         self.trace_path: Path | None = None
@@ -470,6 +471,7 @@ class LiveRun:
         t = now_ns()
         self.scores.score_held()  # before the labels they are scored against go
         self.staged.clear()
+        self.staged_episode = episode.name
         stager = self.base.stager
         first = stager.stage(episode, [start])
         length = stager.chunk_length(first[0].nbytes)
@@ -572,7 +574,10 @@ class LiveRun:
         base.start_episode(index, episode)
         n = episode.num_batches
         self.scores.start(episode)
-        self._stage_from(episode, 0)
+        if self.staged_episode == episode.name and len(self.staged) == n:  # still on the device from its previous run
+            collect_between_chunks()
+        else:
+            self._stage_from(episode, 0)
         prepare = self._prepare(episode)
         if plan.protocol == "discrete":
             outcome = play_discrete(
@@ -592,7 +597,8 @@ class LiveRun:
             tally.m[episode.name] = m
             tally.spent_ms[episode.name] = outcome[-1].spent_ms if outcome else 0.0
         counts = self.scores.take()
-        self.staged.clear()
+        if len(self.staged) < n:  # a chunk of a longer episode: the next run stages from batch 0
+            self.staged.clear()
         for i, s in enumerate(outcome):
             if s is not None:
                 s.correct = counts[i]
@@ -663,6 +669,7 @@ class LiveRun:
             t0 = time.perf_counter()
             for plan in self.plans:
                 self.play_episode(plan, index, episode, tallies[plan.run])
+            self.staged.clear()  # an episode that fitted in one chunk was staged once for all its runs
             self.echo(f"live   {episode.name:<20} {len(self.plans)} run(s)  {time.perf_counter() - t0:.1f} s")
             if self.tracing and not trace_first:
                 self.trace_episode(index, episode)
