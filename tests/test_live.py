@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import polars as pl
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -213,8 +214,6 @@ def test_live_file_is_valid_and_validate_agrees_with_itself(recorded, tmp_path):
     assert result.settings.filter(result.settings["protocol"] == "discrete")["runs"].to_list() == [2, 2]
     # scoring waits for the clock to stand still (here: a staging pause before every batch);
     # the runs that adapt on every batch saw the trace's sequence, so score what it scored
-    import polars as pl
-
     traced = pl.read_parquet(next(traces.glob("tent*.parquet"))).filter(pl.col("phase") == "adapt")
     expected = dict(zip(zip(traced["episode"], traced["step"]), traced["correct"]))
     unbounded = [r["run"] for r in meta["runs"] if r["protocol"] == "amortised" and r["budget_ms"] == 1e6]
@@ -304,7 +303,7 @@ def test_trace_alongside_writes_the_trace_a_separate_run_writes(recorded, cifar_
         protocols="discrete,amortised",
         rho=[1.0],
         queue=1,
-        budgets_ms=[0.0],
+        budgets_ms=[0.0, 1e6],
         standard=str(traces),
         trace_alongside=str(paired),
     )
@@ -315,6 +314,14 @@ def test_trace_alongside_writes_the_trace_a_separate_run_writes(recorded, cifar_
     assert together.select(untimed).equals(alone.select(untimed))
     meta = decode_live_metadata(pq.read_schema(live), live)
     assert meta["trace_alongside"] == together_path.name
+    # each episode fits in one chunk: staged once, played by all three runs from the same
+    # tensors; the last run (adapting on every batch, as the trace does) scores what it scored
+    assert meta["stage_pauses"] == 0
+    traced = pl.from_arrow(together).filter(pl.col("phase") == "adapt")
+    expected = dict(zip(zip(traced["episode"], traced["step"]), traced["correct"]))
+    last = pl.read_parquet(live).filter(pl.col("run") == 2)
+    assert last.height == 8 and (last["mode"] == "adapt").all()
+    assert [expected[(e, s)] for e, s in zip(last["episode"], last["step"])] == last["correct"].to_list()
     settings = validate([live], [paired]).settings
     assert settings["trace_alongside"].all()
     assert settings["clock_gap_pct"].is_finite().all() and (settings["delta_live_ms"] > 0).all()
@@ -328,3 +335,40 @@ def test_trace_alongside_writes_the_trace_a_separate_run_writes(recorded, cifar_
             tiny_cfg(cifar_c_root, tmp_path / "live3", method="standard"), rho=[1.0], standard=str(traces), trace_alongside=str(traces)
         )
     assert sorted(p.name for p in traces.iterdir()) == before and not (tmp_path / "live3").exists()
+
+
+# ------------------------------------------------------------------------ replay at the live speed
+@pytest.fixture(scope="module")
+def synthetic_trace(tmp_path_factory):
+    from tempora_sim.synthetic import write_trace
+    from tempora_sim.traces import load_traces
+
+    folder = tmp_path_factory.mktemp("speed")
+    write_trace(folder / "tent.parquet", "tent", num_batches=60, episodes=("fog", "snow"), checkpoints=(0, 5, 10, 20, 40), frozen_eval=8)
+    return load_traces(folder).traces[0]
+
+
+@settings(max_examples=25, deadline=None)
+@given(factor=st.floats(0.5, 2.0), rho=st.floats(0.2, 2.0), queue=st.sampled_from([0, 1, 3]), budget=st.floats(0.0, 3000.0))
+def test_replay_at_another_speed_is_the_replay_at_scaled_rates(synthetic_trace, factor, rho, queue, budget):
+    """Event times × f at arrival rate ρ are the original times at ρ·f (γ/f against δ), and
+    under a budget the charges max(0, f·δ − λ) are f·max(0, δ − λ/f): the original at λ/f and
+    B/f. validate's "at live speed" replay is therefore the replay of a faster or slower
+    machine, nothing else."""
+    from tempora_sim.replay import ALL_EPISODES, run_sweep
+    from tempora_sim.traces import TraceSet
+    from tempora_sim.validation import at_speed
+
+    lam = 40.0
+    scaled = TraceSet([at_speed(synthetic_trace, factor)])
+    plain = TraceSet([synthetic_trace])
+
+    def pooled(ts, **kw):
+        return run_sweep(ts, lambda_ms=kw.pop("lam"), **kw).frame.filter(pl.col("episode") == ALL_EPISODES).row(0, named=True)
+
+    a = pooled(scaled, protocols="discrete", rho=[rho], queue=queue, lam=lam)
+    b = pooled(plain, protocols="discrete", rho=[rho * factor], queue=queue, lam=lam)
+    assert (a["served"], a["utility"]) == (b["served"], pytest.approx(b["utility"], abs=1e-12))
+    a = pooled(scaled, protocols="amortised", B_ms=[budget], lam=lam)
+    b = pooled(plain, protocols="amortised", B_ms=[budget / factor], lam=lam / factor)
+    assert a["m"] == b["m"] and a["utility"] == pytest.approx(b["utility"], abs=1e-12)

@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 import polars as pl
 
-from tempora_schema import GroupKey, TraceSchemaError
+from tempora_schema import PHASE_ADAPT, GroupKey, TraceSchemaError
 
 from .errors import GroupError, SimError, TraceFileError
 from .replay import ALL_EPISODES, run_sweep
@@ -264,8 +264,22 @@ def clock_comparison(trace: Trace, runs: Sequence[LiveRunStats]) -> dict:
     return {"delta_live_ms": live_ms, "delta_trace_ms": trace_ms, "clock_gap_pct": 100.0 * (trace_ms / live_ms - 1.0)}
 
 
-def replay_setting(trace: Trace, first: LiveRunStats) -> dict:
+def at_speed(trace: Trace, factor: float) -> Trace:
+    """The trace with every adapting event's times (e, ℓ, δ) multiplied by ``factor``: the
+    same per-batch pattern at another mean speed."""
+    timed = pl.col("phase") == PHASE_ADAPT
+    rows = trace.rows.with_columns(
+        [pl.when(timed).then(pl.col(c) * factor).otherwise(pl.col(c)).alias(c) for c in ("e_ms", "l_ms", "delta_ms")]
+    )
+    return Trace(trace.path, trace.meta, rows)
+
+
+def replay_setting(trace: Trace, first: LiveRunStats, speed: float = 1.0) -> dict:
+    """The replay of ``trace`` under ``first``'s setting (cut to its episodes and batches);
+    ``speed`` ≠ 1 multiplies the trace's event times first (:func:`at_speed`)."""
     restricted = _restricted(trace, first.episodes, first.num_batches)
+    if speed != 1.0:
+        restricted = at_speed(restricted, speed)
     lam = float(first.file.meta["lambda_ms"])
     run = first.run
     if run["protocol"] == "discrete":
@@ -328,6 +342,10 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
         meta = first.file.meta
         trace = _find_trace(traces, first.file)
         replay = replay_setting(trace, first)["pooled"]
+        clocks = clock_comparison(trace, runs)
+        # the attribution check: the trace's own pattern, moved to the live events' mean speed
+        speed = clocks["delta_live_ms"] / clocks["delta_trace_ms"] if clocks["delta_live_ms"] else 1.0
+        at_live = replay_setting(trace, first, speed)["pooled"]
         proto = first.run["protocol"]
         u = np.array([r.utility for r in runs])
         a = np.array([r.alpha for r in runs])
@@ -348,12 +366,14 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
             "trace": str(trace.path),
             # the trace was taken in the live runs' own process, episode by episode beside them
             "trace_alongside": meta.get("run_id") is not None and trace.meta.get("taken_alongside") == meta.get("run_id"),
-            **clock_comparison(trace, runs),
+            **clocks,
             "utility_live": float(u.mean()),
             "utility_replay": float(replay["utility"]),
+            "utility_replay_live_speed": float(at_live["utility"]),
             "spread_utility_pp": float(100 * (u.max() - u.min())) if len(runs) > 1 else None,
         }
         row["delta_utility_pp"] = 100 * (row["utility_replay"] - row["utility_live"])
+        row["delta_utility_live_speed_pp"] = 100 * (row["utility_replay_live_speed"] - row["utility_live"])
         if proto == "discrete":
             sacc = [r.served_acc for r in runs if r.served_acc is not None]
             row.update(
@@ -366,6 +386,8 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
                 spread_alpha_pp=float(100 * (a.max() - a.min())) if len(runs) > 1 else None,
             )
             row["delta_alpha_pp"] = 100 * (row["alpha_replay"] - row["alpha_live"])
+            row["alpha_replay_live_speed"] = float(at_live["alpha"])
+            row["delta_alpha_live_speed_pp"] = 100 * (row["alpha_replay_live_speed"] - row["alpha_live"])
             row["delta_served_acc_pp"] = (
                 100 * (row["served_acc_replay"] - row["served_acc_live"])
                 if row["served_acc_live"] is not None and row["served_acc_replay"] is not None
@@ -377,7 +399,9 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
             row["pass"] = abs(row["delta_utility_pp"]) <= limit_u + 1e-9 and abs(row["delta_alpha_pp"]) <= limit_a + 1e-9
         else:
             m_live = float(np.mean([np.mean(list(r.m.values())) for r in runs]))
-            row.update(m_live=m_live, m_replay=float(replay["m"]), frozen_gap_replay=replay["frozen_gap"])
+            row.update(
+                m_live=m_live, m_replay=float(replay["m"]), m_replay_live_speed=float(at_live["m"]), frozen_gap_replay=replay["frozen_gap"]
+            )
             row["tolerance_pp"] = tol.amortised_pp
             row["pass"] = abs(row["delta_utility_pp"]) <= tol.amortised_pp + 1e-9
         setting_rows.append(row)
