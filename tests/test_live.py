@@ -208,6 +208,10 @@ def test_live_file_is_valid_and_validate_agrees_with_itself(recorded, tmp_path):
     runs = result.runs
     disc = runs.filter(runs["protocol"] == "discrete")
     assert disc.height == 4 and (disc["agreement_pct"] == 100.0).all()
+    # occupancy beyond δ, split by how each event started: the overall mean lies between the parts
+    for r in disc.iter_rows(named=True):
+        parts = [v for v in (r["overhead_back_to_back_us"], r["overhead_after_wait_us"]) if v is not None]
+        assert parts and min(parts) - 1e-6 <= r["overhead_us"] <= max(parts) + 1e-6
     amort = result.settings.filter(result.settings["protocol"] == "amortised").sort("budget_ms")
     # B = 10^6 ms is never reached: live and replay adapt on every batch
     assert amort["m_live"].to_list()[1] == 4.0 and amort["m_replay"].to_list()[1] == 4.0

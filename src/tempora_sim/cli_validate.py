@@ -51,6 +51,18 @@ def _f(x, digits: int = 2, scale: float = 100.0, signed: bool = False) -> str:
     return f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}"
 
 
+def _split(disc) -> str:
+    """Occupancy beyond δ of events taken straight after the previous one (the runner's own
+    work) and of events taken after a wait (plus the lag of waking up)."""
+    busy, waited = disc["overhead_back_to_back_us"].drop_nulls(), disc["overhead_after_wait_us"].drop_nulls()
+    parts = []
+    if busy.len():
+        parts.append(f"{busy.mean():.0f} µs back to back")
+    if waited.len():
+        parts.append(f"{waited.mean():.0f} µs after a wait, waking up included")
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 def print_validation(result, console) -> None:
     import polars as pl
     from rich import box
@@ -167,7 +179,7 @@ def print_validation(result, console) -> None:
             f"self-consistency: {disc.height} discrete run(s), identical decisions {disc['agreement_pct'].min():.2f}–"
             f"{disc['agreement_pct'].max():.2f}% (replaying δ = e + ℓ alone: {disc['agreement_delta_only_pct'].min():.2f}–"
             f"{disc['agreement_delta_only_pct'].max():.2f}%); pipeline occupancy beyond δ "
-            f"{disc['overhead_us'].mean():.0f} µs per event on average"
+            f"{disc['overhead_us'].mean():.0f} µs per event on average" + _split(disc)
         )
     dis = result.disagreements
     if dis.height:

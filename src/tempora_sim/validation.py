@@ -108,6 +108,10 @@ class LiveRunStats:
     agreement: float | None = None  # share of identical serve/skip decisions (self-consistency)
     agreement_delta_only: float | None = None  # same, replaying δ = e + ℓ only (what a trace sees)
     overhead_us: float | None = None  # mean occupancy beyond δ: scoring, bookkeeping, wake-up lag
+    #: the same, split: events taken straight after the previous one (the runner's own work
+    #: between events) and events taken after waiting for their arrival (plus the wake-up lag)
+    overhead_back_to_back_us: float | None = None
+    overhead_after_wait_us: float | None = None
     disagreements: list[dict] = field(default_factory=list)
 
     @property
@@ -168,7 +172,7 @@ def self_consistency(stats: LiveRunStats, part: pl.DataFrame, tie_us: float = DE
     gamma = float(stats.run["gamma_ms"])
     queue = int(stats.run["queue"])
     same = same_delta = 0
-    extra = []
+    extra, waited = [], []
     for ep in stats.episodes:
         rows = part.filter(pl.col("episode") == ep).sort("step")
         n = rows.height
@@ -177,9 +181,11 @@ def self_consistency(stats: LiveRunStats, part: pl.DataFrame, tie_us: float = DE
         steps = ev["step"].to_numpy()
         free = ev["free_ms"].to_numpy().astype(np.float64)
         arrival = steps * gamma
-        nominal = np.maximum(np.r_[0.0, free[:-1]], arrival)
+        previous_free = np.r_[0.0, free[:-1]]
+        nominal = np.maximum(previous_free, arrival)
         occupancy = free - nominal
         extra.append(occupancy - ev["delta_ms"].to_numpy())
+        waited.append(arrival > previous_free)
         replayed = _walk(occupancy, gamma, queue, n)
         same += int((replayed == live_served).sum())
         same_delta += int((_walk(ev["delta_ms"].to_numpy().astype(np.float64), gamma, queue, n) == live_served).sum())
@@ -203,7 +209,11 @@ def self_consistency(stats: LiveRunStats, part: pl.DataFrame, tie_us: float = DE
                 )
     stats.agreement = same / stats.total
     stats.agreement_delta_only = same_delta / stats.total
-    stats.overhead_us = float(np.mean(np.concatenate(extra))) * 1e3 if extra else None
+    if extra:
+        beyond, after_wait = np.concatenate(extra) * 1e3, np.concatenate(waited)
+        stats.overhead_us = float(np.mean(beyond))
+        stats.overhead_back_to_back_us = float(np.mean(beyond[~after_wait])) if (~after_wait).any() else None
+        stats.overhead_after_wait_us = float(np.mean(beyond[after_wait])) if after_wait.any() else None
 
 
 # ------------------------------------------------------------------------ replay of the traces
@@ -430,6 +440,8 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
                     "agreement_pct": _pp(r.agreement),
                     "agreement_delta_only_pct": _pp(r.agreement_delta_only),
                     "overhead_us": r.overhead_us,
+                    "overhead_back_to_back_us": r.overhead_back_to_back_us,
+                    "overhead_after_wait_us": r.overhead_after_wait_us,
                     "disagreements": len(r.disagreements),
                     "pass": ok,
                 }
