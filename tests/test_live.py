@@ -291,6 +291,40 @@ def test_tracer_cli_live_bad_input_exits_2(tmp_path, capsys):
     assert err.count("\n") == 1 and "--rho" in err
     assert main(["live", "--method", "tent", "--rho", "1", "--standard", str(tmp_path), "--out", str(tmp_path)]) == 2
     assert "no λ" in capsys.readouterr().err
+    # exact budget checkpoints belong to a trace taken alongside, under the amortised protocol
+    assert main(["live", "--method", "tent", "--rho", "1", "--lambda-ms", "10", "--budget-checkpoints", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--budget-checkpoints" in err and "--trace-alongside" in err
+
+
+@pytest.mark.usefixtures("one_thread", "tiny_models")
+def test_trace_alongside_holds_the_exact_budget_checkpoints(cifar_c_root, tmp_path):
+    """--budget-checkpoints: the trace taken alongside holds a checkpoint at each budget's
+    cut-off under both rules, recomputed here from its own δ with the reference rule, and
+    nothing else (default checkpoints off); its amortised replay freezes exactly there."""
+    from tempora_sim.validation import validate
+
+    paired = tmp_path / "paired"
+    lam, budgets = 1e-3, [0.5, 2.0, 4.0, 8.0, 1e9]  # λ below every δ: each step is charged almost δ
+    live = run_live(
+        tiny_cfg(cifar_c_root, tmp_path / "live", default_checkpoints=False),
+        protocols="amortised",
+        budgets_ms=budgets,
+        lambda_ms=lam,
+        trace_alongside=str(paired),
+        budget_checkpoints=True,
+    )
+    trace = pl.read_parquet(next(paired.glob("tent*.parquet")))
+    for episode in trace["episode"].unique():
+        mine = trace.filter(pl.col("episode") == episode)
+        delta = mine.filter(pl.col("phase") == "adapt").sort("step")["delta_ms"].to_list()
+        expected = {R.amortised_cutoff(delta, lam, b, rule) for b in budgets for rule in ("strict", "overshoot")} - {
+            len(delta)
+        }  # a budget never reached needs no checkpoint
+        assert set(mine.filter(pl.col("phase") == "frozen")["checkpoint"].unique().to_list()) == expected
+        assert expected  # the tiny budgets are reached
+    settings = validate([live], [paired]).settings
+    assert (settings["frozen_gap_replay"].drop_nulls() == 0).all()
 
 
 @pytest.mark.usefixtures("one_thread", "tiny_models")

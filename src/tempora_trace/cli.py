@@ -495,6 +495,12 @@ LIVE_OPTIONS: list[Callable] = [
         help="Also trace the method in this run into DIR, each episode's trace pass beside its live runs "
         "(a replay that shares the machine's state; docs/validation.md). Checkpoint options apply to it.",
     ),
+    _opt(
+        "--budget-checkpoints",
+        is_flag=True,
+        help="The trace taken alongside also holds the exact cut-off checkpoints of the --B budgets "
+        "(at its own cut-offs, under the live λ), so its amortised replay needs no nearest checkpoint.",
+    ),
     *CHECKPOINT_OPTIONS,
 ]
 
@@ -527,6 +533,7 @@ def live_command(**opts: Any) -> None:
         repeats=opts["repeats"],
         spin_us=opts["spin_us"],
         trace_alongside=opts["trace_alongside"],
+        budget_checkpoints=opts["budget_checkpoints"],
     ).checked()
     params = method_params(opts)
     cfg = make_config(opts["method"], _common(opts), method_params=params, **checkpoint_settings(opts))

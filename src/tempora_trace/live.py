@@ -102,6 +102,9 @@ class LiveSettings:
     #: a folder: also trace the method in this run, each episode's trace pass beside its live
     #: runs, into this folder (the paired comparison of docs/validation.md)
     trace_alongside: str | None = None
+    #: the trace taken alongside also holds the exact cut-off checkpoints of ``budgets_ms``
+    #: (at its own cut-offs, under the live λ), so its amortised replay needs no nearest one
+    budget_checkpoints: bool = False
 
     def checked(self) -> "LiveSettings":
         s = dataclasses.replace(self)
@@ -135,6 +138,10 @@ class LiveSettings:
             raise ConfigError("--spin-us must be ≥ 0")
         if s.trace_alongside is not None and not str(s.trace_alongside).strip():
             raise ConfigError("--trace-alongside needs a folder")
+        if s.budget_checkpoints and (s.trace_alongside is None or "amortised" not in s.protocols):
+            raise ConfigError(
+                "--budget-checkpoints adds checkpoints to the trace taken alongside: it needs --trace-alongside and --protocol amortised"
+            )
         return s
 
 
@@ -445,6 +452,12 @@ class LiveRun:
                     f"--trace-alongside would overwrite {self.lambda_source}, the standard trace λ comes from; "
                     "write the trace to another folder"
                 )
+            if settings.budget_checkpoints:
+                from .checkpoints import BudgetCutoffs
+
+                budgets = sorted(set(float(b) for b in settings.budgets_ms))
+                self.base.cfg = dataclasses.replace(self.base.cfg, budgets_ms=budgets, lambda_ms=self.lambda_ms)
+                self.base.budgets = BudgetCutoffs(budgets, self.lambda_ms)
             self.base.claim_output()
             self.base.alongside_of = self.run_id
         self.plans = plan_runs(settings, self.lambda_ms)
