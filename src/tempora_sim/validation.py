@@ -355,7 +355,7 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
         clocks = clock_comparison(trace, runs)
         # the attribution check: the trace's own pattern, moved to the live events' mean speed
         speed = clocks["delta_live_ms"] / clocks["delta_trace_ms"] if clocks["delta_live_ms"] else 1.0
-        at_live = replay_setting(trace, first, speed)["pooled"]
+        at_live = replay if speed == 1.0 else replay_setting(trace, first, speed)["pooled"]
         proto = first.run["protocol"]
         u = np.array([r.utility for r in runs])
         a = np.array([r.alpha for r in runs])

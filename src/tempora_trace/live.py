@@ -455,9 +455,8 @@ class LiveRun:
             if settings.budget_checkpoints:
                 from .checkpoints import BudgetCutoffs
 
-                budgets = sorted(set(float(b) for b in settings.budgets_ms))
-                self.base.cfg = dataclasses.replace(self.base.cfg, budgets_ms=budgets, lambda_ms=self.lambda_ms)
-                self.base.budgets = BudgetCutoffs(budgets, self.lambda_ms)
+                self.base.budgets = BudgetCutoffs(settings.budgets_ms, self.lambda_ms)
+                self.base.cfg = dataclasses.replace(self.base.cfg, budgets_ms=self.base.budgets.budgets, lambda_ms=self.lambda_ms)
             self.base.claim_output()
             self.base.alongside_of = self.run_id
         self.plans = plan_runs(settings, self.lambda_ms)
@@ -610,16 +609,12 @@ class LiveRun:
             tally.m[episode.name] = m
             tally.spent_ms[episode.name] = outcome[-1].spent_ms if outcome else 0.0
         counts = self.scores.take()
-        if len(self.staged) < n:  # a chunk of a longer episode: the next run stages from batch 0
-            self.staged.clear()
         for i, s in enumerate(outcome):
             if s is not None:
                 s.correct = counts[i]
-        self._add_rows(plan, episode, outcome)
-        for i, s in enumerate(outcome):
-            if s is not None:
                 tally.served += 1
                 tally.served_correct_frac += s.correct / len(episode.locate(i)[1])
+        self._add_rows(plan, episode, outcome)
         tally.num_batches += n
         tally.wall_ns += now_ns() - t0
 

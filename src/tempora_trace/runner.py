@@ -237,7 +237,7 @@ class MethodRun:
     # -- scoring (outside the timed regions)
     def count_correct(self, logits: torch.Tensor, labels: torch.Tensor, domain: str) -> torch.Tensor:
         """Correct predictions as a 0-dim tensor on the logits' device, queued without waiting
-        for the device (the live runner reads them after the episode)."""
+        for the device (the live runner reads its counts in one transfer per episode)."""
         logits = logits.detach()
         if domain in self.masks:
             logits = logits[:, self.masks[domain].to(logits.device)]
