@@ -247,8 +247,9 @@ class MethodRun:
         return int(self.count_correct(logits, labels, domain))
 
     def warm_up(self) -> None:
-        """Five noise-perturbed copies of the first batch through predict+adapt (and one
-        frozen predict), then reset() — so lazy initialisation never lands in a timed row."""
+        """Five noise-perturbed copies of the first batch through predict+adapt, the method's
+        other shapes (:meth:`~tempora_trace.methods.base.TTAMethod.warm_up_shapes`) and one
+        frozen predict, then reset() — so lazy initialisation never lands in a timed row."""
         if self.cfg.warmup_batches == 0:
             return
         x = self.stager.stage(self.episodes[0], [0])[0].x.to(self.device)
@@ -256,6 +257,7 @@ class MethodRun:
         for _ in range(self.cfg.warmup_batches):
             noisy = (x.cpu() + 0.25 * torch.randn(x.shape, generator=gen)).to(self.device)
             timed_event(self.method, noisy, self.clock)
+        self.method.warm_up_shapes(x)
         self.method.freeze()
         timed_event(self.method, x, self.clock, adapt=False)
         self.method.unfreeze()

@@ -209,6 +209,13 @@ class TTAMethod(metaclass=_MethodMeta):
         for m in self._train_modules:
             m.train(True)
 
+    def warm_up_shapes(self, x: torch.Tensor) -> None:
+        """Untimed passes over the input shapes other than ``x``'s that ``adapt`` can meet on
+        batches like ``x``. The runner calls it once before any timed event and then resets
+        the method: a library's first pass at a new shape (cuDNN plans, oneDNN primitives)
+        is a one-off cost of the process, and would otherwise land in whichever timed event
+        first meets that shape. Default: nothing (every pass runs on the batch's own shape)."""
+
     def extra_state(self) -> dict[str, Any]:
         """Method-owned state beyond model and optimiser (EMAs, hidden models, counters)."""
         return {}

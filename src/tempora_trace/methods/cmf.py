@@ -211,6 +211,10 @@ class CMF(GradientMethod):
             return random_resized_crop_flip(x, self.rng.get("cpu"))
         return cmf_augment(x, self.rng.get("cpu"))
 
+    def warm_up_shapes(self, x: torch.Tensor) -> None:
+        # the augmented view's forward and backward run on the selected samples only
+        self.warm_auxiliary_sizes(x, self._view, backward=True)
+
     def _update(self, x: torch.Tensor, logits: torch.Tensor) -> bool:
         with torch.no_grad():
             weights, keep = self._sample_weights(logits.detach())

@@ -82,6 +82,11 @@ class DeYO(GradientMethod):
         #: samples kept by the entropy filter and then by the PLPD filter on the last batch.
         self.last_counts = (0, 0)
 
+    def warm_up_shapes(self, x: torch.Tensor) -> None:
+        # the shuffled view's forward runs on the entropy-filtered samples only
+        patch = int(self.params["patch_len"])
+        self.warm_auxiliary_sizes(x, lambda v: patch_shuffle(v, patch, self.rng.get(v.device)), backward=False)
+
     def _update(self, x: torch.Tensor, logits: torch.Tensor) -> bool:
         p = self.params
         entropy = softmax_entropy(logits)

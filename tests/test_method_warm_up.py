@@ -1,0 +1,59 @@
+"""The untimed shape warm-up: methods whose auxiliary pass runs on a data-dependent subset of
+the batch warm every subset size once, and the warm-up leaves no trace in what follows."""
+
+from __future__ import annotations
+
+import pytest
+
+from methods_helpers import assert_outputs_equal, batches, context, run_stream, tiny_model
+from tempora_trace.methods import available_methods, get_method
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+#: methods whose adapt step runs a forward on a selected subset of the batch
+SUBSET_PASSES = {"cmf", "deyo"}
+#: options that fit the 8-px test images
+SMALL = {"spa": {"image_size": 8, "noise_patch": 4}}
+
+
+def build(name: str):
+    cls = get_method(name)
+    norm = "bn" if "bn" in cls.compatible_norms else sorted(cls.compatible_norms)[0]
+    return cls(tiny_model(norm), context(norm=norm, batch_size=6), **SMALL.get(name, {}))
+
+
+def sizes_seen(method, fn) -> list[int]:
+    """Batch sizes of every forward of the method's model while ``fn`` runs."""
+    seen: list[int] = []
+    handle = method.model.register_forward_hook(lambda mod, args, out: seen.append(int(args[0].shape[0])))
+    try:
+        fn()
+    finally:
+        handle.remove()
+    return seen
+
+
+@pytest.mark.parametrize("name", sorted(available_methods()))
+def test_warm_up_covers_the_subset_sizes_and_changes_nothing(name):
+    xs = batches(3, batch_size=6)
+    fresh = run_stream(build(name), xs)
+    method = build(name)
+    seen = sizes_seen(method, lambda: method.warm_up_shapes(xs[0]))
+    if name in SUBSET_PASSES:
+        # the auxiliary forward once at every size a selection can take
+        assert sorted(seen) == [1, 2, 3, 4, 5, 6]
+    else:
+        assert seen == []
+    assert all(p.grad is None for p in method.model.parameters())
+    method.reset()
+    assert_outputs_equal(fresh, run_stream(method, xs))
+
+
+def test_cmf_warm_up_runs_the_backward_of_each_size():
+    method = build("cmf")
+    grads: list[int] = []
+    param = method.trainable[0]
+    handle = param.register_hook(lambda g: grads.append(1))
+    method.warm_up_shapes(batches(1, batch_size=4)[0])
+    handle.remove()
+    assert len(grads) == 4 and param.grad is None  # one backward per size, gradients dropped
