@@ -298,6 +298,45 @@ def test_tracer_cli_live_bad_input_exits_2(tmp_path, capsys):
 
 
 @pytest.mark.usefixtures("one_thread", "tiny_models")
+def test_lambda_rule_and_the_warning_on_an_inflated_lambda(cifar_c_root, tmp_path, capsys):
+    """λ from a standard trace with one stalled batch: the paper rule (mean + 6σ) is inflated
+    and the live run says so in one line; --lambda-rule robust is not, and is recorded."""
+    import pyarrow as pa
+
+    from tempora_schema.live import decode_live_metadata
+    from tempora_schema.provision import lambda_ms
+    from tempora_trace.runner import trace_run
+
+    traces = tmp_path / "traces"
+    path = trace_run(tiny_cfg(cifar_c_root, traces, "standard"))
+    table = pq.read_table(path)
+    rows = table.to_pydict()
+    adapt = [i for i, p in enumerate(rows["phase"]) if p == "adapt"]
+    # δ of a quiet machine (1.00-1.02 ms), but one batch stalled for 50 ms in its forward
+    for k, i in enumerate(adapt):
+        rows["delta_ms"][i] = 1.0 + 0.01 * (k % 3) + (50.0 if k == len(adapt) // 2 else 0.0)
+        rows["e_ms"][i] = rows["delta_ms"][i] - rows["l_ms"][i]
+    median = 1.01
+    for col in ("e_ms", "delta_ms"):
+        table = table.set_column(table.column_names.index(col), col, pa.array(rows[col], table.schema.field(col).type))
+    pq.write_table(table, path)
+    delta = [rows["delta_ms"][i] for i in adapt]
+    capsys.readouterr()
+    for rule in ("paper", "robust"):
+        live = run_live(tiny_cfg(cifar_c_root, tmp_path / rule), rho=[1.0], standard=str(traces), lambda_rule=rule)
+        meta = decode_live_metadata(pq.read_schema(live), live)
+        assert meta["lambda_ms"] == pytest.approx(lambda_ms(delta, rule)) and meta["lambda_rule"] == rule
+        err = capsys.readouterr().err
+        if rule == "paper":
+            assert meta["lambda_ms"] > 1.5 * median
+            assert err.count("\n") == 1 and "× the median δ" in err and "--lambda-rule robust" in err
+        else:
+            assert meta["lambda_ms"] < 1.5 * median and err == ""
+    with pytest.raises(ConfigError, match="--lambda-rule"):
+        run_live(tiny_cfg(cifar_c_root, tmp_path / "bad"), rho=[1.0], standard=str(traces), lambda_rule="median")
+
+
+@pytest.mark.usefixtures("one_thread", "tiny_models")
 def test_trace_alongside_holds_the_exact_budget_checkpoints(cifar_c_root, tmp_path):
     """--budget-checkpoints: the trace taken alongside holds a checkpoint at each budget's
     cut-off under both rules, recomputed here from its own δ with the reference rule, and

@@ -19,6 +19,9 @@ LAMBDA_RULES = ("paper", "robust")
 LAMBDA_SIGMAS = 6.0
 #: MAD × 1.4826 estimates σ for normally distributed data.
 MAD_TO_SIGMA = 1.4826
+#: λ above this multiple of the median δ of ``standard`` is flagged: a noisy calibration
+#: (one 30 ms stall among 11 ms batches triples λ = mean + 6σ over 100 batches).
+LAMBDA_MEDIAN_LIMIT = 1.5
 
 
 def lambda_ms(deltas: Iterable[float] | np.ndarray, rule: str = "paper") -> float:
@@ -51,3 +54,10 @@ def lambda_provision(delta_ms: Sequence[float] | np.ndarray, rule: str = "paper"
     if delta.size == 0:
         raise ValueError("λ needs at least one adapt row of the standard trace")
     return lambda_ms(delta, rule), float(np.mean(delta)), float(np.std(delta, ddof=0))
+
+
+def inflated_lambda(lam: float, delta_ms: Sequence[float] | np.ndarray) -> float | None:
+    """``λ / median(δ)`` when it exceeds :data:`LAMBDA_MEDIAN_LIMIT` (λ inflated by a few
+    outliers of the standard trace's δ), else None."""
+    med = float(np.median(np.asarray(delta_ms, dtype=float)))
+    return lam / med if med > 0 and lam > LAMBDA_MEDIAN_LIMIT * med else None

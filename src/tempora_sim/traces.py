@@ -47,7 +47,7 @@ from tempora_schema import (
     validate_metadata,
     validate_rows,
 )
-from tempora_schema.provision import LAMBDA_RULES, LAMBDA_SIGMAS, lambda_provision  # noqa: F401  (re-exported)
+from tempora_schema.provision import LAMBDA_RULES, LAMBDA_SIGMAS, inflated_lambda, lambda_provision  # noqa: F401  (re-exported)
 
 from .errors import GridError, GroupError, SimError, SimWarning, TraceFileError
 
@@ -55,8 +55,6 @@ from .errors import GridError, GroupError, SimError, SimWarning, TraceFileError
 STANDARD_METHOD = "standard"
 #: Traces of a group whose median speed-probe times differ by more than this are flagged.
 SPEED_SPREAD_LIMIT = 0.10
-#: λ above this multiple of standard's median δ is flagged (a noisy calibration).
-LAMBDA_MEDIAN_LIMIT = 1.5
 
 
 @dataclass
@@ -619,13 +617,12 @@ def group_warnings(traceset: TraceSet, lambdas: dict[GroupKey, float]) -> list[s
                 )
         std = next((t for t in members if t.method == STANDARD_METHOD), None)
         lam = lambdas.get(key)
-        if std is not None and lam is not None:
+        if std is not None and lam is not None and (ratio := inflated_lambda(lam, std.adapt_delta)) is not None:
             med = float(np.median(std.adapt_delta))
-            if med > 0 and lam > LAMBDA_MEDIAN_LIMIT * med:
-                problems.append(
-                    f"λ = {lam:.3g} ms is {lam / med:.1f}× the median δ of standard ({med:.3g} ms): "
-                    "standard was timed on a noisy machine (consider --lambda-rule robust or re-tracing)"
-                )
+            problems.append(
+                f"λ = {lam:.3g} ms is {ratio:.1f}× the median δ of standard ({med:.3g} ms): "
+                "standard was timed on a noisy machine (consider --lambda-rule robust or re-tracing)"
+            )
         if problems:
             lines.append(f"group {key.label()}: " + "; ".join(problems))
     return lines

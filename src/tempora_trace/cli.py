@@ -51,6 +51,7 @@ from tempora_schema.command import (  # noqa: E402
     time_type,
 )
 from tempora_schema.errors import OptionError  # noqa: E402
+from tempora_schema.provision import LAMBDA_RULES  # noqa: E402
 
 from . import __version__  # noqa: E402
 from .calibration import lambda_ms_of  # noqa: E402
@@ -480,6 +481,12 @@ LIVE_OPTIONS: list[Callable] = [
         type=click.Path(path_type=str),
         help="Standard trace (file or folder) to take λ from [default: the folder `run` writes this group to].",
     ),
+    _opt(
+        "--lambda-rule",
+        type=click.Choice(list(LAMBDA_RULES)),
+        default="paper",
+        help="λ from the standard trace's δ: paper = mean + 6σ, robust = median + 6·1.4826·MAD (one stall cannot inflate it).",
+    ),
     _opt("--repeats", type=click.IntRange(1, 1000), default=1, help="Play every setting this many times (run-to-run spread)."),
     _opt(
         "--spin-us",
@@ -530,6 +537,7 @@ def live_command(**opts: Any) -> None:
         budget_rule=opts["budget_rule"],
         lambda_ms=opts["lambda_ms"],
         standard=opts["standard"],
+        lambda_rule=opts["lambda_rule"],
         repeats=opts["repeats"],
         spin_us=opts["spin_us"],
         trace_alongside=opts["trace_alongside"],

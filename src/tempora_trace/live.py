@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ from tempora_schema.live import (
     validate_live_table,
 )
 from tempora_schema.live import last_arrival as _schema_last_arrival
+from tempora_schema.provision import LAMBDA_RULES
 
 from .config import TraceConfig
 from .errors import ConfigError, OutputError
@@ -97,6 +99,8 @@ class LiveSettings:
     #: (a file or folder; default the folder the tracer writes this group's traces to).
     lambda_ms: float | None = None
     standard: str | None = None
+    #: how λ is computed from the standard trace (``paper`` or ``robust``, as in the simulator)
+    lambda_rule: str = "paper"
     repeats: int = 1
     spin_us: float = SPIN_NS / 1000
     #: a folder: also trace the method in this run, each episode's trace pass beside its live
@@ -132,6 +136,8 @@ class LiveSettings:
                 raise ConfigError(f"--budget-rule must be strict or overshoot, not '{s.budget_rule}'")
         if s.lambda_ms is not None and not (math.isfinite(s.lambda_ms) and s.lambda_ms > 0):
             raise ConfigError(f"--lambda-ms must be > 0, got {s.lambda_ms:g}")
+        if s.lambda_rule not in LAMBDA_RULES:
+            raise ConfigError(f"--lambda-rule must be one of {', '.join(LAMBDA_RULES)}, not '{s.lambda_rule}'")
         if s.repeats < 1:
             raise ConfigError("--repeats must be ≥ 1")
         if not s.spin_us >= 0:
@@ -145,9 +151,10 @@ class LiveSettings:
         return s
 
 
-def standard_trace_lambda(cfg: TraceConfig, group, source: str | None) -> tuple[float, str]:
-    """λ of the group from its ``standard`` trace (the schema's definition, the simulator's
-    too), and the file it came from.
+def standard_trace_lambda(cfg: TraceConfig, group, source: str | None, rule: str = "paper") -> tuple[float, str, str | None]:
+    """λ of the group from its ``standard`` trace under ``rule`` (the schema's definition, the
+    simulator's too), the file it came from, and a one-line warning when λ is inflated by a
+    few slow batches of that trace (None otherwise).
 
     ``source`` is a trace file or a folder searched recursively; default the folder the
     tracer writes this group's traces to. The trace must be of the same comparable group as
@@ -156,7 +163,7 @@ def standard_trace_lambda(cfg: TraceConfig, group, source: str | None) -> tuple[
     import pyarrow.parquet as pq
 
     from tempora_schema import GroupKey, decode_metadata
-    from tempora_schema.provision import lambda_provision
+    from tempora_schema.provision import inflated_lambda, lambda_provision
 
     want = comparable_group(group)
     if source is None:
@@ -186,7 +193,16 @@ def standard_trace_lambda(cfg: TraceConfig, group, source: str | None) -> tuple[
     path = min(found)[1]
     table = pq.read_table(path, columns=["phase", "delta_ms"]).to_pydict()
     delta = [d for p, d in zip(table["phase"], table["delta_ms"]) if p == "adapt"]
-    return lambda_provision(delta)[0], path
+    lam = lambda_provision(delta, rule)[0]
+    ratio = inflated_lambda(lam, delta)
+    warning = None
+    if ratio is not None:
+        warning = (
+            f"warning: λ = {lam:.3f} ms is {ratio:.1f}× the median δ of {path} ({lam / ratio:.3f} ms): a few slow "
+            "batches of a noisy machine inflate it, and every setting is lighter than its ρ or B says "
+            "(--lambda-rule robust, or trace standard again on a quiet machine)"
+        )
+    return lam, path, warning
 
 
 # ------------------------------------------------------------------------ the two protocols
@@ -443,7 +459,11 @@ class LiveRun:
         if settings.lambda_ms is not None:
             self.lambda_ms, self.lambda_source = float(settings.lambda_ms), "--lambda-ms"
         else:
-            self.lambda_ms, self.lambda_source = standard_trace_lambda(cfg, self.base.identity.group, settings.standard)
+            self.lambda_ms, self.lambda_source, warning = standard_trace_lambda(
+                cfg, self.base.identity.group, settings.standard, settings.lambda_rule
+            )
+            if warning:
+                print(warning, file=sys.stderr, flush=True)
         #: names this invocation: its trace alongside carries the same id (``taken_alongside``)
         self.run_id = uuid.uuid4().hex
         if self.tracing:
@@ -656,6 +676,8 @@ class LiveRun:
             **self.base.run_metadata(),
             "lambda_ms": self.lambda_ms,
             "lambda_source": self.lambda_source,
+            # the rule λ was computed with, where it came from a standard trace
+            **({} if self.settings.lambda_ms is not None else {"lambda_rule": self.settings.lambda_rule}),
             "clock": "time.perf_counter_ns",
             "clock_resolution_ns": clock_resolution_ns(),
             "spin_us": float(self.settings.spin_us),
