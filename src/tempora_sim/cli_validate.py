@@ -90,8 +90,8 @@ def print_validation(result, console) -> None:
         "δ Δ%",
         "Δα @live δ",
         "ΔU @live δ",
-        "spread",
-        "tol",
+        "spread α/U",
+        "tol α/U",
         "self %",
         "ok",
     ):
@@ -123,7 +123,11 @@ def print_validation(result, console) -> None:
             )
             self_pct = "–"
             cells = ["–"] * 7
-        spread = row.get("spread_utility_pp")
+        # α's spread and tolerance beside U's: on random weights (timing only) U is ~0 and
+        # only α says anything
+        disc = row["protocol"] == "discrete"
+        spread = f"{_f(row.get('spread_alpha_pp') if disc else None, scale=1)}/{_f(row.get('spread_utility_pp'), scale=1)}"
+        tol = f"{_f(row.get('tolerance_alpha_pp') if disc else None, scale=1)}/{_f(row['tolerance_pp'], scale=1)}"
         t.add_row(
             row["method"],
             setting,
@@ -135,8 +139,8 @@ def print_validation(result, console) -> None:
             _f(row["clock_gap_pct"], digits=1, scale=1, signed=True),
             _f(row.get("delta_alpha_live_speed_pp"), scale=1, signed=True),
             _f(row["delta_utility_live_speed_pp"], scale=1, signed=True),
-            _f(spread, scale=1),
-            _f(row["tolerance_pp"], scale=1),
+            spread,
+            tol,
             self_pct,
             "yes" if row["pass"] else "[bold red]NO[/]",
         )

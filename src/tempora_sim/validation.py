@@ -406,6 +406,7 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
             limit_u = tol.abs_pp if len(runs) < 2 else min(tol.abs_pp, row["spread_utility_pp"] + tol.spread_slack_pp)
             limit_a = tol.abs_pp if len(runs) < 2 else min(tol.abs_pp, row["spread_alpha_pp"] + tol.spread_slack_pp)
             row["tolerance_pp"] = limit_u
+            row["tolerance_alpha_pp"] = limit_a
             row["pass"] = abs(row["delta_utility_pp"]) <= limit_u + 1e-9 and abs(row["delta_alpha_pp"]) <= limit_a + 1e-9
         else:
             m_live = float(np.mean([np.mean(list(r.m.values())) for r in runs]))
