@@ -198,8 +198,8 @@ def standard_trace_lambda(cfg: TraceConfig, group, source: str | None, rule: str
     warning = None
     if ratio is not None:
         warning = (
-            f"warning: λ = {lam:.3f} ms is {ratio:.1f}× the median δ of {path} ({lam / ratio:.3f} ms): a few slow "
-            "batches of a noisy machine inflate it, and every setting is lighter than its ρ or B says "
+            f"warning: λ = {lam:.3f} ms is {ratio:.1f}× the median δ of {path} ({lam / ratio:.3f} ms): its δ "
+            "spread widely or a few batches stalled, and every setting is lighter than its ρ or B says "
             "(--lambda-rule robust, or trace standard again on a quiet machine)"
         )
     return lam, path, warning
