@@ -108,6 +108,15 @@ def test_no_loading_overlaps_a_timed_event(longer_root, tmp_path, recorder, stag
     assert _overlaps(recorder.loads, recorder.events) == []
 
 
+def test_frozen_evaluations_reuse_the_chunk_in_memory(longer_root, tmp_path, recorder):
+    """With each episode in one staged chunk, frozen evaluations decode nothing more: every
+    batch is loaded once, plus the warm-up's (rows equal a run staged batch by batch:
+    test_rows_do_not_depend_on_chunking_or_workers)."""
+    trace_run(_cfg(longer_root, tmp_path, stage_mb=1024.0, frozen_sample=3))
+    assert len([e for e in recorder.events if not e[2]]) >= 24  # frozen events did run
+    assert len(recorder.loads) == 2 * 12 + 1
+
+
 def test_no_loading_overlaps_budget_checkpoint_events(longer_root, tmp_path, recorder):
     """Budget cut-off checkpoints evaluated online (from a pre-step snapshot) stage their own
     batches too, never beside an event."""

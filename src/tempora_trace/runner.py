@@ -16,6 +16,7 @@ episode start and every :data:`PROBE_EVERY` steps, outside the events.
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import sys
@@ -320,6 +321,8 @@ class TraceRun(MethodRun):
         self.out_path = cfg.output_dir(device_slug(self.device)) / f"{cfg.file_stem()}.parquet"
         self.budgets = BudgetCutoffs(cfg.budgets_ms, cfg.lambda_ms) if cfg.budgets_ms else None
         self.writer: TraceWriter | None = None
+        #: step → staged batch of the chunk being traced (frozen evaluations reuse them)
+        self._chunk_at: dict[int, StagedBatch] = {}
         #: the id of the live run this trace was taken alongside (metadata ``taken_alongside``)
         self.alongside_of: str | None = None
         if claim:
@@ -342,13 +345,19 @@ class TraceRun(MethodRun):
         steps = sample_steps(m, episode.num_batches, self.cfg.frozen_sample)
         if not steps:
             return False
+        # batches of the chunk being traced are already in host memory: reuse the leading
+        # steps found there (evaluation stays in step order) and stage only the rest
+        k = 0
+        while k < len(steps) and steps[k] in self._chunk_at:
+            k += 1
+        held, rest = [self._chunk_at[s] for s in steps[:k]], steps[k:]
         saved_method = host_snapshot(self.method)
         saved_rng = capture_rng(self.device)
         if base is not None:
             self.method.restore(base)
         self.method.freeze()
         try:
-            for chunk in self._staged(episode, steps):
+            for chunk in itertools.chain([held] if held else [], self._staged(episode, rest) if rest else []):
                 for b in chunk:
                     domain, _ = episode.locate(b.step)
                     x = b.x.to(self.device, non_blocking=True)
@@ -389,9 +398,11 @@ class TraceRun(MethodRun):
         self.probes[index] = []
         progress.start(episode.name, n_batches)
         for chunk in self._staged(episode, range(n_batches)):
+            self._chunk_at = {b.step: b for b in chunk}
             for b in chunk:
                 self._step(index, episode, b, schedule, done, rows)
                 progress.advance()
+        self._chunk_at = {}
         progress.end()
         return rows
 
