@@ -153,8 +153,8 @@ class LiveSettings:
 
 def standard_trace_lambda(cfg: TraceConfig, group, source: str | None, rule: str = "paper") -> tuple[float, str, str | None]:
     """λ of the group from its ``standard`` trace under ``rule`` (the schema's definition, the
-    simulator's too), the file it came from, and a one-line warning when λ is inflated by a
-    few slow batches of that trace (None otherwise).
+    simulator's too), the file it came from, and a one-line warning when λ is above
+    1.5 × that trace's median δ (a wide spread or a few stalled batches; None otherwise).
 
     ``source`` is a trace file or a folder searched recursively; default the folder the
     tracer writes this group's traces to. The trace must be of the same comparable group as
