@@ -112,7 +112,7 @@ class Page:
         self.ws = websocket.create_connection(ws_url, timeout=120, suppress_origin=True)
         self._id = 0
         self.events: list[dict] = []
-        for domain in ("Page", "Runtime", "Log"):
+        for domain in ("Page", "Runtime", "Log", "Network"):
             self.send(f"{domain}.enable")
 
     def send(self, method: str, **params) -> dict:
@@ -158,6 +158,10 @@ class Page:
             elif m == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
                 out.append(f"log: {p['entry'].get('text')} {p['entry'].get('url', '')}".strip())
         return out
+
+    def requests(self) -> list[str]:
+        """URLs of every request the page made so far."""
+        return [ev["params"]["request"]["url"] for ev in self.events if ev["method"] == "Network.requestWillBeSent"]
 
     def evaluate(self, expression: str, await_promise: bool = True):
         res = self.send("Runtime.evaluate", expression=expression, awaitPromise=await_promise, returnByValue=True)

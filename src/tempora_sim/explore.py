@@ -163,7 +163,8 @@ def _q(values, kind: str = "frac") -> list:
 
 
 def _x(values: Sequence[float]) -> list[float]:
-    return [float(f"{v:.6g}") for v in values]
+    """Grid values exactly as replayed (a checkpoint budget rounded down would cut one batch early)."""
+    return [float(v) for v in values]
 
 
 # ----------------------------------------------------------------------------- tables
@@ -483,6 +484,13 @@ def _switches_2d(x: np.ndarray, y: np.ndarray, U0: np.ndarray, win0: np.ndarray)
     return out
 
 
+def _lead(U: np.ndarray, win: np.ndarray, ru: np.ndarray) -> np.ndarray:
+    """Winner's utility minus the runner-up's per x ([methods, x] in; NaN without a runner-up)."""
+    cols = np.arange(U.shape[1])
+    out = U[np.maximum(win, 0), cols] - U[np.maximum(ru, 0), cols]
+    return np.where((win >= 0) & (ru >= 0), out, np.nan)
+
+
 def _pack(protocol, params, axes, U, lo, hi, cube, terms, win, ru, tie, lead_lo, lead_hi, cert) -> dict:
     E = U.shape[0]
     kinds = {t[0]: t[2] for t in TERMS[protocol]}
@@ -497,6 +505,7 @@ def _pack(protocol, params, axes, U, lo, hi, cube, terms, win, ru, tie, lead_lo,
         "win": win.tolist(),
         "ru": ru.tolist(),
         "tie": tie.astype(int).tolist(),
+        "lead": [_q(_lead(U[e], win[e], ru[e])) for e in range(E)],
         "lead_lo": [_q(lead_lo[e]) for e in range(E)],
         "lead_hi": [_q(lead_hi[e]) for e in range(E)],
         "cert": [[None if not np.isfinite(c) else int(c) for c in cert[e]] for e in range(E)],
