@@ -517,12 +517,15 @@ def _progress():
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        return None  # a log or a pipe: no bar (errors stay one line)
     return Progress(
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
         TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(),
-        console=Console(stderr=True),
+        console=console,
         transient=True,
     )
 
@@ -555,6 +558,8 @@ def build_data(
     groups_out = []
     one_d = [p for p in protocols if p in ("discrete", "continuous", "amortised")]
     two_d = [p for p in protocols if p in grids.COMBINED_PROTOCOLS]
+    if not one_d and not two_d:
+        raise ExploreError("--protocol: the page moves a temporal constraint; give discrete, continuous, amortised or a combined protocol")
     arrival_bound = {"discrete", *grids.COMBINED_PROTOCOLS}
     steps = len(by_group) * (1 + sum(len(arrivals) if p in arrival_bound else 1 for p in one_d + two_d))
     bar = _progress() if progress else None
@@ -637,7 +642,7 @@ def _group_meta(members, label: str, lam: list[float]) -> dict:
         "title": " · ".join(str(meta.get(k)) for k in ("dataset", "model", "device") if meta.get(k) is not None)
         + f" · bs {meta.get('batch_size')} · {meta.get('stream')}",
         "seeds": sorted({int(t.meta["seed"]) for t in members}),
-        "lambda_ms": [round(v, 3) for v in lam],
+        "lambda_ms": [float(v) for v in lam],
     }
 
 
