@@ -36,7 +36,9 @@ MIN_POINTS = 5
 def built(tmp_path_factory):
     """The page for the whole committed demo set, built by the command line."""
     out = tmp_path_factory.mktemp("explore") / "explore.html"
-    run = subprocess.run([*SIM, "explore", str(DEMO), "--out", str(out), "--quiet"], capture_output=True, text=True, timeout=900)
+    run = subprocess.run(
+        [*SIM, "explore", str(DEMO.relative_to(ROOT)), "--out", str(out), "--quiet"], capture_output=True, text=True, timeout=900, cwd=ROOT
+    )
     assert run.returncode == 0, run.stderr
     return out
 

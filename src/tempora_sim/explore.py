@@ -45,7 +45,7 @@ from .stats import BootstrapOptions
 #: Values of each one-parameter grid (before the given and default values are added).
 POINTS = 100
 #: Values per axis of the combined protocols' 2-D grids.
-POINTS_2D = 24
+POINTS_2D = 20
 #: Scale of the stored fractions: 10⁻⁴ (0.01 percentage points).
 SCALE = 10_000
 #: The boundary search's refinement, as ``advise`` (values between the last grid value where

@@ -123,7 +123,7 @@
     return param === "rho" ? value * 100 : value;
   }
 
-  function drawCurves() {
+  function drawCurves(fresh) {
     const v = V(), g = G(), e = S.e;
     const { param, axis } = curveX();
     const log = PARAM[param].log;
@@ -148,7 +148,6 @@
         series.push({ name: m, type: "line", data: band, stack: `band-${mi}`, lineStyle: { opacity: 0 }, showSymbol: false, silent: true, areaStyle: { color: col, opacity: 0.06 }, tooltip: { show: false }, z: 1 });
       }
     });
-    series.push({ id: "marker", type: "line", data: [], markLine: markLine(xOf(param, axis[S.i])), silent: true });
     const held = is2d() ? ` with ${label(v.params[1], v.axes[1][S.j])} held` : "";
     $("curves-title").textContent = `Utility of every method over ${PARAM[param].name}${held} · ${epName(e)}`;
     charts.curves.setOption(
@@ -168,12 +167,40 @@
         yAxis: { type: "value", name: "utility (%)", min: (r) => Math.max(0, Math.floor(r.min - 2)), max: (r) => Math.min(100, Math.ceil(r.max + 2)) },
         series,
       },
-      { notMerge: true }
+      { notMerge: fresh !== false }
     );
   }
 
-  function markLine(x) {
-    return { symbol: "none", animation: false, label: { show: false }, lineStyle: { color: "#111", type: "dashed", width: 1.2 }, data: [{ xAxis: x }] };
+  // The slider's markers are DOM lines over the canvases: moving them repaints nothing.
+  const GRID = { curves: { top: 40, bottom: 44 }, map: { top: 10, bottom: 56 } };
+  function marker(chart, cls) {
+    const host = $(chart);
+    let el = host.querySelector(`.${cls}`);
+    if (!el) {
+      el = document.createElement("div");
+      el.className = cls;
+      host.appendChild(el);
+    }
+    return el;
+  }
+  function vline(chart, px) {
+    const el = marker(chart, "vline");
+    const h = $(chart).clientHeight;
+    if (!Number.isFinite(px)) return void (el.style.display = "none");
+    Object.assign(el.style, { display: "block", left: `${px}px`, top: `${GRID[chart].top}px`, height: `${h - GRID[chart].top - GRID[chart].bottom}px` });
+  }
+  function hline(chart, py) {
+    const el = marker(chart, "hline");
+    if (!Number.isFinite(py)) return void (el.style.display = "none");
+    const w = $(chart).clientWidth;
+    Object.assign(el.style, { display: "block", top: `${py}px`, left: "70px", width: `${w - 82}px` });
+  }
+  function placeMarkers() {
+    const { param, axis } = curveX();
+    const x = xOf(param, axis[S.i]);
+    vline("curves", PARAM[param].log && x <= 0 ? NaN : charts.curves.convertToPixel({ xAxisIndex: 0 }, x));
+    vline("map", charts.map.convertToPixel({ xAxisIndex: 0 }, S.i));
+    hline("map", is2d() ? charts.map.convertToPixel({ yAxisIndex: 0 }, S.j) : NaN);
   }
 
   function drawMap() {
@@ -212,14 +239,10 @@
         yAxis: { type: "category", data: ys, inverse: !is2d(), name: yname, axisLabel: { fontSize: 11 } },
         series: [
           { type: "heatmap", data, progressive: 0, progressiveThreshold: 1e7, emphasis: { itemStyle: { borderColor: "#000", borderWidth: 1 } } },
-          { id: "marker", type: "line", data: [], markLine: is2d() ? mapMarker2d() : { symbol: "none", silent: true, animation: false, label: { show: false }, lineStyle: { color: "#111", width: 1.5 }, data: [{ xAxis: S.i }] } },
         ],
       },
       { notMerge: true }
     );
-  }
-  function mapMarker2d() {
-    return { symbol: "none", silent: true, animation: false, label: { show: false }, lineStyle: { color: "#111", width: 1.5 }, data: [{ xAxis: S.i }, { yAxis: S.j }] };
   }
 
   function cellItem(v, e, c, x, y) {
@@ -237,7 +260,7 @@
     return { value: [x, y, w], itemStyle: { color: sure || cert === null ? colour(m) : pale(colour(m), 0.35) }, tip };
   }
 
-  function drawBars() {
+  function drawBars(fresh) {
     const v = V(), g = G(), c = cellIndex(), e = S.e;
     const terms = D.terms[S.p].filter((t) => t[2] === "frac" && v.terms[t[0]]);
     const order = ranking();
@@ -257,7 +280,7 @@
         yAxis: { type: "category", data: methods },
         series,
       },
-      { notMerge: true }
+      { notMerge: !!fresh }
     );
   }
   const q100 = (q) => (q === null || q === undefined ? null : (q / D.scale) * 100);
@@ -359,15 +382,11 @@
     const v = V();
     $("value1").textContent = fmtParam(v.params[0], v.axes[0][S.i]);
     if (is2d()) $("value2").textContent = fmtParam(v.params[1], v.axes[1][S.j]);
-    if (markers) {
-      const { param, axis } = curveX();
-      if (is2d()) drawCurves();
-      else charts.curves.setOption({ series: [{ id: "marker", markLine: markLine(xOf(param, axis[S.i])) }] });
-      charts.map.setOption({ series: [{ id: "marker", markLine: is2d() ? mapMarker2d() : { data: [{ xAxis: S.i }] } }] });
-    }
+    if (markers === "second") drawCurves(false); // the curves hold the second parameter at its slider
+    placeMarkers();
     drawAdvice();
     drawRanking();
-    drawBars();
+    drawBars(!markers);
     writeHash();
   }
 
@@ -381,8 +400,8 @@
   }
 
   function wire() {
-    $("slider1").addEventListener("input", timed((ev) => { S.i = +ev.target.value; atSlider(true); }));
-    $("slider2").addEventListener("input", timed((ev) => { S.j = +ev.target.value; atSlider(true); }));
+    $("slider1").addEventListener("input", timed((ev) => { S.i = +ev.target.value; atSlider("first"); }));
+    $("slider2").addEventListener("input", timed((ev) => { S.j = +ev.target.value; atSlider("second"); }));
     $("group").addEventListener("change", (ev) => { S.g = +ev.target.value; full(); });
     $("arrival").addEventListener("change", (ev) => { S.a = ev.target.value; full(); });
     $("episode").addEventListener("change", (ev) => { S.e = +ev.target.value; drawCurves(); drawMap(); atSlider(false); });
@@ -396,7 +415,7 @@
       if (navigator.clipboard) navigator.clipboard.writeText(location.href).then(done, () => prompt("Link to this view:", location.href));
       else prompt("Link to this view:", location.href);
     });
-    window.addEventListener("resize", () => Object.values(charts).forEach((c) => c.resize()));
+    window.addEventListener("resize", () => { Object.values(charts).forEach((c) => c.resize()); placeMarkers(); });
     window.addEventListener("hashchange", () => { const h = readHash(); fillControls(); applyHashValues(h); full(); });
   }
 
