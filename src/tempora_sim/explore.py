@@ -147,19 +147,22 @@ def group_grids(members, lam_max: float, opts) -> GroupGrids:
 
 # ----------------------------------------------------------------------------- encoding
 def _q(values, kind: str = "frac") -> list:
-    """Rounded, JSON-ready: fractions as integers in 10⁻⁴, counts as integers, reals to 0.1."""
+    """Rounded, JSON-ready nested lists of any shape: fractions as integers in 10⁻⁴, counts as
+    integers, reals to 0.1; None where there is no number."""
     arr = np.asarray(values, dtype=np.float64)
     ok = np.isfinite(arr)
+    clean = np.where(ok, arr, 0.0)
     if kind == "frac":
-        r = np.rint(np.where(ok, arr, 0.0) * SCALE).astype(np.int64)
+        r = np.rint(clean * SCALE).astype(np.int64)
     elif kind == "count":
-        r = np.rint(np.where(ok, arr, 0.0)).astype(np.int64)
+        r = np.rint(clean).astype(np.int64)
     else:
-        r = np.round(np.where(ok, arr, 0.0), 1)
-    out = r.tolist()
-    if not ok.all():
-        out = [v if k else None for v, k in zip(out, ok.tolist())]
-    return out
+        r = np.round(clean, 1)
+    if ok.all():
+        return r.tolist()
+    out = r.astype(object)
+    out[~ok] = None
+    return out.tolist()
 
 
 def _x(values: Sequence[float]) -> list[float]:
@@ -173,13 +176,17 @@ def _cube(frame: pl.DataFrame, episodes: list[str], methods: list[str], xkeys: l
     E, M, X = len(episodes), len(methods), len(xkeys)
     ei = {e: i for i, e in enumerate(episodes)}
     mi = {m: i for i, m in enumerate(methods)}
-    xi = {k: i for i, k in enumerate(xkeys)}
     f = frame.with_columns(
         pl.col("episode").replace_strict(ei, default=-1, return_dtype=pl.Int64).alias("_e"),
         pl.col("method").replace_strict(mi, default=-1, return_dtype=pl.Int64).alias("_m"),
     )
-    keys = list(zip(*[f.get_column(c).cast(pl.Float64).round(9).to_list() for c in xcols]))
-    x_idx = np.array([xi.get(k, -1) for k in keys], np.int64)
+    look = pl.DataFrame(
+        {f"_k{n}": [k[n] for k in xkeys] for n in range(len(xcols))} | {"_x": list(range(X))},
+        schema={f"_k{n}": pl.Float64 for n in range(len(xcols))} | {"_x": pl.Int64},
+    )
+    f = f.with_columns([pl.col(c).cast(pl.Float64).round(9).alias(f"_k{n}") for n, c in enumerate(xcols)])
+    f = f.join(look, on=[f"_k{n}" for n in range(len(xcols))], how="left", nulls_equal=True).with_columns(pl.col("_x").fill_null(-1))
+    x_idx = f.get_column("_x").to_numpy()
     e_idx = f.get_column("_e").to_numpy()
     m_idx = f.get_column("_m").to_numpy()
     ok = (x_idx >= 0) & (e_idx >= 0) & (m_idx >= 0)
@@ -498,17 +505,17 @@ def _pack(protocol, params, axes, U, lo, hi, cube, terms, win, ru, tie, lead_lo,
         "protocol": protocol,
         "params": params,
         "axes": [_x(a) for a in axes],
-        "u": [[_q(U[e, m]) for m in range(U.shape[1])] for e in range(E)],
-        "lo": [[_q(lo[e, m]) for m in range(U.shape[1])] for e in range(E)],
-        "hi": [[_q(hi[e, m]) for m in range(U.shape[1])] for e in range(E)],
-        "terms": {t: [[_q(cube[t][e, m], kinds[t]) for m in range(U.shape[1])] for e in range(E)] for t in terms},
+        "u": _q(U),
+        "lo": _q(lo),
+        "hi": _q(hi),
+        "terms": {t: _q(cube[t], kinds[t]) for t in terms},
         "win": win.tolist(),
         "ru": ru.tolist(),
         "tie": tie.astype(int).tolist(),
-        "lead": [_q(_lead(U[e], win[e], ru[e])) for e in range(E)],
-        "lead_lo": [_q(lead_lo[e]) for e in range(E)],
-        "lead_hi": [_q(lead_hi[e]) for e in range(E)],
-        "cert": [[None if not np.isfinite(c) else int(c) for c in cert[e]] for e in range(E)],
+        "lead": _q(np.stack([_lead(U[e], win[e], ru[e]) for e in range(E)])),
+        "lead_lo": _q(lead_lo),
+        "lead_hi": _q(lead_hi),
+        "cert": _q(cert, "count"),
     }
 
 
@@ -581,7 +588,6 @@ def build_data(
                 g["methods"] = methods
                 g["episodes"] = episodes
                 g["offline"] = _offline_pack(off, methods, episodes) if off else None
-                g["grids_note"] = {"checkpoint_budgets": len(checkpoint_budgets(members, max(lam)))}
                 if bar:
                     bar.advance(task)
                 views: dict[str, dict] = {}
@@ -658,4 +664,4 @@ def _offline(ts, options, boot) -> dict | None:
 def _offline_pack(off, methods, episodes) -> dict:
     p = off["pooled"]
     U = _cube(p.with_columns(pl.lit(0.0).alias("_v")), episodes, methods, [(0.0,)], ["utility"], ["_v"])["utility"][:, :, 0]
-    return {"u": [_q(U[e]) for e in range(len(episodes))]}
+    return {"u": _q(U)}
