@@ -41,7 +41,7 @@ import click  # noqa: E402
 from tempora_schema.command import INT32_MAX, OneLineGroup  # noqa: E402
 
 from . import __version__  # noqa: E402
-from .calibration import lambda_ms_of  # noqa: E402
+from .calibration import calibrate, lambda_ms_of, print_dispersion  # noqa: E402, F401 - lambda_ms_of: re-exported
 from .config import DEFAULT_SEVERITY, TraceConfig  # noqa: E402
 from .errors import ConfigError  # noqa: E402
 from .options import click_options, config_kwargs, live_kwargs, method_params, parse_domains, parse_param  # noqa: E402, F401
@@ -130,7 +130,18 @@ def calibrate_command(**opts: Any) -> None:
     """Trace `standard` (or reuse its complete trace) and print λ = mean + 6σ of its per-batch latency.
 
     The trace is the one `run --method standard` writes, so it doubles as the group's baseline."""
-    calibrate(make_config("calibrate", opts, method="standard"))
+    cfg = make_config("calibrate", opts, method="standard")
+    echo = (lambda s: None) if cfg.quiet else (lambda s: click.echo(s))
+    try:
+        result = calibrate(cfg, echo)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt("interrupted: completed episodes are kept; rerun with --resume to continue") from None
+    click.echo(f"using existing {result.path} (pass --force to re-measure)" if result.reused else f"wrote {result.path}")
+    click.echo(
+        f"λ = {result.lambda_ms:.3f} ms  (mean {result.mean_ms:.3f} ms + 6 × σ {result.std_ms:.3f} ms "
+        f"over {result.batches} batches of standard inference)"
+    )
+    print_dispersion(result.path)
 
 
 @cli.command("live", cls=_TraceCommand)
@@ -181,10 +192,10 @@ def synthesize_command(
     only; accuracies mean nothing). A complete folder is reused."""
     from .data.streams import CORRUPTIONS, expand_domains
     from .data.synthetic import write_imagenet_c_folder
-    from .runner import _Progress
+    from .progress import ProgressView
 
     names = expand_domains(parse_domains(domains) or [], CORRUPTIONS)
-    bar = _Progress(enabled=not quiet)
+    bar = ProgressView(enabled=not quiet)
     bar.start("synthesize", total=images * len(names))
     try:
         written = write_imagenet_c_folder(root, names, images, severity, size, seed, workers, progress=bar.advance)
@@ -204,6 +215,8 @@ def synthesize_command(
 def list_command(methods_for: str | None) -> None:
     """List methods, models and datasets (or the methods that fit one model)."""
     if methods_for is not None:
+        from .methods import methods_for_model
+
         click.echo(" ".join(methods_for_model(methods_for)))
         return
     from .data import DATASETS
@@ -252,46 +265,14 @@ def campaign_command(file: Path, engine: str, address: str | None, retries: int,
         raise ConfigError(f"{len(failed)} trace(s) failed, e.g. {failed[0].task.label}: {failed[0].message}")
 
 
-def methods_for_model(model: str) -> list[str]:
-    """Methods whose normalisation needs the built-in ``model`` meets (no model is built)."""
-    from .methods import available_methods, get_method
-    from .models import MODEL_NORMS
+def __getattr__(name: str) -> Any:
+    # `methods_for` / `methods_for_model` now live in tempora_trace.methods (kept here for callers
+    # of the pre-subcommand API without importing the method registry at start-up).
+    if name in ("methods_for", "methods_for_model"):
+        from .methods import methods_for_model
 
-    if model not in MODEL_NORMS:
-        raise ConfigError(f"unknown model '{model}'; available: {', '.join(MODEL_NORMS)}")
-    return [m for m in available_methods() if MODEL_NORMS[model] in get_method(m).compatible_norms]
-
-
-#: Kept for callers of the pre-subcommand API.
-methods_for = methods_for_model
-
-
-# ------------------------------------------------------------------------ calibration
-
-
-def calibrate(cfg: TraceConfig) -> None:
-    """Trace `standard` (or reuse its complete, matching trace) and print λ."""
-    from .runner import TraceRun
-    from .timing import device_slug, resolve_device
-
-    path = cfg.output_dir(device_slug(resolve_device(cfg.device))) / f"{cfg.file_stem()}.parquet"
-    if path.exists() and not cfg.force and not cfg.resume:
-        from .writer import check_reusable
-
-        check_reusable(path, cfg)
-        click.echo(f"using existing {path} (pass --force to re-measure)")
-    else:
-        echo = (lambda s: None) if cfg.quiet else (lambda s: click.echo(s))
-        try:
-            path = TraceRun(cfg, echo).run()
-        except KeyboardInterrupt:
-            raise KeyboardInterrupt("interrupted: completed episodes are kept; rerun with --resume to continue") from None
-        click.echo(f"wrote {path}")
-    lam, mean, std, count = lambda_ms_of(path)
-    click.echo(f"λ = {lam:.3f} ms  (mean {mean:.3f} ms + 6 × σ {std:.3f} ms over {count} batches of standard inference)")
-    from .calibration import print_dispersion
-
-    print_dispersion(path)
+        return methods_for_model
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
