@@ -37,6 +37,8 @@ from typing import Any
 
 import click
 
+from tempora_schema.vocabulary import BASELINE_METHOD
+
 from . import options as trace_options
 from .errors import ConfigError, TraceError
 
@@ -163,8 +165,8 @@ class Campaign:
 
     def ordered(self) -> tuple[list[TraceTask], list[TraceTask]]:
         """(the groups' ``standard`` traces, everything else): the first set runs first."""
-        first = [t for t in self.tasks if t.method == "standard"]
-        return first, [t for t in self.tasks if t.method != "standard"]
+        first = [t for t in self.tasks if t.method == BASELINE_METHOD]
+        return first, [t for t in self.tasks if t.method != BASELINE_METHOD]
 
 
 # --------------------------------------------------------------------------- loading
@@ -265,8 +267,8 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
             norm = MODEL_NORMS.get(model or spec.default_model)
             if norm is not None and norm not in get_method(m).compatible_norms:
                 raise CampaignError(f"{where}: method {m!r} does not run on model {model or spec.default_model!r} ({norm} normalisation)")
-        if "standard" not in methods:
-            methods = ["standard", *methods]  # λ of the group comes from its standard trace
+        if BASELINE_METHOD not in methods:
+            methods = [BASELINE_METHOD, *methods]  # λ of the group comes from its standard trace
         options = group.get("options", {})
         for key, value in options.items():
             if key not in TRACE_OPTIONS:
@@ -302,7 +304,7 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
                                 group.get("weights"),
                                 tuple(sorted(options.items())),
                                 tuple(sorted((group.get("params") or {}).get(m, {}).items())),
-                                budgets if m != "standard" else (),
+                                budgets if m != BASELINE_METHOD else (),
                             )
                         )
     return Campaign(path, str(head.get("name", path.stem)), out, bool(head.get("shared_storage", True)), machines, tasks)
@@ -446,7 +448,7 @@ def _lambdas_needed(campaign: Campaign, results: list[TaskResult]) -> dict[tuple
     need = {t.group_key for t in campaign.tasks if t.budgets_ms}
     out = {}
     for r in results:
-        if r.task.method == "standard" and r.task.group_key in need and r.status in ("done", "skipped") and r.path:
+        if r.task.method == BASELINE_METHOD and r.task.group_key in need and r.status in ("done", "skipped") and r.path:
             out[r.task.group_key] = group_lambda(r.path)
     return out
 

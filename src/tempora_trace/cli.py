@@ -39,6 +39,7 @@ from typing import Any, Callable, Sequence  # noqa: E402
 import click  # noqa: E402
 
 from tempora_schema.command import INT32_MAX, OneLineGroup  # noqa: E402
+from tempora_schema.vocabulary import BASELINE_METHOD  # noqa: E402
 
 from . import __version__  # noqa: E402
 from .calibration import calibrate, lambda_ms_of, print_dispersion  # noqa: E402, F401 - lambda_ms_of: re-exported
@@ -130,7 +131,7 @@ def calibrate_command(**opts: Any) -> None:
     """Trace `standard` (or reuse its complete trace) and print λ = mean + 6σ of its per-batch latency.
 
     The trace is the one `run --method standard` writes, so it doubles as the group's baseline."""
-    cfg = make_config("calibrate", opts, method="standard")
+    cfg = make_config("calibrate", opts, method=BASELINE_METHOD)
     echo = (lambda s: None) if cfg.quiet else (lambda s: click.echo(s))
     try:
         result = calibrate(cfg, echo)

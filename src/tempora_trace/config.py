@@ -17,6 +17,7 @@ from typing import Any
 
 import tempora_schema as schema
 from tempora_schema.command import INT32_MAX, INT64_MAX
+from tempora_schema.vocabulary import BASELINE_METHOD
 
 from .errors import ConfigError
 
@@ -48,7 +49,7 @@ def _check_finite(value: Any, option: str) -> None:
 
 @dataclass
 class TraceConfig:
-    method: str = "standard"
+    method: str = BASELINE_METHOD
     method_params: dict[str, Any] = field(default_factory=dict)
     dataset: str = "demo"
     model: str | None = None

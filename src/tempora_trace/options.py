@@ -35,6 +35,7 @@ from tempora_schema.command import (
 )
 from tempora_schema.errors import OptionError
 from tempora_schema.provision import LAMBDA_RULES
+from tempora_schema.vocabulary import BUDGET_RULES
 
 from .config import DEFAULT_BATCH_SIZE, DEFAULT_FROZEN_SAMPLE, DEFAULT_SEED, DEFAULT_SEVERITY, DEFAULT_STAGE_MB, WARMUP_BATCHES
 from .errors import ConfigError
@@ -252,7 +253,7 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
         "Amortised cut-off: strict m = max{j: Σc ≤ B}, or overshoot (adapt while spent < B).",
         _L,
         default="strict",
-        type=click.Choice(["strict", "overshoot"]),
+        type=click.Choice(list(BUDGET_RULES)),
         config=None,
         live="budget_rule",
     ),
