@@ -73,7 +73,7 @@ class _TraceCommand(click.Command):
     """Accepts the space-separated form ``--domains fog snow`` beside ``--domains fog,snow``
     (the words after ``--domains`` up to the next option are joined with commas)."""
 
-    list_options = ("--domains",)
+    list_options = ("--domains", "--corruptions")
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         out: list[str] = []
@@ -157,9 +157,36 @@ RUN_OPTIONS: list[Callable] = [
     _opt(
         "--dataset",
         default="demo",
-        help="demo, cifar10-c, cifar100-c, imagenet-c, imagenet-r, imagenet-a or imagenet-v2 (see `tempora-trace list`).",
+        help="demo, cifar10-c, cifar100-c, imagenet-c, imagenet-r, imagenet-a, imagenet-v2 (see `tempora-trace list`), "
+        "or folder:PATH, your own images as PATH/<class>/<image> or PATH/<domain>/<class>/<image>.",
     ),
-    _opt("--model", default=None, help="Model name [default: the dataset's model: demo-resnet, cifar-resnet18, resnet50]."),
+    _opt(
+        "--model",
+        default=None,
+        help="Model name, timm:NAME, torchvision:NAME[:WEIGHTS], or your own MODULE:FACTORY / PATH.py:FACTORY "
+        "[default: the dataset's model: demo-resnet, cifar-resnet18, resnet50].",
+    ),
+    _opt(
+        "--input-size",
+        type=click.IntRange(8, 8192),
+        default=None,
+        metavar="PX",
+        help="Image side of a model by spec (timm:, torchvision:, your factory) [default: its library's, else 224].",
+    ),
+    _opt(
+        "--class-map",
+        default=None,
+        type=click.Path(path_type=str, dir_okay=False),
+        metavar="CSV",
+        help="folder:PATH only: lines folder,index mapping class folders onto the model's classes [default: sorted folder order].",
+    ),
+    _opt(
+        "--corruptions",
+        default=None,
+        metavar="LIST",
+        help="folder:PATH only: apply these ImageNet-C corruptions (or groups noise, blur, weather, digital, all; clean) "
+        "at --severity on the fly, one domain each.",
+    ),
     _opt("--weights", default=None, help="Weight file (state_dict), or 'random' for an untrained model (timing only)."),
     _opt(
         "--offline",
@@ -339,6 +366,9 @@ def make_config(method: str, opts: dict[str, Any], **extra: Any) -> TraceConfig:
         force=opts["force"],
         quiet=opts["quiet"],
         warmup_batches=opts["warmup_batches"],
+        input_size=opts["input_size"],
+        class_map=opts["class_map"],
+        corruptions=_domains(opts["corruptions"]),
         **extra,
     ).resolved()
     if opts["resume"] and opts["force"]:
@@ -377,6 +407,9 @@ def _common(opts: dict[str, Any]) -> dict[str, Any]:
             "quiet",
             "offline",
             "warmup_batches",
+            "input_size",
+            "class_map",
+            "corruptions",
         )
     }
 
@@ -593,18 +626,39 @@ def synthesize_command(
 @click.option(
     "--methods-for", metavar="MODEL", default=None, help="Print only the methods that run on MODEL (space-separated, for scripts)."
 )
-def list_command(methods_for: str | None) -> None:
+@click.option(
+    "--model",
+    "model",
+    metavar="SPEC",
+    default=None,
+    help="Describe one model (a name, timm:NAME, torchvision:NAME, MODULE:FACTORY, PATH.py:FACTORY; built untrained, "
+    "nothing downloaded): its normalisation layers and the methods that fit it.",
+)
+@click.option("--input-size", type=click.IntRange(8, 8192), default=None, metavar="PX", help="With --model: the image side.")
+def list_command(methods_for: str | None, model: str | None, input_size: int | None) -> None:
     """List methods, models and datasets (or the methods that fit one model)."""
     if methods_for is not None:
         click.echo(" ".join(methods_for_model(methods_for)))
+        return
+    if model is not None:
+        from .models import MODEL_NORMS, get_model
+        from .norms import describe_norms
+
+        if model in MODEL_NORMS and input_size is None:
+            norms, line = frozenset({MODEL_NORMS[model]}), f"model {model}: built-in"
+        else:
+            _, spec = get_model(model, "random", input_size=input_size)
+            norms, line = spec.norms, f"model {spec.name}: {spec.num_classes} classes (untrained), input {spec.input_size} px"
+        click.echo(f"{line}, {describe_norms(norms)}")
+        click.echo("methods: " + ", ".join(methods_for_model(model, input_size)))
         return
     from .data import DATASETS
     from .methods import available_methods
     from .models import available_models
 
     click.echo("methods: " + ", ".join(available_methods()))
-    click.echo("models:  " + ", ".join(available_models()))
-    click.echo("datasets: " + ", ".join(f"{n} (default model {d.default_model})" for n, d in DATASETS.items()))
+    click.echo("models:  " + ", ".join(available_models()) + "; or timm:NAME, torchvision:NAME[:WEIGHTS], MODULE:FACTORY, PATH.py:FACTORY")
+    click.echo("datasets: " + ", ".join(f"{n} (default model {d.default_model})" for n, d in DATASETS.items()) + "; or folder:PATH")
 
 
 @cli.command("campaign")
@@ -644,14 +698,18 @@ def campaign_command(file: Path, engine: str, address: str | None, retries: int,
         raise ConfigError(f"{len(failed)} trace(s) failed, e.g. {failed[0].task.label}: {failed[0].message}")
 
 
-def methods_for_model(model: str) -> list[str]:
-    """Methods whose normalisation needs the built-in ``model`` meets (no model is built)."""
+def methods_for_model(model: str, input_size: int | None = None) -> list[str]:
+    """Methods that fit ``model``'s normalisation layers (:func:`tempora_trace.norms.method_fits`):
+    a built-in's are known without building it; a model by spec is built untrained."""
     from .methods import available_methods, get_method
-    from .models import MODEL_NORMS
+    from .models import MODEL_NORMS, model_norms
+    from .models.external import is_external
+    from .norms import method_fits
 
-    if model not in MODEL_NORMS:
-        raise ConfigError(f"unknown model '{model}'; available: {', '.join(MODEL_NORMS)}")
-    return [m for m in available_methods() if MODEL_NORMS[model] in get_method(m).compatible_norms]
+    if model not in MODEL_NORMS and not is_external(model):
+        raise ConfigError(f"unknown model '{model}'; available: {', '.join(MODEL_NORMS)}, or timm:NAME, torchvision:NAME, MODULE:FACTORY")
+    norms = model_norms(model, input_size)
+    return [m for m in available_methods() if method_fits(get_method(m), norms)]
 
 
 #: Kept for callers of the pre-subcommand API.

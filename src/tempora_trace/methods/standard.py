@@ -14,6 +14,7 @@ class Standard(TTAMethod):
 
     name = "standard"
     family = "baseline"
+    norm_free = True
     paper = "No adaptation (source model, eval mode)."
     updates = "nothing"
     overhead = "none"
