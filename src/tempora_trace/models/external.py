@@ -315,7 +315,10 @@ def build_timm(name: str, weights, num_classes: int | None, input_size: int | No
         if weights is None or tag:
             from timm.models import get_pretrained_cfg
 
-            cfg = get_pretrained_cfg(name)
+            try:
+                cfg = get_pretrained_cfg(name)
+            except RuntimeError:  # a tag the architecture does not have
+                cfg = None
             if cfg is None:
                 tags = timm.list_pretrained(f"{arch}.*")
                 raise ConfigError(f"timm has no pretrained weights '{name}'{close_matches(name, tags)}")
