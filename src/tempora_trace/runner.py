@@ -35,7 +35,7 @@ from . import __version__
 from .checkpoints import BudgetCutoffs, default_schedule, sample_steps
 from .config import TraceConfig
 from .data import Episode, batch_order
-from .data.folder import default_preprocess
+from .data.folder import MIN_CORRUPTION_SIZE, default_preprocess
 from .data.streams import dirichlet_order, domain_seed, source_labels
 from .errors import ConfigError, DataError
 from .methods import get_method
@@ -239,6 +239,11 @@ class MethodRun:
         check_model_fits(cfg, self.dataset, self.model_spec, self.method_cls)
         if self.dataset.folder:  # the user's images are decoded the way the model's library says
             pre = self.model_spec.preprocess or default_preprocess(self.model_spec.input_size, self.model_spec.family)
+            if self.dataset.has_severity and pre.input_size < MIN_CORRUPTION_SIZE:
+                raise ConfigError(
+                    f"--corruptions needs images of at least {MIN_CORRUPTION_SIZE} px (the ImageNet-C functions' minimum); "
+                    f"model '{cfg.model}' takes {pre.input_size} px (--input-size)"
+                )
             self.dataset = self.dataset.bind(pre, cfg.seed)
         torch.set_num_threads(cfg.threads)  # part of the trace identity (resolved() fills the default)
         self.identity = cfg.trace_identity(self.model_spec.weights_identity, describe_device(self.device))

@@ -192,7 +192,12 @@ def get_dataset(name: str, class_map: str | os.PathLike | None = None, corruptio
     if is_folder_spec(name):
         path = Path(name[len("folder:") :]).expanduser()
         fixed = None if corruptions is None else tuple(corruptions) if not isinstance(corruptions, str) else (corruptions,)
-        return _folder_dataset(str(path.resolve()) if path.exists() else str(path), None if class_map is None else str(class_map), fixed)
+        stamp = None  # the class map's size and time: an edited map is read again
+        if class_map is not None and Path(class_map).expanduser().is_file():
+            st = Path(class_map).expanduser().stat()
+            stamp = (st.st_size, st.st_mtime_ns)
+        root = str(path.resolve()) if path.exists() else str(path)
+        return _folder_dataset(root, None if class_map is None else str(class_map), fixed, stamp)
     if class_map is not None:
         raise ConfigError("--class-map is for --dataset folder:PATH (a built-in dataset has its own classes)")
     if corruptions is not None:
@@ -203,7 +208,7 @@ def get_dataset(name: str, class_map: str | os.PathLike | None = None, corruptio
 
 
 @functools.lru_cache(maxsize=16)
-def _folder_dataset(path: str, class_map: str | None, corruptions: tuple[str, ...] | None) -> DatasetSpec:
+def _folder_dataset(path: str, class_map: str | None, corruptions: tuple[str, ...] | None, stamp: tuple | None = None) -> DatasetSpec:
     import hashlib
 
     from .folder import expand_corruptions, read_class_map, scan_folder

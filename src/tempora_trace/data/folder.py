@@ -41,6 +41,8 @@ from ..errors import ConfigError, DataError
 from .streams import CORRUPTIONS, CORRUPTION_GROUPS
 
 PREFIX = "folder:"
+#: the reference corruption functions take images of at least this side
+MIN_CORRUPTION_SIZE = 32
 #: what counts as an image (torchvision's ImageFolder extensions)
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
@@ -197,7 +199,10 @@ class FolderSource:
             img = step(img)
         array = np.array(img, dtype=np.uint8)  # a writable copy
         if self.corruption is not None:
-            array = self._corrupt(array, i)
+            try:
+                array = self._corrupt(array, i)
+            except Exception as exc:  # the reference functions refuse e.g. images under 32 px
+                raise DataError(f"cannot apply {self.corruption} to {path}: {type(exc).__name__}: {exc}".splitlines()[0]) from None
         return torch.from_numpy(np.ascontiguousarray(array)).permute(2, 0, 1).float().div_(255.0)
 
     def _corrupt(self, array: np.ndarray, i: int) -> np.ndarray:
