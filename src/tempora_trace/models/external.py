@@ -33,6 +33,7 @@ import math
 import os
 import sys
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -174,6 +175,18 @@ def _traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
 
+@contextmanager
+def _no_bytecode():
+    """Import without writing ``__pycache__`` beside the user's files: a run writes only its
+    outputs (and nothing at all when it is refused)."""
+    before = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True
+    try:
+        yield
+    finally:
+        sys.dont_write_bytecode = before
+
+
 def import_user_module(ref: ModelRef):
     """Import the module of a ``module`` or ``file`` spec; failures are one line naming the
     module and the exception (the traceback kept for ``--debug``)."""
@@ -190,7 +203,8 @@ def import_user_module(ref: ModelRef):
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         try:
-            spec.loader.exec_module(module)
+            with _no_bytecode():
+                spec.loader.exec_module(module)
         except Exception as exc:  # the user's file: any error is theirs, reported in one line
             del sys.modules[name]
             raise UserCodeError(f"cannot import {path}: {_format_exc(exc)}", _traceback(exc)) from None
@@ -199,7 +213,8 @@ def import_user_module(ref: ModelRef):
     if added:  # a console script does not put the working folder on the path; `python -m` does
         sys.path.insert(0, os.getcwd())
     try:
-        return importlib.import_module(ref.name)
+        with _no_bytecode():
+            return importlib.import_module(ref.name)
     except Exception as exc:
         raise UserCodeError(f"cannot import module '{ref.name}': {_format_exc(exc)}", _traceback(exc)) from None
     finally:
