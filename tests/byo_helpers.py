@@ -10,7 +10,7 @@ import numpy as np
 
 #: A user's model file: factories with and without ``num_classes``, without normalisation
 #: layers, with two normalisation families, and two that do not build a model.
-FACTORIES = '''
+FACTORIES = """
 import torch
 import torch.nn as nn
 
@@ -48,7 +48,7 @@ def raises(num_classes=10):
 
 
 TABLE = 3
-'''
+"""
 
 
 def write_model_file(path: Path) -> Path:

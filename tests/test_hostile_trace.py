@@ -188,7 +188,11 @@ CASES.update(
             "at least 32 px",
             _byo,
         ),
-        "folder: corruptions on a built-in dataset": (["run", "--method", "tent", "--corruptions", "fog"], "is for --dataset folder:PATH", None),
+        "folder: corruptions on a built-in dataset": (
+            ["run", "--method", "tent", "--corruptions", "fog"],
+            "is for --dataset folder:PATH",
+            None,
+        ),
         "method does not fit the model's normalisation": (
             [*BYO, "--method", "adabn", "--model", "{ws}/model.py:build_plain"],
             "needs BatchNorm layers but model",

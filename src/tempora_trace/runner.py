@@ -35,7 +35,7 @@ from . import __version__
 from .checkpoints import BudgetCutoffs, default_schedule, sample_steps
 from .config import TraceConfig
 from .data import Episode, batch_order
-from .data.folder import MIN_CORRUPTION_SIZE, default_preprocess
+from .data.folder import MIN_CORRUPTION_SIZE
 from .data.streams import dirichlet_order, domain_seed, source_labels
 from .errors import ConfigError, DataError
 from .methods import get_method
@@ -43,6 +43,7 @@ from .methods._common import NORM_NAMES, incompatibility_message
 from .methods.base import MethodContext, TTAMethod
 from .models import get_model
 from .norms import describe_norms, method_fits
+from .preprocess import default_preprocess
 from .staging import BatchStager, StagedBatch, default_workers
 from .timing import (
     DeviceClock,
@@ -110,7 +111,9 @@ def check_model_fits(cfg: TraceConfig, dataset, model_spec, method_cls) -> None:
         raise ConfigError(f"model '{model}' outputs {model_spec.num_classes} classes but dataset '{cfg.dataset}' has {what}{hint}")
     if not method_fits(method_cls, model_spec.norms):
         kinds = model_spec.norms
-        found = f"model '{model}' uses {NORM_NAMES[next(iter(kinds))]}" if len(kinds) == 1 else f"model '{model}' has {describe_norms(kinds)}"
+        found = (
+            f"model '{model}' uses {NORM_NAMES[next(iter(kinds))]}" if len(kinds) == 1 else f"model '{model}' has {describe_norms(kinds)}"
+        )
         raise ConfigError(incompatibility_message(method_cls, found))
 
 

@@ -257,7 +257,8 @@ def _folder_dataset(path: str, class_map: str | None, corruptions: tuple[str, ..
 def _open_folder(spec: DatasetSpec, root: Path | None, domain: str, severity: int | None, *, scan, mapping) -> Domain:
     import numpy as np
 
-    from .folder import FolderSource, default_preprocess
+    from ..preprocess import default_preprocess
+    from .folder import FolderSource
 
     pre = spec.preprocess if spec.preprocess is not None else default_preprocess(224, "imagenet")
     key = scan.domains[0] if spec.has_severity else domain

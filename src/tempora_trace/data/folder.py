@@ -17,7 +17,7 @@ ImageNet-C corruptions (the reference ``imagecorruptions`` functions, through
 decode of it is identical.
 
 Images are decoded, resized and centre-cropped the way the model's library says (its
-:class:`~tempora_trace.models.Preprocess`), by the tracer's staging threads between timed
+:class:`~tempora_trace.preprocess.Preprocess`), by the tracer's staging threads between timed
 events, never inside one. The dataset's name in the trace identity is ``folder:<name>@<hash>``:
 the folder's name and a hash of what it holds (every image's relative path and size, the class
 map), so traces of the same images taken on two machines share a group and traces of
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +37,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, DataError
-from .streams import CORRUPTIONS, CORRUPTION_GROUPS
+from .streams import CORRUPTION_GROUPS, CORRUPTIONS
 
 PREFIX = "folder:"
 #: the reference corruption functions take images of at least this side
@@ -100,7 +99,9 @@ def scan_folder(root: Path) -> FolderScan:
             labels += [index[c.name]] * len(imgs)
         if not found:
             where = root / domain if nested else root
-            raise DataError(f"--dataset folder:{root}: {where} holds no images (expected <class>/<image> files: {', '.join(IMAGE_SUFFIXES)})")
+            raise DataError(
+                f"--dataset folder:{root}: {where} holds no images (expected <class>/<image> files: {', '.join(IMAGE_SUFFIXES)})"
+            )
         files[domain] = tuple(found)
         targets[domain] = np.asarray(labels, dtype=np.int64)
         for p in found:
@@ -137,7 +138,10 @@ def read_class_map(path: Path, classes: Sequence[str]) -> dict[str, int]:
         raise DataError(f"--class-map {path}: not a UTF-8 text file") from None
     missing = [c for c in classes if c not in mapping]
     if missing:
-        raise DataError(f"--class-map {path} does not map the class folder {missing[0]!r}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+        raise DataError(
+            f"--class-map {path} does not map the class folder {missing[0]!r}"
+            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+        )
     return {c: mapping[c] for c in classes}
 
 
@@ -149,7 +153,9 @@ def expand_corruptions(text: str | Sequence[str]) -> tuple[str, ...]:
     for word in words:
         for name in CORRUPTION_GROUPS.get(word, [word]):
             if name not in CORRUPTIONS and name != "clean":
-                raise ConfigError(f"--corruptions: unknown corruption '{name}'; available: {', '.join(CORRUPTIONS)}, clean (or groups noise, blur, weather, digital, all)")
+                raise ConfigError(
+                    f"--corruptions: unknown corruption '{name}'; available: {', '.join(CORRUPTIONS)}, clean (or groups noise, blur, weather, digital, all)"
+                )
             if name not in out:
                 out.append(name)
     if not out:
@@ -246,17 +252,3 @@ class FolderSource:
         with ThreadPoolExecutor(max_workers=workers) as pool:
             for _ in pool.map(check, unique):
                 pass
-
-
-def default_preprocess(input_size: int, family: str):
-    """A built-in model's preprocessing for image files: 32 px CIFAR models get the image
-    resized to 32; ImageNet models the standard resize-256 / centre-crop-224."""
-    from ..models.external import Preprocess
-
-    if family == "cifar":
-        return Preprocess(input_size, input_size, "bilinear")
-    return Preprocess(input_size, round(input_size * 256 / 224), "bilinear")
-
-
-def folder_workers() -> int:
-    return max(1, min(8, os.cpu_count() or 1))

@@ -10,6 +10,7 @@ folder, the Hugging Face cache; downloaded there when missing unless downloads a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +21,8 @@ import torch.nn as nn
 
 from ..errors import ConfigError, WeightsError
 from ..norms import MODEL_NORMS, compatible_models, norm_kind, norm_kinds, norm_profile
-from .external import SHORT_NAMES, Preprocess, build_external, is_external, model_label, parse_spec
 from ..paths import tempora_home
+from .external import SHORT_NAMES, Preprocess, build_external, is_external, model_label, parse_spec
 from .pretrained import fetch_hf, fetch_torchvision, offline_mode, timm_pretrained_cfg, torchvision_weights
 
 # Tempora's own CIFAR ResNet-18 normalises with the CIFAR training-set statistics. The
@@ -212,6 +213,10 @@ def _demo(norm: str):
     return build
 
 
+def _short(name: str, weights, num_classes: int | None):
+    return build_external(name, weights, num_classes, None)
+
+
 MODELS: dict[str, Callable] = {
     "demo-resnet": _demo("bn"),
     "demo-resnet-gn": _demo("gn"),
@@ -220,7 +225,7 @@ MODELS: dict[str, Callable] = {
     "vit_base_patch16_224": _vit,
     "cifar-resnet18": _cifar_resnet18,
     # the paper's reference code runs these too; built from their library (models.external)
-    **{short: (lambda short: lambda w, c: build_external(short, w, c, None))(short) for short in SHORT_NAMES},
+    **{short: functools.partial(_short, short) for short in SHORT_NAMES},
 }
 
 

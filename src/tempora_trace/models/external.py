@@ -42,6 +42,7 @@ import torch
 import torch.nn as nn
 
 from ..errors import ConfigError, UserCodeError, WeightsError
+from ..preprocess import Preprocess
 
 #: the side a factory model gets when neither ``--input-size`` nor the model says otherwise.
 DEFAULT_INPUT_SIZE = 224
@@ -56,34 +57,6 @@ SHORT_NAMES: dict[str, str] = {
     "mobilenet_v3_small": "torchvision:mobilenet_v3_small:IMAGENET1K_V1",
     "resnet50_gn": "timm:resnet50_gn.a1h_in1k",
 }
-
-
-@dataclass(frozen=True)
-class Preprocess:
-    """How an image file becomes the model's input: resize the shorter side to ``resize``
-    (``interpolation``), centre-crop ``input_size``, scale to [0, 1]. ``mean``/``std`` are
-    what the model normalises with internally (None: the model takes [0, 1] as it is)."""
-
-    input_size: int
-    resize: int
-    interpolation: str = "bilinear"
-    mean: tuple[float, ...] | None = None
-    std: tuple[float, ...] | None = None
-
-    def transform(self):
-        from torchvision import transforms as T
-
-        mode = T.InterpolationMode(self.interpolation)
-        return T.Compose([T.Resize(self.resize, interpolation=mode), T.CenterCrop(self.input_size), T.ToTensor()])
-
-    def as_metadata(self) -> dict[str, Any]:
-        return {
-            "input_size": self.input_size,
-            "resize": self.resize,
-            "interpolation": self.interpolation,
-            "mean": None if self.mean is None else [float(v) for v in self.mean],
-            "std": None if self.std is None else [float(v) for v in self.std],
-        }
 
 
 @dataclass(frozen=True)
@@ -483,7 +456,15 @@ def build_factory(ref: ModelRef, weights, num_classes: int | None, input_size: i
         source["parameters"] = "the factory's own"
     pre = Preprocess(size, size, "bilinear", None, None)
     spec = ModelSpec(
-        ref.label, "bn", classes, size, "imagenet", None if path is None else str(path), preprocess=pre, source=source, weights_id=weights_id
+        ref.label,
+        "bn",
+        classes,
+        size,
+        "imagenet",
+        None if path is None else str(path),
+        preprocess=pre,
+        source=source,
+        weights_id=weights_id,
     )
     return net, spec
 
