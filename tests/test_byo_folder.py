@@ -210,3 +210,47 @@ def test_a_class_map_scores_over_the_mapped_classes(flat, tmp_path):
     meta = schema.decode_metadata(pq.read_table(path).schema, path)
     assert meta["num_classes"] == 4 and meta["model_source"]["num_classes"] == 8  # built for max index + 1
     assert meta["dataset_source"]["class_map"] == str(csv)
+
+
+def test_no_decoding_or_corrupting_overlaps_a_timed_event(flat, tmp_path, monkeypatch):
+    """Folder images are decoded, resized and corrupted by the staging threads between timed
+    events only, for adapt and frozen rows alike (0.05 MiB: a chunk of one batch, so staging
+    happens between events many times per episode)."""
+    import threading
+    import time
+
+    from tempora_trace import runner as runner_mod
+    from tempora_trace.data.folder import FolderSource
+
+    loads, events, lock = [], [], threading.Lock()
+    original_batch, original_event = FolderSource.get_batch, runner_mod.timed_event
+
+    def get_batch(self, indices):
+        t0 = time.perf_counter_ns()
+        out = original_batch(self, indices)
+        with lock:
+            loads.append((t0, time.perf_counter_ns()))
+        return out
+
+    def timed_event(method, x, clock, adapt=True):
+        t0 = time.perf_counter_ns()
+        ev = original_event(method, x, clock, adapt=adapt)
+        events.append((t0, time.perf_counter_ns(), adapt))
+        return ev
+
+    monkeypatch.setattr(FolderSource, "get_batch", get_batch)
+    monkeypatch.setattr(runner_mod, "timed_event", timed_event)
+    model = write_model_file(tmp_path / "m.py")
+    cfg = _cfg(
+        tmp_path,
+        f"folder:{flat}",
+        f"{model}:build",
+        input_size=32,
+        corruptions=["gaussian_noise", "fog"],
+        workers=2,
+        stage_mb=0.05,
+        frozen_sample=2,
+    )
+    trace_run(cfg)
+    assert len(loads) >= 8 and any(not adapt for *_, adapt in events)
+    assert [(l0, l1, e0, e1) for l0, l1 in loads for e0, e1, _ in events if l0 < e1 and e0 < l1] == []
