@@ -171,6 +171,7 @@ CASES.update(
         "model: input size on a built-in": ([*BYO, "--model", "tiny-bn", "--input-size", "64"], "--input-size is for models by spec", _byo),
         "folder: missing": ([*BYO, "--dataset", "folder:{ws}/nope", "--model", "{ws}/model.py:build"], "no such folder", _byo),
         "folder: empty": ([*BYO, "--dataset", "folder:{ws}/empty"], "holds no class folders", _byo_empty),
+        "folder: no path": ([*BYO, "--dataset", "folder:"], "needs the folder of your images", None),
         "folder: an image that does not decode": ([*BYO, "--model", "{ws}/model.py:build"], "bad.png", _byo_bad_image),
         "folder: classes do not fit the model": ([*BYO, "--model", "{ws}/model.py:build_three"], "outputs 3 classes but dataset", _byo),
         "folder: class map misses a folder": (

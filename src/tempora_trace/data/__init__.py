@@ -190,6 +190,10 @@ def get_dataset(name: str, class_map: str | os.PathLike | None = None, corruptio
     from .folder import is_folder_spec
 
     if is_folder_spec(name):
+        if not name[len("folder:") :].strip():
+            raise ConfigError(
+                "--dataset folder:PATH needs the folder of your images (PATH/<class>/<image> or PATH/<domain>/<class>/<image>)"
+            )
         path = Path(name[len("folder:") :]).expanduser()
         fixed = None if corruptions is None else tuple(corruptions) if not isinstance(corruptions, str) else (corruptions,)
         stamp = None  # the class map's size and time: an edited map is read again
@@ -213,8 +217,6 @@ def _folder_dataset(path: str, class_map: str | None, corruptions: tuple[str, ..
 
     from .folder import expand_corruptions, read_class_map, scan_folder
 
-    if path == "":
-        raise ConfigError("--dataset folder:PATH needs a folder")
     scan = scan_folder(Path(path))
     digest = hashlib.sha256(scan.fingerprint.encode())
     mask = None
