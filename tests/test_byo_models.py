@@ -64,6 +64,36 @@ def test_timm_pretrained_weights_load_from_the_hugging_face_cache(tmp_path, monk
         assert torch.equal(net.net.state_dict()[k], v), k
 
 
+def test_timm_hub_names_build_from_the_repos_config_and_weights_in_the_cache(tmp_path, monkeypatch):
+    import json
+
+    import timm
+    from safetensors.torch import save_file
+
+    from tempora_schema import weights_identity
+    from tempora_trace.models import pretrained
+
+    reference = timm.create_model("mobilenetv3_small_100", pretrained=False, num_classes=5)
+    files = {"config.json": tmp_path / "config.json", "model.safetensors": tmp_path / "model.safetensors"}
+    files["config.json"].write_text(
+        json.dumps(
+            {
+                "architecture": "mobilenetv3_small_100",
+                "num_classes": 5,
+                "pretrained_cfg": {"input_size": [3, 160, 160], "mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25], "crop_pct": 1.0},
+            }
+        )
+    )
+    save_file({k: v.contiguous() for k, v in reference.state_dict().items()}, str(files["model.safetensors"]))
+    monkeypatch.setattr(pretrained, "cached_hf_file", lambda repo, name: files.get(name) if repo == "me/my-net" else None)
+    net, spec = get_model("timm:hf-hub:me/my-net", offline=True)
+    assert spec.num_classes == 5 and spec.input_size == 160 and spec.preprocess.mean == (0.5, 0.5, 0.5)
+    assert spec.weights_identity == weights_identity(files["model.safetensors"])
+    assert all(torch.equal(net.net.state_dict()[k], v) for k, v in reference.state_dict().items())
+    with pytest.raises(WeightsError, match="downloads are off: put config.json of the Hugging Face repo other/net"):
+        get_model("timm:hf-hub:other/net", offline=True)
+
+
 def test_timm_pretrained_weights_missing_offline_is_refused(monkeypatch):
     from tempora_trace.models import pretrained
 

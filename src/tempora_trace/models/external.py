@@ -289,6 +289,44 @@ def _timm_file(cfg) -> Path:
     raise WeightsError(f"timm publishes no weights for '{label}'; pass --weights FILE or --weights random")
 
 
+def _build_timm_hub(timm, name: str, weights, num_classes: int | None, label: str):
+    """A ``hf-hub:ORG/REPO`` model: its ``config.json`` (architecture, arguments, pretrained
+    config) and weights found in the Hugging Face cache, or fetched into it when allowed
+    (:func:`.pretrained.fetch_hf`), then built by timm from the config."""
+    import json
+
+    from . import _load_into, _resolve
+    from .pretrained import cached_hf_file, fetch_hf
+
+    repo = name[len("hf-hub:") :].split("@")[0]
+    if not repo or "/" not in repo:
+        raise ConfigError(f"--model timm:{name}: expected timm:hf-hub:ORG/REPO")
+    config_file = fetch_hf(repo, "config.json", label)
+    try:
+        config = json.loads(Path(config_file).read_text(encoding="utf-8"))
+        arch = config["architecture"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise WeightsError(f"{config_file} is not a timm model config ({_format_exc(exc)})") from None
+    if not timm.is_model(arch):
+        raise ConfigError(f"{repo} names timm model '{arch}', which this timm {timm.__version__} does not have")
+    random_init = weights is not None and str(weights) == "random"
+    if weights is None:
+        found = cached_hf_file(repo, "model.safetensors") or cached_hf_file(repo, "pytorch_model.bin")
+        path = found or fetch_hf(repo, "model.safetensors", label)
+    else:
+        path = _resolve(weights, lambda: None)
+    classes = int(config.get("num_classes") or 1000) if weights is None else (num_classes or 1000)
+    kwargs = dict(config.get("model_args") or {})
+    kwargs["num_classes"] = classes
+    try:
+        net = timm.create_model(arch, pretrained=False, pretrained_cfg=config.get("pretrained_cfg"), **kwargs)
+    except Exception as exc:  # arguments from the repo's config that this timm does not take
+        raise WeightsError(f"timm cannot build {repo} from its config.json ({_format_exc(exc)})") from None
+    if path is not None:
+        _load_into(net, path, label)
+    return net, None if random_init else path
+
+
 def build_timm(name: str, weights, num_classes: int | None, input_size: int | None, label: str | None = None):
     from . import ModelSpec, Normalized, _load_into, _resolve
 
@@ -310,33 +348,8 @@ def build_timm(name: str, weights, num_classes: int | None, input_size: int | No
             if cfg is None:
                 tags = timm.list_pretrained(f"{arch}.*")
                 raise ConfigError(f"timm has no pretrained weights '{name}'{close_matches(name, tags)}")
-    random_init = weights is not None and str(weights) == "random"
     if hub:
-        classes = num_classes if random_init else None
-        path = None if weights is None or random_init else _resolve(weights, lambda: None)
-        from .pretrained import downloads_off
-
-        env = {"HF_HUB_OFFLINE": "1"} if downloads_off() else {}
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
-            kwargs = {"num_classes": classes} if classes else {}
-            net = timm.create_model(name, pretrained=weights is None, **kwargs)
-        except Exception as exc:
-            raise WeightsError(f"timm cannot build '{name}' ({_format_exc(exc)}); in the HF cache or online it can") from None
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-        if path is not None:
-            _load_into(net, path, label)
-        if weights is None:
-            from .pretrained import cached_hf_file
-
-            repo = name[len("hf-hub:") :].split("@")[0]
-            path = cached_hf_file(repo, "model.safetensors") or cached_hf_file(repo, "pytorch_model.bin")
+        net, path = _build_timm_hub(timm, name, weights, num_classes, label)
     else:
         path = _resolve(weights, lambda: _timm_file(cfg))
         # the library's class count for its weights; the dataset's for random or own weights
