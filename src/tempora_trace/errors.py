@@ -30,5 +30,15 @@ class WeightsError(TraceError):
     """Model weights are missing or do not fit the architecture."""
 
 
+class UserCodeError(ConfigError):
+    """The user's own code (a model factory, a module) failed to import or to run. The message
+    is one line naming the module and the exception; ``debug_detail`` holds the traceback,
+    which ``--debug`` prints above that line."""
+
+    def __init__(self, message: str, detail: str = ""):
+        super().__init__(message)
+        self.debug_detail = detail
+
+
 class DeviceError(TraceError):
     """The requested device is not available."""

@@ -58,7 +58,7 @@ from tempora_schema.live import (
 from tempora_schema.provision import LAMBDA_RULES
 from tempora_schema.vocabulary import BASELINE_METHOD, BUDGET_RULES, LIVE_PROTOCOLS
 
-from .config import TraceConfig
+from .config import TraceConfig, path_part
 from .errors import ConfigError, OutputError
 from .timing import (
     SPIN_NS,
@@ -474,7 +474,11 @@ class LiveRun:
 
     def _out_path(self, device) -> Path:
         cfg = self.cfg
-        folder = Path(cfg.out).expanduser() if cfg.out is not None else Path("live") / cfg.dataset / str(cfg.model) / device_slug(device)
+        folder = (
+            Path(cfg.out).expanduser()
+            if cfg.out is not None
+            else Path("live") / path_part(cfg.dataset_label()) / path_part(cfg.model_label()) / device_slug(device)
+        )
         path = folder / f"{cfg.file_stem()}.live.parquet"
         if path.exists() and not cfg.force:
             raise OutputError(f"{path} already exists; pass --force to overwrite it or --name to write another file")

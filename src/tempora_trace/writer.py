@@ -213,8 +213,8 @@ def check_reusable(path: Path, cfg) -> dict:
         raise OutputError(f"{path} is not a readable trace ({first}); pass --force to re-measure it") from None
     wanted = {
         "method": cfg.method,
-        "dataset": cfg.dataset,
-        "model": cfg.model,
+        "dataset": cfg.dataset_label(),
+        "model": cfg.model_label(),
         "batch_size": cfg.batch_size,
         "seed": cfg.seed,
         "stream": cfg.stream,

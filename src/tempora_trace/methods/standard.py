@@ -16,6 +16,7 @@ class Standard(TTAMethod):
 
     name = BASELINE_METHOD
     family = "baseline"
+    norm_free = True
     paper = "No adaptation (source model, eval mode)."
     updates = "nothing"
     overhead = "none"
