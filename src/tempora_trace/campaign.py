@@ -24,6 +24,7 @@ that are already complete, and report done / running / failed as they go.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -34,19 +35,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import click
+
+from tempora_schema.vocabulary import BASELINE_METHOD
+
+from . import options as trace_options
 from .errors import ConfigError, TraceError
 
 DEVICE_TYPES = ("cpu", "cuda")
 ENGINES = ("local", "ray")
-#: Tracer options a group may set under ``options`` (the `tempora-trace run` flags, as keys).
-TRACE_OPTIONS = {
-    "max_batches": int,
-    "frozen_sample": (int, str),
-    "threads": int,
-    "workers": int,
-    "checkpoints": list,
-    "no_default_checkpoints": bool,
-}
+#: Tracer options a group may set under ``options`` (the `tempora-trace run` flags, as keys),
+#: declared with the options themselves (:data:`tempora_trace.options.CAMPAIGN_OPTIONS`).
+TRACE_OPTIONS = trace_options.CAMPAIGN_OPTIONS
 _GROUP_KEYS = {
     "machine",
     "dataset",
@@ -123,49 +123,35 @@ class TraceTask:
             self.domains,
         )
 
+    def values(self, lambda_ms: float | None = None, device: str | None = None) -> dict[str, Any]:
+        """The ``tempora-trace run`` options of this trace, by name (:mod:`tempora_trace.options`)."""
+        values: dict[str, Any] = {
+            "method": self.method,
+            "dataset": self.dataset,
+            "device": device or self.machine.device,
+            "batch_size": self.batch_size,
+            "severity": self.severity,
+            "seed": self.seed,
+            "quiet": True,
+            "model": self.model,
+            "weights": self.weights,
+            "data_root": str(Path(self.machine.data_root).expanduser()) if self.machine.data_root else None,
+            "domains": self.domains or None,
+            **dict(self.options),
+            # JSON for non-strings, as `--param` parses them (a TOML true stays a boolean)
+            "params": [f"{key}={value if isinstance(value, str) else json.dumps(value)}" for key, value in self.params],
+        }
+        if self.stream.startswith("dirichlet:"):
+            values["stream"], values["dirichlet_alpha"] = "dirichlet", self.stream.split(":", 1)[1]
+        else:
+            values["stream"] = self.stream
+        if self.budgets_ms and lambda_ms is not None:
+            values["budgets_ms"], values["lambda_ms"] = list(self.budgets_ms), f"{lambda_ms:.6f}"
+        return values
+
     def argv(self, out_root: Path, lambda_ms: float | None = None, device: str | None = None) -> list[str]:
         """``tempora-trace run`` arguments writing into ``out_root/<dataset>/<model>/<device-slug>``."""
-        args = [
-            "run",
-            "--method",
-            self.method,
-            "--dataset",
-            self.dataset,
-            "--device",
-            device or self.machine.device,
-            "--batch-size",
-            str(self.batch_size),
-            "--severity",
-            str(self.severity),
-            "--seed",
-            str(self.seed),
-            "--quiet",
-        ]
-        if self.stream.startswith("dirichlet:"):
-            args += ["--stream", "dirichlet", "--dirichlet-alpha", self.stream.split(":", 1)[1]]
-        else:
-            args += ["--stream", self.stream]
-        if self.model:
-            args += ["--model", self.model]
-        if self.weights:
-            args += ["--weights", self.weights]
-        if self.machine.data_root:
-            args += ["--data-root", str(Path(self.machine.data_root).expanduser())]
-        if self.domains:
-            args += ["--domains", ",".join(self.domains)]
-        for key, value in self.options:
-            flag = "--" + key.replace("_", "-")
-            if value is True:
-                args.append(flag)
-            elif isinstance(value, (list, tuple)):
-                args += [flag, ",".join(str(v) for v in value)]
-            else:
-                args += [flag, str(value)]
-        for key, value in self.params:
-            args += ["--param", f"{key}={value}"]
-        if self.budgets_ms and lambda_ms is not None:
-            args += ["--budgets-ms", ",".join(f"{b:g}" for b in self.budgets_ms), "--lambda-ms", f"{lambda_ms:.6f}"]
-        return args
+        return ["run", *trace_options.to_argv(self.values(lambda_ms, device))]
 
 
 @dataclass
@@ -179,8 +165,8 @@ class Campaign:
 
     def ordered(self) -> tuple[list[TraceTask], list[TraceTask]]:
         """(the groups' ``standard`` traces, everything else): the first set runs first."""
-        first = [t for t in self.tasks if t.method == "standard"]
-        return first, [t for t in self.tasks if t.method != "standard"]
+        first = [t for t in self.tasks if t.method == BASELINE_METHOD]
+        return first, [t for t in self.tasks if t.method != BASELINE_METHOD]
 
 
 # --------------------------------------------------------------------------- loading
@@ -210,11 +196,19 @@ def _list(value: Any, where: str, kind: type | tuple) -> list:
     return items
 
 
+def _corruptions(value: Any) -> list[str] | None:
+    """``options.corruptions`` as a list (a comma-separated string or a TOML list)."""
+    if value is None:
+        return None
+    return [str(v) for v in value] if isinstance(value, list) else [value]
+
+
 def load_campaign(path: str | os.PathLike) -> Campaign:
     """Parse, expand and check a campaign file (CampaignError on the first problem)."""
     from .data import get_dataset
     from .methods import available_methods, get_method
-    from .models import MODEL_NORMS
+    from .models import model_norms
+    from .norms import describe_norms, method_fits
 
     path = Path(path)
     raw = _read_toml(path)
@@ -260,9 +254,15 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
             raise CampaignError(f"{where}: machine kind {kind!r} is not declared under [machines] (declared: {', '.join(machines)})")
         machine = machines[kind]
         dataset = group.get("dataset", "demo")
+        options = group.get("options", {})
+        for key, value in options.items():
+            if key not in TRACE_OPTIONS:
+                raise CampaignError(f"{where}: options.{key} is not a tracer option here; known: {', '.join(sorted(TRACE_OPTIONS))}")
+            if isinstance(value, bool) != (TRACE_OPTIONS[key] is bool) or not isinstance(value, TRACE_OPTIONS[key]):
+                raise CampaignError(f"{where}: options.{key} has the wrong type ({value!r})")
         try:
-            spec = get_dataset(dataset)
-        except ConfigError as exc:
+            spec = get_dataset(dataset, options.get("class_map"), _corruptions(options.get("corruptions")))
+        except TraceError as exc:
             raise CampaignError(f"{where}: {exc}") from None
         if spec.data_folder is not None and not machine.data_root and not os.environ.get("TEMPORA_DATA"):
             raise CampaignError(
@@ -270,25 +270,22 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
                 f'data_root (set [machines.{kind}] data_root = "/path")'
             )
         model = group.get("model")
-        if model is not None and model not in MODEL_NORMS:
-            raise CampaignError(f"{where}: unknown model {model!r}; available: {', '.join(MODEL_NORMS)}")
+        try:  # a model by spec is built once, untrained, to learn its normalisation layers
+            norms = model_norms(model or spec.default_model, options.get("input_size"))
+        except TraceError as exc:
+            raise CampaignError(f"{where}: {exc}") from None
         methods = _list(group.get("methods", []), f"{where} methods", str)
         if not methods:
             raise CampaignError(f"{where}: methods is empty")
         for m in methods:
             if m not in methods_known:
                 raise CampaignError(f"{where}: unknown method {m!r}; available: {', '.join(sorted(methods_known))}")
-            norm = MODEL_NORMS.get(model or spec.default_model)
-            if norm is not None and norm not in get_method(m).compatible_norms:
-                raise CampaignError(f"{where}: method {m!r} does not run on model {model or spec.default_model!r} ({norm} normalisation)")
-        if "standard" not in methods:
-            methods = ["standard", *methods]  # λ of the group comes from its standard trace
-        options = group.get("options", {})
-        for key, value in options.items():
-            if key not in TRACE_OPTIONS:
-                raise CampaignError(f"{where}: options.{key} is not a tracer option here; known: {', '.join(sorted(TRACE_OPTIONS))}")
-            if isinstance(value, bool) != (TRACE_OPTIONS[key] is bool) or not isinstance(value, TRACE_OPTIONS[key]):
-                raise CampaignError(f"{where}: options.{key} has the wrong type ({value!r})")
+            if not method_fits(get_method(m), norms):
+                raise CampaignError(
+                    f"{where}: method {m!r} does not run on model {model or spec.default_model!r} ({describe_norms(norms)})"
+                )
+        if BASELINE_METHOD not in methods:
+            methods = [BASELINE_METHOD, *methods]  # λ of the group comes from its standard trace
         domains = group.get("domains")
         if domains is not None:
             domains = tuple(_list(domains, f"{where} domains", str))
@@ -318,7 +315,7 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
                                 group.get("weights"),
                                 tuple(sorted(options.items())),
                                 tuple(sorted((group.get("params") or {}).get(m, {}).items())),
-                                budgets if m != "standard" else (),
+                                budgets if m != BASELINE_METHOD else (),
                             )
                         )
     return Campaign(path, str(head.get("name", path.stem)), out, bool(head.get("shared_storage", True)), machines, tasks)
@@ -337,30 +334,16 @@ class TaskResult:
 
 def trace_location(task: TraceTask, out_root: Path) -> Path:
     """Where ``tempora-trace run`` puts this task's trace on the machine that runs it."""
-    from .config import TraceConfig
+    from .config import TraceConfig, path_part
     from .timing import device_slug, resolve_device
 
-    options = dict(task.options)
-    cfg = TraceConfig(
-        method=task.method,
-        method_params=dict(task.params),
-        dataset=task.dataset,
-        model=task.model,
-        weights=task.weights,
-        data_root=task.machine.data_root,
-        device=task.machine.device,
-        domains=list(task.domains) if task.domains else None,
-        severity=task.severity,
-        max_batches=options.get("max_batches"),
-        batch_size=task.batch_size,
-        seed=task.seed,
-        stream=task.stream,
-        dirichlet_alpha=None,
-        threads=options.get("threads"),
-        quiet=True,
-    ).resolved()
+    try:  # the options exactly as the `tempora-trace run` process will parse and map them
+        opts = trace_options.parse_args("run", task.argv(out_root)[1:])
+    except click.ClickException as exc:
+        raise CampaignError(f"{task.label}: {exc.format_message()}") from None
+    cfg = TraceConfig(**trace_options.config_kwargs("run", opts)).resolved()
     slug = device_slug(resolve_device(task.machine.device))
-    return out_root / cfg.dataset / str(cfg.model) / slug / f"{cfg.file_stem()}.parquet"
+    return out_root / path_part(cfg.dataset_label()) / path_part(cfg.model_label()) / slug / f"{cfg.file_stem()}.parquet"
 
 
 def _complete(path: Path) -> bool:
@@ -476,7 +459,7 @@ def _lambdas_needed(campaign: Campaign, results: list[TaskResult]) -> dict[tuple
     need = {t.group_key for t in campaign.tasks if t.budgets_ms}
     out = {}
     for r in results:
-        if r.task.method == "standard" and r.task.group_key in need and r.status in ("done", "skipped") and r.path:
+        if r.task.method == BASELINE_METHOD and r.task.group_key in need and r.status in ("done", "skipped") and r.path:
             out[r.task.group_key] = group_lambda(r.path)
     return out
 
