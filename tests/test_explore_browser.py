@@ -142,7 +142,7 @@ def _points(winners: list[frozenset]) -> list[int]:
 
 
 def _advise(traceset, label: str, **constraint):
-    from tempora_sim.cli_advise import advise, parse_constraint
+    from tempora_sim.advise import advise, parse_constraint
 
     c = parse_constraint(constraint.get("rho"), None, constraint.get("T"), constraint.get("B"))
     for a in advise(traceset, c):

@@ -38,6 +38,11 @@ import polars as pl
 
 from . import analyses as an
 from . import grids
+
+#: the boundary refinement of ``advise``: REFINE_POINTS values between the last grid value where
+#: the recommendation holds and the first where it does not, spaced by its ``_span``
+from .advise import REFINE_POINTS
+from .advise import _span as _span
 from .errors import SimError
 from .options import SweepOptions
 from .stats import BootstrapOptions
@@ -48,9 +53,6 @@ POINTS = 100
 POINTS_2D = 20
 #: Scale of the stored fractions: 10⁻⁴ (0.01 percentage points).
 SCALE = 10_000
-#: The boundary search's refinement, as ``advise`` (values between the last grid value where
-#: the recommendation holds and the first where it does not).
-REFINE_POINTS = 48
 DATA_VERSION = 1
 
 #: Decomposition terms per protocol: (column, what it is, kind) — kind "frac" (×SCALE), "count"
@@ -301,13 +303,6 @@ def _cell_subset(frame: pl.DataFrame, episodes, methods, xvals, win, ru) -> pl.D
 def _holds(U: np.ndarray, j: int, tol: float = an.DEFAULT_TOL) -> np.ndarray:
     V = np.where(np.isfinite(U), U, -np.inf)
     return V[:, j] >= V.max(axis=1) - tol
-
-
-def _span(a: float, b: float, n: int) -> np.ndarray:
-    """n values from a (excluded) to b (included), geometric when both are > 0 (as advise)."""
-    if a > 0 and b > 0:
-        return np.geomspace(a, b, n + 1)[1:]
-    return np.linspace(a, b, n + 1)[1:]
 
 
 def _switches(x: np.ndarray, U: np.ndarray, win: np.ndarray, refine: Callable[[list[float]], np.ndarray] | None):
