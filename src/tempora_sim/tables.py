@@ -105,6 +105,10 @@ def utility_tables(group: pl.DataFrame, latency: dict[str, float], intervals=Non
     the best value when its lead over the runner-up is uncertain (``certain``: value → bool),
     and the typical and widest half-width of the bootstrap intervals in the caption."""
     certain = certain or {}
+    counts = {
+        p: n for p, n in group.group_by("protocol").agg(pl.col("value").n_unique().alias("n")).iter_rows()
+    }  # every grid value, for the caption; the cells below are of the shown ones only
+    group = _shown_rows(group)
     ci = {}
     if intervals is not None:
         for r in an.attach_intervals(group, intervals).iter_rows(named=True):
@@ -115,8 +119,8 @@ def utility_tables(group: pl.DataFrame, latency: dict[str, float], intervals=Non
             part = group.filter(pl.col("protocol") == protocol)
             if part.height == 0:
                 continue
-            all_values = part["value"].unique(maintain_order=True).to_list()
-            values = shown_values(all_values)
+            values = part["value"].unique(maintain_order=True).to_list()
+            all_values = range(counts[protocol])
             param = part["param"][0]
             widths = [
                 (r["hi"] - r["lo"]) * 50
