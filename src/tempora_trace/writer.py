@@ -31,6 +31,15 @@ from tempora_schema.outputs import check_output_dir, output_lock, to_bytes, writ
 from .errors import OutputError
 
 
+def remove_empty_folders(folders: list[Path]) -> None:
+    """Remove ``folders`` (innermost first) while they are empty: what a run made and never used."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            break
+
+
 class RowBuffer:
     """Column lists for one episode's rows (adapt and frozen)."""
 
@@ -59,16 +68,18 @@ class TraceWriter:
     ``OSError`` becomes a one-line :class:`OutputError` naming the path. Call :meth:`close`
     when the run ends, however it ends (the lock is released)."""
 
-    def __init__(self, final_path: Path, identity: dict, resume: bool, force: bool):
+    def __init__(self, final_path: Path, identity: dict, resume: bool, force: bool, option: str = "--out"):
         self.final_path = final_path
         self.partial_dir = final_path.with_name(final_path.name[: -len(".parquet")] + ".partial")
         self.identity = json.loads(json.dumps(identity, default=str))
         self.completed: dict[int, Path] = {}
         self._lock = None
-        check_output_dir(final_path.parent)
+        check_output_dir(final_path.parent, option)  # `option`: the flag that named the folder, in messages
         if resume and not self.partial_dir.exists():
             raise OutputError(f"nothing to resume: no interrupted run at {self.partial_dir}")
         missing = [p for p in (final_path.parent, *final_path.parent.parents) if not p.exists()]
+        #: folders this writer made for its output, innermost first (:meth:`discard` removes them)
+        self.made_folders = missing
         try:
             final_path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -81,11 +92,7 @@ class TraceWriter:
             self._claim(resume, force)
         except BaseException:
             self.close()
-            for folder in missing:  # folders this run made for an output it never wrote
-                try:
-                    folder.rmdir()
-                except OSError:
-                    break
+            remove_empty_folders(missing)  # folders this run made for an output it never wrote
             raise
 
     def _claim(self, resume: bool, force: bool) -> None:
@@ -116,6 +123,16 @@ class TraceWriter:
             if created:  # nothing of this run may stay behind when it could not even start
                 shutil.rmtree(self.partial_dir, ignore_errors=True)
             raise
+
+    def discard(self) -> None:
+        """Remove this run's partial folder (its completed episodes) and release the lock: for a
+        run that can never be resumed (a trace taken alongside a live run), so an interrupted
+        one leaves nothing behind. Only a writer that holds the lock removes anything."""
+        if self._lock is None:
+            return
+        shutil.rmtree(self.partial_dir, ignore_errors=True)
+        self.close()
+        remove_empty_folders(self.made_folders)
 
     def close(self) -> None:
         """Release the output lock (idempotent)."""
