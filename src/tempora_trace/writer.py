@@ -216,19 +216,11 @@ _PROBE_KEY = b"tempora_speed_probe"
 _REUSE_KEYS = ("method", "dataset", "model", "batch_size", "seed", "stream", "severity", "domains", "max_batches", "threads")
 
 
-def check_reusable(path: Path, cfg) -> dict:
-    """Refuse to reuse ``path`` unless it is a valid trace of exactly ``cfg``'s run (method,
-    data, model, batch size, seed, stream, severity, domains, batch limit, threads; weights and
-    device are fixed by the folder). Returns its metadata."""
-    try:
-        table = pq.read_table(path)
-        meta = schema.decode_metadata(table.schema, path)
-        schema.validate_table(table, meta, path)
-    except schema.TraceSchemaError as exc:
-        raise OutputError(f"{path} is not a valid trace ({exc.rule}); pass --force to re-measure it") from None
-    except (pa.ArrowException, OSError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise OutputError(f"{path} is not a readable trace ({first}); pass --force to re-measure it") from None
+def identity_differences(meta: dict, cfg, params: bool = False) -> list[str]:
+    """Where a trace's metadata ``meta`` differs from what ``cfg``'s run would write, one
+    ``key found ≠ wanted`` item each: method, data, model, batch size, seed, stream, severity,
+    domains, batch limit, threads; with ``params`` also the frozen-evaluation sample and every
+    method parameter ``cfg`` sets."""
     wanted = {
         "method": cfg.method,
         "dataset": cfg.dataset,
@@ -242,6 +234,29 @@ def check_reusable(path: Path, cfg) -> dict:
         "threads": cfg.threads,
     }
     differ = [f"{k} {meta.get(k)!r} ≠ {wanted[k]!r}" for k in _REUSE_KEYS if meta.get(k) != wanted[k]]
+    if params:
+        frozen = "all" if cfg.frozen_sample is None else int(cfg.frozen_sample)
+        if meta.get("frozen_eval") != frozen:
+            differ.append(f"frozen_eval {meta.get('frozen_eval')!r} ≠ {frozen!r}")
+        found = meta.get("method_params") if isinstance(meta.get("method_params"), dict) else {}
+        differ += [f"param {k} {found.get(k)!r} ≠ {v!r}" for k, v in sorted(cfg.method_params.items()) if found.get(k) != v]
+    return differ
+
+
+def check_reusable(path: Path, cfg) -> dict:
+    """Refuse to reuse ``path`` unless it is a valid trace of exactly ``cfg``'s run (method,
+    data, model, batch size, seed, stream, severity, domains, batch limit, threads; weights and
+    device are fixed by the folder). Returns its metadata."""
+    try:
+        table = pq.read_table(path)
+        meta = schema.decode_metadata(table.schema, path)
+        schema.validate_table(table, meta, path)
+    except schema.TraceSchemaError as exc:
+        raise OutputError(f"{path} is not a valid trace ({exc.rule}); pass --force to re-measure it") from None
+    except (pa.ArrowException, OSError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise OutputError(f"{path} is not a readable trace ({first}); pass --force to re-measure it") from None
+    differ = identity_differences(meta, cfg)
     if differ:
         raise OutputError(
             f"{path} is not the trace this run would write ({'; '.join(differ)}); "
