@@ -98,6 +98,10 @@ DAMAGE = {
 }
 
 
+#: Cases this module adds to the hostile-input suite (docs/errors.md counts them).
+CASE_COUNT = len(DAMAGE)
+
+
 @pytest.mark.parametrize("case", list(DAMAGE))
 def test_a_damaged_entry_changes_nothing_and_is_rewritten(case, ws):
     uncached, _ = _sweep(ws, "off")

@@ -93,13 +93,22 @@ CASES = {
     "unknown method parameter": (_sub('methods = ["tent"]', 'methods = ["tent"]\nparams = { tent = { lr_typo = 1.0 } }'), "has no option"),
     "lr NaN": (_sub('methods = ["tent"]', 'methods = ["tent"]\nparams = { tent = { lr = nan } }'), "not a finite number"),
     "missing data_root": (
-        _text(_group(_group(BASE, 'device = "cpu"', 'device = "cpu"\ndata_root = "{ws}/no-data"'), '"demo"', '"cifar10-c"').replace('model = "demo-resnet"', "")),
+        _text(
+            _group(_group(BASE, 'device = "cpu"', 'device = "cpu"\ndata_root = "{ws}/no-data"'), '"demo"', '"cifar10-c"').replace(
+                'model = "demo-resnet"', ""
+            )
+        ),
         "no such folder on this machine",
     ),
     # Ray: an unreachable cluster is a bounded wait
     "ray cluster unreachable": (None, "cannot reach a Ray cluster there"),
 }
 EXTRA_ARGS = {"ray cluster unreachable": ["--engine", "ray", "--address", "127.0.0.1:1"]}
+
+
+#: Cases this module adds to the hostile-input suite (docs/errors.md counts them): the table, a
+#: read-only out, no cluster at auto, two stale identities, two second campaigns, the locks held.
+CASE_COUNT = len(CASES) + 7
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -194,8 +203,15 @@ def test_a_changed_method_parameter_or_frozen_sample_is_another_identity(ws):
     cfg = campaign_module.task_config(task, campaign.out)
     meta, table = make_trace("tent", num_batches=2, episodes=tuple(cfg.domains), batch_size=32, num_classes=10)
     meta.update(
-        dataset=cfg.dataset, model=cfg.model, seed=cfg.seed, stream=cfg.stream, severity=cfg._severity(), domains=list(cfg.domains),
-        max_batches=cfg.max_batches, threads=cfg.threads, method_params={"lr": 0.001, "momentum": 0.9},
+        dataset=cfg.dataset,
+        model=cfg.model,
+        seed=cfg.seed,
+        stream=cfg.stream,
+        severity=cfg._severity(),
+        domains=list(cfg.domains),
+        max_batches=cfg.max_batches,
+        threads=cfg.threads,
+        method_params={"lr": 0.001, "momentum": 0.9},
         frozen_eval="all" if cfg.frozen_sample is None else cfg.frozen_sample,
     )
     path.parent.mkdir(parents=True)
@@ -204,7 +220,11 @@ def test_a_changed_method_parameter_or_frozen_sample_is_another_identity(ws):
     campaign, task, _ = trace_for(_group(BASE, 'methods = ["tent"]', 'methods = ["tent"]\nparams = { tent = { lr = 0.002 } }'))
     assert campaign_module.other_identity(task, campaign.out, path) == ["param lr 0.001 ≠ 0.002"]
     campaign, task, _ = trace_for(
-        _group(_group(BASE, 'methods = ["tent"]', 'methods = ["tent"]\nparams = { tent = { lr = 0.001 } }'), "threads = 1", "threads = 1, frozen_sample = 3")
+        _group(
+            _group(BASE, 'methods = ["tent"]', 'methods = ["tent"]\nparams = { tent = { lr = 0.001 } }'),
+            "threads = 1",
+            "threads = 1, frozen_sample = 3",
+        )
     )
     assert campaign_module.other_identity(task, campaign.out, path) == [f"frozen_eval {meta['frozen_eval']!r} ≠ 3"]
 

@@ -157,7 +157,11 @@ CASES = {
     "advise: ci-seed 2^63": (["advise", "{ws}/traces", "--rho", "0.5", "--ci-seed", str(2**63)], "0..2^63-1", None),
     "report: ci-seed 2^63": (["report", "{ws}/traces", "--out", "{ws}/r2", "--ci-seed", str(2**63)], "0..2^63-1", None),
     # validate: corrupt live files
-    "validate: NaN free_ms": (VALIDATE, "column 'free_ms' holds NaN", lambda ws: write_live(ws / "bad" / "tent.live.parquet", _set("free_ms", 3, float("nan")))),
+    "validate: NaN free_ms": (
+        VALIDATE,
+        "column 'free_ms' holds NaN",
+        lambda ws: write_live(ws / "bad" / "tent.live.parquet", _set("free_ms", 3, float("nan"))),
+    ),
     "validate: NaN pickup_ms": (
         VALIDATE,
         "column 'pickup_ms' holds NaN",
@@ -204,6 +208,12 @@ CASES = {
 }
 
 
+#: Cases this module adds to the hostile-input suite (docs/errors.md counts them): the table
+#: above, a failed write, a full and a closed standard output (the closed one for each tool).
+SIM_CASE_COUNT = len(CASES) + 3
+TRACE_CASE_COUNT = 1
+
+
 def _args(args, ws):
     return [a.replace("{ws}", str(ws)) for a in args]
 
@@ -220,7 +230,11 @@ def test_refused_in_one_line_and_nothing_changes(case, ws):
 # ------------------------------------------------------------------------ nothing lost
 def _v1_trace(path: Path) -> Path:
     meta, table = make_trace("tent", **SMALL)
-    v1 = {k: v for k, v in meta.items() if k not in ("severity", "domains", "max_batches", "weights", "threads", "speed_probe", "speed_probe_kind")}
+    v1 = {
+        k: v
+        for k, v in meta.items()
+        if k not in ("severity", "domains", "max_batches", "weights", "threads", "speed_probe", "speed_probe_kind")
+    }
     v1["schema_version"] = 1
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table.replace_schema_metadata({METADATA_KEY: json.dumps(v1)}), path)

@@ -298,7 +298,9 @@ def validate_live_table(table: pa.Table, meta: Mapping[str, Any], path: object =
     for name, t in times.items():
         valued = ~np.asarray(table.column(name).is_null().to_numpy(zero_copy_only=False), dtype=bool)
         if (valued & np.isnan(t)).any():
-            raise LiveSchemaError(path, f"column '{name}' holds NaN (row {int(np.argmax(valued & np.isnan(t)))}); a time is a number or null")
+            raise LiveSchemaError(
+                path, f"column '{name}' holds NaN (row {int(np.argmax(valued & np.isnan(t)))}); a time is a number or null"
+            )
         finite = t[~np.isnan(t)]
         if not np.isfinite(finite).all():
             raise LiveSchemaError(path, f"column '{name}' contains an infinite time")

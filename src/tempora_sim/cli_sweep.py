@@ -9,7 +9,6 @@ and exit status 2.
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 

@@ -328,7 +328,9 @@ def find_trace_files(source: str | os.PathLike | Sequence[str | os.PathLike]) ->
     return list(dict.fromkeys(files))
 
 
-def check_out_outside(sources: Iterable[str | os.PathLike], out: str | os.PathLike, what: str = "trace directory", reads: str = "traces") -> None:
+def check_out_outside(
+    sources: Iterable[str | os.PathLike], out: str | os.PathLike, what: str = "trace directory", reads: str = "traces"
+) -> None:
     """An output folder inside a trace folder would be read as traces by the next sweep: refuse
     it. The trace folder of a file argument is the folder holding it. ``what``/``reads`` name
     other inputs of the kind (``live-run folder``, ``live runs``)."""
@@ -344,8 +346,7 @@ def check_out_outside(sources: Iterable[str | os.PathLike], out: str | os.PathLi
             continue
         if dest == folder or folder in dest.parents:
             raise SimError(
-                f"--out {out} is inside the {what} {folder}; its Parquet files would be read as "
-                f"{reads} next time: write it elsewhere"
+                f"--out {out} is inside the {what} {folder}; its Parquet files would be read as {reads} next time: write it elsewhere"
             )
 
 

@@ -24,9 +24,9 @@ that are already complete, and report done / running / failed as they go.
 
 from __future__ import annotations
 
-import json
 import contextlib
 import functools
+import json
 import math
 import os
 import subprocess

@@ -775,9 +775,7 @@ def check_live_out(cfg: TraceConfig, settings: LiveSettings) -> None:
     """A live run's ``--out`` must not be a trace folder (or inside one, or inside the
     ``--trace-alongside`` folder): the next sweep of that folder would read the live file as a
     trace and stop. Checked before anything is built."""
-    from tempora_schema.outputs import trace_folder_above
-
-    from tempora_schema.outputs import check_output_dir
+    from tempora_schema.outputs import check_output_dir, trace_folder_above
 
     if settings.trace_alongside is not None:
         check_output_dir(settings.trace_alongside, "--trace-alongside")
