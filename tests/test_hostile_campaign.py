@@ -107,8 +107,9 @@ EXTRA_ARGS = {"ray cluster unreachable": ["--engine", "ray", "--address", "127.0
 
 
 #: Cases this module adds to the hostile-input suite (docs/errors.md counts them): the table, a
-#: read-only out, no cluster at auto, two stale identities, two second campaigns, the locks held.
-CASE_COUNT = len(CASES) + 7
+#: read-only out, no cluster at auto, two stale identities, a stale partial, two second campaigns,
+#: the locks held.
+CASE_COUNT = len(CASES) + 8
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -270,3 +271,27 @@ def test_a_campaign_holds_its_locks_for_its_whole_run(ws, monkeypatch):
     assert held == ["standard", "tent"]
     with output_lock(ws / "traces", "probe"), output_lock(device_lock_dir() / "device-cpu", "probe"):
         pass  # released when the run ended
+
+
+def test_force_starts_over_an_interrupted_trace_of_another_identity(ws, monkeypatch):
+    """A partial trace of the campaign before it changed cannot be resumed (the tracer says so);
+    with --force the campaign starts it over, without it the task fails with that line."""
+    import subprocess
+
+    campaign = load_campaign(ws / "c.toml")
+    task = next(t for t in campaign.tasks if t.method == "tent")
+    path = campaign_module.trace_location(task, campaign.out)
+    path.with_suffix(".partial").mkdir(parents=True)
+    refusal = f"tempora-trace: error: cannot resume {path.with_suffix('.partial')}: options differ from the interrupted run (max_batches); pass --force to start over\n"
+    calls = []
+
+    def fake_run(argv, **kwargs):
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 2, "", refusal) if "--resume" in argv else subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(campaign_module.subprocess, "run", fake_run)
+    kept = campaign_module.run_trace_process(task, campaign.out)
+    assert kept.status == "failed" and "options differ" in kept.message and len(calls) == 1
+    calls.clear()
+    redone = campaign_module.run_trace_process(task, campaign.out, force=True)
+    assert redone.status == "done" and "--resume" in calls[0] and "--force" in calls[1] and "--resume" not in calls[1]

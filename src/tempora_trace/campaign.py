@@ -472,9 +472,16 @@ def run_trace_process(
         args.append("--resume")
     elif path.exists() or partial.exists():
         args.append("--force")  # an unreadable leftover, or a trace of another identity the user asked to replace
-    proc = subprocess.run(
-        [sys.executable, "-m", "tempora_trace.cli", *args], capture_output=True, text=True, env={**os.environ, **(env or {})}
-    )
+
+    def launch(argv: list[str]) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "tempora_trace.cli", *argv], capture_output=True, text=True, env={**os.environ, **(env or {})}
+        )
+
+    proc = launch(args)
+    if proc.returncode != 0 and force and "--resume" in args and "options differ from the interrupted run" in proc.stderr:
+        # an interrupted run of another identity: the user asked for traces of this one
+        proc = launch([a if a != "--resume" else "--force" for a in args])
     seconds = time.perf_counter() - t0
     if proc.returncode != 0:
         lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
