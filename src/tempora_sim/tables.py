@@ -139,7 +139,7 @@ def utility_tables(
             ci[(r["method"], r["protocol"], _key(r["value"]))] = r
     tables = []
     if True:
-        for protocol in ("offline", "discrete", "continuous", "amortised"):
+        for protocol in an.PROTOCOLS:
             part = group.filter(pl.col("protocol") == protocol)
             if part.height == 0:
                 continue

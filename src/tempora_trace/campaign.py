@@ -40,6 +40,8 @@ from typing import Any
 
 import click
 
+from tempora_schema.vocabulary import BASELINE_METHOD
+
 from . import options as trace_options
 from .errors import ConfigError, TraceError
 
@@ -166,8 +168,8 @@ class Campaign:
 
     def ordered(self) -> tuple[list[TraceTask], list[TraceTask]]:
         """(the groups' ``standard`` traces, everything else): the first set runs first."""
-        first = [t for t in self.tasks if t.method == "standard"]
-        return first, [t for t in self.tasks if t.method != "standard"]
+        first = [t for t in self.tasks if t.method == BASELINE_METHOD]
+        return first, [t for t in self.tasks if t.method != BASELINE_METHOD]
 
 
 # --------------------------------------------------------------------------- loading
@@ -197,11 +199,19 @@ def _list(value: Any, where: str, kind: type | tuple) -> list:
     return items
 
 
+def _corruptions(value: Any) -> list[str] | None:
+    """``options.corruptions`` as a list (a comma-separated string or a TOML list)."""
+    if value is None:
+        return None
+    return [str(v) for v in value] if isinstance(value, list) else [value]
+
+
 def load_campaign(path: str | os.PathLike) -> Campaign:
     """Parse, expand and check a campaign file (CampaignError on the first problem)."""
     from .data import get_dataset
     from .methods import available_methods, get_method
-    from .models import MODEL_NORMS
+    from .models import model_norms
+    from .norms import describe_norms, method_fits
 
     path = Path(path)
     raw = _read_toml(path)
@@ -257,9 +267,15 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
             raise CampaignError(f"{where}: machine kind {kind!r} is not declared under [machines] (declared: {', '.join(machines)})")
         machine = machines[kind]
         dataset = group.get("dataset", "demo")
+        options = _table(group.get("options", {}), f"{where} options")
+        for key, value in options.items():
+            if key not in TRACE_OPTIONS:
+                raise CampaignError(f"{where}: options.{key} is not a tracer option here; known: {', '.join(sorted(TRACE_OPTIONS))}")
+            if isinstance(value, bool) != (TRACE_OPTIONS[key] is bool) or not isinstance(value, TRACE_OPTIONS[key]):
+                raise CampaignError(f"{where}: options.{key} has the wrong type ({value!r})")
         try:
-            spec = get_dataset(dataset)
-        except ConfigError as exc:
+            spec = get_dataset(dataset, options.get("class_map"), _corruptions(options.get("corruptions")))
+        except TraceError as exc:
             raise CampaignError(f"{where}: {exc}") from None
         if spec.data_folder is not None and not machine.data_root and not os.environ.get("TEMPORA_DATA"):
             raise CampaignError(
@@ -267,20 +283,22 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
                 f'data_root (set [machines.{kind}] data_root = "/path")'
             )
         model = group.get("model")
-        if model is not None and model not in MODEL_NORMS:
-            raise CampaignError(f"{where}: unknown model {model!r}; available: {', '.join(MODEL_NORMS)}")
+        try:  # a model by spec is built once, untrained, to learn its normalisation layers
+            norms = model_norms(model or spec.default_model, options.get("input_size"))
+        except TraceError as exc:
+            raise CampaignError(f"{where}: {exc}") from None
         methods = _list(group.get("methods", []), f"{where} methods", str)
         if not methods:
             raise CampaignError(f"{where}: methods is empty")
         for m in methods:
             if m not in methods_known:
                 raise CampaignError(f"{where}: unknown method {m!r}; available: {', '.join(sorted(methods_known))}")
-            norm = MODEL_NORMS.get(model or spec.default_model)
-            if norm is not None and norm not in get_method(m).compatible_norms:
-                raise CampaignError(f"{where}: method {m!r} does not run on model {model or spec.default_model!r} ({norm} normalisation)")
-        if "standard" not in methods:
-            methods = ["standard", *methods]  # λ of the group comes from its standard trace
-        options = _table(group.get("options", {}), f"{where} options")
+            if not method_fits(get_method(m), norms):
+                raise CampaignError(
+                    f"{where}: method {m!r} does not run on model {model or spec.default_model!r} ({describe_norms(norms)})"
+                )
+        if BASELINE_METHOD not in methods:
+            methods = [BASELINE_METHOD, *methods]  # λ of the group comes from its standard trace
         params = _table(group.get("params") or {}, f"{where} params")
         for m, given in params.items():
             _table(given, f"{where} params.{m}")
@@ -289,11 +307,6 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
         batch_size = group.get("batch_size", 64)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int):
             raise CampaignError(f"{where}: batch_size must be an integer, got {batch_size!r}")
-        for key, value in options.items():
-            if key not in TRACE_OPTIONS:
-                raise CampaignError(f"{where}: options.{key} is not a tracer option here; known: {', '.join(sorted(TRACE_OPTIONS))}")
-            if isinstance(value, bool) != (TRACE_OPTIONS[key] is bool) or not isinstance(value, TRACE_OPTIONS[key]):
-                raise CampaignError(f"{where}: options.{key} has the wrong type ({value!r})")
         domains = group.get("domains")
         if domains is not None:
             domains = tuple(_list(domains, f"{where} domains", str))
@@ -323,7 +336,7 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
                                 group.get("weights"),
                                 tuple(sorted(options.items())),
                                 tuple(sorted(params.get(m, {}).items())),
-                                budgets if m != "standard" else (),
+                                budgets if m != BASELINE_METHOD else (),
                             )
                         )
     campaign = Campaign(path, str(head.get("name", path.stem)), out, bool(head.get("shared_storage", True)), machines, tasks)
@@ -363,13 +376,12 @@ def check_tasks(campaign: Campaign) -> None:
 def check_method_params(cfg) -> None:
     """The method's own check of its parameters' names and types (as at construction), from
     the published defaults of this run's context; no model is built."""
-    from .data import get_dataset
     from .methods import get_method
     from .methods.base import MethodContext
     from .models import MODEL_NORMS
 
     method = get_method(cfg.method)
-    spec = get_dataset(cfg.dataset)
+    spec = cfg.dataset_spec()
     context = MethodContext(
         num_classes=spec.num_classes,
         dataset_family=spec.family,
@@ -411,11 +423,12 @@ def task_config(task: TraceTask, out_root: Path):
 
 def trace_location(task: TraceTask, out_root: Path) -> Path:
     """Where ``tempora-trace run`` puts this task's trace on the machine that runs it."""
+    from .config import path_part
     from .timing import device_slug, resolve_device
 
     cfg = task_config(task, out_root)
     slug = device_slug(resolve_device(task.machine.device))
-    return out_root / cfg.dataset / str(cfg.model) / slug / f"{cfg.file_stem()}.parquet"
+    return out_root / path_part(cfg.dataset_label()) / path_part(cfg.model_label()) / slug / f"{cfg.file_stem()}.parquet"
 
 
 def other_identity(task: TraceTask, out_root: Path, path: Path | None = None) -> list[str] | None:
@@ -573,7 +586,7 @@ def _lambdas_needed(campaign: Campaign, results: list[TaskResult]) -> dict[tuple
     need = {t.group_key for t in campaign.tasks if t.budgets_ms}
     out = {}
     for r in results:
-        if r.task.method == "standard" and r.task.group_key in need and r.status in ("done", "skipped") and r.path:
+        if r.task.method == BASELINE_METHOD and r.task.group_key in need and r.status in ("done", "skipped") and r.path:
             out[r.task.group_key] = group_lambda(r.path)
     return out
 
