@@ -113,10 +113,10 @@ dataset = "demo"
 batch_size = 16
 seeds = [7]
 streams = ["dirichlet:0.1"]
-methods = ["tent"]
+methods = ["cmf"]
 domains = ["fog"]
 options = { max_batches = 3, threads = 1, checkpoints = [0, 2], no_default_checkpoints = true, frozen_sample = "all" }
-params = { tent = { lr = 0.0005, episodic = true } }
+params = { cmf = { lr = 0.0005, prior_correction = false } }
 budgets_ms = [1000, 1500]
 """
 
@@ -124,7 +124,7 @@ budgets_ms = [1000, 1500]
 def test_campaign_task_is_the_run_command_it_launches(tmp_path: Path):
     path = tmp_path / "c.toml"
     path.write_text(CAMPAIGN)
-    task = next(t for t in load_campaign(path).tasks if t.method == "tent")
+    task = next(t for t in load_campaign(path).tasks if t.method == "cmf")
     argv = task.argv(tmp_path, lambda_ms=20.0)
     assert argv[0] == "run"
     opts = trace_options.parse_args("run", argv[1:])
@@ -132,7 +132,7 @@ def test_campaign_task_is_the_run_command_it_launches(tmp_path: Path):
     assert cfg.stream == "dirichlet:0.1" and cfg.batch_size == 16 and cfg.seed == 7 and cfg.domains == ["fog"]
     assert cfg.max_batches == 3 and cfg.threads == 1 and cfg.checkpoints == [0, 2] and cfg.default_checkpoints is False
     assert cfg.frozen_sample is None and cfg.quiet is True
-    assert cfg.method_params == {"lr": 0.0005, "episodic": True}  # a TOML boolean stays a boolean
+    assert cfg.method_params == {"lr": 0.0005, "prior_correction": False}  # a TOML boolean stays a boolean
     assert cfg.budgets_ms == [1000.0, 1500.0] and cfg.lambda_ms == 20.0
     location = trace_location(task, tmp_path)
     assert location.name == f"{cfg.file_stem()}.parquet" and location.parent.parent.parent == tmp_path / "demo"

@@ -268,9 +268,14 @@ def list_command(methods_for: str | None, model: str | None, input_size: int | N
     show_default=True,
     help="Ray: how often a lost trace is retried (each retry resumes after the last complete episode).",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Trace again a complete trace of another identity (options, batch limit, parameters) found under a trace's name.",
+)
 @click.option("--dry-run", is_flag=True, help="List the traces the campaign would run, then exit.")
 @click.option("--quiet", is_flag=True, help="No progress view, only the summary line.")
-def campaign_command(file: Path, engine: str, address: str | None, retries: int, dry_run: bool, quiet: bool) -> None:
+def campaign_command(file: Path, engine: str, address: str | None, retries: int, force: bool, dry_run: bool, quiet: bool) -> None:
     """Run every trace of a campaign FILE (TOML): standard traces first, complete ones skipped."""
     from .campaign import load_campaign, run_campaign, summary_line
 
@@ -280,7 +285,7 @@ def campaign_command(file: Path, engine: str, address: str | None, retries: int,
             click.echo(task.label)
         click.echo(f"campaign {campaign.name}: {len(campaign.tasks)} traces under {campaign.out}")
         return
-    campaign, results, seconds = run_campaign(file, engine, address, retries, quiet)
+    campaign, results, seconds = run_campaign(file, engine, address, retries, quiet, force)
     click.echo(summary_line(campaign, results, seconds))
     failed = [r for r in results if r.status == "failed"]
     if failed:

@@ -358,10 +358,13 @@ class TraceRun(MethodRun):
         if claim:
             self.claim_output()
 
-    def claim_output(self) -> None:
+    def claim_output(self, option: str = "--out") -> None:
         """Last, once every input is known to be good: claim the output path (a caller with
-        more inputs to check, like a live run tracing alongside, claims it later)."""
-        self.writer = TraceWriter(self.out_path, {**self.cfg.identity(self.identity), **self.provenance()}, self.cfg.resume, self.cfg.force)
+        more inputs to check, like a live run tracing alongside, claims it later). ``option``
+        is the flag that named the output folder, for messages."""
+        self.writer = TraceWriter(
+            self.out_path, {**self.cfg.identity(self.identity), **self.provenance()}, self.cfg.resume, self.cfg.force, option
+        )
 
     def _maybe_probe(self, episode_index: int, episode: Episode, step: int) -> None:
         if step % PROBE_EVERY == 0:
