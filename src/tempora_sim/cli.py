@@ -52,6 +52,7 @@ SUBCOMMAND_MODULES = {
     "migrate": "tempora_sim.cli_migrate",
     "advise": "tempora_sim.cli_advise",
     "validate": "tempora_sim.cli_validate",
+    "explore": "tempora_sim.cli_explore",
 }
 
 
