@@ -200,8 +200,9 @@ class Trace:
 
     @property
     def method(self) -> str:
-        """The method's name, with ``-paper`` for a paper-profile trace (tempora_schema.method_label)."""
-        return method_label(str(self.meta["method"]), self.meta.get("method_params"))
+        """The method's name, with ``-paper`` for a paper-profile trace and ``@<policy>`` for a
+        trace under a sparse-adaptation policy (tempora_schema.method_label)."""
+        return method_label(str(self.meta["method"]), self.meta.get("method_params"), self.meta.get("policy"))
 
     @cached_property
     def group(self) -> GroupKey:

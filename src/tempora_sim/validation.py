@@ -246,10 +246,10 @@ def _find_trace(traces: TraceSet, live: LiveFile) -> Trace:
     from tempora_schema.live import comparable_group
 
     want = comparable_group(live.group)
-    wanted = method_label(str(live.meta["method"]), live.meta.get("method_params"))
+    wanted = method_label(str(live.meta["method"]), live.meta.get("method_params"), live.meta.get("policy"))
     found = [t for t in traces.traces if t.method == wanted and comparable_group(t.group) == want]
     if not found:
-        raise GroupError(f"{live.path}: no trace of method '{live.meta['method']}' in group {live.group.label()} under --traces")
+        raise GroupError(f"{live.path}: no trace of method '{wanted}' in group {live.group.label()} under --traces")
     return min(found, key=lambda t: (t.group != live.group, str(t.path)))
 
 

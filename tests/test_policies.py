@@ -1,0 +1,253 @@
+"""Sparse-adaptation policies (docs/design.md §11): the pure rule, and the tracer on the demo
+set with every adapting method, checked against decisions and entropies recomputed here."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+import tempora_schema as schema
+from tempora_schema.errors import OptionError
+from tempora_schema.policies import Policy, fraction_draw, parse_policies, parse_policy, policy_label, split_label
+from tempora_trace.config import TraceConfig
+from tempora_trace.errors import ConfigError
+from tempora_trace.methods import available_methods, get_method
+from tempora_trace.policies import adapts_after_prediction
+from tempora_trace.runner import TraceRun, trace_run
+
+# ------------------------------------------------------------------------------ the pure rule
+
+
+def test_parse_and_canonical_spelling():
+    assert parse_policy("every:4") == Policy("every", 4.0)
+    assert parse_policy("every:1") is None and parse_policy("fraction:1") is None and parse_policy("none") is None
+    assert parse_policy("fraction:0.25") == Policy("fraction", 0.25, None)
+    assert parse_policy("fraction:.25:7") == Policy("fraction", 0.25, 7)
+    assert parse_policy("entropy:0.4") == Policy("entropy", 0.4)
+    assert parse_policy("warmup:10") == Policy("warmup", 10.0)
+    # the seed shows only when it is not the run's own
+    assert parse_policy("fraction:0.25:7").spec(run_seed=7) == "fraction:0.25"
+    assert parse_policy("fraction:0.25:7").spec(run_seed=2025) == "fraction:0.25:7"
+    assert parse_policy("every:04").spec() == "every:4"
+    # a list: a bare number repeats the kind before it; every:1 is "no policy"
+    assert parse_policies("every:1,2,4,8") == [None, Policy("every", 2.0), Policy("every", 4.0), Policy("every", 8.0)]
+    assert parse_policies("none,entropy:0.3,0.5,warmup:5") == [None, Policy("entropy", 0.3), Policy("entropy", 0.5), Policy("warmup", 5.0)]
+    assert policy_label("tent", "every:4") == "tent@every:4" and split_label("tent@every:4") == ("tent", "every:4")
+    assert split_label("tent") == ("tent", None)
+    assert parse_policy("every:4").describe() == "adapting every 4th batch"
+    assert parse_policy("every:2").nominal_rate == 0.5 and parse_policy("entropy:0.2").nominal_rate is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "every:0",
+        "every:2.5",
+        "every",
+        "sometimes:3",
+        "fraction:0",
+        "fraction:1.5",
+        "fraction:0.5:x",
+        "entropy:inf",
+        "entropy:",
+        "warmup:-1",
+        "every:1,,2",
+    ],
+)
+def test_bad_policies_are_one_line_option_errors(text):
+    with pytest.raises(OptionError) as err:
+        parse_policies(text)
+    assert "\n" not in str(err.value) and "--policy" in str(err.value)
+
+
+def test_every_and_warmup_decide_by_event_index():
+    every, warm = parse_policy("every:3"), parse_policy("warmup:2")
+    assert [every.adapts(j, "fog", 0) for j in range(7)] == [True, False, False, True, False, False, True]
+    assert [warm.adapts(j, "fog", 0) for j in range(4)] == [True, True, False, False]
+
+
+def test_fraction_draws_are_fixed_uniform_and_seeded():
+    draws = [fraction_draw(7, "fog", j) for j in range(4000)]
+    assert draws == [fraction_draw(7, "fog", j) for j in range(4000)]  # a pure function
+    assert all(0 <= u < 1 for u in draws)
+    # uniform: each decile holds 400 ± 4 standard deviations (sd = sqrt(4000 * 0.1 * 0.9) = 19)
+    counts = np.histogram(draws, bins=10, range=(0, 1))[0]
+    assert all(abs(c - 400) < 76 for c in counts)
+    assert draws[:50] != [fraction_draw(8, "fog", j) for j in range(50)]
+    assert draws[:50] != [fraction_draw(7, "snow", j) for j in range(50)]
+    p = parse_policy("fraction:0.3:7")
+    assert [p.adapts(j, "fog", 2025) for j in range(4000)] == [u < 0.3 for u in draws]
+
+
+def test_metadata_policy_is_optional_and_checked():
+    assert schema.validate_policy_metadata(None) is None
+    assert schema.validate_policy_metadata("every:4") == "every:4"
+    for bad in (3, "every:1", "often"):
+        with pytest.raises(ValueError):
+            schema.validate_policy_metadata(bad)
+
+
+# ------------------------------------------------------------------------------ the tracer on the demo
+
+#: every method with an adapt step (the ones a policy applies to)
+ADAPTING = [m for m in available_methods() if adapts_after_prediction(get_method(m))]
+#: per-method options for 32-px demo images (SPA's noise patches are sized for its input)
+DEMO_PARAMS = {"spa": {"image_size": 32, "noise_patch": 8}}
+
+
+@pytest.fixture(scope="module")
+def demo_root(tmp_path_factory):
+    """A private demo test split of 32 images (4 batches of 8 per corruption)."""
+    import os
+
+    home = tmp_path_factory.mktemp("tempora-home-policies")
+    saved = {k: os.environ.get(k) for k in ("TEMPORA_HOME", "TEMPORA_DEMO_TEST_SIZE")}
+    os.environ.update(TEMPORA_HOME=str(home), TEMPORA_DEMO_TEST_SIZE="32")
+    yield home
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def demo_cfg(out, method="tent", policy=None, **kw) -> TraceConfig:
+    base = dict(
+        method=method,
+        method_params=dict(DEMO_PARAMS.get(method, {})),
+        policy=policy,
+        dataset="demo",
+        model="demo-resnet-gn" if "bn" not in get_method(method).compatible_norms else "demo-resnet",
+        domains=["gaussian_noise", "fog"],
+        batch_size=8,
+        out=str(out),
+        quiet=True,
+        default_checkpoints=False,
+        warmup_batches=1,
+        threads=1,
+    )
+    base.update(kw)
+    return TraceConfig(**base)
+
+
+def rows(path, cols=("episode", "step", "n", "correct", "updated")):
+    d = pq.read_table(path).to_pydict()
+    idx = [i for i, p in enumerate(d["phase"]) if p == "adapt"]
+    return d, [tuple(d[c][i] for c in cols) for i in idx]
+
+
+def test_a_policy_needs_a_method_with_an_adapt_step(demo_root, tmp_path):
+    assert "tent" in ADAPTING and "standard" not in ADAPTING and "lame" not in ADAPTING
+    with pytest.raises(ConfigError, match="has no adapt step"):
+        TraceRun(demo_cfg(tmp_path, "lame", policy="every:2").resolved(), print, claim=False)
+
+
+@pytest.mark.parametrize("method", ADAPTING)
+def test_every_adapting_method_accepts_policies(demo_root, tmp_path, method):
+    """For each method: a policy that adapts on every event (warmup longer than the episode,
+    so the gate runs on every event) gives the method's rows bit for bit; every:2 adapts on
+    exactly the even events, costs ℓ = 0 on the others, and names its trace."""
+    plain = trace_run(demo_cfg(tmp_path / "plain", method))
+    gated = trace_run(demo_cfg(tmp_path / "gated", method, policy="warmup:99"))
+    sparse = trace_run(demo_cfg(tmp_path / "sparse", method, policy="every:2"))
+    assert rows(gated)[1] == rows(plain)[1]
+    d, _ = rows(sparse, ())
+    meta = schema.decode_metadata(pq.read_schema(sparse), sparse)
+    assert meta["policy"] == "every:2" and sparse.name == f"{method}@every2-bs8.parquet"
+    assert "policy" not in schema.decode_metadata(pq.read_schema(plain), plain)
+    schema.validate_table(pq.read_table(sparse), meta, sparse)
+    for step, l_ms, updated, phase in zip(d["step"], d["l_ms"], d["updated"], d["phase"]):
+        if phase != "adapt":
+            continue
+        if step % 2:
+            assert l_ms == 0.0 and updated is False, (method, step)
+        else:
+            assert l_ms > 0.0
+    # the first event is the plain method's first event, bit for bit
+    assert rows(sparse)[1][0] == rows(plain)[1][0]
+
+
+def _reference_stream(cfg: TraceConfig, decide):
+    """An independent predict/adapt loop over the tracer's own batches (no gate, no clock):
+    ``decide(episode, j, logits)`` says whether event j adapts. Returns, per adapt row,
+    (episode, step, correct, updated) and the entropies it saw."""
+    run = TraceRun(cfg.resolved(), print, claim=False)
+    out, entropies = [], []
+    run.warm_up()
+    for index, episode in enumerate(run.episodes):
+        run.start_episode(index, episode)
+        batches = run.stager.stage(episode, range(episode.num_batches))
+        for b in batches:
+            logits = run.method.predict(b.x)
+            adapt = decide(episode.name, b.step, logits, entropies)
+            if adapt:
+                run.method.adapt()
+            else:
+                run.method.skip_adapt()
+            correct = int((logits.argmax(1) == b.y).sum())
+            out.append((episode.name, b.step, len(b.y), correct, bool(run.method.last_updated) and adapt))
+    run.stager.close()
+    return out, entropies
+
+
+def _entropy64(logits: torch.Tensor) -> float:
+    """Mean softmax entropy / ln C in float64, written out from the definition."""
+    z = logits.detach().double().numpy()
+    z = z - z.max(1, keepdims=True)
+    p = np.exp(z) / np.exp(z).sum(1, keepdims=True)
+    h = -(p * np.log(np.clip(p, 1e-300, None))).sum(1)
+    return float(h.mean() / math.log(z.shape[1]))
+
+
+def test_entropy_adapts_exactly_where_the_threshold_says(demo_root, tmp_path):
+    # a threshold between the source model's batch entropies, so both branches occur
+    probe, ents = _reference_stream(demo_cfg(tmp_path, "tent"), lambda e, j, z, h: h.append(_entropy64(z)) or True)
+    threshold = float(np.median(ents))
+    path = trace_run(demo_cfg(tmp_path / "t", "tent", policy=f"entropy:{threshold:.6f}"))
+    thr = float(f"{threshold:.6f}")
+    seen: list[float] = []
+
+    def decide(episode, j, logits, store):
+        h = _entropy64(logits)
+        seen.append(h)
+        assert abs(h - thr) > 1e-6, "a batch entropy within float rounding of the threshold: pick another"
+        return h > thr
+
+    expected, _ = _reference_stream(demo_cfg(tmp_path, "tent"), decide)
+    d, got = rows(path)
+    assert got == expected
+    flags = [u for u, p in zip(d["updated"], d["phase"]) if p == "adapt"]
+    assert any(flags) and not all(flags)
+    assert flags == [h > thr for h in seen]
+    # the check is timed after the prediction: an unadapted batch's ℓ is the check alone
+    l_skip = [lm for lm, u, p in zip(d["l_ms"], d["updated"], d["phase"]) if p == "adapt" and not u]
+    l_adapt = [lm for lm, u, p in zip(d["l_ms"], d["updated"], d["phase"]) if p == "adapt" and u]
+    assert np.median(l_skip) < np.median(l_adapt)
+
+
+def test_fraction_picks_the_same_batches_across_methods(demo_root, tmp_path):
+    p, seed = 0.5, 11
+    adapted = {}
+    for method in ("tent", "eta", "cmf"):
+        path = trace_run(demo_cfg(tmp_path / method, method, policy=f"fraction:{p}:{seed}", max_batches=4))
+        d, _ = rows(path, ())
+        # the events the policy adapted: ℓ > 0 (a skipped event's ℓ is exactly 0)
+        adapted[method] = [(e, s) for e, s, lm, ph in zip(d["episode"], d["step"], d["l_ms"], d["phase"]) if ph == "adapt" and lm > 0]
+        assert schema.decode_metadata(pq.read_schema(path), path)["policy"] == f"fraction:0.5:{seed}"
+    expected = [(e, s) for e in ("gaussian_noise", "fog") for s in range(4) if fraction_draw(seed, e, s) < p]
+    assert adapted["tent"] == adapted["eta"] == adapted["cmf"] == expected
+    assert 0 < len(expected) < 8
+
+
+def test_every_k_matches_a_reference_loop_and_the_run_seed_default(demo_root, tmp_path):
+    path = trace_run(demo_cfg(tmp_path / "e3", "tent", policy="every:3"))
+    expected, _ = _reference_stream(demo_cfg(tmp_path, "tent"), lambda e, j, z, h: j % 3 == 0)
+    assert rows(path)[1] == expected
+    # fraction without a seed draws with the run's --seed, and the trace records it without one
+    cfg = demo_cfg(tmp_path / "f", "tent", policy="fraction:0.5", seed=5).resolved()
+    assert cfg.policy == "fraction:0.5" and cfg.file_stem() == "tent@fraction0.5-bs8-seed5"
+    assert demo_cfg(tmp_path, "tent", policy="every:1").resolved().policy is None
