@@ -47,8 +47,8 @@ from typing import Any, Mapping
 import numpy as np
 import pyarrow as pa
 
-from .policies import validate_policy_metadata
 from . import METADATA_FIELDS, STREAMS, GroupKey, TraceSchemaError, _arrow_kind_ok, _is_int
+from .policies import validate_policy_metadata
 
 LIVE_SCHEMA_VERSION = 1
 #: Parquet key-value metadata key of a live run (a trace uses ``tempora``).
