@@ -251,3 +251,102 @@ def test_every_k_matches_a_reference_loop_and_the_run_seed_default(demo_root, tm
     cfg = demo_cfg(tmp_path / "f", "tent", policy="fraction:0.5", seed=5).resolved()
     assert cfg.policy == "fraction:0.5" and cfg.file_stem() == "tent@fraction0.5-bs8-seed5"
     assert demo_cfg(tmp_path, "tent", policy="every:1").resolved().policy is None
+
+
+# ------------------------------------------------------------------------------ the simulator
+
+
+@pytest.fixture
+def policy_traces(cifar_c_root, tmp_path, one_thread, tiny_models):
+    """standard, tent, and tent under every:2 and every:4 on the tiny CIFAR-C data."""
+    out = tmp_path / "traces"
+    for method, policy in (("standard", None), ("tent", None), ("tent", "every:2"), ("tent", "every:4")):
+        trace_run(
+            TraceConfig(
+                method=method,
+                policy=policy,
+                dataset="cifar10-c",
+                model="tiny-bn",
+                data_root=str(cifar_c_root),
+                domains=["gaussian_noise", "fog"],
+                batch_size=8,
+                out=str(out),
+                quiet=True,
+                frozen_sample=2,
+            )
+        )
+    return out
+
+
+def test_report_groups_policies_and_names_the_best_per_scenario(policy_traces, tmp_path):
+    import polars as pl
+
+    from tempora_sim import analyses as an
+    from tempora_sim.report import build_report, compute_table, load_inputs
+    from tempora_sim.traces import load_traces
+
+    ts = load_traces(policy_traces)
+    assert sorted(t.method for t in ts.traces) == ["standard", "tent", "tent@every:2", "tent@every:4"]
+    inp = load_inputs(policy_traces, {"protocols": ["offline", "discrete"], "rho": [1.0, 0.5]})
+    # a method's policies follow it in the reading order
+    order = an.method_order(inp.pooled)
+    assert order[0] == "standard" and order[1] == "tent" and set(order[2:]) == {"tent@every:2", "tent@every:4"}
+    t = compute_table("policies", inp)
+    assert t is not None and set(t.get_column("method")) == {"tent"}
+    pooled = inp.pooled.filter(pl.col("episode") == an.POOLED)
+    for r in t.iter_rows(named=True):
+        # an oracle: the best of the three variants, straight from the pooled sweep rows
+        cand = pooled.filter(
+            pl.col("method").is_in(["tent", "tent@every:2", "tent@every:4"])
+            & (pl.col("protocol") == r["protocol"])
+            & (pl.col("value").is_null() if r["value"] is None else pl.col("value") == r["value"])
+        )
+        best = max(cand.get_column("utility").to_list())
+        plain = cand.filter(pl.col("method") == "tent").get_column("utility").item()
+        assert r["utility"] == pytest.approx(best) and r["every_batch"] == pytest.approx(plain)
+        assert r["gain"] == pytest.approx(best - plain)
+        assert (r["best"] == an.EVERY_BATCH) == (r["best_method"] == "tent")
+        # the adaptation rate is the share of updated batches of the best variant's trace
+        want = {"tent": 1.0, "tent@every:2": 0.5, "tent@every:4": 0.25}[r["best_method"]]
+        assert r["rate"] == pytest.approx(want)
+        if r["best"] != an.EVERY_BATCH:
+            assert r["gain_lo"] <= r["gain"] + 1e-12 and r["certain"] == (r["gain_lo"] > 0)
+    res = build_report(inp, tmp_path / "report")
+    text = res.report.read_text()
+    assert "Best sparse-adaptation policy of each method" in text and "policy-rates.png" in text
+    assert (tmp_path / "report" / "figures" / "policy-rates.png").exists()
+
+
+def _synthetic_policy_set(folder):
+    """standard, tent and a synthetic tent@every:4 (a quarter of tent's ℓ, its accuracy)."""
+    from dataclasses import replace
+
+    from tempora_sim.synthetic import PROFILES, make_trace
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tent = PROFILES["tent"]
+    for name, method, profile, policy in (
+        ("standard", "standard", None, None),
+        ("tent", "tent", None, None),
+        ("tent@every4", "tent", replace(tent, l_ms=tent.l_ms / 4), "every:4"),
+    ):
+        meta, table = make_trace(method, profile=profile, num_batches=60, rng_seed=1 if policy else None)
+        if policy:
+            meta["policy"] = policy
+        pq.write_table(table.replace_schema_metadata(schema.encode_metadata(meta)), folder / f"{name}.parquet")
+    return folder
+
+
+def test_advise_names_the_policy_and_its_gain(tmp_path):
+    from tempora_sim.cli_advise import advise, parse_constraint, text_lines
+
+    traces = _synthetic_policy_set(tmp_path / "traces")
+    c = parse_constraint("50%", None, None, None)
+    (a,) = advise(traces, c)
+    # γ = 2λ ≈ 80 ms: tent (δ ≈ 97 ms) skips batches, tent adapting every 4th batch (δ ≈ 55 ms) serves all
+    assert a["recommended"] == "tent@every:4" and (a["method"], a["policy"]) == ("tent", "every:4")
+    vs = a["vs_every_batch"]
+    assert vs["variants"] == 2 and vs["gain"] > 0 and vs["certain"] is True and vs["gain_ci"][0] > 0
+    lines = text_lines([a], c)
+    assert "use tent, adapting every 4th batch (tent@every:4): U = " in lines[1]
+    assert any(ln.strip().startswith("over tent adapting on every batch") and ln.endswith("→ certain") for ln in lines)
