@@ -1073,7 +1073,7 @@ def policy_gains(
         base = rows[0]["_base"]
         gvals = tuple(str(rows[0][c]) for c in g)
 
-        def rate_of(m: str) -> float | None:
+        def rate_of(m: str, gvals: tuple = gvals) -> float | None:
             return rates.get(gvals + (m,), _nominal_rate(m))
 
         plain = next((r for r in rows if r["method"] == base), None)
