@@ -350,3 +350,49 @@ def test_advise_names_the_policy_and_its_gain(tmp_path):
     lines = text_lines([a], c)
     assert "use tent, adapting every 4th batch (tent@every:4): U = " in lines[1]
     assert any(ln.strip().startswith("over tent adapting on every batch") and ln.endswith("→ certain") for ln in lines)
+
+
+def test_live_policy_decides_by_event_index_and_validates(cifar_c_root, tmp_path, one_thread, tiny_models):
+    """A live run under every:2 adapts on its even *processing events* (whichever batch each
+    serves), the rule the step-indexed replay assumes; validate finds the policy's trace taken
+    alongside and replays it with every decision identical."""
+    import polars as pl
+
+    from tempora_sim.validation import validate
+    from tempora_trace.live import run_live
+
+    def cfg(method, out, **kw):
+        return TraceConfig(
+            method=method,
+            dataset="cifar10-c",
+            model="tiny-bn",
+            data_root=str(cifar_c_root),
+            domains=["gaussian_noise", "fog"],
+            batch_size=8,
+            out=str(out),
+            quiet=True,
+            frozen_sample=None,
+            **kw,
+        )
+
+    traces = tmp_path / "traces"
+    trace_run(cfg("standard", traces))
+    live = run_live(
+        cfg("tent", tmp_path / "live", policy="every:2"),
+        protocols="discrete,amortised",
+        rho=[1.0, 0.5],
+        queue=1,
+        budgets_ms=[1e6],
+        standard=str(traces),
+        trace_alongside=str(traces),
+    )
+    assert live.name == "tent@every2-bs8.live.parquet" and (traces / "tent@every2-bs8.parquet").exists()
+    frame = pl.read_parquet(live).filter(pl.col("served"))
+    assert frame.height > 0
+    for event, l_ms in zip(frame["event"], frame["l_ms"]):
+        assert (l_ms == 0.0) == (event % 2 == 1), (event, l_ms)
+    result = validate([live], [traces])
+    runs = result.runs
+    assert set(runs["method"]) == {"tent@every:2"}
+    disc = runs.filter(pl.col("protocol") == "discrete")
+    assert (disc["agreement_pct"] == 100.0).all()
