@@ -396,3 +396,35 @@ def test_live_policy_decides_by_event_index_and_validates(cifar_c_root, tmp_path
     assert set(runs["method"]) == {"tent@every:2"}
     disc = runs.filter(pl.col("protocol") == "discrete")
     assert (disc["agreement_pct"] == 100.0).all()
+
+
+def test_a_reader_rejects_rows_that_contradict_the_policy(tmp_path):
+    """every:2 skips odd steps: a row at an odd step with l_ms > 0 contradicts the metadata."""
+    from tempora_sim.synthetic import make_trace
+    from tempora_sim.traces import TraceFileError, load_traces
+
+    meta, table = make_trace("tent", num_batches=6, checkpoints=None)
+    d = table.to_pydict()
+    d["l_ms"] = [0.0 if s % 2 else lm for s, lm in zip(d["step"], d["l_ms"])]
+    d["delta_ms"] = [e + lm for e, lm in zip(d["e_ms"], d["l_ms"])]
+    d["updated"] = [u and s % 2 == 0 for s, u in zip(d["step"], d["updated"])]
+    good = dict(meta, policy="every:2")
+    pq.write_table(pa_table(d, good), tmp_path / "ok.parquet")
+    assert [t.method for t in load_traces(tmp_path / "ok.parquet").traces] == ["tent@every:2"]
+    bad = dict(meta, policy="every:3")
+    pq.write_table(pa_table(d, bad), tmp_path / "bad.parquet")
+    with pytest.raises(TraceFileError, match="policy every:3 does not adapt step 2"):
+        load_traces(tmp_path / "bad.parquet")
+    with pytest.raises(schema.TraceSchemaError, match="policy every:3"):
+        schema.validate_table(pa_table(d, bad), bad)
+    # a policy string that is not one, or that adapts on every batch, is refused by name
+    for value in ("sometimes", "every:1"):
+        pq.write_table(pa_table(d, dict(meta, policy=value)), tmp_path / "odd.parquet")
+        with pytest.raises(TraceFileError, match="metadata 'policy'"):
+            load_traces(tmp_path / "odd.parquet")
+
+
+def pa_table(d, meta):
+    import pyarrow as pa
+
+    return pa.Table.from_pydict(d, schema=schema.arrow_schema(meta))

@@ -698,7 +698,29 @@ def validate_table(table: "pa.Table", meta: Mapping[str, Any], path: object = "<
         domains = [str(v) for v in pc.unique(table.column("domain")).to_pylist()]
         severities = pc.unique(table.column("severity")).to_pylist()
         check_metadata_matches_rows(meta, cols.episode_names, layout.adapt_counts, domains, severities, path)
+        check_policy_rows(meta, cols, path)
     return layout
+
+
+def check_policy_rows(meta: Mapping[str, Any], cols: RowArrays, path: object = "<trace>") -> None:
+    """A trace under a policy decided before each event (every, fraction, warmup) has
+    ``l_ms = 0`` on every adapt row the policy does not adapt (docs/design.md §11): its
+    metadata and its rows tell one story. (An entropy policy decides from the prediction,
+    which the trace does not keep.)"""
+    from .policies import parse_policy
+
+    policy = trace_policy(meta, path)
+    parsed = None if policy is None else parse_policy(policy)
+    if parsed is None or not parsed.decides_before():
+        return
+    seed = int(meta["seed"])
+    for code, name in enumerate(cols.episode_names):
+        rows = np.flatnonzero(cols.adapt & (cols.episode_code == code))
+        for i in rows[cols.l_ms[rows] != 0]:
+            if not parsed.adapts(int(cols.step[i]), name, seed):
+                raise TraceSchemaError(
+                    path, f"policy {policy} does not adapt step {int(cols.step[i])} of episode {name!r}, but its row has l_ms > 0"
+                )
 
 
 def check_metadata_matches_rows(

@@ -38,6 +38,7 @@ from tempora_schema import (
     RowLayout,
     TraceSchemaError,
     check_metadata_matches_rows,
+    check_policy_rows,
     lambda_ms,
     method_label,
     parse_metadata,
@@ -494,6 +495,7 @@ def read_trace(path: str | os.PathLike) -> Trace:
             meta = upgrade_v1_metadata(meta, severities, domains)
         else:
             check_metadata_matches_rows(meta, arrays.episode_names, layout.adapt_counts, domains, severities, path)
+            check_policy_rows(meta, arrays, path)
     except TraceSchemaError as exc:
         raise TraceFileError.from_schema_error(exc) from None
     except RecursionError:
