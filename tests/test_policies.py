@@ -338,7 +338,7 @@ def _synthetic_policy_set(folder):
 
 
 def test_advise_names_the_policy_and_its_gain(tmp_path):
-    from tempora_sim.cli_advise import advise, parse_constraint, text_lines
+    from tempora_sim.advise import advise, parse_constraint, text_lines
 
     traces = _synthetic_policy_set(tmp_path / "traces")
     c = parse_constraint("50%", None, None, None)
