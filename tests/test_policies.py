@@ -428,3 +428,20 @@ def pa_table(d, meta):
     import pyarrow as pa
 
     return pa.Table.from_pydict(d, schema=schema.arrow_schema(meta))
+
+
+def test_cli_traces_one_file_per_policy(demo_root, tmp_path, capsys):
+    from tempora_trace.cli import main
+
+    out = tmp_path / "t"
+    argv = ["run", "--method", "tent", "--dataset", "demo", "--domains", "fog", "--max-batches", "3", "--batch-size", "8"]
+    argv += ["--threads", "1", "--warmup-batches", "0", "--no-default-checkpoints", "--out", str(out), "--quiet"]
+    assert main([*argv, "--policy", "every:1,2,warmup:1"]) == 0
+    assert sorted(p.name for p in out.glob("*.parquet")) == ["tent-bs8.parquet", "tent@every2-bs8.parquet", "tent@warmup1-bs8.parquet"]
+    # every:1 is the method itself: the same rows as a trace without a policy
+    plain = tmp_path / "plain"
+    assert main([*argv[:-3], "--out", str(plain), "--quiet"]) == 0
+    assert rows(out / "tent-bs8.parquet")[1] == rows(plain / "tent-bs8.parquet")[1]
+    _, r = rows(out / "tent@warmup1-bs8.parquet", ("step", "updated"))
+    assert r == [(0, True), (1, False), (2, False)]
+    assert capsys.readouterr().out.count("wrote ") == 4

@@ -343,8 +343,7 @@ def text_lines(advice: list[dict], c: Constraint) -> list[str]:
             verdict = {True: "certain", False: "uncertain", None: "not assessed"}[vs["certain"]]
             ci = "" if vs["gain_ci"][0] is None else f" [{_pp(vs['gain_ci'][0])}, {_pp(vs['gain_ci'][1])}] (paired)"
             lines.append(
-                f"  over {a['method']} adapting on every batch (U = {_pc(vs['every_batch_utility'])}): "
-                f"{_pp(vs['gain'])} pp{ci} → {verdict}"
+                f"  over {a['method']} adapting on every batch (U = {_pc(vs['every_batch_utility'])}): {_pp(vs['gain'])} pp{ci} → {verdict}"
             )
         elif vs is not None:
             lines.append(f"  {a['method']} adapting on every batch beats its {vs['variants'] - 1} traced sparse-adaptation policies here")

@@ -139,6 +139,11 @@ class TraceConfig:
             raise ConfigError(f"--checkpoints must be step counts in 0..{INT32_MAX}")
         _check_finite(cfg.method_params, "--param")
         cfg.policy = canonical_policy(cfg.policy, cfg.seed)
+        if cfg.policy is not None:
+            from .methods import get_method
+            from .policies import check_policy_method
+
+            check_policy_method(get_method(cfg.method), cfg.policy)
         if cfg.budgets_ms:
             if cfg.lambda_ms is None:
                 raise ConfigError("--budgets-ms needs --lambda-ms (λ, e.g. from `tempora-trace calibrate`)")
