@@ -245,3 +245,88 @@ def test_ray_refuses_a_device_type_no_node_has(ray_cluster, tmp_path):
     campaign = load_campaign(write(tmp_path, TINY.replace('device = "cpu"', 'device = "cuda"')))
     with pytest.raises(CampaignError, match="needs a GPU but no Ray node has one"):
         run_ray(campaign)
+
+
+# --------------------------------------------------------------------------- the user's own model and images
+BYO = """
+[campaign]
+name = "byo"
+out = "traces"
+
+[[groups]]
+dataset = "folder:{flat}"
+model = "{model}:build"
+batch_size = 8
+methods = ["tent"]
+options = {{ input_size = 32, corruptions = ["gaussian_noise", "clean"], max_batches = 2, threads = 1 }}
+
+[[groups]]
+dataset = "folder:{nested}"
+model = "timm:mobilenetv3_small_100"
+weights = "random"
+batch_size = 8
+methods = ["tent"]
+options = {{ input_size = 32, max_batches = 2, threads = 1 }}
+
+[[groups]]
+dataset = "folder:{flat}"
+model = "torchvision:mobilenet_v3_small"
+weights = "random"
+batch_size = 8
+methods = ["lame"]
+options = {{ input_size = 32, class_map = "{csv}", max_batches = 1, threads = 1 }}
+"""
+
+
+def _byo_campaign(tmp_path, text=BYO):
+    from byo_helpers import write_image_folder, write_model_file
+
+    flat = write_image_folder(tmp_path / "flat", domains=None, size=(36, 36))
+    nested = write_image_folder(tmp_path / "nested")
+    model = write_model_file(tmp_path / "my_models.py")
+    csv = tmp_path / "map.csv"
+    csv.write_text("cat,281\ndog,207\nfox,277\n")
+    return write(tmp_path, text.format(flat=flat, nested=nested, model=model, csv=csv), "byo.toml")
+
+
+def test_campaign_files_take_models_by_spec_and_folders(tmp_path):
+    campaign = load_campaign(_byo_campaign(tmp_path))
+    assert [(t.group, t.method) for t in campaign.tasks] == [
+        (0, "standard"),
+        (0, "tent"),
+        (1, "standard"),
+        (1, "tent"),
+        (2, "standard"),
+        (2, "lame"),
+    ]
+    argv = campaign.tasks[1].argv(campaign.out)
+    assert argv[argv.index("--corruptions") + 1] == "gaussian_noise,clean" and argv[argv.index("--input-size") + 1] == "32"
+    assert "--class-map" in campaign.tasks[5].argv(campaign.out) and "--weights" in campaign.tasks[3].argv(campaign.out)
+    # the first group traced for real, then skipped as complete (the paths are the tracer's)
+    campaign.tasks = campaign.tasks[:2]
+    first = run_local(campaign)
+    assert [r.status for r in first] == ["done"] * 2, [r.message for r in first]
+    assert [r.status for r in run_local(campaign)] == ["skipped"] * 2
+    import tempora_schema as schema
+
+    meta = {r.task.method: schema.decode_metadata(pq.read_table(r.path).schema, r.path) for r in first}
+    assert meta["tent"]["model"] == "my_models.py:build" and meta["tent"]["domains"] == ["gaussian_noise", "clean"]
+    assert meta["tent"]["model_source"]["preprocess"]["input_size"] == 32 and meta["tent"]["severity"] == 5
+    assert Path(first[0].path).parent.parent.name == "my_models.py-build"
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (('methods = ["lame"]', 'methods = ["spa"]'), "does not run on model 'torchvision:mobilenet_v3_small' \\(BatchNorm\\)"),
+        (("timm:mobilenetv3_small_100", "timm:mobilenetv3_smal_100"), "close matches: mobilenetv3_small_100"),
+        (("{model}:build", "{model}:buidl"), "has no 'buidl'"),
+        (('"folder:{nested}"', '"folder:{nested}/nope"'), "no such folder"),
+        (('class_map = "{csv}"', 'class_map = "{csv}.missing"'), "no such file"),
+        (('corruptions = ["gaussian_noise", "clean"]', 'corruptions = ["rain"]'), "unknown corruption 'rain'"),
+    ],
+)
+def test_campaign_specs_are_checked_when_the_file_loads(tmp_path, change, message):
+    text = BYO.replace(*change, 1)
+    with pytest.raises(CampaignError, match=message):
+        load_campaign(_byo_campaign(tmp_path, text))

@@ -27,6 +27,7 @@ from .errors import TemporaError
 from .policies import file_part as policy_file_part
 from .policies import policy_label, validate_policy_metadata
 from .provision import LAMBDA_RULES, LAMBDA_SIGMAS, MAD_TO_SIGMA, lambda_ms  # noqa: F401  (re-exported)
+from .vocabulary import CORRUPTIONS  # noqa: F401  (re-exported: the episodes of the paper's episodic stream)
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -41,12 +42,6 @@ PHASE_ADAPT = "adapt"
 PHASE_FROZEN = "frozen"
 PHASES = (PHASE_ADAPT, PHASE_FROZEN)
 STREAMS = ("episodic", "continual")
-#: The 15 ImageNet-C corruptions in their canonical order (the episodes of the paper's
-#: episodic stream; the demo benchmark and the synthetic traces use the same names).
-CORRUPTIONS = (
-    "gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur", "motion_blur", "zoom_blur",
-    "snow", "frost", "fog", "brightness", "contrast", "elastic_transform", "pixelate", "jpeg_compression",
-)  # fmt: skip
 #: Label-shift streams name their Dirichlet concentration: ``dirichlet:<α>`` (episodic resets).
 DIRICHLET_PREFIX = "dirichlet:"
 

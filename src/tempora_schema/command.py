@@ -97,6 +97,10 @@ class OneLineGroup(click.Group):
         if getattr(handler, "__name__", "") == "_interrupted_at_start_up" and _in_main_thread():
             signal.signal(signal.SIGINT, signal.default_int_handler)  # the CLI's start-up guard is done
         args = sys.argv[1:] if args is None else list(args)
+        # --debug (anywhere) or TEMPORA_DEBUG=1: an error raised by the user's own code (a
+        # model factory, a plugin) prints its traceback above the one error line
+        debug = "--debug" in args or os.environ.get("TEMPORA_DEBUG", "").strip().lower() in ("1", "true", "yes", "on")
+        args = [a for a in args if a != "--debug"]
         extra.pop("windows_expand_args", None)
         if complete_var is None:
             complete_var = f"_{prog.replace('-', '_').upper()}_COMPLETE"
@@ -121,6 +125,8 @@ class OneLineGroup(click.Group):
             echo_error(prog, exc.format_message())
             return EXIT_USAGE
         except TemporaError as exc:
+            if debug and getattr(exc, "debug_detail", ""):
+                click.echo(str(exc.debug_detail).rstrip(), err=True)  # type: ignore[attr-defined]
             echo_error(prog, str(exc))
             return EXIT_USAGE
         except OSError as exc:

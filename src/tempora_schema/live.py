@@ -3,8 +3,8 @@
 A live run plays a method against a real clock under one protocol setting (discrete: an
 arrival every γ ms into a queue of b; amortised: an overhead budget B). One file holds every
 run of one invocation (several ρ or B values, repeats); the Parquet key-value metadata key
-``tempora_live`` holds the JSON metadata, with one entry per run in ``runs``. Like trace
-schema v1 it is torch-free and the writer checks its own output with the reader's rules.
+``tempora_live`` holds the JSON metadata, with one entry per run in ``runs``. Like the trace
+schema it is torch-free and the writer checks its own output with the reader's rules.
 
 One row per batch of every (run, episode), served or not:
 
@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from typing import Any, Mapping
 
 import numpy as np
@@ -49,13 +48,12 @@ import pyarrow as pa
 
 from . import METADATA_FIELDS, STREAMS, GroupKey, TraceSchemaError, _arrow_kind_ok, _is_int
 from .policies import validate_policy_metadata
+from .vocabulary import BUDGET_RULES, LIVE_PROTOCOLS
 
 LIVE_SCHEMA_VERSION = 1
 #: Parquet key-value metadata key of a live run (a trace uses ``tempora``).
 LIVE_METADATA_KEY = "tempora_live"
 
-PROTOCOLS = ("discrete", "amortised")
-BUDGET_RULES = ("strict", "overshoot")
 MODES = ("adapt", "frozen", "skipped")
 
 LIVE_COLUMNS: dict[str, pa.DataType] = {
@@ -102,23 +100,6 @@ RUN_FIELDS = {
 }
 #: Slack for "this time is not before that one": rounding of ns → ms differences.
 _EPS_MS = 1e-6
-
-
-def last_arrival(f: float, gamma: float, inv_gamma: float) -> int:
-    """Largest i ≥ 0 with i·γ ≤ f, exactly as arrivals are timed (i·γ in float64).
-
-    The one definition of "has batch i arrived by instant f": the replay kernels compile this
-    function with Numba and the live runner calls it as it is, so a live run and its replay
-    can only disagree where f and i·γ are equal to the last bit."""
-    q = f * inv_gamma
-    if q > 4.0e18:
-        return 4_000_000_000_000_000_000
-    k = math.floor(q)
-    while (k + 1) * gamma <= f:
-        k += 1
-    while k > 0 and k * gamma > f:
-        k -= 1
-    return k
 
 
 def comparable_group(key: GroupKey) -> GroupKey:
@@ -189,8 +170,8 @@ def validate_live_metadata(meta: Mapping[str, Any], path: object = "<live run>")
         if not isinstance(run, dict):
             raise LiveSchemaError(path, f"run {i}: must be a JSON object")
         proto = run.get("protocol")
-        if proto not in PROTOCOLS:
-            raise LiveSchemaError(path, f"run {i}: protocol must be one of {', '.join(PROTOCOLS)}, got {proto!r}")
+        if proto not in LIVE_PROTOCOLS:
+            raise LiveSchemaError(path, f"run {i}: protocol must be one of {', '.join(LIVE_PROTOCOLS)}, got {proto!r}")
         lacking = [k for k in RUN_FIELDS[proto] if k not in run]
         if lacking:
             raise LiveSchemaError(path, f"run {i}: lacks {', '.join(lacking)}")

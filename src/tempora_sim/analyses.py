@@ -37,6 +37,8 @@ import numpy as np
 import polars as pl
 
 from tempora_schema.policies import parse_policy, split_label
+from tempora_schema.vocabulary import BASELINE_METHOD as BASELINE
+from tempora_schema.vocabulary import CORRUPTION_CATEGORIES, PROTOCOLS
 from tempora_sim import stats as st
 
 from .errors import SimError
@@ -51,21 +53,13 @@ SEED = "seed"
 #: Seed-pooled tables list the seeds they pooled here (e.g. "2025, 2026, 2027").
 SEEDS = "seeds"
 POOLED = "__all__"
-PROTOCOLS = ("offline", "discrete", "continuous", "amortised")
 TEMPORAL_PROTOCOLS = PROTOCOLS[1:]
-BASELINE = "standard"
 DEFAULT_TOL = 1e-12
-PARAM_OF = {"discrete": "rho", "continuous": "T_ms", "amortised": "B_ms"}
 
 #: ImageNet-C / CIFAR-10-C corruption categories (Hendrycks & Dietterich, 2019): episodes are
 #: listed in this canonical order, and one per category represents it in the utility curves
 #: (like the paper's Figure 3).
-CATEGORIES = {
-    "noise": ("gaussian_noise", "shot_noise", "impulse_noise"),
-    "blur": ("defocus_blur", "glass_blur", "motion_blur", "zoom_blur"),
-    "weather": ("snow", "frost", "fog", "brightness"),
-    "digital": ("contrast", "elastic_transform", "pixelate", "jpeg_compression"),
-}
+CATEGORIES = CORRUPTION_CATEGORIES
 CANONICAL_EPISODES = [c for cs in CATEGORIES.values() for c in cs]
 
 REQUIRED_COLUMNS = ("method", "episode", "protocol", "param", "value", "utility")

@@ -17,11 +17,11 @@ from typing import Any, Callable, Sequence
 
 from tempora_schema.command import INT32_MAX
 from tempora_schema.provision import LAMBDA_RULES
+from tempora_schema.vocabulary import BUDGET_RULES
 
 from . import grids
 from .errors import GridError
 
-BUDGET_RULES = ("strict", "overshoot")
 SKIPPED_MODES = ("null", "random")
 SYNC_MODES = ("buffered", "strict")
 ENGINES = ("numba", "python")
@@ -108,7 +108,7 @@ class SweepOptions:
         "With --arrivals file:PATH, use the recorded times as they are (no rescaling; ρ is then the recording's own load).",
         "--arrivals-absolute",
     )
-    engine: str = _opt("numba", "numba kernels, or the plain-Python reference (slow; for tests).", None, ENGINES)
+    engine: str = _opt("numba", "numba kernels, or the plain-Python oracle (slow; for tests).", None, ENGINES)
 
     @classmethod
     def build(cls, options: "SweepOptions | None" = None, **changes: Any) -> "SweepOptions":

@@ -111,7 +111,7 @@ def utility_tables(group: pl.DataFrame, latency: dict[str, float], intervals=Non
             ci[(r["method"], r["protocol"], _key(r["value"]))] = r
     tables = []
     if True:
-        for protocol in ("offline", "discrete", "continuous", "amortised"):
+        for protocol in an.PROTOCOLS:
             part = group.filter(pl.col("protocol") == protocol)
             if part.height == 0:
                 continue

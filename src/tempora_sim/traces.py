@@ -49,11 +49,11 @@ from tempora_schema import (
     validate_rows,
 )
 from tempora_schema.provision import LAMBDA_RULES, LAMBDA_SIGMAS, inflated_lambda, lambda_provision  # noqa: F401  (re-exported)
+from tempora_schema.vocabulary import BASELINE_METHOD as STANDARD_METHOD  # noqa: F401  (re-exported)
 
 from .errors import GridError, GroupError, SimError, SimWarning, TraceFileError
 
 #: Name of the non-adaptive baseline whose trace defines λ.
-STANDARD_METHOD = "standard"
 #: Traces of a group whose median speed-probe times differ by more than this are flagged.
 SPEED_SPREAD_LIMIT = 0.10
 

@@ -37,6 +37,8 @@ from typing import Any
 
 import click
 
+from tempora_schema.vocabulary import BASELINE_METHOD
+
 from . import options as trace_options
 from .errors import ConfigError, TraceError
 
@@ -168,8 +170,8 @@ class Campaign:
 
     def ordered(self) -> tuple[list[TraceTask], list[TraceTask]]:
         """(the groups' ``standard`` traces, everything else): the first set runs first."""
-        first = [t for t in self.tasks if t.method == "standard"]
-        return first, [t for t in self.tasks if t.method != "standard"]
+        first = [t for t in self.tasks if t.method == BASELINE_METHOD]
+        return first, [t for t in self.tasks if t.method != BASELINE_METHOD]
 
 
 # --------------------------------------------------------------------------- loading
@@ -199,6 +201,13 @@ def _list(value: Any, where: str, kind: type | tuple) -> list:
     return items
 
 
+def _corruptions(value: Any) -> list[str] | None:
+    """``options.corruptions`` as a list (a comma-separated string or a TOML list)."""
+    if value is None:
+        return None
+    return [str(v) for v in value] if isinstance(value, list) else [value]
+
+
 def load_campaign(path: str | os.PathLike) -> Campaign:
     """Parse, expand and check a campaign file (CampaignError on the first problem)."""
     from tempora_schema.errors import TemporaError
@@ -206,7 +215,8 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
 
     from .data import get_dataset
     from .methods import available_methods, get_method
-    from .models import MODEL_NORMS
+    from .models import model_norms
+    from .norms import describe_norms, method_fits
     from .policies import adapts_after_prediction
 
     path = Path(path)
@@ -253,9 +263,15 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
             raise CampaignError(f"{where}: machine kind {kind!r} is not declared under [machines] (declared: {', '.join(machines)})")
         machine = machines[kind]
         dataset = group.get("dataset", "demo")
+        options = group.get("options", {})
+        for key, value in options.items():
+            if key not in TRACE_OPTIONS:
+                raise CampaignError(f"{where}: options.{key} is not a tracer option here; known: {', '.join(sorted(TRACE_OPTIONS))}")
+            if isinstance(value, bool) != (TRACE_OPTIONS[key] is bool) or not isinstance(value, TRACE_OPTIONS[key]):
+                raise CampaignError(f"{where}: options.{key} has the wrong type ({value!r})")
         try:
-            spec = get_dataset(dataset)
-        except ConfigError as exc:
+            spec = get_dataset(dataset, options.get("class_map"), _corruptions(options.get("corruptions")))
+        except TraceError as exc:
             raise CampaignError(f"{where}: {exc}") from None
         if spec.data_folder is not None and not machine.data_root and not os.environ.get("TEMPORA_DATA"):
             raise CampaignError(
@@ -263,25 +279,22 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
                 f'data_root (set [machines.{kind}] data_root = "/path")'
             )
         model = group.get("model")
-        if model is not None and model not in MODEL_NORMS:
-            raise CampaignError(f"{where}: unknown model {model!r}; available: {', '.join(MODEL_NORMS)}")
+        try:  # a model by spec is built once, untrained, to learn its normalisation layers
+            norms = model_norms(model or spec.default_model, options.get("input_size"))
+        except TraceError as exc:
+            raise CampaignError(f"{where}: {exc}") from None
         methods = _list(group.get("methods", []), f"{where} methods", str)
         if not methods:
             raise CampaignError(f"{where}: methods is empty")
         for m in methods:
             if m not in methods_known:
                 raise CampaignError(f"{where}: unknown method {m!r}; available: {', '.join(sorted(methods_known))}")
-            norm = MODEL_NORMS.get(model or spec.default_model)
-            if norm is not None and norm not in get_method(m).compatible_norms:
-                raise CampaignError(f"{where}: method {m!r} does not run on model {model or spec.default_model!r} ({norm} normalisation)")
-        if "standard" not in methods:
-            methods = ["standard", *methods]  # λ of the group comes from its standard trace
-        options = group.get("options", {})
-        for key, value in options.items():
-            if key not in TRACE_OPTIONS:
-                raise CampaignError(f"{where}: options.{key} is not a tracer option here; known: {', '.join(sorted(TRACE_OPTIONS))}")
-            if isinstance(value, bool) != (TRACE_OPTIONS[key] is bool) or not isinstance(value, TRACE_OPTIONS[key]):
-                raise CampaignError(f"{where}: options.{key} has the wrong type ({value!r})")
+            if not method_fits(get_method(m), norms):
+                raise CampaignError(
+                    f"{where}: method {m!r} does not run on model {model or spec.default_model!r} ({describe_norms(norms)})"
+                )
+        if BASELINE_METHOD not in methods:
+            methods = [BASELINE_METHOD, *methods]  # λ of the group comes from its standard trace
         domains = group.get("domains")
         if domains is not None:
             domains = tuple(_list(domains, f"{where} domains", str))
@@ -319,7 +332,7 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
                                     group.get("weights"),
                                     tuple(sorted(options.items())),
                                     tuple(sorted((group.get("params") or {}).get(m, {}).items())),
-                                    budgets if m != "standard" else (),
+                                    budgets if m != BASELINE_METHOD else (),
                                     policy,
                                 )
                             )
@@ -339,7 +352,7 @@ class TaskResult:
 
 def trace_location(task: TraceTask, out_root: Path) -> Path:
     """Where ``tempora-trace run`` puts this task's trace on the machine that runs it."""
-    from .config import TraceConfig
+    from .config import TraceConfig, path_part
     from .timing import device_slug, resolve_device
 
     try:  # the options exactly as the `tempora-trace run` process will parse and map them
@@ -348,7 +361,7 @@ def trace_location(task: TraceTask, out_root: Path) -> Path:
         raise CampaignError(f"{task.label}: {exc.format_message()}") from None
     cfg = TraceConfig(**trace_options.config_kwargs("run", opts)).resolved()
     slug = device_slug(resolve_device(task.machine.device))
-    return out_root / cfg.dataset / str(cfg.model) / slug / f"{cfg.file_stem()}.parquet"
+    return out_root / path_part(cfg.dataset_label()) / path_part(cfg.model_label()) / slug / f"{cfg.file_stem()}.parquet"
 
 
 def _complete(path: Path) -> bool:
@@ -464,7 +477,7 @@ def _lambdas_needed(campaign: Campaign, results: list[TaskResult]) -> dict[tuple
     need = {t.group_key for t in campaign.tasks if t.budgets_ms}
     out = {}
     for r in results:
-        if r.task.method == "standard" and r.task.group_key in need and r.status in ("done", "skipped") and r.path:
+        if r.task.method == BASELINE_METHOD and r.task.group_key in need and r.status in ("done", "skipped") and r.path:
             out[r.task.group_key] = group_lambda(r.path)
     return out
 

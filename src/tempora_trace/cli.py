@@ -39,6 +39,7 @@ from typing import Any, Callable, Sequence  # noqa: E402
 import click  # noqa: E402
 
 from tempora_schema.command import INT32_MAX, OneLineGroup  # noqa: E402
+from tempora_schema.vocabulary import BASELINE_METHOD  # noqa: E402
 
 from . import __version__  # noqa: E402
 from .calibration import calibrate, lambda_ms_of, print_dispersion  # noqa: E402, F401 - lambda_ms_of: re-exported
@@ -53,7 +54,7 @@ class _TraceCommand(click.Command):
     """Accepts the space-separated form ``--domains fog snow`` beside ``--domains fog,snow``
     (the words after ``--domains`` up to the next option are joined with commas)."""
 
-    list_options = ("--domains",)
+    list_options = ("--domains", "--corruptions")
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         out: list[str] = []
@@ -135,7 +136,7 @@ def calibrate_command(**opts: Any) -> None:
     """Trace `standard` (or reuse its complete trace) and print λ = mean + 6σ of its per-batch latency.
 
     The trace is the one `run --method standard` writes, so it doubles as the group's baseline."""
-    cfg = make_config("calibrate", opts, method="standard")
+    cfg = make_config("calibrate", opts, method=BASELINE_METHOD)
     echo = (lambda s: None) if cfg.quiet else (lambda s: click.echo(s))
     try:
         result = calibrate(cfg, echo)
@@ -220,20 +221,41 @@ def synthesize_command(
 @click.option(
     "--methods-for", metavar="MODEL", default=None, help="Print only the methods that run on MODEL (space-separated, for scripts)."
 )
-def list_command(methods_for: str | None) -> None:
+@click.option(
+    "--model",
+    "model",
+    metavar="SPEC",
+    default=None,
+    help="Describe one model (a name, timm:NAME, torchvision:NAME, MODULE:FACTORY, PATH.py:FACTORY; built untrained, "
+    "nothing downloaded): its normalisation layers and the methods that fit it.",
+)
+@click.option("--input-size", type=click.IntRange(8, 8192), default=None, metavar="PX", help="With --model: the image side.")
+def list_command(methods_for: str | None, model: str | None, input_size: int | None) -> None:
     """List methods, models and datasets (or the methods that fit one model)."""
-    if methods_for is not None:
-        from .methods import methods_for_model
+    from .methods import methods_for_model
 
+    if methods_for is not None:
         click.echo(" ".join(methods_for_model(methods_for)))
+        return
+    if model is not None:
+        from .models import MODEL_NORMS, get_model
+        from .norms import describe_norms
+
+        if model in MODEL_NORMS and input_size is None:
+            norms, line = frozenset({MODEL_NORMS[model]}), f"model {model}: built-in"
+        else:
+            _, spec = get_model(model, "random", input_size=input_size)
+            norms, line = spec.norms, f"model {spec.name}: {spec.num_classes} classes (untrained), input {spec.input_size} px"
+        click.echo(f"{line}, {describe_norms(norms)}")
+        click.echo("methods: " + ", ".join(methods_for_model(model, input_size)))
         return
     from .data import DATASETS
     from .methods import available_methods
     from .models import available_models
 
     click.echo("methods: " + ", ".join(available_methods()))
-    click.echo("models:  " + ", ".join(available_models()))
-    click.echo("datasets: " + ", ".join(f"{n} (default model {d.default_model})" for n, d in DATASETS.items()))
+    click.echo("models:  " + ", ".join(available_models()) + "; or timm:NAME, torchvision:NAME[:WEIGHTS], MODULE:FACTORY, PATH.py:FACTORY")
+    click.echo("datasets: " + ", ".join(f"{n} (default model {d.default_model})" for n, d in DATASETS.items()) + "; or folder:PATH")
 
 
 @cli.command("campaign")

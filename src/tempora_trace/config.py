@@ -17,6 +17,7 @@ from typing import Any
 
 import tempora_schema as schema
 from tempora_schema.command import INT32_MAX, INT64_MAX
+from tempora_schema.vocabulary import BASELINE_METHOD
 
 from .errors import ConfigError
 
@@ -31,6 +32,17 @@ DEFAULT_STAGE_MB = 1024.0
 #: identity, which replaces ``weights`` by the file's hash and ``device`` by its name) must
 #: match exactly for ``--resume``.
 _IDENTITY_EXCLUDE = {"resume", "force", "quiet", "workers", "stage_mb", "out", "name", "data_root"}
+
+
+#: Options of models by spec and folder datasets: in the resume identity only when set, so a
+#: run of the built-ins compares exactly as it always did.
+_BYO_FIELDS = {"input_size", "class_map", "corruptions"}
+
+
+def path_part(label: str) -> str:
+    """A dataset or model label as one folder name (``timm:mobilenetv3_small_100`` →
+    ``timm-mobilenetv3_small_100``); built-in names are already one and stay as they are."""
+    return re.sub(r"[^A-Za-z0-9._+-]+", "-", label).strip("-") or "model"
 
 
 def _check_finite(value: Any, option: str) -> None:
@@ -61,7 +73,7 @@ def canonical_policy(text: str | None, seed: int) -> str | None:
 
 @dataclass
 class TraceConfig:
-    method: str = "standard"
+    method: str = BASELINE_METHOD
     method_params: dict[str, Any] = field(default_factory=dict)
     #: sparse-adaptation policy (``every:4``, ``fraction:0.25``, ``entropy:0.5``, ``warmup:10``;
     #: tempora_schema.policies); None = adapt on every batch. resolved() canonicalises it.
@@ -96,18 +108,33 @@ class TraceConfig:
     #: host-memory cap of one staged chunk of batches, MiB (docs/timing.md).
     stage_mb: float = DEFAULT_STAGE_MB
     warmup_batches: int = WARMUP_BATCHES
+    #: image side of a model by spec (timm:, torchvision:, a factory) where it cannot say
+    input_size: int | None = None
+    #: CSV ``folder,index`` mapping a folder dataset's classes onto the model's (folder:PATH only)
+    class_map: str | None = None
+    #: ImageNet-C corruptions applied on the fly to a folder of clean images (folder:PATH only)
+    corruptions: list[str] | None = None
     resume: bool = False
     force: bool = False
     quiet: bool = False
 
     def resolved(self) -> "TraceConfig":
         """A copy with defaults filled in and every value checked (ConfigError otherwise)."""
-        from .data import get_dataset
-
         cfg = dataclasses.replace(
             self, method_params=dict(self.method_params), checkpoints=list(self.checkpoints), budgets_ms=list(self.budgets_ms)
         )
-        spec = get_dataset(cfg.dataset)
+        if cfg.dataset.startswith("folder:"):  # one spelling of the folder, wherever the run starts
+            rest = cfg.dataset[len("folder:") :]
+            cfg.dataset = "folder:" + (str(Path(rest).expanduser().resolve()) if rest else "")
+        if cfg.class_map is not None:
+            cfg.class_map = str(Path(cfg.class_map).expanduser().resolve())
+        if cfg.corruptions is not None:
+            from .data.folder import expand_corruptions
+
+            cfg.corruptions = list(expand_corruptions(cfg.corruptions))
+        if cfg.input_size is not None and not 8 <= cfg.input_size <= 8192:
+            raise ConfigError(f"--input-size must be in 8..8192 px, not {cfg.input_size}")
+        spec = cfg.dataset_spec()
         if cfg.model is None:
             cfg.model = spec.default_model
         if cfg.domains is None or len(cfg.domains) == 0:
@@ -176,23 +203,37 @@ class TraceConfig:
         method = schema.policy_file_label(schema.method_label(self.method, self.method_params), self.policy)
         return schema.file_stem(method, self.batch_size, self.seed, self._severity(), self.stream)
 
-    def _severity(self) -> int | None:
+    def dataset_spec(self):
+        """The dataset (:class:`~tempora_trace.data.DatasetSpec`), a folder's included."""
         from .data import get_dataset
 
-        return self.severity if get_dataset(self.dataset).has_severity else None
+        return get_dataset(self.dataset, self.class_map, self.corruptions)
+
+    def _severity(self) -> int | None:
+        return self.severity if self.dataset_spec().has_severity else None
+
+    def dataset_label(self) -> str:
+        """The dataset as the trace identity names it (``folder:<name>@<hash>`` for a folder)."""
+        return self.dataset_spec().name
+
+    def model_label(self) -> str:
+        """The model as the trace identity names it (a factory file by its name only)."""
+        from .models.external import model_label
+
+        return model_label(str(self.model))
 
     def output_dir(self, device_slug: str) -> Path:
         if self.out is not None:
             return Path(self.out).expanduser()
-        return Path("traces") / self.dataset / str(self.model) / device_slug
+        return Path("traces") / path_part(self.dataset_label()) / path_part(self.model_label()) / device_slug
 
     def trace_identity(self, weights: str, device: str) -> schema.TraceIdentity:
         """The identity of the trace this (resolved) config writes. ``weights``: the loaded
         file's :func:`tempora_schema.weights_identity`; ``device``: the device's name as the
         metadata records it (``cpu:<model>``, ``cuda:<name>``)."""
         group = schema.GroupKey(
-            dataset=self.dataset,
-            model=str(self.model),
+            dataset=self.dataset_label(),
+            model=self.model_label(),
             weights=weights,
             device=device,
             threads=self.threads,
@@ -209,7 +250,7 @@ class TraceConfig:
         """What ``--resume`` compares: the trace identity plus every other option that
         changes the rows (frozen sample, checkpoints, budgets, method parameters …)."""
         d = dataclasses.asdict(self)
-        out = {k: v for k, v in d.items() if k not in _IDENTITY_EXCLUDE}
+        out = {k: v for k, v in d.items() if k not in _IDENTITY_EXCLUDE and not (k in _BYO_FIELDS and v is None)}
         if trace_identity is not None:
             out.update(trace_identity.as_metadata())
         return out

@@ -5,8 +5,8 @@
 
 **Discrete** (ρ or γ, queue b): batch i becomes available at ``t0 + i·γ`` on the tracer's
 monotonic clock (:data:`~tempora_trace.timing.now_ns`). Whenever the pipeline is free it
-reads the clock once and decides with the simulator's own :func:`last_arrival` which batches
-have arrived: every arrival up to that reading is enqueued first (the oldest evicted from a
+reads the clock once and decides with the replay's own rule (:mod:`tempora_schema.discrete`:
+:func:`last_arrival`, :func:`next_pick`, which the kernels compile) which batches have arrived: every arrival up to that reading is enqueued first (the oldest evicted from a
 full queue), then the oldest queued batch is taken — the replay's order at equal times
 (completion, arrival, pickup). With nothing queued it waits for the next arrival (sleep,
 then spin) and takes it; with b = 0 only a batch arriving while the pipeline is free is
@@ -46,18 +46,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from tempora_schema.discrete import last_arrival as _schema_last_arrival
+from tempora_schema.discrete import next_pick
 from tempora_schema.live import (
-    BUDGET_RULES,
     LIVE_COLUMNS,
     LIVE_SCHEMA_VERSION,
     comparable_group,
     live_arrow_schema,
     validate_live_table,
 )
-from tempora_schema.live import last_arrival as _schema_last_arrival
 from tempora_schema.provision import LAMBDA_RULES
+from tempora_schema.vocabulary import BASELINE_METHOD, BUDGET_RULES, LIVE_PROTOCOLS
 
-from .config import TraceConfig
+from .config import TraceConfig, path_part
 from .errors import ConfigError, OutputError
 from .timing import (
     SPIN_NS,
@@ -72,10 +73,6 @@ from .timing import (
     timed_event,
     wait_until,
 )
-
-PROTOCOLS = ("discrete", "amortised")
-#: The non-adaptive method whose trace defines λ (as in the simulator).
-STANDARD_METHOD = "standard"
 
 
 def last_arrival(f_ms: float, gamma_ms: float) -> int:
@@ -114,7 +111,7 @@ class LiveSettings:
         s = dataclasses.replace(self)
         protos = [s.protocols] if isinstance(s.protocols, str) else list(s.protocols)
         protos = [p.strip() for item in protos for p in str(item).split(",") if p.strip()]
-        bad = [p for p in protos if p not in PROTOCOLS]
+        bad = [p for p in protos if p not in LIVE_PROTOCOLS]
         if bad or not protos:
             raise ConfigError(f"--protocol must be discrete, amortised or both (comma-separated), not '{','.join(bad) or ''}'")
         s.protocols = tuple(dict.fromkeys(protos))
@@ -183,7 +180,7 @@ def standard_trace_lambda(cfg: TraceConfig, group, source: str | None, rule: str
             if source is not None and not Path(source).is_dir():
                 raise ConfigError(f"--standard: {cand} is not a readable Tempora trace with a complete group") from None
             continue
-        if meta.get("method") == STANDARD_METHOD and comparable_group(key) == want:
+        if meta.get("method") == BASELINE_METHOD and comparable_group(key) == want:
             found.append((key != group, str(cand)))
     if not found:
         raise ConfigError(
@@ -262,24 +259,11 @@ def play_discrete(
         out[nxt] = Served(j, (pickup - t0) / 1e6, (ev.predict_ns - t0) / 1e6, (ready - t0) / 1e6, ev, correct)
         p, j = nxt, j + 1
         f = (ready - t0) / 1e6
-        k = last_arrival(f, gamma_ms)
-        if queue == 0:
-            first = k if k * gamma_ms == f else k + 1
-            cand = max(p + 1, first)
-            if cand >= num_batches:
-                break
-            nxt = cand
-            pickup = ready if cand * gamma_ms == f else wait_until(t0 + math.ceil(cand * gamma_ms * 1e6), spin_ns, idle)
-        else:
-            kc = min(k, num_batches - 1)
-            if kc > p:
-                nxt = max(p + 1, kc - queue + 1)
-                pickup = ready
-            elif p + 1 < num_batches:
-                nxt = p + 1
-                pickup = wait_until(t0 + math.ceil(nxt * gamma_ms * 1e6), spin_ns, idle)
-            else:
-                break
+        nxt, start = next_pick(p, last_arrival(f, gamma_ms), f, gamma_ms, queue, False, num_batches)
+        if nxt >= num_batches:
+            break
+        # start == f: the batch was waiting; else the pipeline idles until its arrival
+        pickup = ready if start == f else wait_until(t0 + math.ceil(start * 1e6), spin_ns, idle)
     return out
 
 
@@ -490,7 +474,11 @@ class LiveRun:
 
     def _out_path(self, device) -> Path:
         cfg = self.cfg
-        folder = Path(cfg.out).expanduser() if cfg.out is not None else Path("live") / cfg.dataset / str(cfg.model) / device_slug(device)
+        folder = (
+            Path(cfg.out).expanduser()
+            if cfg.out is not None
+            else Path("live") / path_part(cfg.dataset_label()) / path_part(cfg.model_label()) / device_slug(device)
+        )
         path = folder / f"{cfg.file_stem()}.live.parquet"
         if path.exists() and not cfg.force:
             raise OutputError(f"{path} already exists; pass --force to overwrite it or --name to write another file")

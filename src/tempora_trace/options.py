@@ -35,6 +35,7 @@ from tempora_schema.command import (
 )
 from tempora_schema.errors import OptionError
 from tempora_schema.provision import LAMBDA_RULES
+from tempora_schema.vocabulary import BUDGET_RULES
 
 from .config import DEFAULT_BATCH_SIZE, DEFAULT_FROZEN_SAMPLE, DEFAULT_SEED, DEFAULT_SEVERITY, DEFAULT_STAGE_MB, WARMUP_BATCHES
 from .errors import ConfigError
@@ -110,6 +111,16 @@ def parse_domains(text: str | None) -> list[str] | None:
     items = [t.strip() for t in text.replace(" ", ",").split(",") if t.strip()]
     if not items:
         raise OptionError("--domains: empty list")
+    return items
+
+
+def parse_corruptions(text: str | None) -> list[str] | None:
+    """``--corruptions``: comma- or space-separated names or groups (None: a folder as it is)."""
+    if text is None:
+        return None
+    items = [t.strip() for t in text.replace(" ", ",").split(",") if t.strip()]
+    if not items:
+        raise OptionError("--corruptions: empty list")
     return items
 
 
@@ -263,7 +274,7 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
         "Amortised cut-off: strict m = max{j: Σc ≤ B}, or overshoot (adapt while spent < B).",
         _L,
         default="strict",
-        type=click.Choice(["strict", "overshoot"]),
+        type=click.Choice(list(BUDGET_RULES)),
         config=None,
         live="budget_rule",
     ),
@@ -371,11 +382,42 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
     # the data, the model, the device and the run (every command that traces)
     TraceOption(
         "--dataset",
-        "demo, cifar10-c, cifar100-c, imagenet-c, imagenet-r, imagenet-a or imagenet-v2 (see `tempora-trace list`).",
+        "demo, cifar10-c, cifar100-c, imagenet-c, imagenet-r, imagenet-a, imagenet-v2 (see `tempora-trace list`), "
+        "or folder:PATH, your own images as PATH/<class>/<image> or PATH/<domain>/<class>/<image>.",
         _ALL,
         default="demo",
     ),
-    TraceOption("--model", "Model name [default: the dataset's model: demo-resnet, cifar-resnet18, resnet50].", _ALL),
+    TraceOption(
+        "--model",
+        "Model name, timm:NAME, torchvision:NAME[:WEIGHTS], or your own MODULE:FACTORY / PATH.py:FACTORY "
+        "[default: the dataset's model: demo-resnet, cifar-resnet18, resnet50].",
+        _ALL,
+    ),
+    TraceOption(
+        "--input-size",
+        "Image side of a model by spec (timm:, torchvision:, your factory) [default: its library's, else 224].",
+        _ALL,
+        type=click.IntRange(8, 8192),
+        metavar="PX",
+        campaign=int,
+    ),
+    TraceOption(
+        "--class-map",
+        "folder:PATH only: lines folder,index mapping class folders onto the model's classes [default: sorted folder order].",
+        _ALL,
+        type=click.Path(path_type=str, dir_okay=False),
+        metavar="CSV",
+        campaign=str,
+    ),
+    TraceOption(
+        "--corruptions",
+        "folder:PATH only: apply these ImageNet-C corruptions (or groups noise, blur, weather, digital, all; clean) "
+        "at --severity on the fly, one domain each.",
+        _ALL,
+        metavar="LIST",
+        convert=parse_corruptions,
+        campaign=(str, list),
+    ),
     TraceOption("--weights", "Weight file (state_dict), or 'random' for an untrained model (timing only).", _ALL),
     TraceOption(
         "--offline",

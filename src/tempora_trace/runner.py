@@ -33,7 +33,8 @@ import tempora_schema as schema
 from . import __version__
 from .checkpoints import BudgetCutoffs, default_schedule, sample_steps
 from .config import TraceConfig
-from .data import Episode, batch_order, get_dataset
+from .data import Episode, batch_order
+from .data.folder import MIN_CORRUPTION_SIZE
 from .data.streams import dirichlet_order, domain_seed, source_labels
 from .errors import ConfigError, DataError
 from .methods import get_method
@@ -41,6 +42,8 @@ from .methods._common import NORM_NAMES, incompatibility_message
 from .methods.base import MethodContext, TTAMethod
 from .models import get_model
 from .policies import PolicyGate, check_policy_method
+from .norms import describe_norms, method_fits
+from .preprocess import default_preprocess
 from .progress import ProgressView
 from .staging import BatchStager, StagedBatch, default_workers
 from .timing import (
@@ -73,6 +76,46 @@ def build_episodes(domains, cfg: TraceConfig) -> list[Episode]:
     if cfg.stream == "continual":
         return [Episode("continual", list(domains), orders)]
     return [Episode(d.name, [d], [o]) for d, o in zip(domains, orders)]
+
+
+def check_folder_images(episodes: Sequence[Episode]) -> None:
+    """Open the header of every image the run's batches use (the line names a bad file)."""
+    for ep in episodes:
+        for domain, batches in zip(ep.domains, ep.batches):
+            check = getattr(domain.source, "check_readable", None)
+            if check is not None and batches:
+                check(np.concatenate(batches), workers=default_workers(os.cpu_count()))
+
+
+def check_model_fits(cfg: TraceConfig, dataset, model_spec, method_cls) -> None:
+    """The model takes the dataset's images, outputs its classes, and the method handles the
+    model's normalisation layers: each a one-line ConfigError otherwise."""
+    model = cfg.model
+    if not dataset.folder and model_spec.source is None and model_spec.family != dataset.family:
+        raise ConfigError(
+            f"model '{model}' is built for {model_spec.family} inputs ({model_spec.input_size}px); "
+            f"dataset '{cfg.dataset}' is {dataset.family} (default model: {dataset.default_model})"
+        )
+    if dataset.class_mask is not None:
+        if max(dataset.class_mask) >= model_spec.num_classes:
+            raise ConfigError(
+                f"--class-map maps a class folder onto index {max(dataset.class_mask)}, but model '{model}' outputs "
+                f"{model_spec.num_classes} classes (0..{model_spec.num_classes - 1})"
+            )
+    elif model_spec.num_classes != dataset.model_classes:
+        what = f"{dataset.model_classes} class folders" if dataset.folder else f"{dataset.model_classes} classes"
+        hint = (
+            "; pass --class-map FILE to map the folders onto its classes, or --weights random to build it for yours"
+            if dataset.folder
+            else "; pass --weights random (timing only) or weights trained on this dataset"
+        )
+        raise ConfigError(f"model '{model}' outputs {model_spec.num_classes} classes but dataset '{cfg.dataset}' has {what}{hint}")
+    if not method_fits(method_cls, model_spec.norms):
+        kinds = model_spec.norms
+        found = (
+            f"model '{model}' uses {NORM_NAMES[next(iter(kinds))]}" if len(kinds) == 1 else f"model '{model}' has {describe_norms(kinds)}"
+        )
+        raise ConfigError(incompatibility_message(method_cls, found))
 
 
 #: A machine-speed probe runs before steps 0, PROBE_EVERY, 2·PROBE_EVERY, … of every episode.
@@ -156,26 +199,30 @@ class MethodRun:
         self.cfg = cfg
         self.echo = echo
         self.device = resolve_device(cfg.device)
-        self.dataset = get_dataset(cfg.dataset)
+        self.dataset = cfg.dataset_spec()
         self.method_cls = get_method(cfg.method)
-        model, self.model_spec = get_model(cfg.model, cfg.weights, num_classes=self.dataset.model_classes)
-        if self.model_spec.family != self.dataset.family:
-            raise ConfigError(
-                f"model '{cfg.model}' is built for {self.model_spec.family} inputs ({self.model_spec.input_size}px); "
-                f"dataset '{cfg.dataset}' is {self.dataset.family} (default model: {self.dataset.default_model})"
-            )
-        if self.model_spec.norm not in self.method_cls.compatible_norms:
-            raise ConfigError(incompatibility_message(self.method_cls, f"model '{cfg.model}' uses {NORM_NAMES[self.model_spec.norm]}"))
+        model, self.model_spec = get_model(cfg.model, cfg.weights, num_classes=self.dataset.model_classes, input_size=cfg.input_size)
+        check_model_fits(cfg, self.dataset, self.model_spec, self.method_cls)
+        if self.dataset.folder:  # the user's images are decoded the way the model's library says
+            pre = self.model_spec.preprocess or default_preprocess(self.model_spec.input_size, self.model_spec.family)
+            if self.dataset.has_severity and pre.input_size < MIN_CORRUPTION_SIZE:
+                raise ConfigError(
+                    f"--corruptions needs images of at least {MIN_CORRUPTION_SIZE} px (the ImageNet-C functions' minimum); "
+                    f"model '{cfg.model}' takes {pre.input_size} px (--input-size)"
+                )
+            self.dataset = self.dataset.bind(pre, cfg.seed)
         check_policy_method(self.method_cls, cfg.policy)
         #: the sparse-adaptation policy's gate (None: adapt on every batch), reset per episode
         self.gate = PolicyGate(cfg.policy, cfg.seed) if cfg.policy else None
         torch.set_num_threads(cfg.threads)  # part of the trace identity (resolved() fills the default)
-        self.identity = cfg.trace_identity(schema.weights_identity(self.model_spec.weights_file), describe_device(self.device))
+        self.identity = cfg.trace_identity(self.model_spec.weights_identity, describe_device(self.device))
         #: machine-speed probe written to the metadata (docs/trace-schema.md); empty = not measured
         self.speed_probe: list[dict] = []
         self.speed_probe_kind = schema.PROBE_NOT_MEASURED
         root = self.dataset.root(cfg.data_root)
         self.episodes = build_episodes([self.dataset.open(d, cfg.severity, root) for d in cfg.domains], cfg)
+        if self.dataset.folder:  # a file that is not an image is refused before anything is written
+            check_folder_images(self.episodes)
         self.clock = DeviceClock(self.device)
         workers = cfg.workers if cfg.workers is not None else default_workers(os.cpu_count())
         self.stager = BatchStager(workers, pin_memory=self.device.type == "cuda", stage_mb=cfg.stage_mb)
@@ -250,8 +297,29 @@ class MethodRun:
             "torch_version": torch.__version__,
             "tracer_version": __version__,
             "warmup_batches": cfg.warmup_batches,
+            **self.provenance(),
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
+
+    def provenance(self) -> dict[str, Any]:
+        """Where a model by spec and a folder dataset came from (library and version, weights,
+        preprocessing, files and their hashes): in the metadata and the resume identity, and
+        absent for the built-ins, whose names say it all."""
+        out: dict[str, Any] = {}
+        spec = self.model_spec
+        if spec.source is not None:
+            out["model_source"] = {
+                "spec": str(self.cfg.model),
+                **spec.source,
+                "weights": spec.weights_identity,
+                "norm": spec.norm_profile,
+                "num_classes": spec.num_classes,
+                **({"preprocess": spec.preprocess.as_metadata()} if spec.preprocess is not None else {}),
+            }
+        if self.dataset.source is not None:
+            pre = self.dataset.preprocess
+            out["dataset_source"] = {**self.dataset.source, **({"preprocess": pre.as_metadata()} if pre is not None else {})}
+        return out
 
     def _staged(self, episode: Episode, steps: Sequence[int]):
         """``steps`` as staged chunks, each followed (before its first event) by a full garbage
@@ -299,7 +367,7 @@ class TraceRun(MethodRun):
     def claim_output(self) -> None:
         """Last, once every input is known to be good: claim the output path (a caller with
         more inputs to check, like a live run tracing alongside, claims it later)."""
-        self.writer = TraceWriter(self.out_path, self.cfg.identity(self.identity), self.cfg.resume, self.cfg.force)
+        self.writer = TraceWriter(self.out_path, {**self.cfg.identity(self.identity), **self.provenance()}, self.cfg.resume, self.cfg.force)
 
     def _maybe_probe(self, episode_index: int, episode: Episode, step: int) -> None:
         if step % PROBE_EVERY == 0:

@@ -24,7 +24,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import tempora_schema as schema
-from tempora_schema.errors import OutputError as AnyOutputError
 from tempora_schema.errors import output_error
 from tempora_schema.outputs import check_output_dir, output_lock, to_bytes, write_file
 
@@ -112,7 +111,7 @@ class TraceWriter:
             raise output_error(exc, self.partial_dir) from None
         try:
             self._write_json(self.partial_dir / "config.json", self.identity)
-        except AnyOutputError:
+        except OutputError:
             if created:  # nothing of this run may stay behind when it could not even start
                 shutil.rmtree(self.partial_dir, ignore_errors=True)
             raise
@@ -214,8 +213,8 @@ def check_reusable(path: Path, cfg) -> dict:
         raise OutputError(f"{path} is not a readable trace ({first}); pass --force to re-measure it") from None
     wanted = {
         "method": cfg.method,
-        "dataset": cfg.dataset,
-        "model": cfg.model,
+        "dataset": cfg.dataset_label(),
+        "model": cfg.model_label(),
         "batch_size": cfg.batch_size,
         "seed": cfg.seed,
         "stream": cfg.stream,

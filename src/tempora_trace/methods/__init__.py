@@ -51,14 +51,21 @@ def get_method(name: str) -> type[TTAMethod]:
         raise MethodError(f"unknown method '{name}'; available: {', '.join(sorted(_REGISTRY))}") from None
 
 
-def methods_for_model(model: str) -> list[str]:
-    """Methods whose normalisation needs the built-in ``model`` meets (no model is built)."""
+def methods_for_model(model: str, input_size: int | None = None) -> list[str]:
+    """Methods that fit ``model``'s normalisation layers (:func:`tempora_trace.norms.method_fits`):
+    a built-in's are known without building it; a model by spec (``timm:NAME``, a factory …)
+    is built untrained, nothing downloaded."""
     from ..errors import ConfigError
-    from ..models import MODEL_NORMS
+    from ..models import MODEL_NORMS, model_norms
+    from ..models.external import is_external
+    from ..norms import method_fits
 
-    if model not in MODEL_NORMS:
-        raise ConfigError(f"unknown model '{model}'; available: {', '.join(MODEL_NORMS)}")
-    return [m for m in available_methods() if MODEL_NORMS[model] in get_method(m).compatible_norms]
+    if model not in MODEL_NORMS and not is_external(model):
+        raise ConfigError(
+            f"unknown model '{model}'; available: {', '.join(MODEL_NORMS)}, or timm:NAME, torchvision:NAME, MODULE:FACTORY, PATH.py:FACTORY"
+        )
+    norms = model_norms(model, input_size)
+    return [m for m in available_methods() if method_fits(get_method(m), norms)]
 
 
 def departures_markdown() -> str:
