@@ -41,8 +41,8 @@ from .methods import get_method
 from .methods._common import NORM_NAMES, incompatibility_message
 from .methods.base import MethodContext, TTAMethod
 from .models import get_model
-from .policies import PolicyGate, check_policy_method
 from .norms import describe_norms, method_fits
+from .policies import PolicyGate, check_policy_method
 from .preprocess import default_preprocess
 from .progress import ProgressView
 from .staging import BatchStager, StagedBatch, default_workers
