@@ -47,6 +47,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import METADATA_FIELDS, STREAMS, GroupKey, TraceSchemaError, _arrow_kind_ok, _is_int
+from .policies import validate_policy_metadata
 from .vocabulary import BUDGET_RULES, LIVE_PROTOCOLS
 
 LIVE_SCHEMA_VERSION = 1
@@ -158,6 +159,10 @@ def validate_live_metadata(meta: Mapping[str, Any], path: object = "<live run>")
         raise LiveSchemaError(path, f"metadata 'stream' must be one of {', '.join(STREAMS)}, got {meta['stream']!r}")
     if not _positive(meta["lambda_ms"]):
         raise LiveSchemaError(path, f"metadata 'lambda_ms' must be > 0, got {meta['lambda_ms']!r}")
+    try:
+        validate_policy_metadata(meta.get("policy"))
+    except ValueError as exc:
+        raise LiveSchemaError(path, str(exc)) from None
     runs = meta["runs"]
     if not isinstance(runs, list) or not runs:
         raise LiveSchemaError(path, "metadata 'runs' must be a non-empty list")

@@ -38,6 +38,7 @@ from tempora_schema import (
     RowLayout,
     TraceSchemaError,
     check_metadata_matches_rows,
+    check_policy_rows,
     lambda_ms,
     method_label,
     parse_metadata,
@@ -200,8 +201,9 @@ class Trace:
 
     @property
     def method(self) -> str:
-        """The method's name, with ``-paper`` for a paper-profile trace (tempora_schema.method_label)."""
-        return method_label(str(self.meta["method"]), self.meta.get("method_params"))
+        """The method's name, with ``-paper`` for a paper-profile trace and ``@<policy>`` for a
+        trace under a sparse-adaptation policy (tempora_schema.method_label)."""
+        return method_label(str(self.meta["method"]), self.meta.get("method_params"), self.meta.get("policy"))
 
     @cached_property
     def group(self) -> GroupKey:
@@ -495,6 +497,7 @@ def read_trace(path: str | os.PathLike) -> Trace:
             meta = upgrade_v1_metadata(meta, severities, domains)
         else:
             check_metadata_matches_rows(meta, arrays.episode_names, layout.adapt_counts, domains, severities, path)
+            check_policy_rows(meta, arrays, path)
     except TraceSchemaError as exc:
         raise TraceFileError.from_schema_error(exc) from None
     except RecursionError:

@@ -64,6 +64,7 @@ _GROUP_KEYS = {
     "options",
     "params",
     "budgets_ms",
+    "policies",
 }
 _MACHINE_KEYS = {"device", "data_root", "accelerator", "cpus_per_trace", "gpus"}
 
@@ -103,11 +104,14 @@ class TraceTask:
     options: tuple[tuple[str, Any], ...] = ()
     params: tuple[tuple[str, Any], ...] = ()
     budgets_ms: tuple[float, ...] = ()
+    #: sparse-adaptation policy (docs/design.md §11); None: adapt on every batch
+    policy: str | None = None
 
     @property
     def label(self) -> str:
+        method = self.method if self.policy is None else f"{self.method}@{self.policy}"
         return (
-            f"{self.dataset}/{self.model or 'default'}/{self.machine.device}/{self.method}"
+            f"{self.dataset}/{self.model or 'default'}/{self.machine.device}/{method}"
             f" bs{self.batch_size} sev{self.severity} seed{self.seed} {self.stream}"
         )
 
@@ -140,6 +144,7 @@ class TraceTask:
             "weights": self.weights,
             "data_root": str(Path(self.machine.data_root).expanduser()) if self.machine.data_root else None,
             "domains": self.domains or None,
+            "policy": self.policy,
             **dict(self.options),
             # JSON for non-strings, as `--param` parses them (a TOML true stays a boolean)
             "params": [f"{key}={value if isinstance(value, str) else json.dumps(value)}" for key, value in self.params],
@@ -208,10 +213,14 @@ def _corruptions(value: Any) -> list[str] | None:
 
 def load_campaign(path: str | os.PathLike) -> Campaign:
     """Parse, expand and check a campaign file (CampaignError on the first problem)."""
+    from tempora_schema.errors import TemporaError
+    from tempora_schema.policies import parse_policies
+
     from .data import get_dataset
     from .methods import available_methods, get_method
     from .models import model_norms
     from .norms import describe_norms, method_fits
+    from .policies import adapts_after_prediction
 
     path = Path(path)
     raw = _read_toml(path)
@@ -317,28 +326,37 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
             except ConfigError as exc:
                 raise CampaignError(f"{where}: {exc}") from None
         budgets = tuple(float(b) for b in _list(group.get("budgets_ms", []), f"{where} budgets_ms", (int, float)))
+        # sparse-adaptation policies: each method with an adapt step is traced as it is and under each
+        policy_items = _list(group.get("policies", []), f"{where} policies", str)
+        try:
+            policies = [p for p in parse_policies(",".join(policy_items)) if p is not None] if policy_items else []
+        except TemporaError as exc:
+            raise CampaignError(f"{where}: policies: {exc}") from None
         for sev in _list(group.get("severities", [5]), f"{where} severities", int):
             for seed in _list(group.get("seeds", [2025]), f"{where} seeds", int):
                 for stream in _list(group.get("streams", ["episodic"]), f"{where} streams", str):
                     for m in methods:
-                        tasks.append(
-                            TraceTask(
-                                g,
-                                machine,
-                                dataset,
-                                model,
-                                m,
-                                batch_size,
-                                sev,
-                                seed,
-                                stream,
-                                domains,
-                                group.get("weights"),
-                                tuple(sorted(options.items())),
-                                tuple(sorted(params.get(m, {}).items())),
-                                budgets if m != BASELINE_METHOD else (),
+                        variants = [None] + ([p.spec(seed) for p in policies] if adapts_after_prediction(get_method(m)) else [])
+                        for policy in variants:
+                            tasks.append(
+                                TraceTask(
+                                    g,
+                                    machine,
+                                    dataset,
+                                    model,
+                                    m,
+                                    batch_size,
+                                    sev,
+                                    seed,
+                                    stream,
+                                    domains,
+                                    group.get("weights"),
+                                    tuple(sorted(options.items())),
+                                    tuple(sorted(params.get(m, {}).items())),
+                                    budgets if m != BASELINE_METHOD else (),
+                                    policy,
+                                )
                             )
-                        )
     campaign = Campaign(path, str(head.get("name", path.stem)), out, bool(head.get("shared_storage", True)), machines, tasks)
     check_tasks(campaign)
     return campaign

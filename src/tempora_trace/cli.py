@@ -45,7 +45,7 @@ from . import __version__  # noqa: E402
 from .calibration import calibrate, lambda_ms_of, print_dispersion  # noqa: E402, F401 - lambda_ms_of: re-exported
 from .config import DEFAULT_SEVERITY, TraceConfig  # noqa: E402
 from .errors import ConfigError  # noqa: E402
-from .options import click_options, config_kwargs, live_kwargs, method_params, parse_domains, parse_param  # noqa: E402, F401
+from .options import click_options, config_kwargs, live_kwargs, method_params, parse_domains, parse_param, policies_of  # noqa: E402, F401
 
 PROG = "tempora-trace"
 
@@ -117,12 +117,17 @@ def run_command(**opts: Any) -> None:
     from .runner import trace_run
 
     _method_required(opts)
-    cfg = make_config("run", opts)
-    try:
-        path = trace_run(cfg)
-    except KeyboardInterrupt:
-        raise KeyboardInterrupt("interrupted: completed episodes are kept; rerun with --resume to continue") from None
-    click.echo(f"wrote {path}")
+    policies = policies_of(opts)
+    if len(policies) > 1 and opts["name"] is not None:
+        raise ConfigError("--name names one file, and --policy lists several: leave --name out (each policy names its own file)")
+    # every configuration checked before the first trace starts
+    configs = [make_config("run", opts, policy=p) for p in policies]
+    for cfg in configs:
+        try:
+            path = trace_run(cfg)
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt("interrupted: completed episodes are kept; rerun with --resume to continue") from None
+        click.echo(f"wrote {path}")
 
 
 @cli.command("calibrate", cls=_TraceCommand)
@@ -158,8 +163,11 @@ def live_command(**opts: Any) -> None:
     _method_required(opts)
     if opts["resume"]:
         raise ConfigError("--resume: a live run cannot be resumed (its clock would not be one run); start it again")
+    policies = policies_of(opts)
+    if len(policies) > 1:
+        raise ConfigError(f"--policy {opts['policy']}: a live run plays one policy; run live once per policy")
     settings = LiveSettings(**live_kwargs(opts)).checked()
-    cfg = make_config("live", opts)
+    cfg = make_config("live", opts, policy=policies[0])
     try:
         path = run_live(cfg, settings)
     except KeyboardInterrupt:

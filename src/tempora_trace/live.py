@@ -550,7 +550,7 @@ class LiveRun:
 
         def serve(i: int) -> tuple[Event, Any]:
             x, y = self.staged[i]
-            ev = timed_event(base.method, x, base.clock, adapt=adapt, peak=False)
+            ev = timed_event(base.method, x, base.clock, adapt=adapt, peak=False, gate=base.gate)
             base._last_event_end = time.perf_counter()
             # nothing between an event's end and the next decision but holding its logits:
             # scoring waits for the clock to stand still, garbage collection for an idle wait

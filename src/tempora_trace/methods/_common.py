@@ -309,6 +309,10 @@ class GradientMethod(TTAMethod):
         with no_stat_tracking(self.bn_layers):
             return self.model(x)
 
+    def skip_adapt(self) -> None:
+        self._pending = None  # the prediction's graph goes now, not inside the next event
+        super().skip_adapt()
+
     def freeze(self) -> None:
         self._pending = None
         super().freeze()
