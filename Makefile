@@ -154,6 +154,10 @@ $(foreach s,$(SEEDS),$(eval $(call demo_seed_rule,$(s))))
 # trace taken minutes earlier: what a machine drifting in speed does to it). One thing at a
 # time: a live run beside another job would time that job.
 VALIDATE_METHODS ?= standard tent eta cmf
+# One sparse-adaptation policy (docs/design.md §11) played live beside its trace, too: the method
+# and the policy (empty VALIDATE_POLICY: none).
+VALIDATE_POLICY_METHOD ?= tent
+VALIDATE_POLICY  ?= every:2
 VALIDATE_DOMAINS ?= gaussian_noise,motion_blur,fog,contrast
 VALIDATE_BATCHES ?= 40
 VALIDATE_PROTOCOL ?= discrete,amortised
@@ -187,6 +191,19 @@ validate: install
 	        --protocol $(VALIDATE_PROTOCOL) --rho $(VALIDATE_RHO) --queue 1 $(if $(findstring amortised,$(VALIDATE_PROTOCOL)),--B $(VALIDATE_B)) \
 	        --lambda-rule $(VALIDATE_LAMBDA_RULE) --repeats $(VALIDATE_REPEATS) $$pair || exit 2; \
 	done
+	@if [ -n "$(VALIDATE_POLICY)" ]; then \
+	    pair=$$( [ "$(VALIDATE_ALONGSIDE)" = yes ] && echo --trace-alongside $(VALIDATE_OUT)/traces $(VALIDATE_TRACE_OPTS) ); \
+	    if [ "$(VALIDATE_ALONGSIDE)" != yes ]; then \
+	        echo "trace $(VALIDATE_POLICY_METHOD) --policy $(VALIDATE_POLICY)"; \
+	        $(TRACE) run --method $(VALIDATE_POLICY_METHOD) --policy $(VALIDATE_POLICY) $(VALIDATE_OPTS) --out $(VALIDATE_OUT)/traces \
+	            $(VALIDATE_TRACE_OPTS) || exit 2; \
+	    fi; \
+	    echo "live $(VALIDATE_POLICY_METHOD) --policy $(VALIDATE_POLICY)"; \
+	    $(TRACE) live --method $(VALIDATE_POLICY_METHOD) --policy $(VALIDATE_POLICY) $(VALIDATE_OPTS) --out $(VALIDATE_OUT)/live \
+	        --standard $(VALIDATE_OUT)/traces --protocol $(VALIDATE_PROTOCOL) --rho $(VALIDATE_RHO) --queue 1 \
+	        $(if $(findstring amortised,$(VALIDATE_PROTOCOL)),--B $(VALIDATE_B)) --lambda-rule $(VALIDATE_LAMBDA_RULE) \
+	        --repeats $(VALIDATE_REPEATS) $$pair || exit 2; \
+	fi
 	$(SIM) validate $(VALIDATE_OUT)/live --traces $(VALIDATE_OUT)/traces --out $(VALIDATE_OUT)/report $(VALIDATE_CHECK_OPTS)
 
 # `make validate-gpu`: the same check on a GPU without ImageNet-C on disk: ResNet-50 with

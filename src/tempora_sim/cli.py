@@ -91,11 +91,12 @@ def run() -> None:
     compiled code and the loaded modules, which costs a warm sweep about 0.3 s and serves
     nothing. A library caller that calls :data:`main` keeps the ordinary exit."""
     code = main.main(standalone_mode=False)
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (OSError, ValueError):  # a closed pipe: what the interpreter's own exit reports
-        code = code or 120
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:  # None: started with the stream closed (`>&-`)
+                stream.flush()
+        except (OSError, ValueError):  # a closed pipe: what the interpreter's own exit reports
+            code = code or 120
     _os._exit(code if isinstance(code, int) else 1)
 
 

@@ -282,6 +282,28 @@ def _sweep_pivot(t: pl.DataFrame):
     return ["method"] + scen, rows
 
 
+def _policies_pivot(t: pl.DataFrame):
+    """Rows: methods; columns: scenarios; cell: the best policy and its gain over adapting on
+    every batch (pp), '?' when the gain is uncertain."""
+    scen = _scenarios(t)
+    methods = list(dict.fromkeys(t.get_column("method").to_list()))
+    look = {(r["method"], r["scenario"]): r for r in t.iter_rows(named=True)}
+    rows = []
+    for m in methods:
+        row = [m]
+        for s in scen:
+            r = look.get((m, s))
+            if r is None:
+                row.append("–")
+            elif r["best"] == an.EVERY_BATCH:
+                row.append(f"every batch {_pct(r['utility'], 1)}")
+            else:
+                gain = "" if r["gain"] is None else f" ({r['gain'] * 100:+.1f} pp{'?' if r['certain'] is False else ''})"
+                row.append(f"{r['best']} {_pct(r['utility'], 1)}{gain}")
+        rows.append(row)
+    return ["method"] + scen, rows
+
+
 def _offline_pivot(t: pl.DataFrame):
     methods = list(dict.fromkeys(t.get_column("method").to_list()))
     look = {(r["episode"], r["method"]): r for r in t.iter_rows(named=True)}
@@ -335,6 +357,10 @@ def _sweep(inp: ReportInputs) -> pl.DataFrame:
     pw = an.pooled_winners(inp.pooled, inp.intervals())
     g = an.group_columns(t)
     return t.join(pw.select(g + ["scenario", pl.col("certain").alias("best_certain")]), on=g + ["scenario"], how="left")
+
+
+def _policies(inp: ReportInputs) -> pl.DataFrame:
+    return an.policy_gains(inp.pooled, inp.intervals(), inp.trace_rows)
 
 
 def _pareto_table(inp: ReportInputs) -> pl.DataFrame:
@@ -633,6 +659,33 @@ _register(
         ),
     )
 )
+_register(
+    TableSpec(
+        "policies",
+        "Best sparse-adaptation policy of each method",
+        "beyond the paper",
+        "For every method traced under sparse-adaptation policies (`tempora-trace run --policy`, "
+        "docs/design.md §11), the variant with the highest pooled utility in each scenario: a policy "
+        "(`every:4` adapts on every 4th batch …) or `every batch` (the method as published), its U (%), "
+        "and in brackets its gain over adapting on every batch in pp, with '?' when the paired bootstrap "
+        "interval of that gain contains 0. The CSV adds the intervals, the adaptation rate of the best "
+        "variant (share of batches it changed the model on) and the number of variants compared. The "
+        "best (method, policy) overall is the winner in the tables above, where each policy trace "
+        "competes as `method@policy`.",
+        _cached("policies", _policies),
+        (
+            Column("method", "method"),
+            Column("scenario", "scenario"),
+            Column("best", "best"),
+            Column("utility", "U (%)", "pct2"),
+            Column("every_batch", "every batch (%)", "pct2"),
+            Column("gain", "gain (pp)", "pp"),
+            Column("certain", "certain", "bool"),
+            Column("rate", "rate (%)", "pct"),
+        ),
+        pivot=_policies_pivot,
+    )
+)
 
 
 def compute_table(name: str, inp: ReportInputs) -> pl.DataFrame | None:
@@ -791,6 +844,7 @@ SECTIONS = (
         ("latency", "strict_terms", "discrete_decomposition", "continuous_decomposition", "amortised_decomposition", "insolvency"),
     ),
     ("What a larger budget buys", ("pareto",)),
+    ("Adapt less, serve more: sparse-adaptation policies", ("policies",)),
 )
 TRACE_TIMES_FILE = "trace_times.parquet"
 #: Rows of the scenarios beyond the paper's (bursty arrivals, combined protocols), when present.
@@ -1204,6 +1258,13 @@ FIGURE_CAPTIONS = {
         ("latency", "Mean per-batch latency: ē (light) and ℓ̄ (solid) against λ, labelled with δ̄/λ"),
     ),
     "What a larger budget buys": (("pareto", "Amortised utility against the overhead spent (filled: efficient points)"),),
+    "Adapt less, serve more: sparse-adaptation policies": (
+        (
+            "policy_rates",
+            "Pooled utility against the adaptation rate (share of batches that changed the model), one panel "
+            "per scenario, one line per method through its policies (ringed: the method's best variant)",
+        ),
+    ),
 }
 
 
@@ -1253,4 +1314,8 @@ def _group_figures(inp, group, computed, fig_dir, prefix, all_episodes, episodes
     par = computed["pareto"]
     if par is not None and filter_group(par, group).height:
         made["pareto"] = tuple(fg.save(fg.pareto_plot(filter_group(par, group), label), fig_dir, prefix + "pareto"))
+    pol = computed["policies"]
+    if pol is not None and filter_group(pol, group).height:
+        points = filter_group(an.policy_points(inp.pooled, inp.trace_rows), group)
+        made["policy_rates"] = tuple(fg.save(fg.policy_rates(points, filter_group(pol, group), label), fig_dir, prefix + "policy-rates"))
     return made
