@@ -264,6 +264,7 @@ OWN = {
     "second arrival process bad": (["--out", "{ws}/new.html", "--arrivals", "periodic", "--arrivals", "burst:0,1"], "--arrivals"),
     "unknown arrival process": (["--out", "{ws}/new.html", "--arrivals", "sometimes"], "--arrivals"),
     "resamples zero": (["--out", "{ws}/new.html", "--resamples", "0"], "--resamples"),
+    "a million values of rho": (["--out", "{ws}/new.html", "--rho", "0.000001:1:0.000001"], "at most 1,000 given values"),
 }
 
 

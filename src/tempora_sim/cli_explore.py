@@ -89,13 +89,13 @@ def write_page(data: dict, out: str | Path) -> Path:
 
 def build(traces, options, arrivals, bootstrap, progress: bool = True) -> dict:
     """Load ``traces`` and compute the page's data, echoing the simulator's warnings once."""
-    from .explore import build_data
+    from .explore import build_data, check_grid_sizes
     from .replay import SimWarning, run_sweep
     from .traces import load_traces
 
     for arrival in arrivals or ("periodic",):
         # every option checked, each arrival process included, before any trace is read
-        type(options).build(options, arrivals=arrival).resolve()
+        check_grid_sizes(type(options).build(options, arrivals=arrival).resolve())
     traceset = load_traces([str(p) for p in traces] if len(traces) > 1 else str(traces[0]))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SimWarning)

@@ -49,6 +49,9 @@ from .stats import BootstrapOptions
 
 #: Values of each one-parameter grid (before the given and default values are added).
 POINTS = 100
+#: The most grid values a page takes from --rho, --T or --B each (the sweep takes up to a
+#: million; the page stores every cell of every value, so larger grids belong to `sweep`).
+MAX_GIVEN = 1000
 #: Values per axis of the combined protocols' 2-D grids.
 POINTS_2D = 20
 #: Scale of the stored fractions: 10⁻⁴ (0.01 percentage points).
@@ -554,6 +557,7 @@ def build_data(
     arrivals = list(dict.fromkeys(arrivals)) or ["periodic"]
     resolved = [SweepOptions.build(options, arrivals=a).resolve() for a in arrivals]  # every spec checked first
     ropts = resolved[0]
+    check_grid_sizes(ropts)
     protocols = [p for p in ropts.protocols]
     lambdas = group_lambdas(traceset, ropts.lambda_ms, ropts.lambda_rule)
     by_group: dict[str, list] = {}
@@ -633,6 +637,16 @@ def build_data(
         "groups": groups_out,
         "seconds": round(time.perf_counter() - t0, 2),
     }
+
+
+def check_grid_sizes(ropts) -> None:
+    """Refuse given grids larger than a page holds (:data:`MAX_GIVEN` values each)."""
+    for flag, values, given in (("--rho", ropts.rho, True), ("--T", ropts.T_ms, ropts.explicit_T), ("--B", ropts.B_ms, True)):
+        if given and len(values) > MAX_GIVEN:
+            raise ExploreError(
+                f"{flag}: {len(values):,} values; the page adds at most {MAX_GIVEN:,} given values to its own grid of "
+                f"{POINTS} (use tempora-sim sweep for larger grids)"
+            )
 
 
 def _short(label: str) -> str:
