@@ -15,8 +15,8 @@ every arrival process asked for, the traces are replayed by the same kernels and
 * the combined protocols on :data:`POINTS_2D` × :data:`POINTS_2D` grids (ρ × T, ρ × B).
 
 Per method and cell (each corruption and all corruptions pooled): the utility, its bootstrap
-interval (pooled: corruptions resampled; per corruption: batches resampled, as ``report``)
-and the decomposition (α, |Q|, ā_served; ā, κ̄, Cov; m, β, ā_adapt, ā_frozen). Per cell: the
+interval (pooled: corruptions resampled, every method; per corruption: batches resampled, as
+``report``, for the cell's winner and runner-up, which decide its certainty) and the decomposition (α, |Q|, ā_served; ā, κ̄, Cov; m, β, ā_adapt, ā_frozen). Per cell: the
 winner, the runner-up, the paired interval of the lead and whether the winner is certain
 (docs/statistics.md). Per pooled cell of a one-parameter protocol: the nearest values on each
 side where the recommendation changes, searched and refined as ``advise`` does.
