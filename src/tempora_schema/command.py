@@ -97,6 +97,7 @@ class OneLineGroup(click.Group):
         if getattr(handler, "__name__", "") == "_interrupted_at_start_up" and _in_main_thread():
             signal.signal(signal.SIGINT, signal.default_int_handler)  # the CLI's start-up guard is done
         args = sys.argv[1:] if args is None else list(args)
+        args, debug = _debug_flag(args)
         extra.pop("windows_expand_args", None)
         if complete_var is None:
             complete_var = f"_{prog.replace('-', '_').upper()}_COMPLETE"
@@ -121,6 +122,10 @@ class OneLineGroup(click.Group):
             echo_error(prog, exc.format_message())
             return EXIT_USAGE
         except TemporaError as exc:
+            if debug:  # what lies behind the one line (a plugin's import error, for example)
+                import traceback
+
+                traceback.print_exception(exc, file=sys.stderr)
             echo_error(prog, str(exc))
             return EXIT_USAGE
         except OSError as exc:
@@ -132,6 +137,14 @@ class OneLineGroup(click.Group):
             return EXIT_INTERRUPTED
         finally:
             warnings.showwarning = previous
+
+
+def _debug_flag(args: list[str]) -> tuple[list[str], bool]:
+    """``--debug`` anywhere before ``--`` (or ``TEMPORA_DEBUG=1``): an error's line is preceded
+    by the traceback behind it. Returns the arguments without the flag, and whether it was on."""
+    end = args.index("--") if "--" in args else len(args)
+    kept = [a for a in args[:end] if a != "--debug"] + args[end:]
+    return kept, len(kept) != len(args) or os.environ.get("TEMPORA_DEBUG", "") not in ("", "0")
 
 
 def _lower_first(text: str) -> str:

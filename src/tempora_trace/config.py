@@ -30,7 +30,7 @@ DEFAULT_STAGE_MB = 1024.0
 #: Fields that do not change the rows a run writes; every other field (and the trace
 #: identity, which replaces ``weights`` by the file's hash and ``device`` by its name) must
 #: match exactly for ``--resume``.
-_IDENTITY_EXCLUDE = {"resume", "force", "quiet", "workers", "stage_mb", "out", "name", "data_root"}
+_IDENTITY_EXCLUDE = {"resume", "force", "quiet", "workers", "stage_mb", "out", "name", "data_root", "method_spec"}
 
 
 def _check_finite(value: Any, option: str) -> None:
@@ -48,6 +48,8 @@ def _check_finite(value: Any, option: str) -> None:
 
 @dataclass
 class TraceConfig:
+    #: a method name, or ``module:CLASS`` / ``PATH.py:CLASS`` (resolved() keeps that in
+    #: ``method_spec`` and puts the class's name here; its provenance enters the identity).
     method: str = "standard"
     method_params: dict[str, Any] = field(default_factory=dict)
     dataset: str = "demo"
@@ -83,6 +85,7 @@ class TraceConfig:
     resume: bool = False
     force: bool = False
     quiet: bool = False
+    method_spec: str | None = None
 
     def resolved(self) -> "TraceConfig":
         """A copy with defaults filled in and every value checked (ConfigError otherwise)."""
@@ -92,6 +95,11 @@ class TraceConfig:
             self, method_params=dict(self.method_params), checkpoints=list(self.checkpoints), budgets_ms=list(self.budgets_ms)
         )
         spec = get_dataset(cfg.dataset)
+        if ":" in (cfg.method_spec or cfg.method):  # a module or file spec: the trace is named after the class
+            from .methods import resolve_method
+
+            cfg.method_spec = cfg.method_spec or cfg.method
+            cfg.method = resolve_method(cfg.method_spec).name
         if cfg.model is None:
             cfg.model = spec.default_model
         if cfg.domains is None or len(cfg.domains) == 0:
@@ -164,10 +172,11 @@ class TraceConfig:
             return Path(self.out).expanduser()
         return Path("traces") / self.dataset / str(self.model) / device_slug
 
-    def trace_identity(self, weights: str, device: str) -> schema.TraceIdentity:
+    def trace_identity(self, weights: str, device: str, method_source: dict[str, str] | None = None) -> schema.TraceIdentity:
         """The identity of the trace this (resolved) config writes. ``weights``: the loaded
         file's :func:`tempora_schema.weights_identity`; ``device``: the device's name as the
-        metadata records it (``cpu:<model>``, ``cuda:<name>``)."""
+        metadata records it (``cpu:<model>``, ``cuda:<name>``); ``method_source``: the
+        provenance of a method that is not built in (``MethodSource.metadata()``)."""
         group = schema.GroupKey(
             dataset=self.dataset,
             model=str(self.model),
@@ -181,7 +190,8 @@ class TraceConfig:
             domains=tuple(self.domains or ()),
             max_batches=self.max_batches,
         )
-        return schema.TraceIdentity(self.method, group)
+        source = tuple(sorted(method_source.items())) if method_source else None
+        return schema.TraceIdentity(self.method, group, source)
 
     def identity(self, trace_identity: schema.TraceIdentity | None = None) -> dict[str, Any]:
         """What ``--resume`` compares: the trace identity plus every other option that
