@@ -213,7 +213,7 @@ def _list(value: Any, where: str, kind: type | tuple) -> list:
 def load_campaign(path: str | os.PathLike) -> Campaign:
     """Parse, expand and check a campaign file (CampaignError on the first problem)."""
     from .data import get_dataset
-    from .methods import available_methods, get_method
+    from .methods import MethodError, available_methods, resolve_method
     from .models import MODEL_NORMS
 
     path = Path(path)
@@ -272,15 +272,29 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
         model = group.get("model")
         if model is not None and model not in MODEL_NORMS:
             raise CampaignError(f"{where}: unknown model {model!r}; available: {', '.join(MODEL_NORMS)}")
-        methods = _list(group.get("methods", []), f"{where} methods", str)
-        if not methods:
+        written = _list(group.get("methods", []), f"{where} methods", str)
+        if not written:
             raise CampaignError(f"{where}: methods is empty")
-        for m in methods:
-            if m not in methods_known:
-                raise CampaignError(f"{where}: unknown method {m!r}; available: {', '.join(sorted(methods_known))}")
+        methods, params_of = [], {}
+        for m in written:
+            # a PATH.py:CLASS spec is relative to the campaign file, like `out`
+            target, colon, attr = m.rpartition(":")
+            full = m
+            if colon and (target.endswith(".py") or "/" in target) and not Path(target).expanduser().is_absolute():
+                full = f"{(path.parent / target).resolve()}:{attr}"
+            if not colon and m not in methods_known:
+                raise CampaignError(
+                    f"{where}: unknown method {m!r}; available: {', '.join(sorted(methods_known))} (or MODULE:CLASS, PATH.py:CLASS)"
+                )
+            try:
+                cls = resolve_method(full).cls
+            except MethodError as exc:
+                raise CampaignError(f"{where}: {exc}") from None
             norm = MODEL_NORMS.get(model or spec.default_model)
-            if norm is not None and norm not in get_method(m).compatible_norms:
+            if norm is not None and norm not in cls.compatible_norms:
                 raise CampaignError(f"{where}: method {m!r} does not run on model {model or spec.default_model!r} ({norm} normalisation)")
+            methods.append(full)
+            params_of[full] = (group.get("params") or {}).get(m, {})
         if "standard" not in methods:
             methods = ["standard", *methods]  # λ of the group comes from its standard trace
         options = group.get("options", {})
@@ -317,7 +331,7 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
                                 domains,
                                 group.get("weights"),
                                 tuple(sorted(options.items())),
-                                tuple(sorted((group.get("params") or {}).get(m, {}).items())),
+                                tuple(sorted(params_of.get(m, (group.get("params") or {}).get(m, {})).items())),
                                 budgets if m != "standard" else (),
                             )
                         )

@@ -99,7 +99,8 @@ cli = OneLineGroup(
     aliases={"--list": ["list"], "--methods-for": ["list", "--methods-for"]},
     help="Trace a test-time adaptation method once on this device: a per-batch Parquet trace that "
     "`tempora-sim` replays under any deadline, patience threshold or budget.\n\n"
-    "`tempora-trace --method X …` (no subcommand) is `tempora-trace run --method X …`.",
+    "`tempora-trace --method X …` (no subcommand) is `tempora-trace run --method X …`. "
+    "`--debug` anywhere on the line prints the traceback behind an error.",
 )
 cli = click.version_option(__version__, "--version", prog_name=PROG)(cli)
 
@@ -223,7 +224,12 @@ RUN_OPTIONS: list[Callable] = [
 
 #: The method and its hyperparameters (`run` and `live`).
 METHOD_CHOICE: list[Callable] = [
-    _opt("--method", default=None, help="TTA method (see `tempora-trace list`). Required."),
+    _opt(
+        "--method",
+        default=None,
+        help="TTA method: a name (built in or an installed plugin; see `tempora-trace list`), "
+        "package.module:CLASS or PATH.py:CLASS. Required.",
+    ),
     _opt("--param", "params", multiple=True, metavar="KEY=VALUE", help="Override a method hyperparameter (repeatable)."),
     _opt(
         "--profile",
@@ -599,10 +605,16 @@ def list_command(methods_for: str | None) -> None:
         click.echo(" ".join(methods_for_model(methods_for)))
         return
     from .data import DATASETS
-    from .methods import available_methods
+    from .methods import builtin_methods, method_clashes, plugin_methods
     from .models import available_models
 
-    click.echo("methods: " + ", ".join(available_methods()))
+    clashes = method_clashes()
+    if clashes:
+        raise ConfigError(clashes[0])
+    click.echo("methods: " + ", ".join(builtin_methods()))
+    plugins = plugin_methods()
+    if plugins:
+        click.echo("plugin methods: " + ", ".join(f"{n} ({s[0].distribution} {s[0].version})" for n, s in plugins.items()))
     click.echo("models:  " + ", ".join(available_models()))
     click.echo("datasets: " + ", ".join(f"{n} (default model {d.default_model})" for n, d in DATASETS.items()))
 
@@ -642,6 +654,52 @@ def campaign_command(file: Path, engine: str, address: str | None, retries: int,
     failed = [r for r in results if r.status == "failed"]
     if failed:
         raise ConfigError(f"{len(failed)} trace(s) failed, e.g. {failed[0].task.label}: {failed[0].message}")
+
+
+@cli.command("check-method")
+@click.argument("method")
+@_opt("--param", "params", multiple=True, metavar="KEY=VALUE", help="Build the method with this option (repeatable).")
+@_opt("--batches", type=click.IntRange(2, 1000), default=6, help="Demo batches each check streams.")
+@_opt("--batch-size", type=click.IntRange(2, 4096), default=16, help="Images per demo batch.")
+@_opt(
+    "--norm",
+    type=click.Choice(["bn", "gn", "ln"]),
+    default=None,
+    help="Normalisation family of the demo model [default: the first of bn, gn, ln the method supports].",
+)
+@_opt("--device", default="cpu", help="cpu, cuda or cuda:N (synchronisation is detected on either).")
+@_opt("--threads", type=click.IntRange(1, 4096), default=1, help="Torch intra-op threads while checking.")
+def check_method_command(
+    method: str, params: tuple[str, ...], batches: int, batch_size: int, norm: str | None, device: str, threads: int
+) -> None:
+    """Check that METHOD (a name, package.module:CLASS or PATH.py:CLASS) keeps the contract every
+    built-in method keeps with the tracer: reset and snapshot/restore replay bit for bit, frozen
+    mode changes nothing, options are validated and recorded, predict learns nothing that
+    belongs in adapt, no synchronisation or clock read inside the method, and the warm-up
+    meets every input shape a stream does (docs/add-a-method.md). Runs on the demo data in
+    well under a minute; one line per check, exit status 1 when one fails."""
+    from .methods import resolve_method
+    from .methods.testing import check_method
+    from .timing import resolve_device
+
+    ref = resolve_method(method)
+    dev = str(resolve_device(device))
+    options = dict(parse_param(p) for p in params)
+    click.echo(f"checking {ref.name} ({ref.source.describe()}) on {batches} demo batches of {batch_size}")
+    results = check_method(
+        ref.cls,
+        options,
+        batches=batches,
+        batch_size=batch_size,
+        norm=norm,
+        device=dev,
+        threads=threads,
+        on_result=lambda r: click.echo(r.line()),
+    )
+    failed = [r for r in results if not r.ok]
+    click.echo(f"{ref.name}: {len(results) - len(failed)} of {len(results)} checks passed")
+    if failed:
+        raise click.exceptions.Exit(1)
 
 
 def methods_for_model(model: str) -> list[str]:

@@ -98,7 +98,7 @@ def method_clashes() -> list[str]:
     lines = []
     for name, eps in sorted(entry_points().items()):
         sources = [_registry.class_source(_REGISTRY[name]).describe()] if name in _REGISTRY else []
-        sources += [_registry.entry_point_source(ep).describe() for ep in eps]
+        sources += sorted(_registry.entry_point_source(ep).describe() for ep in eps)
         if len(sources) > 1:
             lines.append(_clash_line(name, sources))
     return lines
@@ -141,7 +141,7 @@ def resolve_method(spec: str) -> MethodRef:
         distinct = {ref.cls for ref in refs} | ({known} if known is not None else set())
         if len(distinct) == 1 and len({(r.source.distribution, r.source.version) for r in refs}) == 1:
             return refs[0]
-    raise MethodError(_clash_line(spec, sources + [_registry.entry_point_source(ep).describe() for ep in eps]))
+    raise MethodError(_clash_line(spec, sources + sorted(_registry.entry_point_source(ep).describe() for ep in eps)))
 
 
 def get_method(name: str) -> type[TTAMethod]:

@@ -162,10 +162,15 @@ def class_source(cls: type) -> MethodSource:
     if dist is not None:
         return MethodSource("distribution", obj, distribution=dist[0], version=dist[1])
     file = getattr(sys.modules.get(module), "__file__", None)
-    if file is None:
-        raise MethodError(f"method class {obj} has no source file to record (define it in a module or a .py file)")
-    path = Path(file).resolve()
-    return MethodSource("file", cls.__qualname__, path=str(path), sha256=file_sha256(path))
+    if file is not None and Path(file).is_file():
+        path = Path(file).resolve()
+        return MethodSource("file", cls.__qualname__, path=str(path), sha256=file_sha256(path))
+    # defined where there is no file (a notebook cell, exec): the class's own source text
+    try:
+        text = inspect.getsource(cls)
+    except (OSError, TypeError):
+        raise MethodError(f"method class {obj} has no source to record (define it in a module or a .py file)") from None
+    return MethodSource("file", cls.__qualname__, path=f"<{module}>", sha256=hashlib.sha256(text.encode("utf-8")).hexdigest())
 
 
 # ------------------------------------------------------------------------ loading
