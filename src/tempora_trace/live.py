@@ -533,7 +533,11 @@ class LiveRun:
 
         def serve(i: int) -> tuple[Event, Any]:
             x, y = self.staged[i]
-            ev = timed_event(base.method, x, base.clock, adapt=adapt, peak=False)
+            try:
+                ev = timed_event(base.method, x, base.clock, adapt=adapt, peak=False)
+            except Exception as exc:
+                base.method_failed(exc, f"episode {episode.name} step {i}", kept="nothing written: a live run is written whole")
+                raise
             base._last_event_end = time.perf_counter()
             # nothing between an event's end and the next decision but holding its logits:
             # scoring waits for the clock to stand still, garbage collection for an idle wait

@@ -270,11 +270,7 @@ class MethodRun:
         raise MethodFailure(
             f"method '{self.method_ref.name}' ({self.method_ref.source.describe()}) raised in {phase + ' at ' if phase else ''}{where}: "
             f"{type(exc).__name__}{': ' + detail if detail else ''}"
-            + (
-                " (complete episodes are kept for --resume; --debug shows the traceback)"
-                if where != "construction"
-                else " (--debug shows the traceback)"
-            )
+            + (f" ({kept}; --debug shows the traceback)" if where != "construction" else " (--debug shows the traceback)")
         ) from exc
 
     # -- scoring (outside the timed regions)
