@@ -151,7 +151,10 @@ def test_failure_lines_say_what_is_wrong():
     warm = check_method(ColdSubset, **SMALL, checks=("warm-up",))[0].line()
     assert "met input shape [" in warm and "override warm_up_shapes()" in warm
     options = check_method(Unchecked, **SMALL, checks=("options",))[0].line()
-    assert options == "FAIL options: option temperature='not-a-number' was accepted (default 1.0; validate it: tempora_trace.methods.check_params)"
+    assert (
+        options
+        == "FAIL options: option temperature='not-a-number' was accepted (default 1.0; validate it: tempora_trace.methods.check_params)"
+    )
 
 
 def test_a_method_that_does_not_build_fails_build_and_skips_the_rest():
@@ -167,7 +170,7 @@ def test_a_method_that_does_not_build_fails_build_and_skips_the_rest():
     assert all(r.message == "not run: the method does not build" for r in results[1:])
 
 
-CLOCKED_FILE = '''
+CLOCKED_FILE = """
 import time
 
 from tempora_trace.methods import GradientMethod, softmax_entropy
@@ -179,7 +182,7 @@ class Clocked(GradientMethod):
     def loss(self, x, logits):
         time.perf_counter()
         return softmax_entropy(logits).mean()
-'''
+"""
 
 
 def test_check_method_command(tmp_path, capsys):

@@ -358,3 +358,44 @@ def test_a_plugin_raising_mid_trace_is_one_line_and_keeps_complete_episodes(on_p
     assert main([*args, "--resume"]) == 0
     meta = _meta(out / "flaky-bs16.parquet")
     assert meta["domains"] == ["gaussian_noise", "fog"] and meta["method_source"]["kind"] == "file"
+
+
+# ------------------------------------------------------------------------ campaigns
+CAMPAIGN = """
+[campaign]
+name = "byo"
+out = "traces"
+
+[[groups]]
+dataset = "demo"
+model = "demo-resnet"
+batch_size = 16
+methods = ["tent", "methods/my_method.py:PseudoLabel"]
+domains = ["gaussian_noise"]
+options = { max_batches = 2, threads = 1 }
+params = { "methods/my_method.py:PseudoLabel" = { lr = 0.001 } }
+"""
+
+
+def test_campaign_files_take_method_specs_relative_to_the_file(on_path, tmp_path):
+    from tempora_trace.campaign import CampaignError, load_campaign, trace_location
+
+    on_path()
+    (tmp_path / "methods").mkdir()
+    spec_file = tmp_path / "methods" / "my_method.py"
+    spec_file.write_bytes(EXAMPLE_FILE.read_bytes())
+    path = tmp_path / "c.toml"
+    path.write_text(CAMPAIGN, encoding="utf-8")
+    campaign = load_campaign(path)
+    methods = [t.method for t in campaign.tasks]
+    assert methods == ["standard", "tent", f"{spec_file.resolve()}:PseudoLabel"]
+    plugin = campaign.tasks[2]
+    assert dict(plugin.params) == {"lr": 0.001}
+    argv = plugin.argv(campaign.out)
+    assert argv[argv.index("--method") + 1] == f"{spec_file.resolve()}:PseudoLabel" and "lr=0.001" in argv
+    assert trace_location(plugin, campaign.out).name == "pseudo-label-bs16.parquet"
+
+    path.write_text(CAMPAIGN.replace("my_method.py:PseudoLabel", "missing.py:PseudoLabel"), encoding="utf-8")
+    with pytest.raises(CampaignError) as info:
+        load_campaign(path)
+    assert "groups[0]: method file" in str(info.value) and "missing.py not found" in str(info.value) and "\n" not in str(info.value)

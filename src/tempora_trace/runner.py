@@ -258,7 +258,7 @@ class MethodRun:
                 if d.class_mask is not None:
                     self.masks[d.name] = torch.as_tensor(d.class_mask, dtype=torch.long, device=self.device)
 
-    def method_failed(self, exc: Exception, where: str) -> None:
+    def method_failed(self, exc: Exception, where: str, kept: str = "complete episodes are kept for --resume") -> None:
         """A method that is not built in raised ``exc`` at ``where`` (an episode and step, the
         warm-up, its construction): raise the one-line :class:`MethodFailure` in its place.
         Does nothing for a built-in (an exception there is a bug in Tempora: its traceback

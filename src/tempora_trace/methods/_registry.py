@@ -19,6 +19,7 @@ that is not a method, two sources for one name) is one :class:`MethodError` line
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -111,6 +112,7 @@ def refresh_entry_points() -> None:
     """Forget the cached entry points (after installing a distribution in this process)."""
     global _ENTRY_POINTS
     _ENTRY_POINTS = None
+    _packages.cache_clear()
     importlib.invalidate_caches()
 
 
@@ -137,13 +139,22 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+@functools.lru_cache(maxsize=1)
+def _packages() -> dict[str, list[str]]:
+    """Top-level package → distributions providing it (a scan of every installed
+    distribution, so done once; :func:`refresh_entry_points` forgets it)."""
+    from importlib.metadata import packages_distributions
+
+    return packages_distributions()
+
+
 def _distribution_of(module_name: str) -> tuple[str, str] | None:
     """(name, version) of the installed distribution providing the top-level package of
     ``module_name``, or None."""
-    from importlib.metadata import PackageNotFoundError, packages_distributions, version
+    from importlib.metadata import PackageNotFoundError, version
 
     top = module_name.split(".", 1)[0]
-    for dist in packages_distributions().get(top, []):
+    for dist in _packages().get(top, []):
         try:
             return dist, version(dist)
         except PackageNotFoundError:
