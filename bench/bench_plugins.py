@@ -101,6 +101,45 @@ DISCOVER = (
 )
 
 
+LOOKUPS = """
+import importlib, importlib.machinery, importlib.metadata as md, importlib.util, json, statistics, sys, time
+site, repeats = sys.argv[1], int(sys.argv[2])
+import tempora_trace.cli  # what --help imports: its top-level modules are looked up again below
+names = sorted({m.split(".")[0] for m in sys.modules if not m.startswith("_")} - set(sys.builtin_module_names))
+def once(with_site):
+    if with_site:
+        sys.path.insert(0, site)
+    try:
+        md.FastPath.__new__.cache_clear()
+        importlib.invalidate_caches()
+        sys.path_importer_cache.clear()
+        t0 = time.perf_counter()
+        md.version("tempora")
+        for n in names:
+            importlib.machinery.PathFinder.find_spec(n, sys.path)
+        return (time.perf_counter() - t0) * 1000
+    finally:
+        if with_site:
+            sys.path.remove(site)
+for _ in range(5):
+    once(False), once(True)
+a, b = zip(*[(once(False), once(True)) for _ in range(repeats)])
+print(json.dumps([len(names), statistics.median(a), statistics.median(b)]))
+"""
+
+
+def lookup_ms(site: Path, repeats: int = 200) -> tuple[int, float, float]:
+    """What ten plugins on the path can add to ``--help`` at all: the package-metadata lookup
+    of Tempora's version and the path lookup of every top-level module ``--help`` imports,
+    with every import cache cleared, with and without the plugins' folder first on the path
+    (medians of ``repeats`` alternating runs in one process: immune to start-up noise)."""
+    import json
+
+    out = subprocess.run([sys.executable, "-c", LOOKUPS, str(site), str(repeats)], capture_output=True, text=True, check=True)
+    n, a, b = json.loads(out.stdout.strip().splitlines()[-1])
+    return int(n), float(a), float(b)
+
+
 def discovery_ms(env: dict[str, str], repeats: int) -> tuple[int, float]:
     """Entry points found and the median time to list them (importlib.metadata already
     imported: the tracer imports it anyway), each in a fresh process."""
@@ -196,7 +235,9 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=400, help="paired events per method")
     parser.add_argument("--trace-repeats", type=int, default=4, help="whole traces per method")
     parser.add_argument("--max-batches", type=int, default=30, help="batches per domain in a whole trace")
+    parser.add_argument("--list-repeats", type=int, default=5, help="fresh `tempora-trace list` processes per setting")
     parser.add_argument("--only-help", action="store_true", help="measure 1 and 2 only")
+    parser.add_argument("--skip-help", action="store_true", help="measure 3 only")
     parser.add_argument("--devices", default=None, help="devices of the paired events [default: cpu, and cuda when present]")
     args = parser.parse_args()
 
@@ -216,26 +257,30 @@ def main() -> None:
         envs = {"none": base, f"{PLUGINS} plugins": {**base, "PYTHONPATH": with_plugins}}
         cli = [sys.executable, "-m", "tempora_trace.cli"]
 
-        helps = interleaved([*cli, "--help"], envs, args.repeats)
-        (h0, h1), (m0, m1) = ((statistics.median(v) for v in helps.values()), (min(v) for v in helps.values()))
-        print(
-            f"1. tempora-trace --help, fresh process, {args.repeats} each: median none {h0:.0f} ms, {PLUGINS} plugins {h1:.0f} ms "
-            f"({h1 - h0:+.0f} ms); fastest {m0:.0f} / {m1:.0f} ms ({m1 - m0:+.0f} ms) (target ≤ +{HELP_TARGET_MS:.0f} ms)"
-        )
-        inside = help_in_process(envs, args.repeats)
-        (i0, i1), (n0, n1) = ((statistics.median(v) for v in inside.values()), (min(v) for v in inside.values()))
-        print(
-            f"1. import + --help inside the process: median none {i0:.1f} ms, {PLUGINS} plugins {i1:.1f} ms ({i1 - i0:+.1f} ms); "
-            f"fastest {n0:.1f} / {n1:.1f} ms ({n1 - n0:+.1f} ms)"
-        )
+        if not args.skip_help:
+            helps = interleaved([*cli, "--help"], envs, args.repeats)
+            (h0, h1), (m0, m1) = ((statistics.median(v) for v in helps.values()), (min(v) for v in helps.values()))
+            print(
+                f"1. tempora-trace --help, fresh process, {args.repeats} each: median none {h0:.0f} ms, {PLUGINS} plugins {h1:.0f} ms "
+                f"({h1 - h0:+.0f} ms); fastest {m0:.0f} / {m1:.0f} ms ({m1 - m0:+.0f} ms) (target ≤ +{HELP_TARGET_MS:.0f} ms)"
+            )
+            inside = help_in_process(envs, args.repeats)
+            (i0, i1), (n0, n1) = ((statistics.median(v) for v in inside.values()), (min(v) for v in inside.values()))
+            print(
+                f"1. import + --help inside the process: median none {i0:.1f} ms, {PLUGINS} plugins {i1:.1f} ms ({i1 - i0:+.1f} ms); "
+                f"fastest {n0:.1f} / {n1:.1f} ms ({n1 - n0:+.1f} ms)"
+            )
 
-        for label, env in envs.items():
-            found, ms = discovery_ms(env, args.repeats)
-            print(f"2. entry-point discovery ({label}): {found} entry points in {ms:.1f} ms (median of {args.repeats} fresh processes)")
-        lists = interleaved([*cli, "list"], envs, max(3, args.repeats // 3))
-        l0, l1 = (statistics.median(v) for v in lists.values())
-        print(f"2. tempora-trace list end to end: none {l0:.0f} ms, {PLUGINS} plugins {l1:.0f} ms ({l1 - l0:+.0f} ms)")
-
+            n, a, b = lookup_ms(site)
+            print(
+                f"1. the work ten plugins add to --help (version metadata + {n} module path lookups, caches cleared): none {a:.2f} ms, {PLUGINS} plugins {b:.2f} ms ({b - a:+.2f} ms)"
+            )
+            for label, env in envs.items():
+                found, ms = discovery_ms(env, args.repeats)
+                print(f"2. entry-point discovery ({label}): {found} entry points in {ms:.1f} ms (median of {args.repeats} fresh processes)")
+            lists = interleaved([*cli, "list"], envs, args.list_repeats)
+            l0, l1 = (statistics.median(v) for v in lists.values())
+            print(f"2. tempora-trace list end to end: none {l0:.0f} ms, {PLUGINS} plugins {l1:.0f} ms ({l1 - l0:+.0f} ms)")
         if args.only_help:
             return
         plugin_file = plugin_copy_of_tent(Path(tmp))

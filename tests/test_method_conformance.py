@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from tempora_trace.cli import main
-from tempora_trace.methods import GradientMethod, MethodContext, TTAMethod, builtin_methods, check_params, softmax_entropy
+from tempora_trace.methods import GradientMethod, MethodContext, TTAMethod, builtin_methods, check_params, get_method, softmax_entropy
 from tempora_trace.methods.testing import CHECKS, assert_conforms, check_method
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -127,6 +127,14 @@ class ColdSubset(GradientMethod):
         self.steps = state["steps"]
 
 
+class LayerNormTent(get_method("tent")):
+    """A correct method that runs on LayerNorm models only: checked around the kit's own small
+    LayerNorm network (no demo model has LayerNorm layers)."""
+
+    name = "layernorm-tent"
+    compatible_norms = frozenset({"ln"})
+
+
 @pytest.mark.parametrize(
     "cls, failing",
     [
@@ -135,6 +143,7 @@ class ColdSubset(GradientMethod):
         (StepsInPredict, {"predict-adapt"}),
         (Unchecked, {"options"}),
         (Checked, set()),
+        (LayerNormTent, set()),
         (ColdSubset, {"warm-up"}),
     ],
 )
