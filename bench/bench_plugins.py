@@ -203,6 +203,38 @@ def paired_events(plugin_file: Path, batches: int, batch_size: int, device: str)
     }
 
 
+def calls_per_event(plugin_file: Path, batch_size: int = 16) -> dict[str, int]:
+    """Python and C function calls inside one timed event (``sys.setprofile``), built-in
+    against plugin: a deterministic count, where timings on a loaded machine are not."""
+    import torch
+
+    from tempora_trace.methods import MethodContext, get_method
+    from tempora_trace.methods.testing import demo_model
+    from tempora_trace.timing import DeviceClock, timed_event
+
+    x = torch.rand(batch_size, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    context = MethodContext(num_classes=10, dataset_family="cifar", batch_size=batch_size, model_name="demo-resnet", norm_kind="bn")
+    clock = DeviceClock(torch.device("cpu"))
+    counts = {}
+    for label, spec in (("built-in", "tent"), ("plugin", f"{plugin_file}:Tent")):
+        method = get_method(spec)(demo_model("bn"), context)
+        timed_event(method, x, clock)  # lazy initialisation out of the way
+        n = 0
+
+        def count(frame, event, arg):  # noqa: ANN001
+            nonlocal n
+            if event in ("call", "c_call"):
+                n += 1
+
+        sys.setprofile(count)
+        try:
+            timed_event(method, x, clock)
+        finally:
+            sys.setprofile(None)
+        counts[label] = n
+    return counts
+
+
 def whole_traces(plugin_file: Path, out: Path, repeats: int, max_batches: int) -> dict[str, list[float]]:
     import pyarrow.parquet as pq
 
@@ -293,6 +325,8 @@ def main() -> None:
                 f"{paired['built-in']:.3f} ms, plugin {paired['plugin']:.3f} ms; median paired difference "
                 f"{paired['diff']:+.3f} ms (IQR {paired['diff_iqr']:.3f} ms)"
             )
+        calls = calls_per_event(plugin_file)
+        print(f"3c. function calls inside one tent event (sys.setprofile): built-in {calls['built-in']}, plugin {calls['plugin']}")
         try:
             import imagecorruptions  # noqa: F401  (the demo data's corruptions)
         except ImportError:
