@@ -29,7 +29,7 @@ def test_refusal_names_the_compatible_models():
     msg = incompatibility_message(get_method("spa"), "model 'demo-resnet' uses BatchNorm")
     assert msg == (
         "method 'spa' needs GroupNorm or LayerNorm layers but model 'demo-resnet' uses BatchNorm; "
-        "compatible built-in models: demo-resnet-gn, vit_base_patch16_224"
+        "compatible built-in models: demo-resnet-gn, vit_base_patch16_224, resnet50_gn"
     )
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import tempora_schema as schema
 from tempora_schema.command import INT32_MAX, INT64_MAX
+from tempora_schema.vocabulary import BASELINE_METHOD
 
 from .errors import ConfigError
 
@@ -33,6 +34,17 @@ DEFAULT_STAGE_MB = 1024.0
 _IDENTITY_EXCLUDE = {"resume", "force", "quiet", "workers", "stage_mb", "out", "name", "data_root", "method_spec"}
 
 
+#: Options of models by spec and folder datasets: in the resume identity only when set, so a
+#: run of the built-ins compares exactly as it always did.
+_BYO_FIELDS = {"input_size", "class_map", "corruptions"}
+
+
+def path_part(label: str) -> str:
+    """A dataset or model label as one folder name (``timm:mobilenetv3_small_100`` →
+    ``timm-mobilenetv3_small_100``); built-in names are already one and stay as they are."""
+    return re.sub(r"[^A-Za-z0-9._+-]+", "-", label).strip("-") or "model"
+
+
 def _check_finite(value: Any, option: str) -> None:
     """NaN/∞ hyperparameters would collapse the model and write metadata strict JSON rejects."""
     stack = [value]
@@ -46,12 +58,28 @@ def _check_finite(value: Any, option: str) -> None:
             stack.extend(item)
 
 
+def canonical_policy(text: str | None, seed: int) -> str | None:
+    """One policy as the trace records it (None: every batch), or ConfigError."""
+    from tempora_schema.policies import parse_policy
+
+    if text is None:
+        return None
+    try:
+        policy = parse_policy(text)
+    except schema.TemporaError as exc:
+        raise ConfigError(str(exc)) from None
+    return None if policy is None else policy.spec(seed)
+
+
 @dataclass
 class TraceConfig:
     #: a method name, or ``module:CLASS`` / ``PATH.py:CLASS`` (resolved() keeps that in
     #: ``method_spec`` and puts the class's name here; its provenance enters the identity).
-    method: str = "standard"
+    method: str = BASELINE_METHOD
     method_params: dict[str, Any] = field(default_factory=dict)
+    #: sparse-adaptation policy (``every:4``, ``fraction:0.25``, ``entropy:0.5``, ``warmup:10``;
+    #: tempora_schema.policies); None = adapt on every batch. resolved() canonicalises it.
+    policy: str | None = None
     dataset: str = "demo"
     model: str | None = None
     weights: str | None = None
@@ -82,6 +110,12 @@ class TraceConfig:
     #: host-memory cap of one staged chunk of batches, MiB (docs/timing.md).
     stage_mb: float = DEFAULT_STAGE_MB
     warmup_batches: int = WARMUP_BATCHES
+    #: image side of a model by spec (timm:, torchvision:, a factory) where it cannot say
+    input_size: int | None = None
+    #: CSV ``folder,index`` mapping a folder dataset's classes onto the model's (folder:PATH only)
+    class_map: str | None = None
+    #: ImageNet-C corruptions applied on the fly to a folder of clean images (folder:PATH only)
+    corruptions: list[str] | None = None
     resume: bool = False
     force: bool = False
     quiet: bool = False
@@ -89,17 +123,26 @@ class TraceConfig:
 
     def resolved(self) -> "TraceConfig":
         """A copy with defaults filled in and every value checked (ConfigError otherwise)."""
-        from .data import get_dataset
-
         cfg = dataclasses.replace(
             self, method_params=dict(self.method_params), checkpoints=list(self.checkpoints), budgets_ms=list(self.budgets_ms)
         )
-        spec = get_dataset(cfg.dataset)
         if ":" in (cfg.method_spec or cfg.method):  # a module or file spec: the trace is named after the class
             from .methods import resolve_method
 
             cfg.method_spec = cfg.method_spec or cfg.method
             cfg.method = resolve_method(cfg.method_spec).name
+        if cfg.dataset.startswith("folder:"):  # one spelling of the folder, wherever the run starts
+            rest = cfg.dataset[len("folder:") :]
+            cfg.dataset = "folder:" + (str(Path(rest).expanduser().resolve()) if rest else "")
+        if cfg.class_map is not None:
+            cfg.class_map = str(Path(cfg.class_map).expanduser().resolve())
+        if cfg.corruptions is not None:
+            from .data.folder import expand_corruptions
+
+            cfg.corruptions = list(expand_corruptions(cfg.corruptions))
+        if cfg.input_size is not None and not 8 <= cfg.input_size <= 8192:
+            raise ConfigError(f"--input-size must be in 8..8192 px, not {cfg.input_size}")
+        spec = cfg.dataset_spec()
         if cfg.model is None:
             cfg.model = spec.default_model
         if cfg.domains is None or len(cfg.domains) == 0:
@@ -130,6 +173,12 @@ class TraceConfig:
         if any(not 0 <= m <= INT32_MAX for m in cfg.checkpoints):
             raise ConfigError(f"--checkpoints must be step counts in 0..{INT32_MAX}")
         _check_finite(cfg.method_params, "--param")
+        cfg.policy = canonical_policy(cfg.policy, cfg.seed)
+        if cfg.policy is not None:
+            from .methods import get_method
+            from .policies import check_policy_method
+
+            check_policy_method(get_method(cfg.method), cfg.policy)
         if cfg.budgets_ms:
             if cfg.lambda_ms is None:
                 raise ConfigError("--budgets-ms needs --lambda-ms (λ, e.g. from `tempora-trace calibrate`)")
@@ -159,18 +208,32 @@ class TraceConfig:
         """``--name``, else the identity's stem (:func:`tempora_schema.file_stem`)."""
         if self.name:
             return self.name
-        method = schema.method_label(self.method, self.method_params)
+        method = schema.policy_file_label(schema.method_label(self.method, self.method_params), self.policy)
         return schema.file_stem(method, self.batch_size, self.seed, self._severity(), self.stream)
 
-    def _severity(self) -> int | None:
+    def dataset_spec(self):
+        """The dataset (:class:`~tempora_trace.data.DatasetSpec`), a folder's included."""
         from .data import get_dataset
 
-        return self.severity if get_dataset(self.dataset).has_severity else None
+        return get_dataset(self.dataset, self.class_map, self.corruptions)
+
+    def _severity(self) -> int | None:
+        return self.severity if self.dataset_spec().has_severity else None
+
+    def dataset_label(self) -> str:
+        """The dataset as the trace identity names it (``folder:<name>@<hash>`` for a folder)."""
+        return self.dataset_spec().name
+
+    def model_label(self) -> str:
+        """The model as the trace identity names it (a factory file by its name only)."""
+        from .models.external import model_label
+
+        return model_label(str(self.model))
 
     def output_dir(self, device_slug: str) -> Path:
         if self.out is not None:
             return Path(self.out).expanduser()
-        return Path("traces") / self.dataset / str(self.model) / device_slug
+        return Path("traces") / path_part(self.dataset_label()) / path_part(self.model_label()) / device_slug
 
     def trace_identity(self, weights: str, device: str, method_source: dict[str, str] | None = None) -> schema.TraceIdentity:
         """The identity of the trace this (resolved) config writes. ``weights``: the loaded
@@ -178,8 +241,8 @@ class TraceConfig:
         metadata records it (``cpu:<model>``, ``cuda:<name>``); ``method_source``: the
         provenance of a method that is not built in (``MethodSource.metadata()``)."""
         group = schema.GroupKey(
-            dataset=self.dataset,
-            model=str(self.model),
+            dataset=self.dataset_label(),
+            model=self.model_label(),
             weights=weights,
             device=device,
             threads=self.threads,
@@ -191,13 +254,13 @@ class TraceConfig:
             max_batches=self.max_batches,
         )
         source = tuple(sorted(method_source.items())) if method_source else None
-        return schema.TraceIdentity(self.method, group, source)
+        return schema.TraceIdentity(self.method, group, self.policy, method_source=source)
 
     def identity(self, trace_identity: schema.TraceIdentity | None = None) -> dict[str, Any]:
         """What ``--resume`` compares: the trace identity plus every other option that
         changes the rows (frozen sample, checkpoints, budgets, method parameters …)."""
         d = dataclasses.asdict(self)
-        out = {k: v for k, v in d.items() if k not in _IDENTITY_EXCLUDE}
+        out = {k: v for k, v in d.items() if k not in _IDENTITY_EXCLUDE and not (k in _BYO_FIELDS and v is None)}
         if trace_identity is not None:
             out.update(trace_identity.as_metadata())
         return out

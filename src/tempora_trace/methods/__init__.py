@@ -150,6 +150,23 @@ def get_method(name: str) -> type[TTAMethod]:
     return resolve_method(name).cls
 
 
+def methods_for_model(model: str, input_size: int | None = None) -> list[str]:
+    """Methods that fit ``model``'s normalisation layers (:func:`tempora_trace.norms.method_fits`):
+    a built-in's are known without building it; a model by spec (``timm:NAME``, a factory …)
+    is built untrained, nothing downloaded."""
+    from ..errors import ConfigError
+    from ..models import MODEL_NORMS, model_norms
+    from ..models.external import is_external
+    from ..norms import method_fits
+
+    if model not in MODEL_NORMS and not is_external(model):
+        raise ConfigError(
+            f"unknown model '{model}'; available: {', '.join(MODEL_NORMS)}, or timm:NAME, torchvision:NAME, MODULE:FACTORY, PATH.py:FACTORY"
+        )
+    norms = model_norms(model, input_size)
+    return [m for m in available_methods() if method_fits(get_method(m), norms)]
+
+
 def departures_markdown() -> str:
     """Markdown tables of every method's departures from the Tempora reference and the authors'
     code (the methods documentation renders these; see ``_parity``)."""
@@ -179,6 +196,7 @@ __all__ = [
     "entropy_margin",
     "get_method",
     "method_clashes",
+    "methods_for_model",
     "named_norm_affine_params",
     "no_stat_tracking",
     "norm_affine_params",

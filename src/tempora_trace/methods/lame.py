@@ -67,6 +67,7 @@ def laplacian_refinement(unary: torch.Tensor, affinity: torch.Tensor, max_steps:
 class LAME(TTAMethod):
     name = "lame"
     family = "gradient-free"
+    norm_free = True
     paper = "Boudiaf et al., Parameter-free Online Test-time Adaptation, CVPR 2022"
     updates = "nothing (refines each batch's output probabilities)"
     overhead = "intrinsic: kNN affinity + up to 100 fixed-point iterations before the output"
