@@ -67,6 +67,7 @@ def test_expands_groups_and_puts_standard_first(tmp_path):
         (('domains = ["gaussian_noise", "fog", "contrast"]', 'domains = ["rain"]'), "unknown domain 'rain'"),
         (("options = { max_batches = 6", 'options = { max_batches = "6"'), "wrong type"),
         (("options = { max_batches = 6", "options = { lr = 3"), "not a tracer option"),
+        (('methods = ["tent", "eta"]', 'methods = ["tent", "eta"]\npolicies = ["every:0"]'), "policies: --policy 'every:0'"),
     ],
 )
 def test_bad_campaign_files_are_one_line(tmp_path, change, message):
@@ -81,6 +82,25 @@ def test_bad_toml_and_missing_file_are_one_line(tmp_path):
         load_campaign(write(tmp_path, "[campaign\n"))
     with pytest.raises(CampaignError, match="no such campaign file"):
         load_campaign(tmp_path / "none.toml")
+
+
+def test_policies_expand_for_the_methods_that_adapt(tmp_path):
+    """Each method with an adapt step is traced as it is and under each policy (every:1 is the
+    method itself); standard and lame are traced once; each task writes its policy's file."""
+    text = TINY.replace('methods = ["tent", "eta"]', 'methods = ["tent", "lame"]\npolicies = ["every:1,2", "fraction:0.5"]')
+    c = load_campaign(write(tmp_path, text))
+    assert [(t.method, t.policy) for t in c.tasks] == [
+        ("standard", None),
+        ("tent", None),
+        ("tent", "every:2"),
+        ("tent", "fraction:0.5"),
+        ("lame", None),
+    ]
+    from tempora_trace.campaign import trace_location
+
+    tent2 = c.tasks[2]
+    assert "--policy" in tent2.argv(c.out) and tent2.label.split("/")[3].startswith("tent@every:2")
+    assert trace_location(tent2, c.out).name == "tent@every2-bs32.parquet"
 
 
 def test_incompatible_method_is_refused(tmp_path):

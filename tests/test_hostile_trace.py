@@ -106,6 +106,13 @@ CASES = {
     "workers negative": ([*RUN, "--workers", "-1"], "'--workers'", None),
     "name with a slash": ([*RUN, "--name", "a/b"], "may only use", None),
     "unknown domain": ([*RUN, "--domains", "rain"], "unknown domain 'rain'", None),
+    "policy kind unknown": ([*RUN, "--policy", "sometimes:3"], "--policy 'sometimes:3': the kind must be", None),
+    "policy every zero": ([*RUN, "--policy", "every:0"], "K must be ≥ 1", None),
+    "policy fraction above 1": ([*RUN, "--policy", "fraction:1.5"], "the share P must be in (0, 1]", None),
+    "policy entropy infinite": ([*RUN, "--policy", "entropy:inf"], "entropy takes one threshold", None),
+    "policy on a method without adapt step": (["run", "--method", "lame", "--policy", "every:2"], "has no adapt step", None),
+    "policy list with --name": ([*RUN, "--policy", "every:2,4", "--name", "x"], "--name names one file", None),
+    "live: several policies": (["live", "--method", "tent", "--rho", "1", "--policy", "every:2,4"], "a live run plays one policy", None),
     "list: unknown model": (["list", "--methods-for", "nosuch"], "unknown model 'nosuch'", None),
     "resume and force": ("tiny", ["--resume", "--force"], "contradict", None),
     "out empty": ("tiny-out", "", "--out is empty", None),
@@ -346,9 +353,15 @@ def test_ctrl_c_during_start_up_is_one_line(argv, prog, tmp_path):
 
 def test_the_documented_case_count_is_the_suite():
     """docs/errors.md states how many hostile cases the suite covers; keep it true."""
+    import test_hostile_cache as cache
+    import test_hostile_campaign as campaign
+    import test_hostile_live as live
     import test_hostile_sim as sim
+    import test_hostile_surfaces as surfaces
 
     sim_cases = len(sim.CASES) + len(sim.FAULTS) * len(sim.COMMANDS) + len(sim.COMMANDS)  # + one held output each
+    sim_cases += cache.CASE_COUNT + surfaces.SIM_CASE_COUNT
     trace_cases = len(CASES) + len(FAULTS) + len(IN_USE) + 1 + len(START_UP)  # + full disk mid-run
+    trace_cases += live.CASE_COUNT + campaign.CASE_COUNT + surfaces.TRACE_CASE_COUNT
     text = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
     assert f"**{sim_cases + trace_cases} cases**: {sim_cases}" in text and f"and {trace_cases} against" in text

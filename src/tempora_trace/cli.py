@@ -39,12 +39,13 @@ from typing import Any, Callable, Sequence  # noqa: E402
 import click  # noqa: E402
 
 from tempora_schema.command import INT32_MAX, OneLineGroup  # noqa: E402
+from tempora_schema.vocabulary import BASELINE_METHOD  # noqa: E402
 
 from . import __version__  # noqa: E402
 from .calibration import calibrate, lambda_ms_of, print_dispersion  # noqa: E402, F401 - lambda_ms_of: re-exported
 from .config import DEFAULT_SEVERITY, TraceConfig  # noqa: E402
 from .errors import ConfigError  # noqa: E402
-from .options import click_options, config_kwargs, live_kwargs, method_params, parse_domains, parse_param  # noqa: E402, F401
+from .options import click_options, config_kwargs, live_kwargs, method_params, parse_domains, parse_param, policies_of  # noqa: E402, F401
 
 PROG = "tempora-trace"
 
@@ -116,12 +117,17 @@ def run_command(**opts: Any) -> None:
     from .runner import trace_run
 
     _method_required(opts)
-    cfg = make_config("run", opts)
-    try:
-        path = trace_run(cfg)
-    except KeyboardInterrupt:
-        raise KeyboardInterrupt("interrupted: completed episodes are kept; rerun with --resume to continue") from None
-    click.echo(f"wrote {path}")
+    policies = policies_of(opts)
+    if len(policies) > 1 and opts["name"] is not None:
+        raise ConfigError("--name names one file, and --policy lists several: leave --name out (each policy names its own file)")
+    # every configuration checked before the first trace starts
+    configs = [make_config("run", opts, policy=p) for p in policies]
+    for cfg in configs:
+        try:
+            path = trace_run(cfg)
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt("interrupted: completed episodes are kept; rerun with --resume to continue") from None
+        click.echo(f"wrote {path}")
 
 
 @cli.command("calibrate", cls=_TraceCommand)
@@ -130,7 +136,7 @@ def calibrate_command(**opts: Any) -> None:
     """Trace `standard` (or reuse its complete trace) and print λ = mean + 6σ of its per-batch latency.
 
     The trace is the one `run --method standard` writes, so it doubles as the group's baseline."""
-    cfg = make_config("calibrate", opts, method="standard")
+    cfg = make_config("calibrate", opts, method=BASELINE_METHOD)
     echo = (lambda s: None) if cfg.quiet else (lambda s: click.echo(s))
     try:
         result = calibrate(cfg, echo)
@@ -157,8 +163,11 @@ def live_command(**opts: Any) -> None:
     _method_required(opts)
     if opts["resume"]:
         raise ConfigError("--resume: a live run cannot be resumed (its clock would not be one run); start it again")
+    policies = policies_of(opts)
+    if len(policies) > 1:
+        raise ConfigError(f"--policy {opts['policy']}: a live run plays one policy; run live once per policy")
     settings = LiveSettings(**live_kwargs(opts)).checked()
-    cfg = make_config("live", opts)
+    cfg = make_config("live", opts, policy=policies[0])
     try:
         path = run_live(cfg, settings)
     except KeyboardInterrupt:
@@ -267,9 +276,14 @@ def list_command(methods_for: str | None, model: str | None, input_size: int | N
     show_default=True,
     help="Ray: how often a lost trace is retried (each retry resumes after the last complete episode).",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Trace again a complete trace of another identity (options, batch limit, parameters) found under a trace's name.",
+)
 @click.option("--dry-run", is_flag=True, help="List the traces the campaign would run, then exit.")
 @click.option("--quiet", is_flag=True, help="No progress view, only the summary line.")
-def campaign_command(file: Path, engine: str, address: str | None, retries: int, dry_run: bool, quiet: bool) -> None:
+def campaign_command(file: Path, engine: str, address: str | None, retries: int, force: bool, dry_run: bool, quiet: bool) -> None:
     """Run every trace of a campaign FILE (TOML): standard traces first, complete ones skipped."""
     from .campaign import load_campaign, run_campaign, summary_line
 
@@ -279,7 +293,7 @@ def campaign_command(file: Path, engine: str, address: str | None, retries: int,
             click.echo(task.label)
         click.echo(f"campaign {campaign.name}: {len(campaign.tasks)} traces under {campaign.out}")
         return
-    campaign, results, seconds = run_campaign(file, engine, address, retries, quiet)
+    campaign, results, seconds = run_campaign(file, engine, address, retries, quiet, force)
     click.echo(summary_line(campaign, results, seconds))
     failed = [r for r in results if r.status == "failed"]
     if failed:

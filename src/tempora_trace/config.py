@@ -17,6 +17,7 @@ from typing import Any
 
 import tempora_schema as schema
 from tempora_schema.command import INT32_MAX, INT64_MAX
+from tempora_schema.vocabulary import BASELINE_METHOD
 
 from .errors import ConfigError
 
@@ -57,10 +58,26 @@ def _check_finite(value: Any, option: str) -> None:
             stack.extend(item)
 
 
+def canonical_policy(text: str | None, seed: int) -> str | None:
+    """One policy as the trace records it (None: every batch), or ConfigError."""
+    from tempora_schema.policies import parse_policy
+
+    if text is None:
+        return None
+    try:
+        policy = parse_policy(text)
+    except schema.TemporaError as exc:
+        raise ConfigError(str(exc)) from None
+    return None if policy is None else policy.spec(seed)
+
+
 @dataclass
 class TraceConfig:
-    method: str = "standard"
+    method: str = BASELINE_METHOD
     method_params: dict[str, Any] = field(default_factory=dict)
+    #: sparse-adaptation policy (``every:4``, ``fraction:0.25``, ``entropy:0.5``, ``warmup:10``;
+    #: tempora_schema.policies); None = adapt on every batch. resolved() canonicalises it.
+    policy: str | None = None
     dataset: str = "demo"
     model: str | None = None
     weights: str | None = None
@@ -148,6 +165,12 @@ class TraceConfig:
         if any(not 0 <= m <= INT32_MAX for m in cfg.checkpoints):
             raise ConfigError(f"--checkpoints must be step counts in 0..{INT32_MAX}")
         _check_finite(cfg.method_params, "--param")
+        cfg.policy = canonical_policy(cfg.policy, cfg.seed)
+        if cfg.policy is not None:
+            from .methods import get_method
+            from .policies import check_policy_method
+
+            check_policy_method(get_method(cfg.method), cfg.policy)
         if cfg.budgets_ms:
             if cfg.lambda_ms is None:
                 raise ConfigError("--budgets-ms needs --lambda-ms (λ, e.g. from `tempora-trace calibrate`)")
@@ -177,7 +200,7 @@ class TraceConfig:
         """``--name``, else the identity's stem (:func:`tempora_schema.file_stem`)."""
         if self.name:
             return self.name
-        method = schema.method_label(self.method, self.method_params)
+        method = schema.policy_file_label(schema.method_label(self.method, self.method_params), self.policy)
         return schema.file_stem(method, self.batch_size, self.seed, self._severity(), self.stream)
 
     def dataset_spec(self):
@@ -221,7 +244,7 @@ class TraceConfig:
             domains=tuple(self.domains or ()),
             max_batches=self.max_batches,
         )
-        return schema.TraceIdentity(self.method, group)
+        return schema.TraceIdentity(self.method, group, self.policy)
 
     def identity(self, trace_identity: schema.TraceIdentity | None = None) -> dict[str, Any]:
         """What ``--resume`` compares: the trace identity plus every other option that

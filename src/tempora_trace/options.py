@@ -35,6 +35,7 @@ from tempora_schema.command import (
 )
 from tempora_schema.errors import OptionError
 from tempora_schema.provision import LAMBDA_RULES
+from tempora_schema.vocabulary import BUDGET_RULES
 
 from .config import DEFAULT_BATCH_SIZE, DEFAULT_FROZEN_SAMPLE, DEFAULT_SEED, DEFAULT_SEVERITY, DEFAULT_STAGE_MB, WARMUP_BATCHES
 from .errors import ConfigError
@@ -217,6 +218,17 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
         type=click.Choice(list(PROFILES)),
         config=None,
     ),
+    TraceOption(
+        "--policy",
+        {
+            RUN: "Sparse adaptation: every:K, fraction:P[:SEED], entropy:T or warmup:N (docs/design.md §11); "
+            "a comma list (every:1,2,4,8) traces one file per policy, one after the other [default: every batch].",
+            LIVE: "Sparse adaptation: every:K, fraction:P[:SEED], entropy:T or warmup:N (docs/design.md §11), "
+            "decided per processing event as the replay assumes [default: every batch].",
+        },
+        _RL,
+        metavar="POLICY",
+    ),
     # the protocol of a live run
     TraceOption("--protocol", "discrete, amortised, or both: discrete,amortised.", _L, default="discrete", config=None, live="protocols"),
     TraceOption(
@@ -262,7 +274,7 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
         "Amortised cut-off: strict m = max{j: Σc ≤ B}, or overshoot (adapt while spent < B).",
         _L,
         default="strict",
-        type=click.Choice(["strict", "overshoot"]),
+        type=click.Choice(list(BUDGET_RULES)),
         config=None,
         live="budget_rule",
     ),
@@ -525,6 +537,18 @@ def config_kwargs(command: str, opts: Mapping[str, Any]) -> dict[str, Any]:
 def live_kwargs(opts: Mapping[str, Any]) -> dict[str, Any]:
     """The :class:`LiveSettings` fields of ``live``'s parsed options."""
     return {o.live: o.value(opts[o.name]) for o in options_of(LIVE) if o.live is not None and o.name in opts}
+
+
+def policies_of(opts: Mapping[str, Any]) -> list[str | None]:
+    """The canonical policies of ``--policy`` (a comma list; None: every batch), parsed and
+    checked before any work (one ``--policy`` line on bad input)."""
+    from tempora_schema.policies import parse_policies
+
+    text = opts.get("policy")
+    if text is None:
+        return [None]
+    seed = int(opts.get("seed") if opts.get("seed") is not None else DEFAULT_SEED)
+    return [None if p is None else p.spec(seed) for p in parse_policies(text)]
 
 
 def to_argv(values: Mapping[str, Any]) -> list[str]:

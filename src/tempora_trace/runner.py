@@ -42,6 +42,7 @@ from .methods._common import NORM_NAMES, incompatibility_message
 from .methods.base import MethodContext, TTAMethod
 from .models import get_model
 from .norms import describe_norms, method_fits
+from .policies import PolicyGate, check_policy_method
 from .preprocess import default_preprocess
 from .progress import ProgressView
 from .staging import BatchStager, StagedBatch, default_workers
@@ -210,6 +211,9 @@ class MethodRun:
                     f"model '{cfg.model}' takes {pre.input_size} px (--input-size)"
                 )
             self.dataset = self.dataset.bind(pre, cfg.seed)
+        check_policy_method(self.method_cls, cfg.policy)
+        #: the sparse-adaptation policy's gate (None: adapt on every batch), reset per episode
+        self.gate = PolicyGate(cfg.policy, cfg.seed) if cfg.policy else None
         torch.set_num_threads(cfg.threads)  # part of the trace identity (resolved() fills the default)
         self.identity = cfg.trace_identity(self.model_spec.weights_identity, describe_device(self.device))
         #: machine-speed probe written to the metadata (docs/trace-schema.md); empty = not measured
@@ -280,6 +284,8 @@ class MethodRun:
         if schema.resets_per_episode(self.cfg.stream) or index == 0:
             self.method.reset()
         seed_everything(domain_seed(self.cfg.seed, episode.name))
+        if self.gate is not None:
+            self.gate.start_episode(episode.name)
 
     def run_metadata(self) -> dict[str, Any]:
         """The metadata every Tempora file about this run carries (trace and live run alike)."""
@@ -358,10 +364,13 @@ class TraceRun(MethodRun):
         if claim:
             self.claim_output()
 
-    def claim_output(self) -> None:
+    def claim_output(self, option: str = "--out") -> None:
         """Last, once every input is known to be good: claim the output path (a caller with
-        more inputs to check, like a live run tracing alongside, claims it later)."""
-        self.writer = TraceWriter(self.out_path, {**self.cfg.identity(self.identity), **self.provenance()}, self.cfg.resume, self.cfg.force)
+        more inputs to check, like a live run tracing alongside, claims it later). ``option``
+        is the flag that named the output folder, for messages."""
+        self.writer = TraceWriter(
+            self.out_path, {**self.cfg.identity(self.identity), **self.provenance()}, self.cfg.resume, self.cfg.force, option
+        )
 
     def _maybe_probe(self, episode_index: int, episode: Episode, step: int) -> None:
         if step % PROBE_EVERY == 0:
@@ -446,7 +455,7 @@ class TraceRun(MethodRun):
         self._maybe_probe(index, episode, step)
         before = host_snapshot(self.method) if self.budgets is not None and self.budgets.strict_pending else None
         x = b.x.to(self.device, non_blocking=True)
-        ev = timed_event(self.method, x, self.clock)
+        ev = timed_event(self.method, x, self.clock, gate=self.gate)
         self._last_event_end = time.perf_counter()
         rows.add(
             episode=episode.name,

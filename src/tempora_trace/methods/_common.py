@@ -109,6 +109,33 @@ def incompatibility_message(method: type[TTAMethod] | TTAMethod, found: str) -> 
     return f"method '{method.name}' needs {wanted} layers but {found}; compatible built-in models: {models}"
 
 
+def check_param_types(name: str, defaults: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` with each value checked against its default's type (a float option accepts any
+    number and is returned as float, an int option only ints); unknown names and wrong types
+    are a one-line MethodError. Shared by construction and a campaign's check at load."""
+    unknown = sorted(set(params) - set(defaults) - {"profile"})
+    if unknown:
+        raise MethodError(f"method '{name}' has no option(s) {unknown}; known: {sorted(set(defaults) | {'profile'})}")
+    out = dict(params)
+    for key, value in params.items():
+        default = defaults.get(key)
+        if isinstance(default, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(default, int):
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif isinstance(default, float):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if ok:
+                out[key] = float(value)
+        elif isinstance(default, str):
+            ok = isinstance(value, str)
+        else:
+            ok = True
+        if not ok:
+            raise MethodError(f"method '{name}': option {key} must be a {type(default).__name__}, not {value!r}")
+    return out
+
+
 def check_params(
     method: TTAMethod,
     non_negative: tuple[str, ...] = (),
@@ -118,23 +145,7 @@ def check_params(
     """Reject user-supplied options of the wrong type or range with a one-line MethodError
     (``--param lr=abc`` must not become a traceback deep inside torch). Types follow the
     defaults: a float option accepts any number (stored as float), an int option only ints."""
-    defaults = method.default_params(method.context)
-    for key, value in method.params.items():
-        default = defaults.get(key)
-        if isinstance(default, bool):
-            ok = isinstance(value, bool)
-        elif isinstance(default, int):
-            ok = isinstance(value, int) and not isinstance(value, bool)
-        elif isinstance(default, float):
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if ok:
-                method.params[key] = float(value)
-        elif isinstance(default, str):
-            ok = isinstance(value, str)
-        else:
-            ok = True
-        if not ok:
-            raise MethodError(f"method '{method.name}': option {key} must be a {type(default).__name__}, not {value!r}")
+    method.params.update(check_param_types(method.name, method.default_params(method.context), method.params))
     for key in non_negative:
         if method.params[key] < 0:
             raise MethodError(f"method '{method.name}': option {key} must be >= 0, not {method.params[key]!r}")
@@ -297,6 +308,10 @@ class GradientMethod(TTAMethod):
             return self.model(x)
         with no_stat_tracking(self.bn_layers):
             return self.model(x)
+
+    def skip_adapt(self) -> None:
+        self._pending = None  # the prediction's graph goes now, not inside the next event
+        super().skip_adapt()
 
     def freeze(self) -> None:
         self._pending = None

@@ -189,6 +189,12 @@ class TTAMethod(metaclass=_MethodMeta):
         """Everything after the prediction, before the pipeline can take the next batch."""
         return None
 
+    def skip_adapt(self) -> None:
+        """A sparse-adaptation policy leaves this batch unadapted (docs/design.md §11): let go
+        of whatever ``predict`` kept for ``adapt`` (an autograd graph), learn nothing. Called
+        outside the timed regions; the batch's ℓ is 0 and ``updated`` false."""
+        self.last_updated = False
+
     # ------------------------------------------------------------ state control
     def _finish_setup(self) -> None:
         """Record the configured source state; ``reset()`` returns here."""
