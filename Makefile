@@ -45,6 +45,7 @@ bench: install
 	$(PY) bench/bench_trace.py
 	$(PY) bench/bench_stats.py
 	$(PY) bench/bench_arrivals.py
+	$(PY) bench/bench_help.py
 
 # `make lint`: ruff's lint rules and the import contracts (pyproject.toml: the simulator never
 # imports torch, tracer and simulator meet only in tempora_schema, no import cycles), then

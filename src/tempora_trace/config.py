@@ -15,18 +15,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 import tempora_schema as schema
+from tempora_schema import DEFAULT_BATCH_SIZE, DEFAULT_SEED, DEFAULT_SEVERITY
 from tempora_schema.command import INT32_MAX, INT64_MAX
 from tempora_schema.vocabulary import BASELINE_METHOD
 
+from .data import expand_domains, get_dataset
 from .errors import ConfigError
+from .options import DEFAULT_FROZEN_SAMPLE, DEFAULT_STAGE_MB, WARMUP_BATCHES
 
-DEFAULT_BATCH_SIZE = schema.DEFAULT_BATCH_SIZE
-DEFAULT_SEED = schema.DEFAULT_SEED
-DEFAULT_SEVERITY = schema.DEFAULT_SEVERITY
-DEFAULT_FROZEN_SAMPLE = 32
-WARMUP_BATCHES = 5
-DEFAULT_STAGE_MB = 1024.0
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_FROZEN_SAMPLE",
+    "DEFAULT_SEED",
+    "DEFAULT_SEVERITY",
+    "DEFAULT_STAGE_MB",
+    "WARMUP_BATCHES",
+    "TraceConfig",
+]
 
 #: Fields that do not change the rows a run writes; every other field (and the trace
 #: identity, which replaces ``weights`` by the file's hash and ``device`` by its name) must
@@ -87,8 +95,6 @@ class TraceConfig:
 
     def resolved(self) -> "TraceConfig":
         """A copy with defaults filled in and every value checked (ConfigError otherwise)."""
-        from .data import get_dataset
-
         cfg = dataclasses.replace(
             self, method_params=dict(self.method_params), checkpoints=list(self.checkpoints), budgets_ms=list(self.budgets_ms)
         )
@@ -98,8 +104,6 @@ class TraceConfig:
         if cfg.domains is None or len(cfg.domains) == 0:
             cfg.domains = list(spec.default_domains)
         else:
-            from .data import expand_domains
-
             cfg.domains = expand_domains(cfg.domains, spec.domains)
         if cfg.stream == "dirichlet":
             if cfg.dirichlet_alpha is None or not (math.isfinite(cfg.dirichlet_alpha) and cfg.dirichlet_alpha > 0):
@@ -135,8 +139,6 @@ class TraceConfig:
         if cfg.workers is not None and cfg.workers < 0:
             raise ConfigError("--workers must be ≥ 0")
         if cfg.threads is None:
-            import torch
-
             cfg.threads = torch.get_num_threads()
         elif cfg.threads < 1:
             raise ConfigError(f"--threads must be ≥ 1, not {cfg.threads}")
@@ -156,8 +158,6 @@ class TraceConfig:
         return schema.file_stem(method, self.batch_size, self.seed, self._severity(), self.stream)
 
     def _severity(self) -> int | None:
-        from .data import get_dataset
-
         return self.severity if get_dataset(self.dataset).has_severity else None
 
     def output_dir(self, device_slug: str) -> Path:
