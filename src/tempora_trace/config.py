@@ -15,18 +15,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 import tempora_schema as schema
+from tempora_schema import DEFAULT_BATCH_SIZE, DEFAULT_SEED, DEFAULT_SEVERITY
 from tempora_schema.command import INT32_MAX, INT64_MAX
 from tempora_schema.vocabulary import BASELINE_METHOD
 
+from .data import expand_domains, get_dataset
 from .errors import ConfigError
+from .options import DEFAULT_FROZEN_SAMPLE, DEFAULT_STAGE_MB, WARMUP_BATCHES
 
-DEFAULT_BATCH_SIZE = schema.DEFAULT_BATCH_SIZE
-DEFAULT_SEED = schema.DEFAULT_SEED
-DEFAULT_SEVERITY = schema.DEFAULT_SEVERITY
-DEFAULT_FROZEN_SAMPLE = 32
-WARMUP_BATCHES = 5
-DEFAULT_STAGE_MB = 1024.0
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_FROZEN_SAMPLE",
+    "DEFAULT_SEED",
+    "DEFAULT_SEVERITY",
+    "DEFAULT_STAGE_MB",
+    "WARMUP_BATCHES",
+    "TraceConfig",
+]
 
 #: Fields that do not change the rows a run writes; every other field (and the trace
 #: identity, which replaces ``weights`` by the file's hash and ``device`` by its name) must
@@ -148,8 +156,6 @@ class TraceConfig:
         if cfg.domains is None or len(cfg.domains) == 0:
             cfg.domains = list(spec.default_domains)
         else:
-            from .data import expand_domains
-
             cfg.domains = expand_domains(cfg.domains, spec.domains)
         if cfg.stream == "dirichlet":
             if cfg.dirichlet_alpha is None or not (math.isfinite(cfg.dirichlet_alpha) and cfg.dirichlet_alpha > 0):
@@ -191,8 +197,6 @@ class TraceConfig:
         if cfg.workers is not None and cfg.workers < 0:
             raise ConfigError("--workers must be ≥ 0")
         if cfg.threads is None:
-            import torch
-
             cfg.threads = torch.get_num_threads()
         elif cfg.threads < 1:
             raise ConfigError(f"--threads must be ≥ 1, not {cfg.threads}")
@@ -213,8 +217,6 @@ class TraceConfig:
 
     def dataset_spec(self):
         """The dataset (:class:`~tempora_trace.data.DatasetSpec`), a folder's included."""
-        from .data import get_dataset
-
         return get_dataset(self.dataset, self.class_map, self.corruptions)
 
     def _severity(self) -> int | None:
