@@ -22,7 +22,7 @@ SIM    := $(PY) -m tempora_sim.cli
 TRACES  ?= traces
 RESULTS ?= results
 
-.PHONY: install test bench docs demo demo-run demo-traces demo-trace-files demo-models validate validate-gpu lint clean \
+.PHONY: install test bench vendor docs demo demo-run demo-traces demo-trace-files demo-models validate validate-gpu lint clean \
         paper paper-vit paper-cifar paper-traces paper-vit-traces paper-cifar-traces
 
 # Never two recipes at once, whatever -j says: two traces on one machine would time each other
@@ -45,6 +45,16 @@ bench: install
 	$(PY) bench/bench_trace.py
 	$(PY) bench/bench_stats.py
 	$(PY) bench/bench_arrivals.py
+	$(PY) bench/bench_plugins.py
+	$(PY) bench/bench_folder.py
+	$(PY) bench/bench_explore.py
+	$(PY) bench/bench_help.py
+
+# `make vendor`: refresh the chart library the explore page inlines (Apache ECharts) from the
+# npm registry, its tarball checked against the pinned sha512 integrity (tools/vendor_echarts.py).
+# The file is committed with its licence and VENDOR.json, so pages build offline from a clone.
+vendor:
+	$(PYTHON) tools/vendor_echarts.py $(VENDOR_OPTS)
 
 # `make lint`: ruff's lint rules and the import contracts (pyproject.toml: the simulator never
 # imports torch, tracer and simulator meet only in tempora_schema, no import cycles), then

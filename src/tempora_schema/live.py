@@ -190,6 +190,33 @@ def validate_live_metadata(meta: Mapping[str, Any], path: object = "<live run>")
                 raise LiveSchemaError(path, f"run {i}: budget_rule must be strict or overshoot, got {run['budget_rule']!r}")
 
 
+def _close(a: np.ndarray | float, b: np.ndarray | float) -> np.ndarray:
+    """Equal up to float rounding (ms values, relative 1e-9, absolute 1 ns)."""
+    return np.abs(np.asarray(a) - np.asarray(b)) <= _EPS_MS + 1e-9 * np.abs(np.asarray(b))
+
+
+def _check_runs_match_rows(meta: Mapping[str, Any], run: np.ndarray, step: np.ndarray, times: dict, served, mode, path: object) -> None:
+    """The run metadata must say what the rows did: a discrete run's ρ·γ = λ and its batch i
+    arrived at i·γ; an amortised run charged c = max(0, δ − λ) at each adapting batch."""
+    lam = float(meta["lambda_ms"])
+    for r, spec in enumerate(meta["runs"]):
+        rows = run == r
+        if spec["protocol"] == "discrete":
+            if not _close(float(spec["rho"]) * float(spec["gamma_ms"]), lam):
+                raise LiveSchemaError(
+                    path, f"run {r}: rho {spec['rho']!r} × gamma_ms {spec['gamma_ms']!r} is not lambda_ms {lam!r} (ρ = λ/γ)"
+                )
+            arrival = times["arrival_ms"][rows]
+            bad = ~np.isnan(arrival) & ~_close(arrival, step[rows] * float(spec["gamma_ms"]))
+            if bad.any():
+                raise LiveSchemaError(path, f"run {r}: arrival_ms contradicts gamma_ms {spec['gamma_ms']!r} (batch i arrives at i·γ)")
+        else:
+            adapting = rows & served & (mode == "adapt") & ~np.isnan(times["charged_ms"])
+            expected = np.maximum(0.0, times["delta_ms"][adapting] - lam)
+            if not _close(times["charged_ms"][adapting], expected).all():
+                raise LiveSchemaError(path, f"run {r}: charged_ms contradicts lambda_ms {lam!r} (c = max(0, δ − λ))")
+
+
 def _kind_of(typ: pa.DataType) -> str:
     if pa.types.is_string(typ):
         return "string"
@@ -255,11 +282,23 @@ def validate_live_table(table: pa.Table, meta: Mapping[str, Any], path: object =
         raise LiveSchemaError(path, f"correct must be within 0..n (row {row})")
     times = {name: floats(name) for name in _TIME_COLUMNS}
     for name, t in times.items():
+        valued = ~np.asarray(table.column(name).is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        if (valued & np.isnan(t)).any():
+            raise LiveSchemaError(
+                path, f"column '{name}' holds NaN (row {int(np.argmax(valued & np.isnan(t)))}); a time is a number or null"
+            )
         finite = t[~np.isnan(t)]
         if not np.isfinite(finite).all():
             raise LiveSchemaError(path, f"column '{name}' contains an infinite time")
         if (finite < 0).any():
             raise LiveSchemaError(path, f"column '{name}' contains a negative time")
+
+    e, ell, delta = times["e_ms"], times["l_ms"], times["delta_ms"]
+    off = served & ~(np.abs(delta - (e + ell)) <= _EPS_MS + 1e-9 * np.abs(delta))
+    if off.any():
+        row = int(np.argmax(off))
+        raise LiveSchemaError(path, f"row {row}: delta_ms {delta[row]!r} is not e_ms + l_ms ({e[row]!r} + {ell[row]!r})")
+    _check_runs_match_rows(meta, run, col["step"].astype(np.int64), times, served, mode, path)
 
     episode = np.asarray(table.column("episode").cast(pa.string()).to_pylist(), dtype=object)
     event = col["event"].astype(np.int64)

@@ -838,14 +838,17 @@ def sweep_table(df: pl.DataFrame) -> pl.DataFrame:
 
 
 # ----------------------------------------------------------------------------- uncertainty
-def utility_intervals(df: pl.DataFrame, rows: pl.DataFrame | None = None, opts: st.BootstrapOptions | None = None) -> st.Intervals:
+def utility_intervals(
+    df: pl.DataFrame, rows: pl.DataFrame | None = None, opts: st.BootstrapOptions | None = None, pooled: bool = True
+) -> st.Intervals:
     """Bootstrap distributions and percentile intervals of every seed-pooled utility.
 
     ``df`` is the sweep's per-seed table. Per-episode cells resample the episode's batches
     (the seeds' batches concatenated) and need ``rows``, the traces' adapt rows with
     ``correct``, ``n``, ``e_ms``, ``l_ms`` (:func:`trace_rows`); without them only the pooled
     rows get intervals. Pooled rows resample the (seed, episode) units, weighted by their
-    batches. Methods of one cell share resamples, so their differences are paired."""
+    batches. Methods of one cell share resamples, so their differences are paired.
+    ``pooled=False`` leaves the pooled rows out (only the per-episode cells)."""
     check_utility_table(df)
     opts = opts or st.BootstrapOptions()
     g = group_columns(df)
@@ -856,7 +859,7 @@ def utility_intervals(df: pl.DataFrame, rows: pl.DataFrame | None = None, opts: 
     need = ("correct", "n", "e_ms", "l_ms", "episode", "step", "method")
     if rows is not None and per_ep.height and all(c in rows.columns for c in need):
         parts.append(_cell_intervals(per_ep, rows, g, opts))
-    if per_ep.height:
+    if per_ep.height and pooled:
         parts.append(_pooled_intervals(per_ep, g, opts))
     return st.concat(parts)
 

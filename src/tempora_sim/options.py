@@ -156,6 +156,10 @@ class SweepOptions:
         n_seeds = self.arrival_seeds
         if isinstance(n_seeds, bool) or not hasattr(n_seeds, "__index__") or not 1 <= int(n_seeds) <= 10_000:
             raise GridError(f"--arrival-seeds: a count from 1 to 10000 (got {n_seeds!r})")
+        if spec.seed + int(n_seeds) - 1 >= 2**63:
+            raise GridError(
+                f"--arrival-seeds: {int(n_seeds)} seeds from {spec.seed} go beyond 2^63-1 (seeds are SEED, SEED+1, …); choose a smaller seed"
+            )
         seeds = tuple(spec.seed + k for k in range(int(n_seeds)))
         check_scenario_options(protocols, spec, seeds, bool(self.arrivals_absolute), self.rho is not None)
         return ResolvedOptions(

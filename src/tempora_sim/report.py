@@ -42,6 +42,10 @@ class ReportInputs:
     bootstrap: st.BootstrapOptions = field(default_factory=st.BootstrapOptions)
     #: rows of scenarios beyond the paper's (docs/design.md §9): their own report section
     scenarios: pl.DataFrame | None = None
+    #: the loaded traces and the sweep options they were swept with (traces only): the
+    #: interactive page (explore.html) replays them on its own dense grids
+    traceset: object | None = None
+    sweep_options: object | None = None
     _cache: dict = field(default_factory=dict, repr=False)
 
     def lambdas(self) -> pl.DataFrame:
@@ -151,7 +155,15 @@ def _load_inputs(sources, sweep_options, out, scenarios: bool = False) -> Report
         from . import report_scenarios as rs
 
         extra = rs.scenario_sweeps(traces, sweep_options)
-    return ReportInputs(utility=utility, trace_rows=rows, source=", ".join(map(str, items)), from_traces=True, scenarios=extra)
+    return ReportInputs(
+        utility=utility,
+        trace_rows=rows,
+        source=", ".join(map(str, items)),
+        from_traces=True,
+        scenarios=extra,
+        traceset=traces,
+        sweep_options=sweep_options,
+    )
 
 
 # ----------------------------------------------------------------------------- formatting
@@ -839,7 +851,9 @@ TRACE_TIMES_FILE = "trace_times.parquet"
 SCENARIOS_FILE = "scenarios.parquet"
 #: What a report writes into its folder (checked for clashes before any work).
 REPORT_FOLDERS = ("tables", "figures")
-REPORT_FILES = ("report.md", RESULTS_FILE, TRACE_TIMES_FILE, SCENARIOS_FILE)
+#: the interactive page (tempora-sim explore), written beside report.md when traces were given
+EXPLORE_FILE = "explore.html"
+REPORT_FILES = ("report.md", RESULTS_FILE, TRACE_TIMES_FILE, SCENARIOS_FILE, EXPLORE_FILE)
 
 
 # ----------------------------------------------------------------------------- summary
@@ -1102,9 +1116,15 @@ class ReportResult:
 
 
 def build_report(
-    inp: ReportInputs, out: str | Path, all_episodes: bool = False, episodes: Sequence[str] | None = None, figures: bool = True
+    inp: ReportInputs,
+    out: str | Path,
+    all_episodes: bool = False,
+    episodes: Sequence[str] | None = None,
+    figures: bool = True,
+    explore: bool = True,
 ) -> ReportResult:
-    """Write ``out/report.md``, ``out/tables/*.csv`` and ``out/figures/*.{png,pdf}``.
+    """Write ``out/report.md``, ``out/tables/*.csv`` and ``out/figures/*.{png,pdf}``, and with
+    traces (and ``explore``) the interactive page ``out/explore.html``, linked from report.md.
 
     The utility curves show one episode per corruption category (four by default),
     ``episodes`` to choose, ``all_episodes`` for every episode."""
@@ -1119,12 +1139,14 @@ def build_report(
     # Built in a staging folder and published whole (report.md last): a failure anywhere leaves
     # the previous report, if any, exactly as it was.
     with staged_dir(final, what="report", last=("report.md",), folders=REPORT_FOLDERS, files=REPORT_FILES) as stage:
-        result = _build_report(inp, stage, all_episodes, episodes, figures)
+        result = _build_report(inp, stage, all_episodes, episodes, figures, explore)
     moved = lambda p: final / p.relative_to(stage)  # noqa: E731
     return ReportResult(moved(result.report), [moved(p) for p in result.tables], [moved(p) for p in result.figures], result.seconds)
 
 
-def _build_report(inp: ReportInputs, out: Path, all_episodes: bool, episodes: Sequence[str] | None, figures: bool) -> ReportResult:
+def _build_report(
+    inp: ReportInputs, out: Path, all_episodes: bool, episodes: Sequence[str] | None, figures: bool, explore: bool = True
+) -> ReportResult:
     import time
 
     from tempora_schema.outputs import to_bytes, write_file
@@ -1158,6 +1180,23 @@ def _build_report(inp: ReportInputs, out: Path, all_episodes: bool, episodes: Se
         "(all groups, fractions rather than %).",
         "",
     ]
+    if explore and inp.traceset is not None and _temporal(inp.sweep_options):
+        from .cli_explore import DEFAULT_PROTOCOLS, render_page
+        from .explore import build_data
+        from .options import SweepOptions
+
+        t_explore = time.perf_counter()
+        opts = inp.sweep_options if isinstance(inp.sweep_options, SweepOptions) else SweepOptions.build(**(inp.sweep_options or {}))
+        if "protocols" not in opts.given():
+            opts = SweepOptions.build(opts, protocols=DEFAULT_PROTOCOLS)  # the page moves both pressures at once too
+        data = build_data(inp.traceset, opts, (opts.arrivals,), inp.bootstrap, source=inp.source)
+        write_file(out / EXPLORE_FILE, render_page(data))
+        seconds["explore"] = time.perf_counter() - t_explore
+        md += [
+            f"**Interactive:** [{EXPLORE_FILE}]({EXPLORE_FILE}) moves ρ, T and B (and both pressures at once) over dense "
+            "grids and shows the winners, intervals and recommendation at every value; it opens offline in any browser.",
+            "",
+        ]
     t1 = time.perf_counter()
     for gi, group in enumerate(groups):
         # figure names: the group values that tell the groups apart, e.g. "cpu-other-winners.png"
@@ -1196,6 +1235,14 @@ def _build_report(inp: ReportInputs, out: Path, all_episodes: bool, episodes: Se
     write_file(report, ("\n".join(md).rstrip() + "\n").encode("utf-8"))
     seconds["total"] = time.perf_counter() - t0
     return ReportResult(report, table_paths, fig_paths, seconds)
+
+
+def _temporal(options) -> bool:
+    """Do the report's sweep options ask for a temporal protocol (what the page moves)?"""
+    from .options import SweepOptions
+
+    opts = options if isinstance(options, SweepOptions) else SweepOptions.build(**(options or {}))
+    return "protocols" not in opts.given() or any(p != "offline" for p in opts.resolve().protocols)
 
 
 FIGURE_CAPTIONS = {

@@ -330,9 +330,12 @@ def find_trace_files(source: str | os.PathLike | Sequence[str | os.PathLike]) ->
     return list(dict.fromkeys(files))
 
 
-def check_out_outside(sources: Iterable[str | os.PathLike], out: str | os.PathLike) -> None:
+def check_out_outside(
+    sources: Iterable[str | os.PathLike], out: str | os.PathLike, what: str = "trace directory", reads: str = "traces"
+) -> None:
     """An output folder inside a trace folder would be read as traces by the next sweep: refuse
-    it. The trace folder of a file argument is the folder holding it."""
+    it. The trace folder of a file argument is the folder holding it. ``what``/``reads`` name
+    other inputs of the kind (``live-run folder``, ``live runs``)."""
     try:
         dest = Path(out).expanduser().resolve()
     except (OSError, RuntimeError):
@@ -345,8 +348,7 @@ def check_out_outside(sources: Iterable[str | os.PathLike], out: str | os.PathLi
             continue
         if dest == folder or folder in dest.parents:
             raise SimError(
-                f"--out {out} is inside the trace directory {folder}; its Parquet files would be read as "
-                "traces next time: write it elsewhere"
+                f"--out {out} is inside the {what} {folder}; its Parquet files would be read as {reads} next time: write it elsewhere"
             )
 
 
@@ -517,7 +519,7 @@ def _read_cached(path: Path, folder: Path | None) -> Trace:
         entry = trace_cache.entry_path(folder, digest)
     except OSError:
         return read_trace(path)  # reports the file's problem in its own words
-    hit = trace_cache.load(entry)
+    hit = trace_cache.load(entry, before.st_size)
     if hit is not None:
         meta, version, canonical, fields = hit
         replay = ReplayArrays(**fields)

@@ -74,6 +74,10 @@ from .timing import (
     wait_until,
 )
 
+#: Longest λ and longest gap γ between two arrivals a live schedule may have (one hour):
+#: a live run waits for real, and beyond this an option is a typo, not an experiment.
+MAX_SCHEDULE_MS = 3_600_000.0
+
 
 def last_arrival(f_ms: float, gamma_ms: float) -> int:
     """Largest i ≥ 0 with i·γ ≤ f: the schema's definition, the one the replay kernels compile."""
@@ -133,6 +137,12 @@ class LiveSettings:
                 raise ConfigError(f"--budget-rule must be strict or overshoot, not '{s.budget_rule}'")
         if s.lambda_ms is not None and not (math.isfinite(s.lambda_ms) and s.lambda_ms > 0):
             raise ConfigError(f"--lambda-ms must be > 0, got {s.lambda_ms:g}")
+        if s.lambda_ms is not None and s.lambda_ms > MAX_SCHEDULE_MS:
+            raise ConfigError(f"--lambda-ms {s.lambda_ms:g} is longer than a live run allows ({_schedule_bound()})")
+        if "discrete" in s.protocols and s.gamma_ms is not None:
+            check_schedule(s.gamma_ms, "--gamma-ms", lambda g: f"--gamma-ms {g:g}")
+        if "discrete" in s.protocols and s.rho is not None and s.lambda_ms is not None:
+            check_schedule([s.lambda_ms / r for r in s.rho], "--rho", None, s.rho)
         if s.lambda_rule not in LAMBDA_RULES:
             raise ConfigError(f"--lambda-rule must be one of {', '.join(LAMBDA_RULES)}, not '{s.lambda_rule}'")
         if s.repeats < 1:
@@ -399,8 +409,27 @@ class RunPlan:
         return f"amortised B={self.budget_ms:g} ms ({self.budget_rule})"
 
 
+def _schedule_bound() -> str:
+    return f"at most {MAX_SCHEDULE_MS / 60_000:g} min between arrivals and for λ"
+
+
+def check_schedule(gammas: Sequence[float], option: str, label: Callable[[float], str] | None, rhos: Sequence[float] | None = None) -> None:
+    """Refuse an arrival gap γ beyond :data:`MAX_SCHEDULE_MS` (or not finite), naming the
+    option that asked for it: a live run would wait that long for real."""
+    for k, gamma in enumerate(gammas):
+        if not (math.isfinite(gamma) and gamma <= MAX_SCHEDULE_MS):
+            what = label(gamma) if label is not None else f"{option} {rhos[k]:g}"  # type: ignore[index]
+            shown = f"{gamma:.3g} ms" if math.isfinite(gamma) else "beyond any float"
+            raise ConfigError(f"{what}: arrivals {shown} apart are longer than a live run allows ({_schedule_bound()})")
+
+
 def plan_runs(settings: LiveSettings, lambda_ms: float) -> list[RunPlan]:
-    """Every setting once per repeat; repeats outermost, so two runs of one setting are apart in time."""
+    """Every setting once per repeat; repeats outermost, so two runs of one setting are apart in time.
+    Refuses a schedule beyond :data:`MAX_SCHEDULE_MS` (λ here may come from a standard trace)."""
+    if not lambda_ms <= MAX_SCHEDULE_MS:
+        raise ConfigError(f"λ = {lambda_ms:.3g} ms is longer than a live run allows ({_schedule_bound()})")
+    if "discrete" in settings.protocols and settings.rho is not None:
+        check_schedule([lambda_ms / float(r) for r in settings.rho], "--rho", None, list(settings.rho))
     plans: list[RunPlan] = []
     for rep in range(1, settings.repeats + 1):
         if "discrete" in settings.protocols:
@@ -450,6 +479,7 @@ class LiveRun:
                 print(warning, file=sys.stderr, flush=True)
         #: names this invocation: its trace alongside carries the same id (``taken_alongside``)
         self.run_id = uuid.uuid4().hex
+        self.plans = plan_runs(settings, self.lambda_ms)  # a schedule beyond the bound is refused before anything is claimed
         if self.tracing:
             if Path(self.lambda_source).resolve() == self.base.out_path.resolve():
                 raise ConfigError(
@@ -461,9 +491,8 @@ class LiveRun:
 
                 self.base.budgets = BudgetCutoffs(settings.budgets_ms, self.lambda_ms)
                 self.base.cfg = dataclasses.replace(self.base.cfg, budgets_ms=self.base.budgets.budgets, lambda_ms=self.lambda_ms)
-            self.base.claim_output()
+            self.base.claim_output("--trace-alongside")
             self.base.alongside_of = self.run_id
-        self.plans = plan_runs(settings, self.lambda_ms)
         #: the live rows, one column buffer per run (written run by run)
         self.columns: dict[int, dict[str, list]] = {p.run: {name: [] for name in LIVE_COLUMNS} for p in self.plans}
         self.staged: dict[int, tuple[Any, Any]] = {}
@@ -521,7 +550,11 @@ class LiveRun:
 
         def serve(i: int) -> tuple[Event, Any]:
             x, y = self.staged[i]
-            ev = timed_event(base.method, x, base.clock, adapt=adapt, peak=False, gate=base.gate)
+            try:
+                ev = timed_event(base.method, x, base.clock, adapt=adapt, peak=False, gate=base.gate)
+            except Exception as exc:
+                base.method_failed(exc, f"episode {episode.name} step {i}", kept="nothing written: a live run is written whole")
+                raise
             base._last_event_end = time.perf_counter()
             # nothing between an event's end and the next decision but holding its logits:
             # scoring waits for the clock to stand still, garbage collection for an idle wait
@@ -698,6 +731,7 @@ class LiveRun:
     def run(self) -> Path:
         from tempora_schema.outputs import output_lock, to_bytes, write_file
 
+        made = [p for p in (self.out_path.parent, *self.out_path.parent.parents) if not p.exists()]
         self.out_path.parent.mkdir(parents=True, exist_ok=True)
         try:
             with output_lock(self.out_path, "live run"):
@@ -716,9 +750,46 @@ class LiveRun:
                 table = pa.table(columns, schema=live_arrow_schema(meta))
                 validate_live_table(table, meta, self.out_path)  # never publish a file the reader rejects
                 return write_file(self.out_path, to_bytes(lambda f: pq.write_table(table, f)))
+        except BaseException:
+            if self.tracing:
+                # a live run cannot be resumed, so neither can its trace alongside: nothing of it stays
+                self.base.writer.discard()
+            if not self.out_path.exists():
+                from .writer import remove_empty_folders
+
+                remove_empty_folders(made)
+            raise
         finally:
             if self.tracing:
                 self.base.writer.close()
+
+
+def check_live_out(cfg: TraceConfig, settings: LiveSettings) -> None:
+    """A live run's ``--out`` must not be a trace folder (or inside one, or inside the
+    ``--trace-alongside`` folder): the next sweep of that folder would read the live file as a
+    trace and stop. Checked before anything is built."""
+    from tempora_schema.outputs import check_output_dir, trace_folder_above
+
+    if settings.trace_alongside is not None:
+        check_output_dir(settings.trace_alongside, "--trace-alongside")
+    if cfg.out is None:
+        return
+    out = Path(cfg.out).expanduser()
+    if settings.trace_alongside is not None:
+        try:
+            dest, along = out.resolve(), Path(settings.trace_alongside).expanduser().resolve()
+        except (OSError, RuntimeError):
+            dest = along = None
+        if dest is not None and (dest == along or along in dest.parents):
+            raise ConfigError(
+                f"--out {out} is inside the --trace-alongside folder {settings.trace_alongside}; the next sweep of it would read "
+                "the live file as a trace: write it elsewhere"
+            )
+    folder = trace_folder_above(out)
+    if folder is not None:
+        raise ConfigError(
+            f"--out {out} is inside the trace folder {folder}; the next sweep of it would read the live file as a trace: write it elsewhere"
+        )
 
 
 def run_live(config: TraceConfig, settings: LiveSettings | None = None, echo: Callable[[str], None] | None = None, **options: Any) -> Path:
@@ -730,6 +801,7 @@ def run_live(config: TraceConfig, settings: LiveSettings | None = None, echo: Ca
         settings = dataclasses.replace(settings, **options)
     settings = settings.checked()
     cfg = config.resolved()
+    check_live_out(cfg, settings)
     if echo is None:
         echo = (lambda s: None) if cfg.quiet else (lambda s: print(s, flush=True))
     return LiveRun(cfg, settings, echo).run()

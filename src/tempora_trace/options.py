@@ -11,6 +11,9 @@
 
 Adding a trace option is one :class:`TraceOption` here plus its use (the ``TraceConfig`` field
 it fills and the code that reads it). ``tempora_sim.options`` does the same for the simulator.
+
+This module is what ``tempora-trace --help`` loads: click, ``tempora_schema`` and nothing that
+imports torch (``TraceConfig`` does, for its checks).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import click
 
+from tempora_schema import DEFAULT_BATCH_SIZE, DEFAULT_SEED, DEFAULT_SEVERITY
 from tempora_schema.command import (
     INT32_MAX,
     INT64_MAX,
@@ -37,8 +41,14 @@ from tempora_schema.errors import OptionError
 from tempora_schema.provision import LAMBDA_RULES
 from tempora_schema.vocabulary import BUDGET_RULES
 
-from .config import DEFAULT_BATCH_SIZE, DEFAULT_FROZEN_SAMPLE, DEFAULT_SEED, DEFAULT_SEVERITY, DEFAULT_STAGE_MB, WARMUP_BATCHES
 from .errors import ConfigError
+
+#: Later batches scored per frozen checkpoint (``--frozen-sample``).
+DEFAULT_FROZEN_SAMPLE = 32
+#: Untimed warm-up copies of the first batch (``--warmup-batches``).
+WARMUP_BATCHES = 5
+#: Host memory of one staged chunk, MiB (``--stage-mb``; docs/timing.md).
+DEFAULT_STAGE_MB = 1024.0
 
 #: The subcommands that trace; a :class:`TraceOption` names the ones that take it.
 COMMANDS = ("run", "live", "calibrate")
@@ -206,7 +216,11 @@ _ALL = COMMANDS
 #: Every trace option, in the order ``--help`` lists them.
 TRACE_OPTIONS: tuple[TraceOption, ...] = (
     # the method and its hyperparameters
-    TraceOption("--method", "TTA method (see `tempora-trace list`). Required.", _RL),
+    TraceOption(
+        "--method",
+        "TTA method: a name (built in or an installed plugin; see `tempora-trace list`), package.module:CLASS or PATH.py:CLASS. Required.",
+        _RL,
+    ),
     TraceOption(
         "--param", "Override a method hyperparameter (repeatable).", _RL, dest="params", multiple=True, metavar="KEY=VALUE", config=None
     ),
