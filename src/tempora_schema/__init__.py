@@ -25,6 +25,7 @@ import numpy as np
 
 from .errors import TemporaError
 from .provision import LAMBDA_RULES, LAMBDA_SIGMAS, MAD_TO_SIGMA, lambda_ms  # noqa: F401  (re-exported)
+from .variability import VARIABILITY_KEY, check_variability_rows, sample_size, validate_variability  # noqa: F401  (re-exported)
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -394,6 +395,8 @@ def _validate_v2_keys(meta: Mapping[str, Any], path: object) -> None:
     if not _is_int(th) or th < 1:
         raise TraceSchemaError(path, f"metadata 'threads' must be a positive integer, got {th!r}")
     validate_speed_probe(meta["speed_probe"], meta["speed_probe_kind"], path)
+    if VARIABILITY_KEY in meta:  # optional: timing variability measured after the main pass
+        validate_variability(meta[VARIABILITY_KEY], path)
 
 
 def validate_speed_probe(probe: Any, kind: Any, path: object = "<trace>") -> None:
@@ -704,3 +707,5 @@ def check_metadata_matches_rows(
             raise TraceSchemaError(path, f"metadata 'speed_probe' item {i} names episode {item['episode']!r}, not in the rows")
         if item["step"] > length[item["episode"]]:
             raise TraceSchemaError(path, f"metadata 'speed_probe' item {i}: step {item['step']} is beyond its episode")
+    if meta.get(VARIABILITY_KEY) is not None:
+        check_variability_rows(meta[VARIABILITY_KEY], length, path)

@@ -42,6 +42,8 @@ class ReportInputs:
     bootstrap: st.BootstrapOptions = field(default_factory=st.BootstrapOptions)
     #: rows of scenarios beyond the paper's (docs/design.md §9): their own report section
     scenarios: pl.DataFrame | None = None
+    #: the sweep behind ``utility`` when it came from traces (timing replicates replay it again)
+    sweep_result: object = field(default=None, repr=False)
     _cache: dict = field(default_factory=dict, repr=False)
 
     def lambdas(self) -> pl.DataFrame:
@@ -61,8 +63,27 @@ class ReportInputs:
     def intervals(self) -> st.Intervals:
         """Bootstrap intervals of every utility (cells need the traces' rows; see analyses)."""
         if "intervals" not in self._cache:
-            self._cache["intervals"] = an.utility_intervals(self.utility, self.trace_rows, self.bootstrap)
+            self._cache["intervals"] = an.utility_intervals(self.utility, self.trace_rows, self.bootstrap, self.timing())
         return self._cache["intervals"]
+
+    def timing(self):
+        """Timing replicates of the sweep (:mod:`tempora_sim.timing_noise`), or None: results
+        read without their traces, or ``--timing-replicates 0``."""
+        if "timing" not in self._cache:
+            from . import timing_noise
+
+            self._cache["timing"] = (
+                timing_noise.replicates_of(self.sweep_result, self.bootstrap.timing_replicates, self.bootstrap.seed)
+                if self.sweep_result is not None
+                else None
+            )
+        return self._cache["timing"]
+
+    def timing_line(self) -> str:
+        """One sentence on what the intervals include about time (docs/statistics.md)."""
+        from . import timing_noise
+
+        return timing_noise.describe(self.timing(), self.bootstrap.timing_replicates)
 
 
 def results_path(source: str | Path) -> Path | None:
@@ -136,7 +157,7 @@ def _load_inputs(sources, sweep_options, out, scenarios: bool = False) -> Report
     from tempora_sim.traces import load_traces
 
     try:
-        from tempora_sim import sweep
+        from tempora_sim import run_sweep
     except ImportError:
         raise ReportError("this build of tempora_sim has no sweep; give sweep results (utility.parquet)") from None
     if out is not None:
@@ -144,14 +165,17 @@ def _load_inputs(sources, sweep_options, out, scenarios: bool = False) -> Report
 
         check_out_outside(items, out)
     traces = load_traces(items if len(items) > 1 else items[0])
-    utility = sweep(traces, sweep_options)
+    result = run_sweep(traces, sweep_options)
+    utility = result.frame
     rows = an.align_group_dtypes(an.trace_rows(traces.traces), utility)
     extra = None
     if scenarios:
         from . import report_scenarios as rs
 
         extra = rs.scenario_sweeps(traces, sweep_options)
-    return ReportInputs(utility=utility, trace_rows=rows, source=", ".join(map(str, items)), from_traces=True, scenarios=extra)
+    return ReportInputs(
+        utility=utility, trace_rows=rows, source=", ".join(map(str, items)), from_traces=True, scenarios=extra, sweep_result=result
+    )
 
 
 # ----------------------------------------------------------------------------- formatting
@@ -827,6 +851,8 @@ def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
         else "λ per seed " + ", ".join(f"{s}: {x:.2f} ms" for s, x in per_seed)
     )
     lines.append(f"{len(methods)} methods over {n_ep} episode{'s' if n_ep != 1 else ''}{scope}, {lam_text}.")
+    timing = inp.timing_line()
+    lines.append(timing[:1].upper() + timing[1:] + ".")
     if len(per_seed) > 1:
         lo, hi = min(x for _, x in per_seed), max(x for _, x in per_seed)
         if hi > SEED_LAMBDA_SPREAD * lo:

@@ -58,9 +58,12 @@ from .calibration import lambda_ms_of  # noqa: E402
 from .config import (  # noqa: E402
     DEFAULT_BATCH_SIZE,
     DEFAULT_FROZEN_SAMPLE,
+    DEFAULT_IDLE_GAPS,
     DEFAULT_SEED,
     DEFAULT_SEVERITY,
     DEFAULT_STAGE_MB,
+    DEFAULT_TIMING_PASSES,
+    DEFAULT_TIMING_SAMPLE,
     WARMUP_BATCHES,
     TraceConfig,
 )
@@ -252,10 +255,35 @@ CHECKPOINT_OPTIONS: list[Callable] = [
     _opt("--no-default-checkpoints", is_flag=True, help="Only --checkpoints and budget checkpoints."),
 ]
 
-#: Options of `run` only: the method, its checkpoints and the exact budget cut-offs.
+#: Timing variability measured after the main pass (docs/tracer.md, tempora_trace.variability).
+TIMING_OPTIONS: list[Callable] = [
+    _opt(
+        "--timing-sample",
+        type=click.IntRange(0, 100_000),
+        default=DEFAULT_TIMING_SAMPLE,
+        help="Events timed again after the main pass, per repeat pass (timing variability; 0 turns it off).",
+    ),
+    _opt("--timing-passes", type=click.IntRange(1, 100), default=DEFAULT_TIMING_PASSES, help="Back-to-back repeat passes over the sample."),
+    _opt(
+        "--idle-gaps",
+        default=DEFAULT_IDLE_GAPS,
+        metavar="GAPS",
+        help="Idle waits before every other event of the idle pass: <k>x (multiples of the sample's median δ) "
+        "and/or times (ms, or with ms/s), comma-separated; 'none' for no idle pass.",
+    ),
+]
+
+
+def timing_settings(opts: dict[str, Any]) -> dict[str, Any]:
+    """The TraceConfig fields of :data:`TIMING_OPTIONS`."""
+    return {"timing_sample": opts["timing_sample"], "timing_passes": opts["timing_passes"], "idle_gaps": opts["idle_gaps"]}
+
+
+#: Options of `run` only: the method, its checkpoints, the exact budget cut-offs, timing variability.
 METHOD_OPTIONS: list[Callable] = [
     *METHOD_CHOICE,
     *CHECKPOINT_OPTIONS,
+    *TIMING_OPTIONS,
     _opt(
         "--budgets-ms",
         type=time_list_type(0.0),
@@ -399,6 +427,7 @@ def run_command(**opts: Any) -> None:
         _common(opts),
         method_params=params,
         **checkpoint_settings(opts),
+        **timing_settings(opts),
         budgets_ms=opts["budgets_ms"] or [],
         lambda_ms=opts["lambda_ms"],
     )

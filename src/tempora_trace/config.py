@@ -26,11 +26,18 @@ DEFAULT_SEVERITY = schema.DEFAULT_SEVERITY
 DEFAULT_FROZEN_SAMPLE = 32
 WARMUP_BATCHES = 5
 DEFAULT_STAGE_MB = 1024.0
+DEFAULT_TIMING_SAMPLE = 16
+DEFAULT_TIMING_PASSES = 2
+DEFAULT_IDLE_GAPS = "1x,4x"
 
 #: Fields that do not change the rows a run writes; every other field (and the trace
 #: identity, which replaces ``weights`` by the file's hash and ``device`` by its name) must
 #: match exactly for ``--resume``.
-_IDENTITY_EXCLUDE = {"resume", "force", "quiet", "workers", "stage_mb", "out", "name", "data_root"}
+_IDENTITY_EXCLUDE = {
+    "resume", "force", "quiet", "workers", "stage_mb", "out", "name", "data_root",
+    # timed after the main pass, outside every row (tempora_trace.variability)
+    "timing_sample", "timing_passes", "idle_gaps",
+}  # fmt: skip
 
 
 def _check_finite(value: Any, option: str) -> None:
@@ -80,6 +87,12 @@ class TraceConfig:
     #: host-memory cap of one staged chunk of batches, MiB (docs/timing.md).
     stage_mb: float = DEFAULT_STAGE_MB
     warmup_batches: int = WARMUP_BATCHES
+    #: timing variability after the main pass (docs/tracer.md): sample events per pass (0: off),
+    #: back-to-back repeat passes, idle waits of the idle pass (``<k>x`` multiples of the median δ
+    #: and/or times; ``none``: no idle pass)
+    timing_sample: int = DEFAULT_TIMING_SAMPLE
+    timing_passes: int = DEFAULT_TIMING_PASSES
+    idle_gaps: str = DEFAULT_IDLE_GAPS
     resume: bool = False
     force: bool = False
     quiet: bool = False
@@ -141,6 +154,16 @@ class TraceConfig:
             raise ConfigError(f"--threads must be ≥ 1, not {cfg.threads}")
         if not cfg.stage_mb > 0:
             raise ConfigError(f"--stage-mb must be > 0, not {cfg.stage_mb}")
+        if not 0 <= cfg.timing_sample <= 100_000:
+            raise ConfigError(f"--timing-sample must be in 0..100000 (0 turns the measurement off), not {cfg.timing_sample}")
+        if not 1 <= cfg.timing_passes <= 100:
+            raise ConfigError(f"--timing-passes must be in 1..100, not {cfg.timing_passes}")
+        from .variability import format_idle_gaps, parse_idle_gaps
+
+        try:
+            cfg.idle_gaps = format_idle_gaps(parse_idle_gaps(str(cfg.idle_gaps)))
+        except ValueError as exc:
+            raise ConfigError(f"--idle-gaps: {exc} (use <k>x multiples of the median δ, times, or 'none')") from None
         if cfg.name is not None and not re.fullmatch(r"[A-Za-z0-9._+-]+", cfg.name):
             raise ConfigError(f"--name '{cfg.name}' may only use letters, digits and . _ + -")
         cfg.checkpoints = sorted(set(cfg.checkpoints))

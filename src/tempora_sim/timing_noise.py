@@ -1,0 +1,426 @@
+"""Timing variability in the replay: timing replicates and the idle effect (docs/statistics.md).
+
+A trace holds one timed pass. When the tracer also measured how much its event times move
+(the optional ``timing_variability`` metadata, :mod:`tempora_schema.variability`), the
+simulator replays that variability:
+
+**The model.** For each repeat pass ``p`` of the sample and each sample event ``i`` the log
+ratio ``L[p, i] = log(δ_repeat / δ_main)`` (same computation, same device, another pass) is
+split into a *pass shift* ``s_p = median_i L[p, i]`` (the whole pass ran faster or slower: the
+machine's state) and *event residuals* ``L[p, i] − s_p``. The idle pass's back-to-back events
+count as one more pass. A timing replicate of a trace draws one pass shift and, for every
+batch, one residual, and scales that batch's ``e``, ``ℓ`` and ``δ`` by
+``exp(shift + residual)``; λ (a property of the deployment, fixed by the standard trace)
+stays as it is.
+
+**Common random numbers.** Replicate ``r`` draws one uniform ``u_r`` per comparison group and
+one uniform ``v_{r,j}`` per (group, episode, step); every method of the group maps the same
+uniforms through its own measured distribution (the ``⌊u·K⌋``-th smallest of its K values).
+A slow pass of the machine is slow for every method, so paired differences stay sharp.
+
+**The idle effect.** In the idle pass every other event follows an idle wait. A gap's effect is
+*systematic* when every event after it is slower (or every one faster) than three quarters of
+the pass's back-to-back events; its factor is then ``exp(median L_after − median L_control)``,
+else 1. The discrete replay scales an event that starts after an idle time ``g`` by ``F(g)``,
+linear between the measured gaps (F(0) = 1) and constant beyond the largest
+(:func:`discrete_idle_kernel`); ``no_idle_effect`` turns it off.
+
+A trace without the metadata has no model: its replicates repeat its traced times, and the
+answers say that its timing uncertainty is unknown.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+import polars as pl
+
+from tempora_schema import VARIABILITY_KEY
+
+#: Default number of timing replicates behind an interval (``--timing-replicates``).
+DEFAULT_REPLICATES = 20
+#: What the answers say about their timing uncertainty.
+MEASURED = "measured"
+UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class TimingModel:
+    """One trace's measured timing variability, as the replay uses it (sorted samples)."""
+
+    shifts: np.ndarray  # log pass shifts, sorted
+    residuals: np.ndarray  # log event residuals, sorted
+    idle_gaps_ms: np.ndarray  # measured idle gaps, ascending
+    idle_factors: np.ndarray  # factor per gap (1 where the effect is not systematic)
+    events: int
+    seconds: float
+
+    @property
+    def has_idle_effect(self) -> bool:
+        return bool(np.any(self.idle_factors != 1.0))
+
+    def spread(self) -> tuple[float, float]:
+        """(largest |pass shift|, median |event residual|) as fractions, for the summaries."""
+        s = float(np.max(np.abs(np.expm1(self.shifts)))) if self.shifts.size else 0.0
+        r = float(np.median(np.abs(np.expm1(self.residuals)))) if self.residuals.size else 0.0
+        return s, r
+
+
+def _main_delta(trace, sample: list[dict]) -> np.ndarray:
+    """δ of the main pass at the sample's (episode, step), in sample order."""
+    ra = trace.replay_arrays
+    start = dict(zip(ra.episodes, np.concatenate(([0], np.cumsum(ra.lengths)[:-1])).tolist()))
+    idx = [start[item["episode"]] + s for item in sample for s in item["steps"]]
+    return np.asarray(ra.delta, np.float64)[np.asarray(idx, np.int64)]
+
+
+def model_from_measurement(tv: dict, main: np.ndarray) -> TimingModel | None:
+    """The :class:`TimingModel` of a ``timing_variability`` value and the main-pass δ of its
+    sample events (a sample event whose main δ is 0 carries no ratio and is left out)."""
+    ok = main > 0
+    if not ok.any():
+        return None
+    log_main = np.log(np.where(ok, main, 1.0))
+    shifts, residuals = [], []
+    for times in tv["passes_ms"]:
+        L = (np.log(np.asarray(times, np.float64)) - log_main)[ok]
+        s = float(np.median(L))
+        shifts.append(s)
+        residuals.append(L - s)
+    gaps_ms, factors = [], []
+    if tv["idle_ms"]:
+        gaps = np.asarray(tv["idle_gaps_ms"], np.float64)
+        L = np.log(np.asarray(tv["idle_ms"], np.float64)) - log_main
+        control = ok & (gaps == 0)
+        if control.sum() >= 2:
+            Lc = L[control]
+            s = float(np.median(Lc))
+            shifts.append(s)
+            residuals.append(Lc - s)
+            q1, q3 = np.quantile(Lc, [0.25, 0.75])
+            for g in np.unique(gaps[gaps > 0]):
+                La = L[ok & (gaps == g)]
+                systematic = La.size >= 3 and (bool((La > q3).all()) or bool((La < q1).all()))
+                gaps_ms.append(float(g))
+                factors.append(math.exp(float(np.median(La)) - s) if systematic else 1.0)
+    return TimingModel(
+        shifts=np.sort(np.asarray(shifts, np.float64)),
+        residuals=np.sort(np.concatenate(residuals)),
+        idle_gaps_ms=np.asarray(gaps_ms, np.float64),
+        idle_factors=np.asarray(factors, np.float64),
+        events=int(ok.sum()),
+        seconds=float(tv["seconds"]),
+    )
+
+
+def timing_model(trace) -> TimingModel | None:
+    """The trace's :class:`TimingModel`, or None when it carries no timing-variability data."""
+    tv = trace.meta.get(VARIABILITY_KEY)
+    if not tv:
+        return None
+    return model_from_measurement(tv, _main_delta(trace, tv["sample"]))
+
+
+def timing_status(traces: Sequence) -> str:
+    """``measured`` when every trace carries timing-variability data, else ``unknown``."""
+    return MEASURED if traces and all(t.meta.get(VARIABILITY_KEY) for t in traces) else UNKNOWN
+
+
+# ----------------------------------------------------------------------------- draws
+def _pick(sorted_values: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """The ⌊u·K⌋-th smallest of K values (u in [0, 1)): the same u, the same rank, any method."""
+    k = sorted_values.size
+    return sorted_values[np.minimum((u * k).astype(np.int64), k - 1)]
+
+
+def _stream(seed: int, replicate: int, label: str) -> np.random.Generator:
+    return np.random.default_rng([int(seed), int(replicate), zlib.crc32(label.encode("utf-8"))])
+
+
+def replicate_factors(series, models: list[TimingModel | None], replicate: int, seed: int) -> np.ndarray:
+    """Per-batch speed factor of every batch of ``series`` in timing replicate ``replicate``.
+
+    ``models[t]`` belongs to ``series.traces[t]`` (None: factor 1). Uniforms come from streams
+    keyed by (seed, replicate, group) and (seed, replicate, group, episode), so every method of
+    a group — whatever its position in the series — gets the same draws."""
+    out = np.ones(series.a.shape[0], np.float64)
+    u_group: dict[str, float] = {}
+    for s_idx, ep in enumerate(series.episode):
+        t = int(series.trace_of[s_idx])
+        model = models[t]
+        if model is None:
+            continue
+        label = series.traces[t].group.label()
+        if label not in u_group:
+            u_group[label] = float(_stream(seed, replicate, label).random())
+        lo, hi = int(series.offsets[s_idx]), int(series.offsets[s_idx + 1])
+        v = _stream(seed, replicate, f"{label}\x00{ep}").random(hi - lo)
+        shift = _pick(model.shifts, np.array([u_group[label]]))[0]
+        out[lo:hi] = np.exp(shift + _pick(model.residuals, v))
+    return out
+
+
+def scaled(series, factors: np.ndarray):
+    """A copy of ``series`` whose e, ℓ and δ are multiplied by ``factors``."""
+    import dataclasses
+
+    return dataclasses.replace(series, e=series.e * factors, l=series.l * factors, delta=series.delta * factors)
+
+
+# ----------------------------------------------------------------------------- idle effect
+def idle_curves(series, models: list[TimingModel | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Per series, the idle curve of its trace: (offsets [S+1], gaps, factors); None when no
+    trace shows a systematic idle effect."""
+    if not any(m is not None and m.has_idle_effect for m in models):
+        return None
+    gaps, factors, counts = [], [], []
+    for s_idx in range(len(series.episode)):
+        m = models[int(series.trace_of[s_idx])]
+        if m is not None and m.has_idle_effect:
+            gaps.append(m.idle_gaps_ms)
+            factors.append(m.idle_factors)
+            counts.append(m.idle_gaps_ms.size)
+        else:
+            counts.append(0)
+    offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    cat = lambda xs: np.concatenate(xs).astype(np.float64) if xs else np.zeros(0)  # noqa: E731
+    return offsets, cat(gaps), cat(factors)
+
+
+def idle_factor(gap: float, gaps: np.ndarray, factors: np.ndarray) -> float:
+    """F(gap): 1 at 0, linear between the measured gaps, constant beyond the largest."""
+    return _idle_factor(float(gap), np.asarray(gaps, np.float64), np.asarray(factors, np.float64))
+
+
+def _idle_factor(gap, gaps, factors):
+    k = gaps.shape[0]
+    if k == 0 or gap <= 0.0:
+        return 1.0
+    if gap >= gaps[k - 1]:
+        return factors[k - 1]
+    x0, y0 = 0.0, 1.0
+    for i in range(k):
+        if gap <= gaps[i]:
+            return y0 + (factors[i] - y0) * (gap - x0) / (gaps[i] - x0)
+        x0, y0 = gaps[i], factors[i]
+    return factors[k - 1]  # pragma: no cover
+
+
+_KERNELS: dict[str, Callable] = {}
+
+
+def _compile() -> Callable:
+    """The Numba idle-aware discrete kernel (compiled on first use, cached on disk)."""
+    if "discrete" in _KERNELS:
+        return _KERNELS["discrete"]
+    from numba import njit, prange
+
+    from .kernels import _skipped_score, last_arrival
+
+    factor = njit(cache=True, inline="always")(_idle_factor)
+
+    @njit(cache=True)
+    def walk(a, delta, gamma, queue, strict, skip_mode, skip_value, gaps, factors):
+        n = a.shape[0]
+        inv_gamma = 1.0 / gamma
+        p = 0
+        j = 0
+        start = 0.0
+        start_next = 0.0
+        prev_f = 0.0
+        served_sum = 0.0
+        skipped_score = 0.0
+        while True:
+            f = start + delta[j] * factor(start - prev_f if j > 0 else 0.0, gaps, factors)
+            prev_f = f
+            served_sum += a[j]
+            k = last_arrival(f, gamma, inv_gamma)
+            nxt = n
+            if strict:
+                instant = k + 1
+                if instant < n:
+                    nxt = instant if queue == 0 else max(p + 1, instant - queue + 1)
+                    start_next = instant * gamma
+            elif queue == 0:
+                first = k if k * gamma == f else k + 1
+                cand = max(p + 1, first)
+                if cand < n:
+                    nxt = cand
+                    start_next = cand * gamma
+            else:
+                kc = min(k, n - 1)
+                if kc > p:
+                    nxt = max(p + 1, kc - queue + 1)
+                    start_next = f
+                elif p + 1 < n:
+                    nxt = p + 1
+                    start_next = nxt * gamma
+            skipped_score += _skipped_score(nxt - p - 1, skip_mode, a[j], skip_value)
+            j += 1
+            if nxt >= n:
+                break
+            p = nxt
+            start = start_next
+        return j, served_sum, skipped_score
+
+    @njit(cache=True, parallel=True)
+    def kernel(a, delta, offsets, lam, rho, queue, strict, skip_mode, skip_value, c_off, c_gaps, c_factors, which):
+        n_vals = rho.shape[0]
+        served = np.zeros((which.shape[0], n_vals), np.int64)
+        served_sum = np.zeros((which.shape[0], n_vals))
+        score_sum = np.zeros((which.shape[0], n_vals))
+        for task in prange(which.shape[0] * n_vals):
+            w = task // n_vals
+            v = task % n_vals
+            s = which[w]
+            lo = offsets[s]
+            hi = offsets[s + 1]
+            g = c_gaps[c_off[s] : c_off[s + 1]]
+            fa = c_factors[c_off[s] : c_off[s + 1]]
+            cnt, ssum, skip = walk(a[lo:hi], delta[lo:hi], lam[s] / rho[v], queue, strict, skip_mode, skip_value[s], g, fa)
+            served[w, v] = cnt
+            served_sum[w, v] = ssum
+            score_sum[w, v] = ssum + skip
+        return served, served_sum, score_sum
+
+    _KERNELS["discrete"] = kernel
+    _KERNELS["walk"] = walk
+    return kernel
+
+
+def discrete_idle_kernel(series, curves, rho, opts) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Discrete replay with the idle effect, for the series whose trace shows one.
+
+    Returns (series indices, served, served_sum, score_sum) for those series × ``rho``."""
+    from . import kernels as K
+
+    c_off, c_gaps, c_factors = curves
+    which = np.flatnonzero(np.diff(c_off) > 0).astype(np.int64)
+    kernel = _compile()
+    mode = K.SKIP_FALLBACK if opts["fallback"] else (K.SKIP_RANDOM if opts["skipped"] == "random" else K.SKIP_NULL)
+    served, ssum, score = kernel(
+        series.a,
+        series.delta,
+        series.offsets,
+        series.lam,
+        np.asarray(rho, np.float64),
+        int(opts["queue"]),
+        opts["sync"] == "strict",
+        mode,
+        series.skip_value,
+        c_off,
+        c_gaps,
+        c_factors,
+        which,
+    )
+    return which, served, ssum, score
+
+
+def apply_idle_effect(series, raw: dict, rho, opts, curves) -> None:
+    """Replace the discrete sums of the series that show an idle effect (in place)."""
+    if curves is None or "discrete" not in raw or not np.any(np.diff(curves[0]) > 0):
+        return
+    which, served, ssum, score = discrete_idle_kernel(series, curves, rho, opts)
+    d = raw["discrete"]
+    d["served"], d["served_sum"], d["score_sum"] = (np.array(d[k]) for k in ("served", "served_sum", "score_sum"))
+    d["served"][which], d["served_sum"][which], d["score_sum"][which] = served, ssum, score
+
+
+# ----------------------------------------------------------------------------- replicates
+@dataclass
+class TimingReplicates:
+    """The sweep's rows replayed with the trace's own times (``base``, the point estimates) and
+    under ``R`` timing replicates (``reps``), in the same row order; ``status`` per trace
+    label: ``measured`` or ``unknown``."""
+
+    base: pl.DataFrame
+    reps: list[pl.DataFrame]
+    status: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def count(self) -> int:
+        return len(self.reps)
+
+    def map(self, fn: Callable[[pl.DataFrame], pl.DataFrame]) -> "TimingReplicates":
+        """The same transformation (a relabelling, a filter) applied to every frame."""
+        return TimingReplicates(fn(self.base), [fn(r) for r in self.reps], dict(self.status))
+
+    def shifts(self, index: pl.DataFrame, keys: Sequence[str], column: str = "utility", pool: Callable | None = None) -> np.ndarray:
+        """[index.height, R]: ``column`` of each replicate minus the base value, for the rows of
+        ``index`` (matched on ``keys``; 0 where a row has no match or a value is missing).
+        ``pool`` (e.g. pooling over seeds) is applied to every frame first."""
+        out = np.zeros((index.height, self.count))
+        if not self.count or not index.height:
+            return out
+        cast = [pl.col("value").cast(pl.Float64)] if "value" in keys else []
+        look = index.select(list(keys)).with_columns(cast).with_row_index("_i")
+        frames = [self.base, *self.reps]
+        if pool is not None:
+            frames = [pool(f) for f in frames]
+        cols = []
+        for f in frames:
+            sel = f.select([*keys, column]).with_columns(cast).unique(subset=list(keys), keep="first", maintain_order=True)
+            j = look.join(sel, on=list(keys), how="left", nulls_equal=True).sort("_i")
+            cols.append(j.get_column(column).cast(pl.Float64).fill_null(np.nan).to_numpy())
+        base = cols[0]
+        reps = np.stack(cols[1:], axis=1)
+        diff = reps - base[:, None]
+        return np.where(np.isfinite(diff), diff, 0.0)
+
+
+def trace_label(trace) -> str:
+    return f"{trace.group.label()} · {trace.method}"
+
+
+def replicates_of(result, count: int = DEFAULT_REPLICATES, seed: int = 0) -> TimingReplicates | None:
+    """Replay a sweep (:class:`tempora_sim.replay.SweepResult`) again under ``count`` timing
+    replicates drawn from its traces' measured variability. ``base`` is the sweep's own frame.
+    None when the sweep kept no series; no replicates when ``count`` is 0 or no trace measured
+    its variability (the status then says ``unknown``)."""
+    from .replay import replay_frames
+
+    if result is None or getattr(result, "series", None) is None:
+        return None
+    series, opt = result.series, result.resolved
+    models = [timing_model(t) for t in series.traces]
+    status = {trace_label(t): (MEASURED if m is not None else UNKNOWN) for t, m in zip(series.traces, models)}
+    if count <= 0 or all(m is None for m in models):
+        return TimingReplicates(result.frame, [], status)
+    curves = None if opt.no_idle_effect else idle_curves(series, models)
+    reps = []
+    for r in range(count):
+        factors = replicate_factors(series, models, r, seed)
+        frames = replay_frames(scaled(series, factors), opt, None, idle_curves=curves if curves is not None else _NO_CURVES)
+        reps.append(pl.concat(frames, how="vertical"))
+    return TimingReplicates(result.frame, reps, status)
+
+
+#: ``replay_frames``'s idle_curves value meaning "no idle effect" (None means "from the traces").
+_NO_CURVES = (np.zeros(1, np.int64), np.zeros(0), np.zeros(0))
+
+
+def replicates(source, options=None, count: int = DEFAULT_REPLICATES, seed: int = 0, /, **changes) -> TimingReplicates:
+    """Sweep ``source`` (as :func:`tempora_sim.sweep`) and replay it under ``count`` timing replicates."""
+    from .replay import run_sweep
+
+    return replicates_of(run_sweep(source, options, **changes), count, seed)
+
+
+def describe(timing: TimingReplicates | None, count: int) -> str:
+    """What the intervals include about time, in one sentence."""
+    if timing is None:
+        return "timing uncertainty: unknown (results read without their traces): intervals cover batches and episodes only"
+    measured = [k for k, v in timing.status.items() if v == MEASURED]
+    unknown = [k for k, v in timing.status.items() if v == UNKNOWN]
+    if not measured:
+        return "timing uncertainty: unknown (no trace measured its timing variability): intervals are conditional on the traced times"
+    if count <= 0:
+        return "timing uncertainty: not included (--timing-replicates 0): intervals are conditional on the traced times"
+    text = f"timing uncertainty: included ({timing.count} timing replicates from the variability measured on the device"
+    if unknown:
+        text += f"; unknown for {len(unknown)} of {len(timing.status)} traces, replayed at their traced times"
+    return text + ")"
