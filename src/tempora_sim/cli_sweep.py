@@ -18,6 +18,7 @@ import click
 from .cli import main
 from .options import click_options as sweep_options
 from .options import from_click
+from .stats import bootstrap_options, make_bootstrap
 
 
 def write_outputs(frame, out: Path, traces=()) -> None:
@@ -40,6 +41,13 @@ def write_outputs(frame, out: Path, traces=()) -> None:
 )
 @sweep_options
 @click.option(
+    "--intervals",
+    is_flag=True,
+    help="Add <term>_lo/<term>_hi bounds of U and every decomposition term (bootstrap over batches/episodes, "
+    "plus the traces' measured timing variability) and a timing_uncertainty column.",
+)
+@bootstrap_options
+@click.option(
     "--format",
     "fmt",
     default="table",
@@ -47,11 +55,12 @@ def write_outputs(frame, out: Path, traces=()) -> None:
     type=click.Choice(["table", "json"]),
     help="json prints the aggregated rows as JSON on stdout instead of tables.",
 )
-def sweep_command(traces, out, fmt, **options):
+def sweep_command(traces, out, fmt, intervals, ci_level, resamples, ci_seed, timing_replicates, **options):
     """Replay TRACES (files or directories of *.parquet) under temporal grids."""
     from .replay import ALL_EPISODES, SimWarning, run_sweep
 
     opts = from_click(options)
+    boot = make_bootstrap(ci_level, resamples, ci_seed, timing_replicates)  # checked before anything is read
     if out is not None:
         from tempora_schema.outputs import check_output_dir
 
@@ -65,6 +74,14 @@ def sweep_command(traces, out, fmt, **options):
     for w in caught:
         if issubclass(w.category, SimWarning):
             click.echo(f"tempora-sim: warning: {w.message}", err=True)
+    timing_text = None
+    if intervals:
+        from . import timing_noise
+        from .term_intervals import interval_columns
+
+        timing = timing_noise.replicates_of(result, boot.timing_replicates, boot.seed)
+        result.frame = interval_columns(result, boot, timing)
+        timing_text = timing_noise.describe(timing, boot.timing_replicates)
     if out is not None:
         write_outputs(result.frame, out, traces)
 
@@ -74,6 +91,8 @@ def sweep_command(traces, out, fmt, **options):
         pooled = result.frame.filter(pl.col("episode") == ALL_EPISODES)
         click.echo(json.dumps(pooled.to_dicts(), allow_nan=False, default=str))
         click.echo(result.stats.line(), err=True)
+        if timing_text:
+            click.echo(timing_text, err=True)
         return
     from rich.console import Console
 
@@ -83,4 +102,6 @@ def sweep_command(traces, out, fmt, **options):
     print_report(result, console)
     if out is not None:
         console.print(f"wrote {out / 'utility.parquet'} and {out / 'utility.csv'} ({result.frame.height:,} rows)")
+    if timing_text:
+        console.print(timing_text)
     click.echo(result.stats.line())

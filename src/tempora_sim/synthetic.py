@@ -27,6 +27,7 @@ from tempora_schema import (
     PHASE_FROZEN,
     PROBE_NOT_MEASURED,
     SCHEMA_VERSION,
+    VARIABILITY_KEY,
     WEIGHTS_RANDOM,
     arrow_schema,
 )
@@ -65,6 +66,39 @@ PROFILES: dict[str, MethodProfile] = {
 DEFAULT_CHECKPOINTS = (0, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
+@dataclass(frozen=True)
+class SyntheticVariability:
+    """A known timing-variability model, for synthetic ``timing_variability`` measurements.
+
+    A repeat pass scales every sample event's main-pass δ by ``exp(s + ε)`` with a pass shift
+    ``s ~ N(0, pass_sd)`` and event noise ``ε ~ N(0, event_sd)`` (log scale); in the idle pass
+    every other event waits ``gaps_ms`` (cycling) and is also scaled by ``idle_factor[gap]``.
+    The sample is the first ``per_episode`` steps of the first ``episodes`` episodes."""
+
+    pass_sd: float = 0.05
+    event_sd: float = 0.02
+    passes: int = 2
+    per_episode: int = 4
+    episodes: int = 4
+    gaps_ms: tuple[float, ...] = (20.0, 80.0)
+    idle_factor: tuple[float, ...] = (1.0, 1.0)
+
+    def measurement(self, main: dict, episodes: Sequence[str], rng: np.random.Generator) -> dict:
+        sample = [{"episode": ep, "steps": list(range(min(self.per_episode, len(main[ep]))))} for ep in list(episodes)[: self.episodes]]
+        base = np.concatenate([main[item["episode"]][: len(item["steps"])] for item in sample])
+
+        def one_pass(extra: np.ndarray) -> list[float]:
+            s = rng.normal(0.0, self.pass_sd) if self.pass_sd else 0.0
+            eps = rng.normal(0.0, self.event_sd, base.size) if self.event_sd else np.zeros(base.size)
+            return [float(max(x, 1e-6)) for x in base * np.exp(s + eps) * extra]
+
+        passes = [one_pass(np.ones(base.size)) for _ in range(self.passes)]
+        gaps = [0.0 if i % 2 == 0 else float(self.gaps_ms[(i // 2) % len(self.gaps_ms)]) for i in range(base.size)] if self.gaps_ms else []
+        factor = dict(zip(self.gaps_ms, self.idle_factor))
+        idle = one_pass(np.array([factor.get(g, 1.0) for g in gaps])) if gaps else []
+        return {"sample": sample, "passes_ms": passes, "idle_gaps_ms": gaps, "idle_ms": idle, "seconds": 0.0}
+
+
 def frozen_accuracy(profile: MethodProfile, m: int) -> float:
     """Accuracy of the model frozen after ``m`` steps under ``profile``."""
     if profile.frozen_collapse is None or m >= profile.mature_steps:
@@ -95,6 +129,7 @@ def make_trace(
     max_batches: int | None = None,
     probe_ms: float | None = None,
     schema_version: int = SCHEMA_VERSION,
+    variability: "SyntheticVariability | None" = None,
 ) -> tuple[dict, pa.Table]:
     """Return ``(metadata, table)`` of one synthetic trace of ``method``.
 
@@ -109,6 +144,8 @@ def make_trace(
     ``max_batches``; the domains are the episodes. ``probe_ms``: write a machine-speed probe
     (at each episode start and every 50 steps, ``probe_ms`` ± 1 %, kind ``"synthetic"``);
     ``None`` writes none. ``schema_version=1`` writes a v1 file (v1 metadata keys only).
+    ``variability``: write a ``timing_variability`` measurement drawn from that model
+    (:class:`SyntheticVariability`).
     """
     prof = profile or PROFILES[method]
     if rng_seed is None:
@@ -179,6 +216,10 @@ def make_trace(
             for ep in episodes
             for k in range(0, num_batches, 50)
         ]
+    if variability is not None:
+        adapt = [c for c in chunks if c["phase"][0] == PHASE_ADAPT]
+        main = {c["episode"][0]: c["e_ms"] + c["l_ms"] for c in adapt}
+        meta[VARIABILITY_KEY] = variability.measurement(main, list(dict.fromkeys(episodes)), rng)
     if schema_version == 1:
         meta = {k: meta[k] for k in METADATA_FIELDS_V1}
         meta["schema_version"] = 1
