@@ -79,6 +79,22 @@ class ReportInputs:
             )
         return self._cache["timing"]
 
+    def term_bounds(self) -> pl.DataFrame | None:
+        """Bounds of U and every decomposition term of the pooled rows (tempora_sim.term_intervals)."""
+        if "term_bounds" not in self._cache:
+            from .term_intervals import pooled_bounds
+
+            self._cache["term_bounds"] = pooled_bounds(self.utility, self.bootstrap, self.timing())
+        return self._cache["term_bounds"]
+
+    def with_bounds(self, t: pl.DataFrame) -> pl.DataFrame:
+        """A pooled table with ``<term>_lo``/``<term>_hi`` columns joined (where it has the keys)."""
+        if not {"method", "protocol", "value"} <= set(t.columns):
+            return t
+        from .term_intervals import attach_bounds
+
+        return attach_bounds(t, self.term_bounds())
+
     def timing_line(self) -> str:
         """One sentence on what the intervals include about time (docs/statistics.md)."""
         from . import timing_noise
@@ -330,7 +346,7 @@ def _on_utility(fn: Callable[[pl.DataFrame], pl.DataFrame], episode: str | None 
     """Compute on the seed-pooled table; with ``episode``, join the utility's interval."""
     if episode is None:
         return lambda inp: fn(inp.pooled)
-    return lambda inp: an.attach_intervals(fn(inp.pooled), inp.intervals(), episode)
+    return lambda inp: inp.with_bounds(an.attach_intervals(fn(inp.pooled), inp.intervals(), episode))
 
 
 def _winners(inp: ReportInputs) -> pl.DataFrame:
@@ -343,7 +359,7 @@ def _offline(inp: ReportInputs) -> pl.DataFrame:
 
 
 def _sweep(inp: ReportInputs) -> pl.DataFrame:
-    t = an.attach_intervals(an.sweep_table(inp.pooled), inp.intervals(), an.POOLED)
+    t = inp.with_bounds(an.attach_intervals(an.sweep_table(inp.pooled), inp.intervals(), an.POOLED))
     pw = an.pooled_winners(inp.pooled, inp.intervals())
     g = an.group_columns(t)
     return t.join(pw.select(g + ["scenario", pl.col("certain").alias("best_certain")]), on=g + ["scenario"], how="left")
@@ -351,7 +367,7 @@ def _sweep(inp: ReportInputs) -> pl.DataFrame:
 
 def _pareto_table(inp: ReportInputs) -> pl.DataFrame:
     t = _pareto(inp).with_columns(pl.lit("amortised").alias("protocol"), pl.col("B_ms").alias("value"))
-    return an.attach_intervals(t, inp.intervals(), an.POOLED).drop("protocol", "value")
+    return inp.with_bounds(an.attach_intervals(t, inp.intervals(), an.POOLED)).drop("protocol", "value")
 
 
 TABLES: dict[str, TableSpec] = {}
@@ -530,6 +546,7 @@ _register(
         (
             Column("method", "method"),
             Column("alpha", "α (%)", "pct"),
+            Column("alpha_lo", "α 95% CI", "ci"),
             Column("served", "|Q|", "int"),
             Column("served_acc", "ā_served (%)", "pct"),
             Column("utility", "U (%)", "pct2"),
@@ -553,6 +570,7 @@ _register(
             Column("method", "method"),
             Column("acc", "ā (%)", "pct2"),
             Column("kappa", "κ̄ (%)", "pct"),
+            Column("kappa_lo", "κ̄ 95% CI", "ci"),
             Column("cov", "Cov(a, κ)", "cov"),
             Column("utility", "U (%)", "pct2"),
             Column("lo", "U 95% CI", "ci"),
@@ -575,6 +593,7 @@ _register(
         (
             Column("method", "method"),
             Column("beta", "β (%)", "pct"),
+            Column("beta_lo", "β 95% CI", "ci"),
             Column("m", "m", "num"),
             Column("acc_adapt", "ā_adapt (%)", "pct2"),
             Column("acc_frozen", "ā_frozen (%)", "pct2"),
@@ -703,7 +722,9 @@ def formatted_rows(spec: TableSpec, t: pl.DataFrame) -> tuple[list[str], list[li
     return [c.header for c in cols], rows
 
 
-_INTERVAL_PAIRS = {"lo": "hi", "lead_lo": "lead_hi", "ci_lo": "ci_hi"}
+_INTERVAL_PAIRS = {"lo": "hi", "lead_lo": "lead_hi", "ci_lo": "ci_hi"} | {
+    f"{t}_lo": f"{t}_hi" for t in ("utility", "alpha", "served_acc", "acc", "kappa", "cov", "m", "beta", "acc_adapt", "acc_frozen")
+}
 
 
 def _cell(c: Column, r: dict) -> str:

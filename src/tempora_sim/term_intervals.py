@@ -239,3 +239,84 @@ def _episodes(result, f: pl.DataFrame, boot: dict, has: dict, opts: st.Bootstrap
                 if r[term] is not None:
                     boot[term][row] = float(r[term])
                     has[term][row] = True
+
+
+def pooled_bounds(frame: pl.DataFrame, opts: st.BootstrapOptions | None = None, timing=None) -> pl.DataFrame:
+    """Bounds of U and every term of each seed-pooled, episode-pooled row of a sweep table.
+
+    One row per (group columns, method, protocol, param, value, scenario columns), with
+    ``<term>_lo`` / ``<term>_hi``: the (seed, episode) units resampled as
+    :func:`tempora_sim.analyses.utility_intervals` resamples them (same draws, so
+    ``utility_lo``/``utility_hi`` equal its ``lo``/``hi``), each term a ratio of resampled sums
+    as :func:`tempora_sim.analyses.pool_seeds` pools it, plus the timing replicates' shifts of
+    the seed-pooled rows (``timing``: :class:`tempora_sim.timing_noise.TimingReplicates`)."""
+    from . import analyses as an
+
+    opts = opts or st.BootstrapOptions()
+    g = an.group_columns(frame)
+    scen = [c for c in ("param2", "value2", "arrivals", "arrival_seed") if c in frame.columns]
+    keys = g + ["method", "protocol", "param", "value"] + scen
+    per = frame.filter((pl.col("episode") != ALL) & pl.col("utility").is_not_null())
+    if not per.height:
+        return pl.DataFrame()
+    unit_cols = ([an.SEED] if an.SEED in per.columns else []) + ["episode"]
+    grouped = per.sort(unit_cols).group_by(keys, maintain_order=True).agg(pl.all().exclude(keys))
+    R = opts.resamples
+    boot = {t: np.full((grouped.height, R), np.nan) for t in ALL_TERMS}
+    has = {t: np.zeros(grouped.height, bool) for t in ALL_TERMS}
+    lists = grouped.drop(keys)
+    for i, r in enumerate(lists.iter_rows(named=True)):
+        p = pl.DataFrame(r)
+        n = p.height
+        counts = st.resample_counts(n, R, opts.seed) if n > 1 else np.ones((R, 1))
+        proto = _base(grouped.get_column("protocol")[i], {})
+        for term in ("utility",) + tuple(t for t in TERMS.get(proto, ()) if t != "cov"):
+            if term != "utility" and p.get_column(term).null_count() == n:
+                continue
+            num, den = _nums(p, term)
+            boot[term][i] = _ratio_boot(num[None, :], den[None, :], counts)[0]
+            has[term][i] = True
+        if "cov" in TERMS.get(proto, ()) and has["acc"][i] and has["kappa"][i]:
+            boot["cov"][i] = boot["utility"][i] - boot["acc"][i] * boot["kappa"][i]
+            has["cov"][i] = True
+    out = grouped.select(keys).with_columns(pl.lit(ALL).alias("episode"))
+    if timing is not None and timing.count:
+        idx = out.select(keys + ["episode"])
+        shift_keys = [k for k in keys if k != "param"] + ["episode"]
+        for term in ALL_TERMS:
+            rows = np.flatnonzero(has[term])
+            if not rows.size:
+                continue
+            sh = timing.shifts(idx, shift_keys, term, pool=an.pool_seeds)[rows]
+            b = boot[term][rows] + sh[:, np.arange(R) % sh.shape[1]]
+            boot[term][rows] = np.clip(b, 0.0, 1.0) if term in FRACTIONS else (np.maximum(b, 0.0) if term == "m" else b)
+    cols = []
+    for term in ALL_TERMS:
+        lo = np.full(grouped.height, np.nan)
+        hi = np.full(grouped.height, np.nan)
+        rows = np.flatnonzero(has[term])
+        if rows.size:
+            with np.errstate(all="ignore"), _quiet():
+                q = np.nanquantile(boot[term][rows], [(1 - opts.level) / 2, 1 - (1 - opts.level) / 2], axis=1)
+            lo[rows], hi[rows] = q[0], q[1]
+        cols += [pl.Series(f"{term}_lo", lo, nan_to_null=True), pl.Series(f"{term}_hi", hi, nan_to_null=True)]
+    return out.with_columns(cols)
+
+
+def attach_bounds(t: pl.DataFrame, bounds: pl.DataFrame | None) -> pl.DataFrame:
+    """Join the ``<term>_lo``/``<term>_hi`` columns of :func:`pooled_bounds` onto a pooled table
+    (group columns, ``method``, ``protocol``, ``value``); missing bounds are null."""
+    names = [f"{t_}_{s}" for t_ in ALL_TERMS for s in ("lo", "hi")]
+    if bounds is None or not bounds.height:
+        return t.with_columns([pl.lit(None, pl.Float64).alias(c) for c in names])
+    b = bounds
+    for c in ("param2", "value2", "arrivals", "arrival_seed"):  # the paper's single-parameter rows
+        if c in b.columns:
+            b = b.filter(pl.col(c).is_null()) if c != "arrivals" else b.filter(pl.col(c).is_null() | (pl.col(c) == "periodic"))
+    keys = [c for c in b.columns if c in t.columns and c in ("dataset", "model", "device", "batch_size", "stream", "group")]
+    keys += ["method", "protocol", "value"]
+    look = b.select(keys + names).with_columns(pl.col("value").cast(pl.Float64)).unique(subset=keys, keep="first")
+    t2 = t.with_columns(pl.col("value").cast(pl.Float64)) if "value" in t.columns else t
+    casts = [pl.col(c).cast(t2.schema[c]) for c in keys if c in t2.columns and c not in ("value",)]
+    look = look.with_columns(casts)
+    return t2.join(look, on=keys, how="left", nulls_equal=True)
