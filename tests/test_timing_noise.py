@@ -33,7 +33,9 @@ EPISODES = ("gaussian_noise", "fog")
 def write(directory: Path, methods=("standard", "adabn", "tent"), variability=None, **kw) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     for m in methods:
-        syn.write_trace(directory / f"{m}.parquet", m, episodes=EPISODES, num_batches=kw.pop("num_batches", 40), variability=variability, **kw)
+        syn.write_trace(
+            directory / f"{m}.parquet", m, episodes=EPISODES, num_batches=kw.pop("num_batches", 40), variability=variability, **kw
+        )
     return directory
 
 
@@ -118,7 +120,7 @@ def event_oracle(a, delta, gamma, queue, strict, gaps, factors):
                         waiting.popleft()
             nxt_arrival += 1
         if not busy and waiting:
-            if strict and (last_end is not None and not any(arr == t for arr in arrivals[: nxt_arrival]) ):
+            if strict and (last_end is not None and not any(arr == t for arr in arrivals[:nxt_arrival])):
                 continue  # strict: pick up only at an arrival instant
             batch = waiting.pop() if strict and queue <= 1 else waiting.popleft()
             if strict and queue <= 1:
@@ -232,7 +234,9 @@ def test_common_random_numbers_keep_identical_methods_tied(tmp_path):
     var = syn.SyntheticVariability(0.1, 0.1)
     write(tmp_path, ("standard",), var)
     syn.write_trace(tmp_path / "tent.parquet", "tent", episodes=EPISODES, num_batches=40, variability=var, rng_seed=7)
-    syn.write_trace(tmp_path / "eta.parquet", "eta", episodes=EPISODES, num_batches=40, variability=var, rng_seed=7, profile=syn.PROFILES["tent"])
+    syn.write_trace(
+        tmp_path / "eta.parquet", "eta", episodes=EPISODES, num_batches=40, variability=var, rng_seed=7, profile=syn.PROFILES["tent"]
+    )
     ts = load_traces(tmp_path, cache=False)
     res = run_sweep(ts, protocols="discrete", rho=[1.0])
     timing = tn.replicates_of(res, 20, 0)
@@ -246,7 +250,10 @@ def test_common_random_numbers_keep_identical_methods_tied(tmp_path):
     base = pick(iv0, "tent")
     assert (tent["hi"][0] - tent["lo"][0]) > (base["hi"][0] - base["lo"][0])
     # and the replicates did move the utility
-    assert any(r.filter(pl.col("method") == "tent")["utility"].to_list() != res.frame.filter(pl.col("method") == "tent")["utility"].to_list() for r in timing.reps)
+    assert any(
+        r.filter(pl.col("method") == "tent")["utility"].to_list() != res.frame.filter(pl.col("method") == "tent")["utility"].to_list()
+        for r in timing.reps
+    )
 
 
 # ----------------------------------------------------------------------------- reductions
@@ -260,7 +267,9 @@ def test_zero_measured_variability_gives_todays_intervals_exactly(tmp_path):
     with_t, without = an.utility_intervals(res.frame, rows, timing=timing), an.utility_intervals(res.frame, rows)
     assert np.array_equal(with_t.boot, without.boot)
     assert with_t.index.equals(without.index)
-    assert interval_columns(res, None, timing).drop("timing_uncertainty").equals(interval_columns(res, None, None).drop("timing_uncertainty"))
+    assert (
+        interval_columns(res, None, timing).drop("timing_uncertainty").equals(interval_columns(res, None, None).drop("timing_uncertainty"))
+    )
     assert pooled_bounds(res.frame, None, timing).equals(pooled_bounds(res.frame, None, None))
 
 
@@ -299,18 +308,45 @@ def test_with_timing_hand_worked_lead_loses_its_certainty():
     assert st.with_timing(iv, np.zeros((2, 0))) is iv
 
 
+def _write_measured(path: Path, method: str, profile: syn.MethodProfile, factors: list[float]) -> None:
+    """A trace whose measurement has one repeat pass per factor, each scaling every sample
+    event's main-pass δ by that factor (no idle pass)."""
+    meta, table = syn.make_trace(method, episodes=EPISODES, num_batches=30, profile=profile, checkpoints=None, rng_seed=3)
+    adapt = table.to_pydict()
+    main = {
+        ep: [d for e, p_, d in zip(adapt["episode"], adapt["phase"], adapt["delta_ms"]) if e == ep and p_ == "adapt"][:4] for ep in EPISODES
+    }
+    meta[schema.VARIABILITY_KEY] = {
+        "sample": [{"episode": ep, "steps": [0, 1, 2, 3]} for ep in EPISODES],
+        "passes_ms": [[f * d for ep in EPISODES for d in main[ep]] for f in factors],
+        "idle_gaps_ms": [],
+        "idle_ms": [],
+        "seconds": 0.0,
+    }
+    pq.write_table(table.replace_schema_metadata(schema.encode_metadata(meta)), path)
+
+
 def test_a_winner_is_certain_only_if_its_lead_survives_timing(tmp_path):
-    """adabn beats tent at ρ = 100 % on batches alone; with a large measured pass-to-pass spread
-    for adabn's timing, the certainty can only stay or drop, never appear."""
-    write(tmp_path, ("standard", "adabn", "tent"), syn.SyntheticVariability(0.3, 0.05))
+    """B (50 ms, 45 % accurate) beats A (30 ms, 30 %) at ρ = 70 % (γ = 54.3 ms): on the traced
+    times B serves every batch and its 15 pp lead is certain on batches alone. The device
+    measured passes 20 % slower and 10 % faster than the traced one: in a 20 % slower pass B
+    takes 60 ms > γ and, without a queue, loses every other batch (U ≈ 24 %), so the lead does
+    not survive timing: uncertain."""
+    exact = lambda e, acc: syn.MethodProfile(e, 0.0, 0.0, 0.0, acc)  # noqa: E731
+    _write_measured(tmp_path / "standard.parquet", "standard", syn.MethodProfile(38.0, 0.0, 0.0, 0.0, 0.2, updates=False), [1.2, 0.9])
+    _write_measured(tmp_path / "a.parquet", "a", exact(30.0, 0.30), [1.2, 0.9])
+    _write_measured(tmp_path / "b.parquet", "b", exact(50.0, 0.45), [1.2, 0.9])
     ts = load_traces(tmp_path, cache=False)
-    res = run_sweep(ts, protocols="discrete", rho=[1.0, 0.7])
-    timing = tn.replicates_of(res, 20, 0)
+    res = run_sweep(ts, protocols="discrete", rho=[0.7], queue=0)
     rows = an.align_group_dtypes(an.trace_rows(ts.traces), res.frame)
-    w0 = an.pooled_winners(res.frame, an.utility_intervals(res.frame, rows))
-    w1 = an.pooled_winners(res.frame, an.utility_intervals(res.frame, rows, timing=timing))
-    for c0, c1, l0, l1 in zip(w0["certain"], w1["certain"], w0["lead_hi"] - w0["lead_lo"], w1["lead_hi"] - w1["lead_lo"]):
-        assert not (c1 and not c0) or l1 >= l0 - 1e-12
+    before = an.pooled_winners(res.frame, an.utility_intervals(res.frame, rows)).row(0, named=True)
+    assert (before["winner"], before["runner_up"], before["certain"]) == ("b", "a", True)
+    timing = tn.replicates_of(res, 20, 0)
+    shifts = tn.timing_model(ts.traces[0]).shifts
+    assert shifts == pytest.approx(sorted([math.log(1.2), math.log(0.9)]))
+    after = an.pooled_winners(res.frame, an.utility_intervals(res.frame, rows, timing=timing)).row(0, named=True)
+    assert after["winner"] == "b" and after["certain"] is False
+    assert after["lead_lo"] < 0 < after["lead_hi"]
 
 
 # ----------------------------------------------------------------------------- idle effect switch

@@ -114,7 +114,7 @@ def _nums(p: pl.DataFrame, term: str) -> tuple[np.ndarray, np.ndarray]:
     def col(name):
         return p.get_column(name).cast(pl.Float64).fill_null(0.0).to_numpy()
 
-    N = col("num_batches")
+    N = col("num_batches") if "num_batches" in p.columns else np.ones(p.height)  # a table without it: episodes weigh alike
     if term in ("utility", "acc", "kappa"):
         return col(term) * N, N
     if term == "alpha":
@@ -271,7 +271,8 @@ def pooled_bounds(frame: pl.DataFrame, opts: st.BootstrapOptions | None = None, 
         counts = st.resample_counts(n, R, opts.seed) if n > 1 else np.ones((R, 1))
         proto = _base(grouped.get_column("protocol")[i], {})
         for term in ("utility",) + tuple(t for t in TERMS.get(proto, ()) if t != "cov"):
-            if term != "utility" and p.get_column(term).null_count() == n:
+            needs = {"alpha": "served", "beta": "m"}.get(term, term)
+            if term != "utility" and (needs not in p.columns or term not in p.columns or p.get_column(term).null_count() == n):
                 continue
             num, den = _nums(p, term)
             boot[term][i] = _ratio_boot(num[None, :], den[None, :], counts)[0]
