@@ -44,6 +44,7 @@ bench: install
 	$(PY) bench/bench_sim.py
 	$(PY) bench/bench_trace.py
 	$(PY) bench/bench_stats.py
+	$(PY) bench/bench_timing.py
 	$(PY) bench/bench_arrivals.py
 
 # `make lint`: ruff's lint rules and the import contracts (pyproject.toml: the simulator never

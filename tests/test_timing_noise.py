@@ -8,6 +8,7 @@ import math
 import zlib
 from collections import deque
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 import polars as pl
@@ -202,7 +203,7 @@ def _uniforms(seed, r, label, ep, n):
 def test_replicates_match_an_event_simulation_drawing_from_the_same_model(tmp_path_factory, pass_sd, event_sd, idle, seed, rho):
     """Each replicate's discrete rows equal a plain-Python simulation whose times are the
     traced ones scaled by factors drawn, by the documented rule, from the model the
-    measurement gives (pass shift ⌊u·K⌋-th smallest, residuals ⌊v·M⌋-th smallest, idle curve)."""
+    measurement gives (pass shift from the predictive normal, residuals ⌊v·M⌋-th smallest, idle curve)."""
     d = tmp_path_factory.mktemp("rep")
     var = syn.SyntheticVariability(pass_sd, event_sd, gaps_ms=(5.0, 40.0), idle_factor=(idle, idle))
     write(d, ("standard", "tent"), var, num_batches=24, rng_seed=seed)
@@ -220,7 +221,10 @@ def test_replicates_match_an_event_simulation_drawing_from_the_same_model(tmp_pa
             start += n
             for r, frame in enumerate(reps.reps):
                 u, v = _uniforms(seed, r, label, ep, n)
-                shift = model.shifts[min(int(u * model.shifts.size), model.shifts.size - 1)]
+                # predictive normal of a new pass's shift: mean, sd·√(1+1/K)·t_{K−1}/z of the K shifts
+                k = model.shifts.size
+                scale = np.std(model.shifts, ddof=1) * math.sqrt(1 + 1 / k) * {2: 12.706, 3: 4.303, 4: 3.182}[k] / 1.959964
+                shift = float(np.mean(model.shifts)) + scale * NormalDist().inv_cdf(min(max(u, 1e-3), 1 - 1e-3))
                 res_ = model.residuals[np.minimum((v * model.residuals.size).astype(int), model.residuals.size - 1)]
                 times = delta * np.exp(shift + res_)
                 served, _ = event_oracle(a.tolist(), times.tolist(), lam / rho, 1, False, model.idle_gaps_ms, model.idle_factors)
@@ -331,7 +335,8 @@ def test_a_winner_is_certain_only_if_its_lead_survives_timing(tmp_path):
     times B serves every batch and its 15 pp lead is certain on batches alone. The device
     measured passes 20 % slower and 10 % faster than the traced one: in a 20 % slower pass B
     takes 60 ms > γ and, without a queue, loses every other batch (U ≈ 24 %), so the lead does
-    not survive timing: uncertain."""
+    not survive timing: uncertain. (Two passes: the predictive normal of a new pass's shift
+    is centred on their mean, +4 %, and wide: t₁ at 95 % is 12.7.)"""
     exact = lambda e, acc: syn.MethodProfile(e, 0.0, 0.0, 0.0, acc)  # noqa: E731
     _write_measured(tmp_path / "standard.parquet", "standard", syn.MethodProfile(38.0, 0.0, 0.0, 0.0, 0.2, updates=False), [1.2, 0.9])
     _write_measured(tmp_path / "a.parquet", "a", exact(30.0, 0.30), [1.2, 0.9])

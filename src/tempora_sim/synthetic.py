@@ -257,3 +257,91 @@ def write_trace_set(directory: str | Path, methods: Sequence[str] = tuple(PROFIL
     """Write one trace per method into ``directory`` (one comparison group)."""
     directory = Path(directory)
     return [write_trace(directory / f"{m}.parquet", m, **kwargs) for m in methods]
+
+
+def make_live(
+    trace_meta: dict,
+    trace_table: pa.Table,
+    rho: float,
+    factors: Sequence[np.ndarray],
+    queue: int = 1,
+    lambda_ms: float | None = None,
+) -> tuple[dict, pa.Table]:
+    """A synthetic live-run file (live schema v1) of a trace's setting: one discrete run per
+    entry of ``factors``, each replaying the trace's adapt rows with every event's times
+    multiplied by that run's per-batch factors (all episodes' batches in trace order) at
+    ρ = λ/γ with a buffered queue of ``queue`` ≥ 1, by the replay's own rules (event j is step-indexed: it
+    takes row j's times and counts). ``lambda_ms`` defaults to mean + 6σ of the trace's own δ.
+    What a live run of a device whose times vary like ``factors`` would record; for tests of
+    ``tempora-sim validate``."""
+    from tempora_schema.live import LIVE_COLUMNS, LIVE_METADATA_KEY, LIVE_SCHEMA_VERSION, SHARED_FIELDS, last_arrival, live_arrow_schema
+
+    if queue < 1:
+        raise ValueError("make_live replays a buffered queue (queue >= 1)")
+
+    d = trace_table.to_pydict()
+    adapt = [i for i, p in enumerate(d["phase"]) if p == PHASE_ADAPT]
+    episodes = list(dict.fromkeys(d["episode"][i] for i in adapt))
+    delta_all = np.array([d["delta_ms"][i] for i in adapt])
+    lam = float(lambda_ms) if lambda_ms is not None else float(delta_all.mean() + 6 * delta_all.std())
+    gamma = lam / rho
+    cols: dict[str, list] = {k: [] for k in LIVE_COLUMNS}
+    runs = []
+    for r, f in enumerate(factors):
+        runs.append({"run": r, "protocol": "discrete", "repeat": r, "rho": rho, "gamma_ms": gamma, "queue": int(queue)})
+        offset = 0
+        for ep in episodes:
+            idx = [i for i in adapt if d["episode"][i] == ep]
+            n = len(idx)
+            e = np.array([d["e_ms"][i] for i in idx]) * f[offset : offset + n]
+            l_ = np.array([d["l_ms"][i] for i in idx]) * f[offset : offset + n]
+            offset += n
+            served: dict[int, tuple] = {}
+            p, j, start = 0, 0, 0.0
+            while True:  # the replay's buffered walk (tempora_sim.kernels), on these times
+                free = start + e[j] + l_[j]
+                served[p] = (j, start, start + e[j], free)
+                k = min(last_arrival(free, gamma, 1.0 / gamma), n - 1)
+                j += 1
+                if k > p:
+                    p, start = max(p + 1, k - queue + 1), free
+                elif p + 1 < n:
+                    p, start = p + 1, (p + 1) * gamma
+                else:
+                    break
+            for step in range(n):
+                ev = served.get(step)
+                cols["run"].append(r)
+                cols["episode"].append(ep)
+                cols["domain"].append(ep)
+                cols["severity"].append(d["severity"][idx[step]])
+                cols["step"].append(step)
+                cols["n"].append(d["n"][idx[step]])
+                cols["served"].append(ev is not None)
+                cols["event"].append(ev[0] if ev else -1)
+                cols["mode"].append("adapt" if ev else "skipped")
+                cols["correct"].append(d["correct"][idx[ev[0]]] if ev else None)
+                cols["arrival_ms"].append(step * gamma)
+                cols["pickup_ms"].append(ev[1] if ev else None)
+                cols["predict_ms"].append(ev[2] if ev else None)
+                cols["free_ms"].append(ev[3] if ev else None)
+                cols["e_ms"].append(float(e[ev[0]]) if ev else None)
+                cols["l_ms"].append(float(l_[ev[0]]) if ev else None)
+                cols["delta_ms"].append(float(e[ev[0]] + l_[ev[0]]) if ev else None)
+                cols["charged_ms"].append(None)
+                cols["spent_ms"].append(None)
+                cols["peak_mem_bytes"].append(None)
+    meta = {
+        "live_schema_version": LIVE_SCHEMA_VERSION,
+        **{k: trace_meta[k] for k in SHARED_FIELDS},
+        "lambda_ms": lam,
+        "lambda_source": "synthetic",
+        "clock": "synthetic",
+        "clock_resolution_ns": 1.0,
+        "spin_us": 0.0,
+        "runs": runs,
+    }
+    schema = live_arrow_schema(meta)
+    table = pa.Table.from_pydict({k: pa.array(v, LIVE_COLUMNS[k]) for k, v in cols.items()}, schema=schema)
+    assert LIVE_METADATA_KEY.encode() in (table.schema.metadata or {})
+    return meta, table

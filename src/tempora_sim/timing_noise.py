@@ -13,9 +13,15 @@ batch, one residual, and scales that batch's ``e``, ``ℓ`` and ``δ`` by
 ``exp(shift + residual)``; λ (a property of the deployment, fixed by the standard trace)
 stays as it is.
 
+A few passes estimate the pass shift's spread poorly, and all of them share the traced pass,
+so a new pass's shift is drawn from a predictive normal: centred on the measured shifts' mean,
+with their standard deviation widened by √(1 + 1/K) and Student's t_{K−1} (:func:`shift_spread`).
+The residuals (tens of events) are resampled as measured.
+
 **Common random numbers.** Replicate ``r`` draws one uniform ``u_r`` per comparison group and
 one uniform ``v_{r,j}`` per (group, episode, step); every method of the group maps the same
-uniforms through its own measured distribution (the ``⌊u·K⌋``-th smallest of its K values).
+uniforms through its own measured distribution (the predictive normal's ``u``-quantile; the
+``⌊v·M⌋``-th smallest of its M residuals).
 A slow pass of the machine is slow for every method, so paired differences stay sharp.
 
 **The idle effect.** In the idle pass every other event follows an idle wait. A gap's effect is
@@ -48,6 +54,25 @@ MEASURED = "measured"
 UNKNOWN = "unknown"
 
 
+#: Two-sided 97.5 % quantiles of Student's t with 1 … 30 degrees of freedom: the predictive
+#: spread of a pass shift estimated from K passes is widened by t_{K−1} / z (matched at 95 %).
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
+_Z975 = 1.959964
+
+
+def shift_spread(shifts: np.ndarray) -> tuple[float, float] | None:
+    """(centre, scale) of the predictive distribution of a new pass's shift from K measured
+    shifts: centre = their mean; scale = their standard deviation (ddof 1) × √(1 + 1/K) ×
+    t_{K−1, 97.5 %}/z_{97.5 %} (a normal that matches Student's t prediction interval at 95 %:
+    few passes, wide spread). None for K < 2."""
+    k = shifts.size
+    if k < 2:
+        return None
+    t = _T975[k - 2] if k - 1 <= len(_T975) else _Z975
+    return float(np.mean(shifts)), float(np.std(shifts, ddof=1) * math.sqrt(1.0 + 1.0 / k) * t / _Z975)
+
+
 @dataclass(frozen=True)
 class TimingModel:
     """One trace's measured timing variability, as the replay uses it (sorted samples)."""
@@ -58,6 +83,16 @@ class TimingModel:
     idle_factors: np.ndarray  # factor per gap (1 where the effect is not systematic)
     events: int
     seconds: float
+
+    def shift(self, u: float) -> float:
+        """The pass shift of uniform ``u``: the predictive normal of :func:`shift_spread` at
+        ``u`` (clipped to [0.1 %, 99.9 %]), or the single measured shift when K = 1."""
+        spread = shift_spread(self.shifts)
+        if spread is None:
+            return float(self.shifts[0])
+        from statistics import NormalDist
+
+        return spread[0] + spread[1] * NormalDist().inv_cdf(min(max(u, 1e-3), 1 - 1e-3))
 
     @property
     def has_idle_effect(self) -> bool:
@@ -71,20 +106,28 @@ class TimingModel:
 
 
 def _main_delta(trace, sample: list[dict]) -> np.ndarray:
-    """δ of the main pass at the sample's (episode, step), in sample order."""
+    """δ of the main pass at the sample's (episode, step), in sample order; NaN for an event
+    the trace's rows no longer hold (a trace cut to fewer episodes or batches)."""
     ra = trace.replay_arrays
-    start = dict(zip(ra.episodes, np.concatenate(([0], np.cumsum(ra.lengths)[:-1])).tolist()))
-    idx = [start[item["episode"]] + s for item in sample for s in item["steps"]]
-    return np.asarray(ra.delta, np.float64)[np.asarray(idx, np.int64)]
+    offsets = np.concatenate(([0], np.cumsum(ra.lengths))).tolist()
+    where = {ep: (offsets[i], int(ra.lengths[i])) for i, ep in enumerate(ra.episodes)}
+    delta = np.asarray(ra.delta, np.float64)
+    out = []
+    for item in sample:
+        start, n = where.get(item["episode"], (0, 0))
+        out.extend(float(delta[start + s]) if s < n else math.nan for s in item["steps"])
+    return np.asarray(out, np.float64)
 
 
 def model_from_measurement(tv: dict, main: np.ndarray) -> TimingModel | None:
     """The :class:`TimingModel` of a ``timing_variability`` value and the main-pass δ of its
     sample events (a sample event whose main δ is 0 carries no ratio and is left out)."""
-    ok = main > 0
+    ok = np.isfinite(main) & (main > 0)
     if not ok.any():
         return None
     log_main = np.log(np.where(ok, main, 1.0))
+    if ok.sum() < 2:
+        return None
     shifts, residuals = [], []
     for times in tv["passes_ms"]:
         L = (np.log(np.asarray(times, np.float64)) - log_main)[ok]
@@ -159,7 +202,7 @@ def replicate_factors(series, models: list[TimingModel | None], replicate: int, 
             u_group[label] = float(_stream(seed, replicate, label).random())
         lo, hi = int(series.offsets[s_idx]), int(series.offsets[s_idx + 1])
         v = _stream(seed, replicate, f"{label}\x00{ep}").random(hi - lo)
-        shift = _pick(model.shifts, np.array([u_group[label]]))[0]
+        shift = model.shift(u_group[label])
         out[lo:hi] = np.exp(shift + _pick(model.residuals, v))
     return out
 
@@ -376,7 +419,7 @@ def trace_label(trace) -> str:
     return f"{trace.group.label()} · {trace.method}"
 
 
-def replicates_of(result, count: int = DEFAULT_REPLICATES, seed: int = 0) -> TimingReplicates | None:
+def replicates_of(result, count: int = DEFAULT_REPLICATES, seed: int = 0, models: list | None = None) -> TimingReplicates | None:
     """Replay a sweep (:class:`tempora_sim.replay.SweepResult`) again under ``count`` timing
     replicates drawn from its traces' measured variability. ``base`` is the sweep's own frame.
     None when the sweep kept no series; no replicates when ``count`` is 0 or no trace measured
@@ -386,7 +429,8 @@ def replicates_of(result, count: int = DEFAULT_REPLICATES, seed: int = 0) -> Tim
     if result is None or getattr(result, "series", None) is None:
         return None
     series, opt = result.series, result.resolved
-    models = [timing_model(t) for t in series.traces]
+    if models is None:  # else one per trace of the series (e.g. measured on the uncut trace)
+        models = [timing_model(t) for t in series.traces]
     status = {trace_label(t): (MEASURED if m is not None else UNKNOWN) for t, m in zip(series.traces, models)}
     if count <= 0 or all(m is None for m in models):
         return TimingReplicates(result.frame, [], status)
