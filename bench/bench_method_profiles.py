@@ -43,7 +43,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    from tempora_trace.cli import methods_for_model  # the same list `--methods-for` prints
+    from tempora_trace.methods import methods_for_model  # the same list `--methods-for` prints
 
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), platform.processor())
     print(

@@ -54,7 +54,7 @@ def machine() -> str:
 def main() -> int:
     from tempora_sim import analyses as an
     from tempora_sim import sweep
-    from tempora_sim.cli_advise import advise, parse_constraint
+    from tempora_sim.advise import advise, parse_constraint
     from tempora_sim.traces import load_traces
 
     if not DEMO.is_dir():

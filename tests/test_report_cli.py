@@ -156,8 +156,8 @@ def test_committed_demo_traces_are_complete_and_report(tmp_path):
     """traces/demo/ is part of the repository: every method that fits each demo model, all 15
     corruptions at severity 5, readable on a fresh clone and turned into a full report."""
     from tempora_sim.traces import load_traces
-    from tempora_trace.cli import methods_for
     from tempora_trace.data.demo import DEMO_CORRUPTIONS
+    from tempora_trace.methods import methods_for_model as methods_for
 
     traces = load_traces(DEMO_TRACES).traces
     found = {(t.meta["model"], t.method) for t in traces}

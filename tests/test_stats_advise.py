@@ -284,7 +284,7 @@ def advise_traces(tmp_path_factory):
 
 def test_advise_recommends_the_pooled_best_and_finds_where_that_changes(advise_traces):
     from tempora_sim import sweep
-    from tempora_sim.cli_advise import Constraint, advise
+    from tempora_sim.advise import Constraint, advise
 
     c = Constraint("discrete", "rho", 0.3)
     a = advise(str(advise_traces), c)[0]

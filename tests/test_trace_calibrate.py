@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -67,3 +68,19 @@ def test_calibrate_prints_spread_under_lambda(cifar_c_root, tmp_path, capsys, on
     assert out[i + 1].startswith("spread: σ/mean ") and out[i + 2].startswith("largest δ: ")
     assert out[i + 2].count(" step ") == 4  # four adapt rows: all of them listed
     assert out[i + 3].startswith("robust rule: λ = ")
+
+
+def test_calibrate_library_traces_once_then_reuses(cifar_c_root, tmp_path, one_thread, tiny_models):
+    from tempora_trace.calibration import calibrate, lambda_ms_of
+    from tempora_trace.config import TraceConfig
+
+    cfg = TraceConfig(
+        dataset="cifar10-c", data_root=str(cifar_c_root), domains=["fog"], batch_size=8, model="tiny-bn", out=str(tmp_path), quiet=True
+    ).resolved()
+    first = calibrate(cfg)
+    assert not first.reused and first.path == tmp_path / "standard-bs8.parquet" and first.batches == 4
+    assert (first.lambda_ms, first.mean_ms, first.std_ms, first.batches) == lambda_ms_of(first.path)
+    assert math.isclose(first.lambda_ms, first.mean_ms + 6 * first.std_ms)
+    mtime = first.path.stat().st_mtime_ns
+    again = calibrate(cfg)
+    assert again.reused and again == dataclasses.replace(first, reused=True) and first.path.stat().st_mtime_ns == mtime

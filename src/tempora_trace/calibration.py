@@ -1,4 +1,4 @@
-"""How far the per-batch δ of a `standard` trace spread, for `tempora-trace calibrate`.
+"""λ from a `standard` trace (:func:`calibrate`), and how far its per-batch δ spread.
 
 λ = mean + 6σ amplifies every outlier: one 100 ms hiccup among 17 ms batches moves λ by
 several milliseconds and hands every method that much slack. So calibrate shows the spread
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -112,3 +113,33 @@ def lambda_ms_of(path: Path) -> tuple[float, float, float, int]:
     deltas = np.array([d for p, d in zip(table["phase"], table["delta_ms"]) if p == "adapt"], dtype=float)
     lam, mean, std = lambda_provision(deltas)
     return lam, mean, std, len(deltas)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What ``tempora-trace calibrate`` found: the standard trace and λ = mean + 6σ of its δ."""
+
+    path: Path
+    #: True when a complete, matching trace was reused instead of measured again
+    reused: bool
+    lambda_ms: float
+    mean_ms: float
+    std_ms: float
+    batches: int
+
+
+def calibrate(cfg, echo: Callable[[str], None] = lambda s: None) -> Calibration:
+    """Trace ``standard`` under the resolved ``cfg`` (or reuse its complete, matching trace,
+    unless ``cfg.force`` or ``cfg.resume``) and compute λ from it. ``echo`` receives the
+    tracer's episode summaries."""
+    from .runner import TraceRun
+    from .timing import device_slug, resolve_device
+    from .writer import check_reusable
+
+    path = cfg.output_dir(device_slug(resolve_device(cfg.device))) / f"{cfg.file_stem()}.parquet"
+    reused = path.exists() and not cfg.force and not cfg.resume
+    if reused:
+        check_reusable(path, cfg)
+    else:
+        path = TraceRun(cfg, echo).run()
+    return Calibration(path, reused, *lambda_ms_of(path))

@@ -24,6 +24,7 @@ that are already complete, and report done / running / failed as they go.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -34,19 +35,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import click
+
+from . import options as trace_options
 from .errors import ConfigError, TraceError
 
 DEVICE_TYPES = ("cpu", "cuda")
 ENGINES = ("local", "ray")
-#: Tracer options a group may set under ``options`` (the `tempora-trace run` flags, as keys).
-TRACE_OPTIONS = {
-    "max_batches": int,
-    "frozen_sample": (int, str),
-    "threads": int,
-    "workers": int,
-    "checkpoints": list,
-    "no_default_checkpoints": bool,
-}
+#: Tracer options a group may set under ``options`` (the `tempora-trace run` flags, as keys),
+#: declared with the options themselves (:data:`tempora_trace.options.CAMPAIGN_OPTIONS`).
+TRACE_OPTIONS = trace_options.CAMPAIGN_OPTIONS
 _GROUP_KEYS = {
     "machine",
     "dataset",
@@ -123,49 +121,35 @@ class TraceTask:
             self.domains,
         )
 
+    def values(self, lambda_ms: float | None = None, device: str | None = None) -> dict[str, Any]:
+        """The ``tempora-trace run`` options of this trace, by name (:mod:`tempora_trace.options`)."""
+        values: dict[str, Any] = {
+            "method": self.method,
+            "dataset": self.dataset,
+            "device": device or self.machine.device,
+            "batch_size": self.batch_size,
+            "severity": self.severity,
+            "seed": self.seed,
+            "quiet": True,
+            "model": self.model,
+            "weights": self.weights,
+            "data_root": str(Path(self.machine.data_root).expanduser()) if self.machine.data_root else None,
+            "domains": self.domains or None,
+            **dict(self.options),
+            # JSON for non-strings, as `--param` parses them (a TOML true stays a boolean)
+            "params": [f"{key}={value if isinstance(value, str) else json.dumps(value)}" for key, value in self.params],
+        }
+        if self.stream.startswith("dirichlet:"):
+            values["stream"], values["dirichlet_alpha"] = "dirichlet", self.stream.split(":", 1)[1]
+        else:
+            values["stream"] = self.stream
+        if self.budgets_ms and lambda_ms is not None:
+            values["budgets_ms"], values["lambda_ms"] = list(self.budgets_ms), f"{lambda_ms:.6f}"
+        return values
+
     def argv(self, out_root: Path, lambda_ms: float | None = None, device: str | None = None) -> list[str]:
         """``tempora-trace run`` arguments writing into ``out_root/<dataset>/<model>/<device-slug>``."""
-        args = [
-            "run",
-            "--method",
-            self.method,
-            "--dataset",
-            self.dataset,
-            "--device",
-            device or self.machine.device,
-            "--batch-size",
-            str(self.batch_size),
-            "--severity",
-            str(self.severity),
-            "--seed",
-            str(self.seed),
-            "--quiet",
-        ]
-        if self.stream.startswith("dirichlet:"):
-            args += ["--stream", "dirichlet", "--dirichlet-alpha", self.stream.split(":", 1)[1]]
-        else:
-            args += ["--stream", self.stream]
-        if self.model:
-            args += ["--model", self.model]
-        if self.weights:
-            args += ["--weights", self.weights]
-        if self.machine.data_root:
-            args += ["--data-root", str(Path(self.machine.data_root).expanduser())]
-        if self.domains:
-            args += ["--domains", ",".join(self.domains)]
-        for key, value in self.options:
-            flag = "--" + key.replace("_", "-")
-            if value is True:
-                args.append(flag)
-            elif isinstance(value, (list, tuple)):
-                args += [flag, ",".join(str(v) for v in value)]
-            else:
-                args += [flag, str(value)]
-        for key, value in self.params:
-            args += ["--param", f"{key}={value}"]
-        if self.budgets_ms and lambda_ms is not None:
-            args += ["--budgets-ms", ",".join(f"{b:g}" for b in self.budgets_ms), "--lambda-ms", f"{lambda_ms:.6f}"]
-        return args
+        return ["run", *trace_options.to_argv(self.values(lambda_ms, device))]
 
 
 @dataclass
@@ -340,25 +324,11 @@ def trace_location(task: TraceTask, out_root: Path) -> Path:
     from .config import TraceConfig
     from .timing import device_slug, resolve_device
 
-    options = dict(task.options)
-    cfg = TraceConfig(
-        method=task.method,
-        method_params=dict(task.params),
-        dataset=task.dataset,
-        model=task.model,
-        weights=task.weights,
-        data_root=task.machine.data_root,
-        device=task.machine.device,
-        domains=list(task.domains) if task.domains else None,
-        severity=task.severity,
-        max_batches=options.get("max_batches"),
-        batch_size=task.batch_size,
-        seed=task.seed,
-        stream=task.stream,
-        dirichlet_alpha=None,
-        threads=options.get("threads"),
-        quiet=True,
-    ).resolved()
+    try:  # the options exactly as the `tempora-trace run` process will parse and map them
+        opts = trace_options.parse_args("run", task.argv(out_root)[1:])
+    except click.ClickException as exc:
+        raise CampaignError(f"{task.label}: {exc.format_message()}") from None
+    cfg = TraceConfig(**trace_options.config_kwargs("run", opts)).resolved()
     slug = device_slug(resolve_device(task.machine.device))
     return out_root / cfg.dataset / str(cfg.model) / slug / f"{cfg.file_stem()}.parquet"
 

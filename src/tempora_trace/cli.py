@@ -9,8 +9,8 @@
     tempora-trace synthesize data/synthetic                    # random JPEGs, ImageNet-C layout
 
 Bad input is one ``tempora-trace: error: …`` line on stderr with exit status 2 (see
-``docs/errors.md``). A subcommand is one ``@cli.command(...)`` function; options shared by
-several subcommands are declared once in :data:`RUN_OPTIONS` / :func:`run_options`.
+``docs/errors.md``). A subcommand is one ``@cli.command(...)`` function; the options of the
+commands that trace are declared once, in :mod:`tempora_trace.options`.
 """
 
 from __future__ import annotations
@@ -32,42 +32,19 @@ def _interrupted_at_start_up(signum, frame):  # noqa: ARG001 - signal handler si
 if __name__ == "__main__" or _os.path.basename(sys.argv[0] if sys.argv else "") == "tempora-trace":
     _signal.signal(_signal.SIGINT, _interrupted_at_start_up)
 
-import json  # noqa: E402
-import math  # noqa: E402
 import os  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, Callable, Sequence  # noqa: E402
 
 import click  # noqa: E402
 
-from tempora_schema.command import (  # noqa: E402
-    INT32_MAX,
-    INT64_MAX,
-    OneLineGroup,
-    ValueType,
-    int_list_type,
-    parse_int,
-    time_list_type,
-    time_type,
-)
-from tempora_schema.errors import OptionError  # noqa: E402
-from tempora_schema.provision import LAMBDA_RULES  # noqa: E402
+from tempora_schema.command import INT32_MAX, OneLineGroup  # noqa: E402
 
 from . import __version__  # noqa: E402
-from .calibration import lambda_ms_of  # noqa: E402
-from .config import (  # noqa: E402
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_FROZEN_SAMPLE,
-    DEFAULT_IDLE_GAPS,
-    DEFAULT_SEED,
-    DEFAULT_SEVERITY,
-    DEFAULT_STAGE_MB,
-    DEFAULT_TIMING_PASSES,
-    DEFAULT_TIMING_SAMPLE,
-    WARMUP_BATCHES,
-    TraceConfig,
-)
+from .calibration import calibrate, lambda_ms_of, print_dispersion  # noqa: E402, F401 - lambda_ms_of: re-exported
+from .config import DEFAULT_SEVERITY, TraceConfig  # noqa: E402
 from .errors import ConfigError  # noqa: E402
+from .options import click_options, config_kwargs, live_kwargs, method_params, parse_domains, parse_param  # noqa: E402, F401
 
 PROG = "tempora-trace"
 
@@ -107,268 +84,12 @@ cli = OneLineGroup(
 cli = click.version_option(__version__, "--version", prog_name=PROG)(cli)
 
 
-# ------------------------------------------------------------------------ option types
-def _frozen_sample(text: str, option: str) -> int | None:
-    if text.strip() == "all":
-        return None
-    try:
-        return parse_int(text, option, 1, INT32_MAX)
-    except OptionError:
-        raise OptionError(f"{option}: expected a number ≥ 1 or 'all', got '{text}'") from None
-
-
-def _finite_json(value: Any, where: str) -> Any:
-    """``--param`` values must be finite: NaN/∞ would collapse the model and break strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        raise OptionError(f"--param {where}: {value} is not a finite number")
-    if isinstance(value, list):
-        for v in value:
-            _finite_json(v, where)
-    if isinstance(value, dict):
-        for v in value.values():
-            _finite_json(v, where)
-    return value
-
-
-def parse_param(pair: str) -> tuple[str, Any]:
-    """``KEY=VALUE``: VALUE is JSON when it parses (numbers, true/false, lists), else a string."""
-    if "=" not in pair:
-        raise OptionError(f"--param expects KEY=VALUE, got '{pair}'")
-    key, text = (s.strip() for s in pair.split("=", 1))
-    if not key:
-        raise OptionError(f"--param expects KEY=VALUE, got '{pair}'")
-    try:
-        value = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
-        return key, text
-    if text.strip().lower().lstrip("+-") in ("nan", "infinity", "inf"):
-        raise OptionError(f"--param {key}: {text} is not a finite number")
-    return key, _finite_json(value, key)
-
-
-FROZEN_SAMPLE = ValueType("N|all", _frozen_sample)
-
-
-# ------------------------------------------------------------------------ options, declared once
-def _opt(*decls: str, **attrs: Any) -> Callable:
-    attrs.setdefault("show_default", "default" in attrs and attrs["default"] not in (None, False))
-    return click.option(*decls, **attrs)
-
-
-#: Options of every subcommand that runs a trace (run, calibrate, and later ones).
-RUN_OPTIONS: list[Callable] = [
-    _opt(
-        "--dataset",
-        default="demo",
-        help="demo, cifar10-c, cifar100-c, imagenet-c, imagenet-r, imagenet-a or imagenet-v2 (see `tempora-trace list`).",
-    ),
-    _opt("--model", default=None, help="Model name [default: the dataset's model: demo-resnet, cifar-resnet18, resnet50]."),
-    _opt("--weights", default=None, help="Weight file (state_dict), or 'random' for an untrained model (timing only)."),
-    _opt(
-        "--offline",
-        is_flag=True,
-        help="Never download weights: a missing file is an error naming where to put it (also TEMPORA_OFFLINE=1 or HF_HUB_OFFLINE=1).",
-    ),
-    _opt("--data-root", default=None, help="Dataset folder [default: $TEMPORA_DATA/<dataset folder>]."),
-    _opt("--device", default="cpu", help="cpu, cuda or cuda:N."),
-    _opt("--out", default=None, type=click.Path(path_type=str), help="Output folder [default: traces/<dataset>/<model>/<device>/]."),
-    _opt("--name", default=None, help="Trace file stem [default: the method plus -bs/-seed/-sev/-continual suffixes when not default]."),
-    _opt(
-        "--domains",
-        default=None,
-        metavar="LIST",
-        help="Corruptions or groups (noise, blur, weather, digital, all, clean), comma-separated "
-        "(`--domains fog snow` works too) [default: all 15 corruptions].",
-    ),
-    _opt("--severity", type=click.IntRange(1, 5), default=DEFAULT_SEVERITY, help="Corruption severity."),
-    _opt("--max-batches", type=click.IntRange(1, INT32_MAX), default=None, help="At most this many batches per domain."),
-    _opt("--batch-size", type=click.IntRange(1, INT32_MAX), default=DEFAULT_BATCH_SIZE, help="Images per batch."),
-    _opt("--seed", type=click.IntRange(0, INT64_MAX), default=DEFAULT_SEED, help="Seed of the batch order and the method."),
-    _opt(
-        "--stream",
-        type=click.Choice(["episodic", "continual", "dirichlet"]),
-        default="episodic",
-        help="episodic: reset per domain; continual: never reset; dirichlet: reset per domain, batches in a "
-        "label-shifted order (classes spread over time by Dirichlet(α)).",
-    ),
-    _opt(
-        "--dirichlet-alpha",
-        type=click.FloatRange(0, None, min_open=True),
-        default=None,
-        metavar="ALPHA",
-        help="Concentration α of --stream dirichlet: smaller α, longer single-class runs [e.g. 0.01].",
-    ),
-    _opt(
-        "--workers",
-        type=click.IntRange(0, 1024),
-        default=None,
-        help="Parallel decode workers, active only between staged chunks, never during a timed event [default: min(8, cores)].",
-    ),
-    _opt(
-        "--stage-mb",
-        type=click.FloatRange(0, None, min_open=True),
-        default=DEFAULT_STAGE_MB,
-        metavar="MIB",
-        help="Host memory for one staged chunk of batches, MiB (docs/timing.md).",
-    ),
-    _opt("--threads", type=click.IntRange(1, 4096), default=None, help="Torch intra-op threads [default: torch's choice]."),
-    _opt(
-        "--warmup-batches",
-        type=click.IntRange(0, 1000),
-        default=WARMUP_BATCHES,
-        help="Untimed noise-perturbed copies of the first batch run before the clock starts, so lazy "
-        "initialisation never lands in a timed row (0: none).",
-    ),
-    _opt("--resume", is_flag=True, help="Continue an interrupted run after its last complete episode."),
-    _opt("--force", is_flag=True, help="Overwrite an existing trace or discard an interrupted run."),
-    _opt("--quiet", is_flag=True, help="No progress bars or episode summaries."),
-]
-
-#: The method and its hyperparameters (`run` and `live`).
-METHOD_CHOICE: list[Callable] = [
-    _opt("--method", default=None, help="TTA method (see `tempora-trace list`). Required."),
-    _opt("--param", "params", multiple=True, metavar="KEY=VALUE", help="Override a method hyperparameter (repeatable)."),
-    _opt(
-        "--profile",
-        type=click.Choice(["default", "paper"]),
-        default=None,
-        help="paper: behave as the Tempora reference code wherever the default departs from it "
-        "(docs/methods-parity.md); the trace is named <method>-paper. Same as --param profile=paper.",
-    ),
-]
-
-#: Which frozen checkpoints a trace scores (`run`, and `live --trace-alongside`).
-CHECKPOINT_OPTIONS: list[Callable] = [
-    _opt(
-        "--frozen-sample",
-        type=FROZEN_SAMPLE,
-        default=str(DEFAULT_FROZEN_SAMPLE),
-        help="Later batches scored per frozen checkpoint, or 'all' (exact).",
-    ),
-    _opt(
-        "--checkpoints",
-        type=int_list_type(0, INT32_MAX),
-        default=None,
-        metavar="STEPS",
-        help="Extra exact checkpoints, comma-separated, e.g. 0,5,17.",
-    ),
-    _opt("--no-default-checkpoints", is_flag=True, help="Only --checkpoints and budget checkpoints."),
-]
-
-#: Timing variability measured after the main pass (docs/tracer.md, tempora_trace.variability).
-TIMING_OPTIONS: list[Callable] = [
-    _opt(
-        "--timing-sample",
-        type=click.IntRange(0, 100_000),
-        default=DEFAULT_TIMING_SAMPLE,
-        help="Events timed again after the main pass, per repeat pass (timing variability; 0 turns it off).",
-    ),
-    _opt("--timing-passes", type=click.IntRange(1, 100), default=DEFAULT_TIMING_PASSES, help="Back-to-back repeat passes over the sample."),
-    _opt(
-        "--idle-gaps",
-        default=DEFAULT_IDLE_GAPS,
-        metavar="GAPS",
-        help="Idle waits before every other event of the idle pass: <k>x (multiples of the sample's median δ) "
-        "and/or times (ms, or with ms/s), comma-separated; 'none' for no idle pass.",
-    ),
-]
-
-
-def timing_settings(opts: dict[str, Any]) -> dict[str, Any]:
-    """The TraceConfig fields of :data:`TIMING_OPTIONS`."""
-    return {"timing_sample": opts["timing_sample"], "timing_passes": opts["timing_passes"], "idle_gaps": opts["idle_gaps"]}
-
-
-#: Options of `run` only: the method, its checkpoints, the exact budget cut-offs, timing variability.
-METHOD_OPTIONS: list[Callable] = [
-    *METHOD_CHOICE,
-    *CHECKPOINT_OPTIONS,
-    *TIMING_OPTIONS,
-    _opt(
-        "--budgets-ms",
-        type=time_list_type(0.0),
-        default=None,
-        metavar="TIMES",
-        help="Add the exact cut-off checkpoints of these budgets (ms, or with ms/s: 1s,2s); needs --lambda-ms.",
-    ),
-    _opt(
-        "--lambda-ms",
-        type=time_type(0.0, allow_zero=False),
-        default=None,
-        metavar="TIME",
-        help="λ for --budgets-ms (ms, or with ms/s; see `tempora-trace calibrate`).",
-    ),
-]
-
-
-def run_options(*groups: list[Callable]) -> Callable:
-    """Decorator applying option lists in order (the help lists them as declared)."""
-
-    def apply(fn: Callable) -> Callable:
-        for group in reversed(groups):
-            for option in reversed(group):
-                fn = option(fn)
-        return fn
-
-    return apply
-
-
-def checkpoint_settings(opts: dict[str, Any]) -> dict[str, Any]:
-    """The TraceConfig fields of :data:`CHECKPOINT_OPTIONS`."""
-    return {
-        "frozen_sample": opts["frozen_sample"],
-        "checkpoints": opts["checkpoints"] or [],
-        "default_checkpoints": not opts["no_default_checkpoints"],
-    }
-
-
-def method_params(opts: dict[str, Any]) -> dict[str, Any]:
-    """``--param`` pairs plus ``--profile`` (which is the method parameter ``profile``)."""
-    params = dict(parse_param(p) for p in opts["params"])
-    if opts.get("profile") is not None:
-        if params.get("profile", opts["profile"]) != opts["profile"]:
-            raise ConfigError(f"--profile {opts['profile']} contradicts --param profile={params['profile']}")
-        params["profile"] = opts["profile"]
-    return params
-
-
-def _domains(text: str | None) -> list[str] | None:
-    if text is None:
-        return None
-    items = [t.strip() for t in text.replace(" ", ",").split(",") if t.strip()]
-    if not items:
-        raise OptionError("--domains: empty list")
-    return items
-
-
-def make_config(method: str, opts: dict[str, Any], **extra: Any) -> TraceConfig:
-    """A resolved :class:`TraceConfig` from the shared options; every value is checked here,
-    before any model, data or output is touched."""
-    cfg = TraceConfig(
-        method=method,
-        dataset=opts["dataset"],
-        model=opts["model"],
-        weights=opts["weights"],
-        data_root=opts["data_root"],
-        device=opts["device"],
-        out=opts["out"],
-        name=opts["name"],
-        domains=_domains(opts["domains"]),
-        severity=opts["severity"],
-        max_batches=opts["max_batches"],
-        batch_size=opts["batch_size"],
-        seed=opts["seed"],
-        stream=opts["stream"],
-        dirichlet_alpha=opts["dirichlet_alpha"],
-        workers=opts["workers"],
-        threads=opts["threads"],  # part of the trace identity; the run applies it
-        stage_mb=opts["stage_mb"],
-        resume=opts["resume"],
-        force=opts["force"],
-        quiet=opts["quiet"],
-        warmup_batches=opts["warmup_batches"],
-        **extra,
-    ).resolved()
+# ------------------------------------------------------------------------ options
+def make_config(command: str, opts: dict[str, Any], **extra: Any) -> TraceConfig:
+    """A resolved :class:`TraceConfig` from ``command``'s parsed options (mapped as
+    :mod:`tempora_trace.options` declares them) and ``extra`` fields; every value is checked
+    here, before any model, data or output is touched."""
+    cfg = TraceConfig(**{**config_kwargs(command, opts), **extra}).resolved()
     if opts["resume"] and opts["force"]:
         raise ConfigError("--resume and --force contradict each other; pass one")
     from tempora_schema.outputs import check_output_dir
@@ -379,58 +100,23 @@ def make_config(method: str, opts: dict[str, Any], **extra: Any) -> TraceConfig:
     return cfg
 
 
-def _common(opts: dict[str, Any]) -> dict[str, Any]:
-    return {
-        k: opts[k]
-        for k in (
-            "dataset",
-            "model",
-            "weights",
-            "data_root",
-            "device",
-            "out",
-            "name",
-            "domains",
-            "severity",
-            "max_batches",
-            "batch_size",
-            "seed",
-            "stream",
-            "dirichlet_alpha",
-            "workers",
-            "stage_mb",
-            "threads",
-            "resume",
-            "force",
-            "quiet",
-            "offline",
-            "warmup_batches",
-        )
-    }
+def _method_required(opts: dict[str, Any]) -> None:
+    if opts["method"] is None:
+        from .methods import available_methods
+
+        raise ConfigError(f"--method is required; available: {', '.join(available_methods())}")
 
 
 # ------------------------------------------------------------------------ subcommands
 @cli.command("run", cls=_TraceCommand)
-@run_options(METHOD_OPTIONS, RUN_OPTIONS)
+@click_options("run")
 def run_command(**opts: Any) -> None:
     """Trace one method: warm up, stream every domain through it under the clock, score frozen
     checkpoints on the side, and write <out>/<name>.parquet atomically."""
     from .runner import trace_run
 
-    if opts["method"] is None:
-        from .methods import available_methods
-
-        raise ConfigError(f"--method is required; available: {', '.join(available_methods())}")
-    params = method_params(opts)
-    cfg = make_config(
-        opts["method"],
-        _common(opts),
-        method_params=params,
-        **checkpoint_settings(opts),
-        **timing_settings(opts),
-        budgets_ms=opts["budgets_ms"] or [],
-        lambda_ms=opts["lambda_ms"],
-    )
+    _method_required(opts)
+    cfg = make_config("run", opts)
     try:
         path = trace_run(cfg)
     except KeyboardInterrupt:
@@ -439,110 +125,27 @@ def run_command(**opts: Any) -> None:
 
 
 @cli.command("calibrate", cls=_TraceCommand)
-@run_options(RUN_OPTIONS)
+@click_options("calibrate")
 def calibrate_command(**opts: Any) -> None:
     """Trace `standard` (or reuse its complete trace) and print λ = mean + 6σ of its per-batch latency.
 
     The trace is the one `run --method standard` writes, so it doubles as the group's baseline."""
-    calibrate(make_config("standard", opts))
-
-
-def _ratio_list(text: str, option: str) -> list[float]:
-    from tempora_schema.command import parse_ratio, split_list
-
-    values = [parse_ratio(t, option) for t in split_list(text, option)]
-    bad = [v for v in values if not v > 0]
-    if bad:
-        raise OptionError(f"{option}: utilisation must be > 0 (got {bad[0]:g}); ρ = λ/γ and γ must be finite")
-    return values
-
-
-def _positive_time_list(text: str, option: str) -> list[float]:
-    values = time_list_type(0.0).parse(text, option)
-    if any(v <= 0 for v in values):
-        raise OptionError(f"{option}: every inter-arrival time must be > 0 ms")
-    return values
-
-
-#: Options of `live` beyond the run options: the protocol and how λ is found.
-LIVE_OPTIONS: list[Callable] = [
-    *METHOD_CHOICE,
-    _opt("--protocol", default="discrete", help="discrete, amortised, or both: discrete,amortised."),
-    _opt(
-        "--rho",
-        type=ValueType("RATIOS", _ratio_list),
-        default=None,
-        metavar="RATIOS",
-        help="Discrete: utilisations ρ = λ/γ, fractions or %, comma-separated (1,0.5 or 100%,50%).",
-    ),
-    _opt(
-        "--gamma-ms",
-        type=ValueType("TIMES", _positive_time_list),
-        default=None,
-        metavar="TIMES",
-        help="Discrete: inter-arrival times γ instead of --rho (ms, or with ms/s).",
-    ),
-    _opt("--queue", type=click.IntRange(0, INT32_MAX), default=1, help="Discrete: queue capacity b (0 = drop arrivals while busy)."),
-    _opt(
-        "--B",
-        "budgets",
-        type=time_list_type(0.0),
-        default=None,
-        metavar="TIMES",
-        help="Amortised: overhead budgets (ms, or with ms/s: 1s,4s).",
-    ),
-    _opt(
-        "--budget-rule",
-        type=click.Choice(["strict", "overshoot"]),
-        default="strict",
-        help="Amortised cut-off: strict m = max{j: Σc ≤ B}, or overshoot (adapt while spent < B).",
-    ),
-    _opt(
-        "--lambda-ms",
-        type=time_type(0.0, allow_zero=False),
-        default=None,
-        metavar="TIME",
-        help="λ (ms, or with ms/s) [default: mean + 6σ of the group's standard trace].",
-    ),
-    _opt(
-        "--standard",
-        default=None,
-        type=click.Path(path_type=str),
-        help="Standard trace (file or folder) to take λ from [default: the folder `run` writes this group to].",
-    ),
-    _opt(
-        "--lambda-rule",
-        type=click.Choice(list(LAMBDA_RULES)),
-        default="paper",
-        help="λ from the standard trace's δ: paper = mean + 6σ, robust = median + 6·1.4826·MAD (one stall cannot inflate it).",
-    ),
-    _opt("--repeats", type=click.IntRange(1, 1000), default=1, help="Play every setting this many times (run-to-run spread)."),
-    _opt(
-        "--spin-us",
-        type=click.FloatRange(0, 1e6),
-        default=500.0,
-        help="Before an arrival, busy-wait this last stretch (µs) instead of sleeping.",
-    ),
-    _opt(
-        "--trace-alongside",
-        default=None,
-        type=click.Path(path_type=str, file_okay=False),
-        metavar="DIR",
-        help="Also trace the method in this run into DIR, each episode's trace pass beside its live runs "
-        "(a replay that shares the machine's state; docs/validation.md). Checkpoint options apply to it.",
-    ),
-    _opt(
-        "--budget-checkpoints",
-        is_flag=True,
-        help="The trace taken alongside also holds the exact cut-off checkpoints of the --B budgets "
-        "(at its own cut-offs, under the live λ), so its amortised replay needs no nearest checkpoint.",
-    ),
-    *CHECKPOINT_OPTIONS,
-]
+    cfg = make_config("calibrate", opts, method="standard")
+    echo = (lambda s: None) if cfg.quiet else (lambda s: click.echo(s))
+    try:
+        result = calibrate(cfg, echo)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt("interrupted: completed episodes are kept; rerun with --resume to continue") from None
+    click.echo(f"using existing {result.path} (pass --force to re-measure)" if result.reused else f"wrote {result.path}")
+    click.echo(
+        f"λ = {result.lambda_ms:.3f} ms  (mean {result.mean_ms:.3f} ms + 6 × σ {result.std_ms:.3f} ms "
+        f"over {result.batches} batches of standard inference)"
+    )
+    print_dispersion(result.path)
 
 
 @cli.command("live", cls=_TraceCommand)
-@run_options(LIVE_OPTIONS, RUN_OPTIONS)
+@click_options("live")
 def live_command(**opts: Any) -> None:
     """Play one method live against a real clock and write <out>/<name>.live.parquet.
 
@@ -551,34 +154,21 @@ def live_command(**opts: Any) -> None:
     replay: `tempora-sim validate LIVE --traces DIR`."""
     from .live import LiveSettings, run_live
 
-    if opts["method"] is None:
-        from .methods import available_methods
-
-        raise ConfigError(f"--method is required; available: {', '.join(available_methods())}")
+    _method_required(opts)
     if opts["resume"]:
         raise ConfigError("--resume: a live run cannot be resumed (its clock would not be one run); start it again")
-    settings = LiveSettings(
-        protocols=opts["protocol"],
-        rho=opts["rho"],
-        gamma_ms=opts["gamma_ms"],
-        queue=opts["queue"],
-        budgets_ms=opts["budgets"] or [],
-        budget_rule=opts["budget_rule"],
-        lambda_ms=opts["lambda_ms"],
-        standard=opts["standard"],
-        lambda_rule=opts["lambda_rule"],
-        repeats=opts["repeats"],
-        spin_us=opts["spin_us"],
-        trace_alongside=opts["trace_alongside"],
-        budget_checkpoints=opts["budget_checkpoints"],
-    ).checked()
-    params = method_params(opts)
-    cfg = make_config(opts["method"], _common(opts), method_params=params, **checkpoint_settings(opts))
+    settings = LiveSettings(**live_kwargs(opts)).checked()
+    cfg = make_config("live", opts)
     try:
         path = run_live(cfg, settings)
     except KeyboardInterrupt:
         raise KeyboardInterrupt("interrupted: nothing written (a live run is written whole or not at all)") from None
     click.echo(f"wrote {path}")
+
+
+def _opt(*decls: str, **attrs: Any) -> Callable:
+    attrs.setdefault("show_default", "default" in attrs and attrs["default"] not in (None, False))
+    return click.option(*decls, **attrs)
 
 
 @cli.command("synthesize")
@@ -602,10 +192,10 @@ def synthesize_command(
     only; accuracies mean nothing). A complete folder is reused."""
     from .data.streams import CORRUPTIONS, expand_domains
     from .data.synthetic import write_imagenet_c_folder
-    from .runner import _Progress
+    from .progress import ProgressView
 
-    names = expand_domains(_domains(domains) or [], CORRUPTIONS)
-    bar = _Progress(enabled=not quiet)
+    names = expand_domains(parse_domains(domains) or [], CORRUPTIONS)
+    bar = ProgressView(enabled=not quiet)
     bar.start("synthesize", total=images * len(names))
     try:
         written = write_imagenet_c_folder(root, names, images, severity, size, seed, workers, progress=bar.advance)
@@ -625,6 +215,8 @@ def synthesize_command(
 def list_command(methods_for: str | None) -> None:
     """List methods, models and datasets (or the methods that fit one model)."""
     if methods_for is not None:
+        from .methods import methods_for_model
+
         click.echo(" ".join(methods_for_model(methods_for)))
         return
     from .data import DATASETS
@@ -673,46 +265,14 @@ def campaign_command(file: Path, engine: str, address: str | None, retries: int,
         raise ConfigError(f"{len(failed)} trace(s) failed, e.g. {failed[0].task.label}: {failed[0].message}")
 
 
-def methods_for_model(model: str) -> list[str]:
-    """Methods whose normalisation needs the built-in ``model`` meets (no model is built)."""
-    from .methods import available_methods, get_method
-    from .models import MODEL_NORMS
+def __getattr__(name: str) -> Any:
+    # `methods_for` / `methods_for_model` now live in tempora_trace.methods (kept here for callers
+    # of the pre-subcommand API without importing the method registry at start-up).
+    if name in ("methods_for", "methods_for_model"):
+        from .methods import methods_for_model
 
-    if model not in MODEL_NORMS:
-        raise ConfigError(f"unknown model '{model}'; available: {', '.join(MODEL_NORMS)}")
-    return [m for m in available_methods() if MODEL_NORMS[model] in get_method(m).compatible_norms]
-
-
-#: Kept for callers of the pre-subcommand API.
-methods_for = methods_for_model
-
-
-# ------------------------------------------------------------------------ calibration
-
-
-def calibrate(cfg: TraceConfig) -> None:
-    """Trace `standard` (or reuse its complete, matching trace) and print λ."""
-    from .runner import TraceRun
-    from .timing import device_slug, resolve_device
-
-    path = cfg.output_dir(device_slug(resolve_device(cfg.device))) / f"{cfg.file_stem()}.parquet"
-    if path.exists() and not cfg.force and not cfg.resume:
-        from .writer import check_reusable
-
-        check_reusable(path, cfg)
-        click.echo(f"using existing {path} (pass --force to re-measure)")
-    else:
-        echo = (lambda s: None) if cfg.quiet else (lambda s: click.echo(s))
-        try:
-            path = TraceRun(cfg, echo).run()
-        except KeyboardInterrupt:
-            raise KeyboardInterrupt("interrupted: completed episodes are kept; rerun with --resume to continue") from None
-        click.echo(f"wrote {path}")
-    lam, mean, std, count = lambda_ms_of(path)
-    click.echo(f"λ = {lam:.3f} ms  (mean {mean:.3f} ms + 6 × σ {std:.3f} ms over {count} batches of standard inference)")
-    from .calibration import print_dispersion
-
-    print_dispersion(path)
+        return methods_for_model
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -641,11 +641,12 @@ class LiveRun:
     def trace_episode(self, index: int, episode) -> None:
         """The episode's trace pass (``trace_alongside``): the tracer's own loop, checkpoints
         included, its rows on disk before the next episode."""
-        from .runner import _Progress, summarize
+        from .progress import ProgressView
+        from .runner import summarize
 
         base = self.base
         t0 = time.perf_counter()
-        rows = base.run_episode(index, episode, _Progress(enabled=False))
+        rows = base.run_episode(index, episode, ProgressView(enabled=False))
         base.writer.write_episode(index, rows, base.probes[index])
         self.echo(f"trace  {summarize(episode.name, rows.table()).line()}  {time.perf_counter() - t0:.1f} s")
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import itertools
 import os
 import random
-import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -41,6 +40,7 @@ from .methods import get_method
 from .methods._common import NORM_NAMES, incompatibility_message
 from .methods.base import MethodContext, TTAMethod
 from .models import get_model
+from .progress import ProgressView
 from .staging import BatchStager, StagedBatch, default_workers
 from .timing import (
     DeviceClock,
@@ -145,44 +145,6 @@ def summarize(name: str, table) -> EpisodeSummary:
 
 
 # ------------------------------------------------------------------------ the run
-class _Progress:
-    """Rich progress bar per episode on stderr, only on a terminal and without --quiet."""
-
-    def __init__(self, enabled: bool):
-        self.bar = None
-        if enabled and sys.stderr.isatty():
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self.bar = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=Console(stderr=True),
-                transient=True,
-            )
-            self.bar.start()
-        self.task = None
-
-    def start(self, name: str, total: int) -> None:
-        if self.bar is not None:
-            self.task = self.bar.add_task(name, total=total)
-
-    def advance(self, n: int = 1) -> None:
-        if self.bar is not None and self.task is not None:
-            self.bar.advance(self.task, n)
-
-    def end(self) -> None:
-        if self.bar is not None and self.task is not None:
-            self.bar.remove_task(self.task)
-            self.task = None
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-
-
 class MethodRun:
     """Device, data, model, method, stager and clock of one run, built and checked once.
 
@@ -390,7 +352,7 @@ class TraceRun(MethodRun):
             restore_rng(saved_rng, self.device)
         return True
 
-    def run_episode(self, index: int, episode: Episode, progress: _Progress) -> RowBuffer:
+    def run_episode(self, index: int, episode: Episode, progress: ProgressView) -> RowBuffer:
         cfg = self.cfg
         n_batches = episode.num_batches
         self.start_episode(index, episode)
@@ -473,7 +435,7 @@ class TraceRun(MethodRun):
         }
 
     def run(self, on_episode_end: Callable[[int, str], None] | None = None) -> Path:
-        progress = _Progress(enabled=not self.cfg.quiet)
+        progress = ProgressView(enabled=not self.cfg.quiet)
         try:
             with collector_paused():
                 self.warm_up()

@@ -51,6 +51,16 @@ def get_method(name: str) -> type[TTAMethod]:
         raise MethodError(f"unknown method '{name}'; available: {', '.join(sorted(_REGISTRY))}") from None
 
 
+def methods_for_model(model: str) -> list[str]:
+    """Methods whose normalisation needs the built-in ``model`` meets (no model is built)."""
+    from ..errors import ConfigError
+    from ..models import MODEL_NORMS
+
+    if model not in MODEL_NORMS:
+        raise ConfigError(f"unknown model '{model}'; available: {', '.join(MODEL_NORMS)}")
+    return [m for m in available_methods() if MODEL_NORMS[model] in get_method(m).compatible_norms]
+
+
 def departures_markdown() -> str:
     """Markdown tables of every method's departures from the Tempora reference and the authors'
     code (the methods documentation renders these; see ``_parity``)."""
@@ -70,6 +80,7 @@ __all__ = [
     "departures_markdown",
     "entropy_margin",
     "get_method",
+    "methods_for_model",
     "register",
     "softmax_entropy",
 ]

@@ -1,0 +1,540 @@
+"""Trace options, declared once: ``tempora-trace run``, ``live``, ``calibrate`` and campaigns share them.
+
+:data:`TRACE_OPTIONS` is the single declaration of every option of the commands that trace
+(flag, type, default, help, which commands take it, where its value goes). From it come
+
+* the command-line options of ``run``, ``live`` and ``calibrate`` (:func:`click_options`),
+* the :class:`~tempora_trace.config.TraceConfig` fields a command line sets (:func:`config_kwargs`)
+  and the :class:`~tempora_trace.live.LiveSettings` of ``live`` (:func:`live_kwargs`),
+* the keys a campaign group may set under ``options`` (:data:`CAMPAIGN_OPTIONS`), and the
+  ``tempora-trace run`` arguments of a campaign's trace (:func:`to_argv`, :func:`parse_args`).
+
+Adding a trace option is one :class:`TraceOption` here plus its use (the ``TraceConfig`` field
+it fills and the code that reads it). ``tempora_sim.options`` does the same for the simulator.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import click
+
+from tempora_schema.command import (
+    INT32_MAX,
+    INT64_MAX,
+    ValueType,
+    int_list_type,
+    parse_int,
+    parse_ratio,
+    split_list,
+    time_list_type,
+    time_type,
+)
+from tempora_schema.errors import OptionError
+from tempora_schema.provision import LAMBDA_RULES
+
+from .config import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_FROZEN_SAMPLE,
+    DEFAULT_IDLE_GAPS,
+    DEFAULT_SEED,
+    DEFAULT_SEVERITY,
+    DEFAULT_STAGE_MB,
+    DEFAULT_TIMING_PASSES,
+    DEFAULT_TIMING_SAMPLE,
+    WARMUP_BATCHES,
+)
+from .errors import ConfigError
+
+#: The subcommands that trace; a :class:`TraceOption` names the ones that take it.
+COMMANDS = ("run", "live", "calibrate")
+RUN, LIVE, CALIBRATE = COMMANDS
+STREAMS = ("episodic", "continual", "dirichlet")
+PROFILES = ("default", "paper")
+
+
+# ------------------------------------------------------------------------ value types
+def _frozen_sample(text: str, option: str) -> int | None:
+    if text.strip() == "all":
+        return None
+    try:
+        return parse_int(text, option, 1, INT32_MAX)
+    except OptionError:
+        raise OptionError(f"{option}: expected a number ≥ 1 or 'all', got '{text}'") from None
+
+
+def _ratio_list(text: str, option: str) -> list[float]:
+    values = [parse_ratio(t, option) for t in split_list(text, option)]
+    bad = [v for v in values if not v > 0]
+    if bad:
+        raise OptionError(f"{option}: utilisation must be > 0 (got {bad[0]:g}); ρ = λ/γ and γ must be finite")
+    return values
+
+
+def _positive_time_list(text: str, option: str) -> list[float]:
+    values = time_list_type(0.0).parse(text, option)
+    if any(v <= 0 for v in values):
+        raise OptionError(f"{option}: every inter-arrival time must be > 0 ms")
+    return values
+
+
+FROZEN_SAMPLE = ValueType("N|all", _frozen_sample)
+
+
+def _finite_json(value: Any, where: str) -> Any:
+    """``--param`` values must be finite: NaN/∞ would collapse the model and break strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise OptionError(f"--param {where}: {value} is not a finite number")
+    if isinstance(value, list):
+        for v in value:
+            _finite_json(v, where)
+    if isinstance(value, dict):
+        for v in value.values():
+            _finite_json(v, where)
+    return value
+
+
+def parse_param(pair: str) -> tuple[str, Any]:
+    """``KEY=VALUE``: VALUE is JSON when it parses (numbers, true/false, lists), else a string."""
+    if "=" not in pair:
+        raise OptionError(f"--param expects KEY=VALUE, got '{pair}'")
+    key, text = (s.strip() for s in pair.split("=", 1))
+    if not key:
+        raise OptionError(f"--param expects KEY=VALUE, got '{pair}'")
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return key, text
+    if text.strip().lower().lstrip("+-") in ("nan", "infinity", "inf"):
+        raise OptionError(f"--param {key}: {text} is not a finite number")
+    return key, _finite_json(value, key)
+
+
+def parse_domains(text: str | None) -> list[str] | None:
+    """``--domains``: comma- or space-separated names (None: the dataset's default)."""
+    if text is None:
+        return None
+    items = [t.strip() for t in text.replace(" ", ",").split(",") if t.strip()]
+    if not items:
+        raise OptionError("--domains: empty list")
+    return items
+
+
+def _list_or_empty(value: Sequence | None) -> list:
+    return list(value or [])
+
+
+# ------------------------------------------------------------------------ the declaration
+@dataclass(frozen=True)
+class TraceOption:
+    """One option of the commands that trace.
+
+    ``config``: the :class:`TraceConfig` field the value fills (``True``: the option's own name;
+    ``None``: none). ``live``: the :class:`LiveSettings` field it fills instead on ``live``.
+    ``convert`` turns the parsed value into the field's value. ``campaign``: the TOML type a
+    campaign group may give it under ``options`` (``None``: not settable there).
+    """
+
+    flag: str
+    help: str | Mapping[str, str]
+    commands: tuple[str, ...]
+    default: Any = None
+    type: Any = None
+    dest: str | None = None
+    is_flag: bool = False
+    multiple: bool = False
+    metavar: str | None = None
+    config: str | bool | None = True
+    live: str | None = None
+    convert: Callable[[Any], Any] | None = None
+    campaign: type | tuple[type, ...] | None = None
+
+    @property
+    def name(self) -> str:
+        """The parameter name (the key of the parsed options)."""
+        return self.dest or self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def config_field(self) -> str | None:
+        if self.config is True:
+            return self.name
+        return self.config or None
+
+    def help_for(self, command: str) -> str:
+        return self.help if isinstance(self.help, str) else self.help[command]
+
+    def click_declaration(self, command: str) -> tuple[list[str], dict[str, Any]]:
+        """The parameter declarations and attributes of this option's click option on ``command``."""
+        attrs: dict[str, Any] = {"help": self.help_for(command)}
+        decls = [self.flag] if self.dest is None else [self.flag, self.dest]
+        if self.is_flag:
+            attrs["is_flag"] = True
+        else:
+            attrs["default"] = self.default
+            attrs["show_default"] = self.default is not None
+        for key in ("type", "metavar"):
+            if getattr(self, key) is not None:
+                attrs[key] = getattr(self, key)
+        if self.multiple:
+            attrs["multiple"] = True
+        return decls, attrs
+
+    def value(self, raw: Any) -> Any:
+        return self.convert(raw) if self.convert is not None else raw
+
+    def argv(self, value: Any) -> list[str]:
+        """The command-line words that give this option ``value`` (a TOML or Python value)."""
+        if self.is_flag:
+            return [self.flag] if value else []
+        if value is None:
+            return []
+        if self.multiple:
+            return [w for v in value for w in (self.flag, str(v))]
+        if isinstance(value, (list, tuple)):
+            return [self.flag, ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value)]
+        return [self.flag, str(value)]
+
+
+_R, _L, _C = (RUN,), (LIVE,), (CALIBRATE,)
+_RL = (RUN, LIVE)
+_ALL = COMMANDS
+
+#: Every trace option, in the order ``--help`` lists them.
+TRACE_OPTIONS: tuple[TraceOption, ...] = (
+    # the method and its hyperparameters
+    TraceOption("--method", "TTA method (see `tempora-trace list`). Required.", _RL),
+    TraceOption(
+        "--param", "Override a method hyperparameter (repeatable).", _RL, dest="params", multiple=True, metavar="KEY=VALUE", config=None
+    ),
+    TraceOption(
+        "--profile",
+        "paper: behave as the Tempora reference code wherever the default departs from it "
+        "(docs/methods-parity.md); the trace is named <method>-paper. Same as --param profile=paper.",
+        _RL,
+        type=click.Choice(list(PROFILES)),
+        config=None,
+    ),
+    # the protocol of a live run
+    TraceOption("--protocol", "discrete, amortised, or both: discrete,amortised.", _L, default="discrete", config=None, live="protocols"),
+    TraceOption(
+        "--rho",
+        "Discrete: utilisations ρ = λ/γ, fractions or %, comma-separated (1,0.5 or 100%,50%).",
+        _L,
+        type=ValueType("RATIOS", _ratio_list),
+        metavar="RATIOS",
+        config=None,
+        live="rho",
+    ),
+    TraceOption(
+        "--gamma-ms",
+        "Discrete: inter-arrival times γ instead of --rho (ms, or with ms/s).",
+        _L,
+        type=ValueType("TIMES", _positive_time_list),
+        metavar="TIMES",
+        config=None,
+        live="gamma_ms",
+    ),
+    TraceOption(
+        "--queue",
+        "Discrete: queue capacity b (0 = drop arrivals while busy).",
+        _L,
+        default=1,
+        type=click.IntRange(0, INT32_MAX),
+        config=None,
+        live="queue",
+    ),
+    TraceOption(
+        "--B",
+        "Amortised: overhead budgets (ms, or with ms/s: 1s,4s).",
+        _L,
+        dest="budgets",
+        type=time_list_type(0.0),
+        metavar="TIMES",
+        config=None,
+        live="budgets_ms",
+        convert=_list_or_empty,
+    ),
+    TraceOption(
+        "--budget-rule",
+        "Amortised cut-off: strict m = max{j: Σc ≤ B}, or overshoot (adapt while spent < B).",
+        _L,
+        default="strict",
+        type=click.Choice(["strict", "overshoot"]),
+        config=None,
+        live="budget_rule",
+    ),
+    # exact budget cut-offs of a trace (run), λ (run and live)
+    TraceOption(
+        "--budgets-ms",
+        "Add the exact cut-off checkpoints of these budgets (ms, or with ms/s: 1s,2s); needs --lambda-ms.",
+        _R,
+        type=time_list_type(0.0),
+        metavar="TIMES",
+        convert=_list_or_empty,
+    ),
+    TraceOption(
+        "--lambda-ms",
+        {
+            RUN: "λ for --budgets-ms (ms, or with ms/s; see `tempora-trace calibrate`).",
+            LIVE: "λ (ms, or with ms/s) [default: mean + 6σ of the group's standard trace].",
+        },
+        _RL,
+        type=time_type(0.0, allow_zero=False),
+        metavar="TIME",
+        live="lambda_ms",
+    ),
+    TraceOption(
+        "--standard",
+        "Standard trace (file or folder) to take λ from [default: the folder `run` writes this group to].",
+        _L,
+        type=click.Path(path_type=str),
+        config=None,
+        live="standard",
+    ),
+    TraceOption(
+        "--lambda-rule",
+        "λ from the standard trace's δ: paper = mean + 6σ, robust = median + 6·1.4826·MAD (one stall cannot inflate it).",
+        _L,
+        default="paper",
+        type=click.Choice(list(LAMBDA_RULES)),
+        config=None,
+        live="lambda_rule",
+    ),
+    TraceOption(
+        "--repeats",
+        "Play every setting this many times (run-to-run spread).",
+        _L,
+        default=1,
+        type=click.IntRange(1, 1000),
+        config=None,
+        live="repeats",
+    ),
+    TraceOption(
+        "--spin-us",
+        "Before an arrival, busy-wait this last stretch (µs) instead of sleeping.",
+        _L,
+        default=500.0,
+        type=click.FloatRange(0, 1e6),
+        config=None,
+        live="spin_us",
+    ),
+    TraceOption(
+        "--trace-alongside",
+        "Also trace the method in this run into DIR, each episode's trace pass beside its live runs "
+        "(a replay that shares the machine's state; docs/validation.md). Checkpoint options apply to it.",
+        _L,
+        type=click.Path(path_type=str, file_okay=False),
+        metavar="DIR",
+        config=None,
+        live="trace_alongside",
+    ),
+    TraceOption(
+        "--budget-checkpoints",
+        "The trace taken alongside also holds the exact cut-off checkpoints of the --B budgets "
+        "(at its own cut-offs, under the live λ), so its amortised replay needs no nearest checkpoint.",
+        _L,
+        is_flag=True,
+        config=None,
+        live="budget_checkpoints",
+    ),
+    # which frozen checkpoints a trace scores (run, and live --trace-alongside)
+    TraceOption(
+        "--frozen-sample",
+        "Later batches scored per frozen checkpoint, or 'all' (exact).",
+        _RL,
+        default=str(DEFAULT_FROZEN_SAMPLE),
+        type=FROZEN_SAMPLE,
+        campaign=(int, str),
+    ),
+    TraceOption(
+        "--checkpoints",
+        "Extra exact checkpoints, comma-separated, e.g. 0,5,17.",
+        _RL,
+        type=int_list_type(0, INT32_MAX),
+        metavar="STEPS",
+        convert=_list_or_empty,
+        campaign=list,
+    ),
+    TraceOption(
+        "--no-default-checkpoints",
+        "Only --checkpoints and budget checkpoints.",
+        _RL,
+        is_flag=True,
+        config="default_checkpoints",
+        convert=lambda flag: not flag,
+        campaign=bool,
+    ),
+    # timing variability measured after the main pass (run, and live --trace-alongside; docs/tracer.md)
+    TraceOption(
+        "--timing-sample",
+        "Events timed again after the main pass, per repeat pass (timing variability; 0 turns it off).",
+        _RL,
+        default=DEFAULT_TIMING_SAMPLE,
+        type=click.IntRange(0, 100_000),
+        campaign=int,
+    ),
+    TraceOption(
+        "--timing-passes",
+        "Back-to-back repeat passes over the timing sample.",
+        _RL,
+        default=DEFAULT_TIMING_PASSES,
+        type=click.IntRange(1, 100),
+        campaign=int,
+    ),
+    TraceOption(
+        "--idle-gaps",
+        "Idle waits before every other event of the idle pass: <k>x (multiples of the sample's median δ) "
+        "and/or times (ms, or with ms/s), comma-separated; 'none' for no idle pass.",
+        _RL,
+        default=DEFAULT_IDLE_GAPS,
+        metavar="GAPS",
+        campaign=str,
+    ),
+    # the data, the model, the device and the run (every command that traces)
+    TraceOption(
+        "--dataset",
+        "demo, cifar10-c, cifar100-c, imagenet-c, imagenet-r, imagenet-a or imagenet-v2 (see `tempora-trace list`).",
+        _ALL,
+        default="demo",
+    ),
+    TraceOption("--model", "Model name [default: the dataset's model: demo-resnet, cifar-resnet18, resnet50].", _ALL),
+    TraceOption("--weights", "Weight file (state_dict), or 'random' for an untrained model (timing only).", _ALL),
+    TraceOption(
+        "--offline",
+        "Never download weights: a missing file is an error naming where to put it (also TEMPORA_OFFLINE=1 or HF_HUB_OFFLINE=1).",
+        _ALL,
+        is_flag=True,
+        config=None,
+    ),
+    TraceOption("--data-root", "Dataset folder [default: $TEMPORA_DATA/<dataset folder>].", _ALL),
+    TraceOption("--device", "cpu, cuda or cuda:N.", _ALL, default="cpu"),
+    TraceOption("--out", "Output folder [default: traces/<dataset>/<model>/<device>/].", _ALL, type=click.Path(path_type=str)),
+    TraceOption("--name", "Trace file stem [default: the method plus -bs/-seed/-sev/-continual suffixes when not default].", _ALL),
+    TraceOption(
+        "--domains",
+        "Corruptions or groups (noise, blur, weather, digital, all, clean), comma-separated "
+        "(`--domains fog snow` works too) [default: all 15 corruptions].",
+        _ALL,
+        metavar="LIST",
+        convert=parse_domains,
+    ),
+    TraceOption("--severity", "Corruption severity.", _ALL, default=DEFAULT_SEVERITY, type=click.IntRange(1, 5)),
+    TraceOption("--max-batches", "At most this many batches per domain.", _ALL, type=click.IntRange(1, INT32_MAX), campaign=int),
+    TraceOption("--batch-size", "Images per batch.", _ALL, default=DEFAULT_BATCH_SIZE, type=click.IntRange(1, INT32_MAX)),
+    TraceOption("--seed", "Seed of the batch order and the method.", _ALL, default=DEFAULT_SEED, type=click.IntRange(0, INT64_MAX)),
+    TraceOption(
+        "--stream",
+        "episodic: reset per domain; continual: never reset; dirichlet: reset per domain, batches in a "
+        "label-shifted order (classes spread over time by Dirichlet(α)).",
+        _ALL,
+        default="episodic",
+        type=click.Choice(list(STREAMS)),
+    ),
+    TraceOption(
+        "--dirichlet-alpha",
+        "Concentration α of --stream dirichlet: smaller α, longer single-class runs [e.g. 0.01].",
+        _ALL,
+        type=click.FloatRange(0, None, min_open=True),
+        metavar="ALPHA",
+    ),
+    TraceOption(
+        "--workers",
+        "Parallel decode workers, active only between staged chunks, never during a timed event [default: min(8, cores)].",
+        _ALL,
+        type=click.IntRange(0, 1024),
+        campaign=int,
+    ),
+    TraceOption(
+        "--stage-mb",
+        "Host memory for one staged chunk of batches, MiB (docs/timing.md).",
+        _ALL,
+        default=DEFAULT_STAGE_MB,
+        type=click.FloatRange(0, None, min_open=True),
+        metavar="MIB",
+    ),
+    TraceOption("--threads", "Torch intra-op threads [default: torch's choice].", _ALL, type=click.IntRange(1, 4096), campaign=int),
+    TraceOption(
+        "--warmup-batches",
+        "Untimed noise-perturbed copies of the first batch run before the clock starts, so lazy "
+        "initialisation never lands in a timed row (0: none).",
+        _ALL,
+        default=WARMUP_BATCHES,
+        type=click.IntRange(0, 1000),
+    ),
+    TraceOption("--resume", "Continue an interrupted run after its last complete episode.", _ALL, is_flag=True),
+    TraceOption("--force", "Overwrite an existing trace or discard an interrupted run.", _ALL, is_flag=True),
+    TraceOption("--quiet", "No progress bars or episode summaries.", _ALL, is_flag=True),
+)
+
+BY_NAME: dict[str, TraceOption] = {o.name: o for o in TRACE_OPTIONS}
+
+#: The keys a campaign group may set under ``options`` and their TOML types.
+CAMPAIGN_OPTIONS: dict[str, type | tuple[type, ...]] = {o.name: o.campaign for o in TRACE_OPTIONS if o.campaign is not None}
+
+
+def options_of(command: str) -> list[TraceOption]:
+    """The options ``command`` takes, in declaration order."""
+    if command not in COMMANDS:
+        raise ValueError(f"unknown trace command {command!r}; one of {', '.join(COMMANDS)}")
+    return [o for o in TRACE_OPTIONS if command in o.commands]
+
+
+def click_options(command: str) -> Callable:
+    """Decorator adding the click options of ``command`` (``--help`` lists them as declared)."""
+
+    def apply(fn: Callable) -> Callable:
+        for option in reversed(options_of(command)):
+            decls, attrs = option.click_declaration(command)
+            fn = click.option(*decls, **attrs)(fn)
+        return fn
+
+    return apply
+
+
+def method_params(opts: Mapping[str, Any]) -> dict[str, Any]:
+    """``--param`` pairs plus ``--profile`` (which is the method parameter ``profile``)."""
+    params = dict(parse_param(p) for p in opts.get("params") or ())
+    if opts.get("profile") is not None:
+        if params.get("profile", opts["profile"]) != opts["profile"]:
+            raise ConfigError(f"--profile {opts['profile']} contradicts --param profile={params['profile']}")
+        params["profile"] = opts["profile"]
+    return params
+
+
+def config_kwargs(command: str, opts: Mapping[str, Any]) -> dict[str, Any]:
+    """The :class:`TraceConfig` fields that the parsed options of ``command`` set."""
+    out: dict[str, Any] = {}
+    for option in options_of(command):
+        target = option.config_field
+        if target is None or (command == LIVE and option.live is not None) or option.name not in opts:
+            continue
+        out[target] = option.value(opts[option.name])
+    if any(o.name == "params" for o in options_of(command)):
+        out["method_params"] = method_params(opts)
+    return out
+
+
+def live_kwargs(opts: Mapping[str, Any]) -> dict[str, Any]:
+    """The :class:`LiveSettings` fields of ``live``'s parsed options."""
+    return {o.live: o.value(opts[o.name]) for o in options_of(LIVE) if o.live is not None and o.name in opts}
+
+
+def to_argv(values: Mapping[str, Any]) -> list[str]:
+    """Command-line words giving each named option its value (in declaration order)."""
+    unknown = sorted(set(values) - set(BY_NAME))
+    if unknown:
+        raise ValueError(f"not trace options: {', '.join(unknown)}")
+    return [word for o in TRACE_OPTIONS if o.name in values for word in o.argv(values[o.name])]
+
+
+def parse_args(command: str, args: Sequence[str]) -> dict[str, Any]:
+    """``args`` parsed exactly as ``tempora-trace COMMAND`` parses them (every option, defaults filled)."""
+    params = []
+    for option in options_of(command):
+        decls, attrs = option.click_declaration(command)
+        params.append(click.Option(decls, **attrs))
+    ctx = click.Command(command, params=params).make_context(command, list(args))
+    return dict(ctx.params)
