@@ -90,7 +90,10 @@ def test_argv_round_trips_through_the_parser():
 
 def test_campaign_keys_are_the_declared_ones():
     assert TRACE_OPTIONS == {o.name: o.campaign for o in trace_options.TRACE_OPTIONS if o.campaign is not None}
-    assert set(TRACE_OPTIONS) == {"max_batches", "frozen_sample", "threads", "workers", "checkpoints", "no_default_checkpoints"}
+    assert set(TRACE_OPTIONS) == {
+        "max_batches", "frozen_sample", "threads", "workers", "checkpoints", "no_default_checkpoints",
+        "timing_sample", "timing_passes", "idle_gaps",  # timing variability (tempora_trace.variability)
+    }  # fmt: skip
     assert all("run" in trace_options.BY_NAME[k].commands for k in TRACE_OPTIONS)
 
 
