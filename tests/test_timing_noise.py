@@ -139,8 +139,9 @@ def event_oracle(a, delta, gamma, queue, strict, gaps, factors):
 
 
 def walk():
-    tn._compile()
-    return tn._KERNELS["walk"]
+    from tempora_sim.kernels import discrete_idle_walk
+
+    return discrete_idle_walk
 
 
 def test_idle_effect_hand_worked():

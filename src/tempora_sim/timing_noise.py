@@ -253,88 +253,6 @@ def _idle_factor(gap, gaps, factors):
     return factors[k - 1]  # pragma: no cover
 
 
-_KERNELS: dict[str, Callable] = {}
-
-
-def _compile() -> Callable:
-    """The Numba idle-aware discrete kernel (compiled on first use, cached on disk)."""
-    if "discrete" in _KERNELS:
-        return _KERNELS["discrete"]
-    from numba import njit, prange
-
-    from .kernels import _skipped_score, last_arrival
-
-    factor = njit(cache=True, inline="always")(_idle_factor)
-
-    @njit(cache=True)
-    def walk(a, delta, gamma, queue, strict, skip_mode, skip_value, gaps, factors):
-        n = a.shape[0]
-        inv_gamma = 1.0 / gamma
-        p = 0
-        j = 0
-        start = 0.0
-        start_next = 0.0
-        prev_f = 0.0
-        served_sum = 0.0
-        skipped_score = 0.0
-        while True:
-            f = start + delta[j] * factor(start - prev_f if j > 0 else 0.0, gaps, factors)
-            prev_f = f
-            served_sum += a[j]
-            k = last_arrival(f, gamma, inv_gamma)
-            nxt = n
-            if strict:
-                instant = k + 1
-                if instant < n:
-                    nxt = instant if queue == 0 else max(p + 1, instant - queue + 1)
-                    start_next = instant * gamma
-            elif queue == 0:
-                first = k if k * gamma == f else k + 1
-                cand = max(p + 1, first)
-                if cand < n:
-                    nxt = cand
-                    start_next = cand * gamma
-            else:
-                kc = min(k, n - 1)
-                if kc > p:
-                    nxt = max(p + 1, kc - queue + 1)
-                    start_next = f
-                elif p + 1 < n:
-                    nxt = p + 1
-                    start_next = nxt * gamma
-            skipped_score += _skipped_score(nxt - p - 1, skip_mode, a[j], skip_value)
-            j += 1
-            if nxt >= n:
-                break
-            p = nxt
-            start = start_next
-        return j, served_sum, skipped_score
-
-    @njit(cache=True, parallel=True)
-    def kernel(a, delta, offsets, lam, rho, queue, strict, skip_mode, skip_value, c_off, c_gaps, c_factors, which):
-        n_vals = rho.shape[0]
-        served = np.zeros((which.shape[0], n_vals), np.int64)
-        served_sum = np.zeros((which.shape[0], n_vals))
-        score_sum = np.zeros((which.shape[0], n_vals))
-        for task in prange(which.shape[0] * n_vals):
-            w = task // n_vals
-            v = task % n_vals
-            s = which[w]
-            lo = offsets[s]
-            hi = offsets[s + 1]
-            g = c_gaps[c_off[s] : c_off[s + 1]]
-            fa = c_factors[c_off[s] : c_off[s + 1]]
-            cnt, ssum, skip = walk(a[lo:hi], delta[lo:hi], lam[s] / rho[v], queue, strict, skip_mode, skip_value[s], g, fa)
-            served[w, v] = cnt
-            served_sum[w, v] = ssum
-            score_sum[w, v] = ssum + skip
-        return served, served_sum, score_sum
-
-    _KERNELS["discrete"] = kernel
-    _KERNELS["walk"] = walk
-    return kernel
-
-
 def discrete_idle_kernel(series, curves, rho, opts) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Discrete replay with the idle effect, for the series whose trace shows one.
 
@@ -343,7 +261,7 @@ def discrete_idle_kernel(series, curves, rho, opts) -> tuple[np.ndarray, np.ndar
 
     c_off, c_gaps, c_factors = curves
     which = np.flatnonzero(np.diff(c_off) > 0).astype(np.int64)
-    kernel = _compile()
+    kernel = K.discrete_idle_kernel
     mode = K.SKIP_FALLBACK if opts["fallback"] else (K.SKIP_RANDOM if opts["skipped"] == "random" else K.SKIP_NULL)
     served, ssum, score = kernel(
         series.a,
