@@ -25,6 +25,7 @@ from tempora_sim import stats as st
 from tempora_sim import synthetic as syn
 from tempora_sim import timing_noise as tn
 from tempora_sim.cli import main
+from tempora_sim.replicates import replicates_of
 from tempora_sim.term_intervals import interval_columns, pooled_bounds
 from tempora_sim.traces import load_traces
 
@@ -210,7 +211,7 @@ def test_replicates_match_an_event_simulation_drawing_from_the_same_model(tmp_pa
     write(d, ("standard", "tent"), var, num_batches=24, rng_seed=seed)
     ts = load_traces(d, cache=False)
     res = run_sweep(ts, protocols="discrete", rho=[rho])
-    reps = tn.replicates_of(res, 3, seed)
+    reps = replicates_of(res, 3, seed)
     lam = res.frame.get_column("lambda_ms")[0]
     for trace in ts.traces:
         model = tn.timing_model(trace)
@@ -244,7 +245,7 @@ def test_common_random_numbers_keep_identical_methods_tied(tmp_path):
     )
     ts = load_traces(tmp_path, cache=False)
     res = run_sweep(ts, protocols="discrete", rho=[1.0])
-    timing = tn.replicates_of(res, 20, 0)
+    timing = replicates_of(res, 20, 0)
     rows = an.align_group_dtypes(an.trace_rows(ts.traces), res.frame)
     iv = an.utility_intervals(res.frame, rows, timing=timing)
     iv0 = an.utility_intervals(res.frame, rows)
@@ -266,7 +267,7 @@ def test_zero_measured_variability_gives_todays_intervals_exactly(tmp_path):
     write(tmp_path, variability=syn.SyntheticVariability(0.0, 0.0, gaps_ms=()))
     ts = load_traces(tmp_path, cache=False)
     res = run_sweep(ts)
-    timing = tn.replicates_of(res, 20, 0)
+    timing = replicates_of(res, 20, 0)
     assert timing.count == 20 and set(timing.status.values()) == {tn.MEASURED}
     rows = an.align_group_dtypes(an.trace_rows(ts.traces), res.frame)
     with_t, without = an.utility_intervals(res.frame, rows, timing=timing), an.utility_intervals(res.frame, rows)
@@ -283,7 +284,7 @@ def test_a_trace_without_the_measurement_reads_and_replays_as_before(tmp_path):
     write(tmp_path / "without")
     a, b = run_sweep(load_traces(tmp_path / "with", cache=False)), run_sweep(load_traces(tmp_path / "without", cache=False))
     assert a.frame.equals(b.frame)
-    timing = tn.replicates_of(b, 20, 0)
+    timing = replicates_of(b, 20, 0)
     assert timing.count == 0 and set(timing.status.values()) == {tn.UNKNOWN}
     assert "unknown" in tn.describe(timing, 20)
     cols = interval_columns(b, None, timing)
@@ -293,8 +294,8 @@ def test_a_trace_without_the_measurement_reads_and_replays_as_before(tmp_path):
 def test_timing_replicates_zero_turns_it_off(tmp_path):
     write(tmp_path, variability=syn.SyntheticVariability(0.2, 0.2))
     res = run_sweep(load_traces(tmp_path, cache=False))
-    assert tn.replicates_of(res, 0, 0).count == 0
-    assert "not included" in tn.describe(tn.replicates_of(res, 0, 0), 0)
+    assert replicates_of(res, 0, 0).count == 0
+    assert "not included" in tn.describe(replicates_of(res, 0, 0), 0)
 
 
 # ----------------------------------------------------------------------------- hand-worked intervals
@@ -347,7 +348,7 @@ def test_a_winner_is_certain_only_if_its_lead_survives_timing(tmp_path):
     rows = an.align_group_dtypes(an.trace_rows(ts.traces), res.frame)
     before = an.pooled_winners(res.frame, an.utility_intervals(res.frame, rows)).row(0, named=True)
     assert (before["winner"], before["runner_up"], before["certain"]) == ("b", "a", True)
-    timing = tn.replicates_of(res, 20, 0)
+    timing = replicates_of(res, 20, 0)
     shifts = tn.timing_model(ts.traces[0]).shifts
     assert shifts == pytest.approx(sorted([math.log(1.2), math.log(0.9)]))
     after = an.pooled_winners(res.frame, an.utility_intervals(res.frame, rows, timing=timing)).row(0, named=True)

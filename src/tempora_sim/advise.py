@@ -200,6 +200,7 @@ def advise(source, constraint: Constraint, bootstrap=None, sweep_opts: dict | No
 
     from tempora_sim import analyses as an
     from tempora_sim import timing_noise
+    from tempora_sim.replicates import replicates_of
     from tempora_sim.stats import BootstrapOptions
     from tempora_sim.traces import TraceSet, group_lambdas, load_traces
 
@@ -234,7 +235,7 @@ def advise(source, constraint: Constraint, bootstrap=None, sweep_opts: dict | No
 
         frame = relabel(frame)
         # the traces' measured timing variability, replayed and combined with the resamples
-        timing = timing_noise.replicates_of(kept[0], bootstrap.timing_replicates, bootstrap.seed)
+        timing = replicates_of(kept[0], bootstrap.timing_replicates, bootstrap.seed)
         timing = timing.map(relabel) if timing is not None else None
         intervals = an.utility_intervals(frame, None, bootstrap, timing)
         pw = an.pooled_winners(frame, intervals).row(0, named=True)

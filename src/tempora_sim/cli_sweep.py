@@ -77,9 +77,10 @@ def sweep_command(traces, out, fmt, intervals, ci_level, resamples, ci_seed, tim
     timing_text = None
     if intervals:
         from . import timing_noise
+        from .replicates import replicates_of
         from .term_intervals import interval_columns
 
-        timing = timing_noise.replicates_of(result, boot.timing_replicates, boot.seed)
+        timing = replicates_of(result, boot.timing_replicates, boot.seed)
         result.frame = interval_columns(result, boot, timing)
         timing_text = timing_noise.describe(timing, boot.timing_replicates)
     if out is not None:

@@ -47,6 +47,7 @@ def timing_interval(
     measured on the whole ``trace``; None when the trace measured no variability. α is None
     for an amortised setting."""
     from .replay import ALL_EPISODES, run_sweep
+    from .replicates import replicates_of
     from .traces import TraceSet
 
     model = tn.timing_model(trace)
@@ -60,7 +61,7 @@ def timing_interval(
         res = run_sweep(
             TraceSet([restricted]), protocols="amortised", B_ms=[float(run["budget_ms"])], lambda_ms=lam, budget_rule=run["budget_rule"]
         )
-    reps = tn.replicates_of(res, replicates, seed, models=[model])
+    reps = replicates_of(res, replicates, seed, models=[model])
     pooled = [r.filter(pl.col("episode") == ALL_EPISODES).row(0, named=True) for r in reps.reps]
     q = [(1 - level) / 2, 1 - (1 - level) / 2]
     u_lo, u_hi = np.quantile([p["utility"] for p in pooled], q)

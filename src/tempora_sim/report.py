@@ -70,10 +70,10 @@ class ReportInputs:
         """Timing replicates of the sweep (:mod:`tempora_sim.timing_noise`), or None: results
         read without their traces, or ``--timing-replicates 0``."""
         if "timing" not in self._cache:
-            from . import timing_noise
+            from .replicates import replicates_of
 
             self._cache["timing"] = (
-                timing_noise.replicates_of(self.sweep_result, self.bootstrap.timing_replicates, self.bootstrap.seed)
+                replicates_of(self.sweep_result, self.bootstrap.timing_replicates, self.bootstrap.seed)
                 if self.sweep_result is not None
                 else None
             )

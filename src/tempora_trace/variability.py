@@ -24,16 +24,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 import tempora_schema as schema
 
 from .timing import collect_between_events, now_ns, timed_event, wait_until
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .runner import MethodRun
 
 #: Default number of sample events per pass (0 turns the measurement off).
 DEFAULT_SAMPLE = 16
@@ -120,9 +117,11 @@ def idle_gap(event: int, gaps_ms: tuple[float, ...]) -> float:
     return float(gaps_ms[(event // 2) % len(gaps_ms)])
 
 
-def measure(run: "MethodRun", plan: VariabilityPlan) -> dict[str, Any] | None:
+def measure(run: Any, plan: VariabilityPlan) -> dict[str, Any] | None:
     """Time the sample again (``plan.passes`` back-to-back passes, then the idle pass) and
     return the ``timing_variability`` metadata value, or None when there is nothing to time.
+    ``run`` is the :class:`~tempora_trace.runner.MethodRun` whose main pass is done (its
+    episodes, method, stager and clock).
 
     Leaves the method in whatever state the last sample event left it: call it after the main
     pass, whose rows are already written."""
