@@ -22,7 +22,7 @@ SIM    := $(PY) -m tempora_sim.cli
 TRACES  ?= traces
 RESULTS ?= results
 
-.PHONY: install test bench docs demo demo-run demo-traces demo-trace-files demo-models validate validate-gpu lint clean \
+.PHONY: install test bench vendor docs demo demo-run demo-traces demo-trace-files demo-models validate validate-gpu lint clean \
         paper paper-vit paper-cifar paper-traces paper-vit-traces paper-cifar-traces
 
 # Never two recipes at once, whatever -j says: two traces on one machine would time each other
@@ -46,6 +46,16 @@ bench: install
 	$(PY) bench/bench_stats.py
 	$(PY) bench/bench_timing.py
 	$(PY) bench/bench_arrivals.py
+	$(PY) bench/bench_plugins.py
+	$(PY) bench/bench_folder.py
+	$(PY) bench/bench_explore.py
+	$(PY) bench/bench_help.py
+
+# `make vendor`: refresh the chart library the explore page inlines (Apache ECharts) from the
+# npm registry, its tarball checked against the pinned sha512 integrity (tools/vendor_echarts.py).
+# The file is committed with its licence and VENDOR.json, so pages build offline from a clone.
+vendor:
+	$(PYTHON) tools/vendor_echarts.py $(VENDOR_OPTS)
 
 # `make lint`: ruff's lint rules and the import contracts (pyproject.toml: the simulator never
 # imports torch, tracer and simulator meet only in tempora_schema, no import cycles), then
@@ -148,6 +158,10 @@ $(foreach s,$(SEEDS),$(eval $(call demo_seed_rule,$(s))))
 # trace taken minutes earlier: what a machine drifting in speed does to it). One thing at a
 # time: a live run beside another job would time that job.
 VALIDATE_METHODS ?= standard tent eta cmf
+# One sparse-adaptation policy (docs/design.md §11) played live beside its trace, too: the method
+# and the policy (empty VALIDATE_POLICY: none).
+VALIDATE_POLICY_METHOD ?= tent
+VALIDATE_POLICY  ?= every:2
 VALIDATE_DOMAINS ?= gaussian_noise,motion_blur,fog,contrast
 VALIDATE_BATCHES ?= 40
 VALIDATE_PROTOCOL ?= discrete,amortised
@@ -181,6 +195,19 @@ validate: install
 	        --protocol $(VALIDATE_PROTOCOL) --rho $(VALIDATE_RHO) --queue 1 $(if $(findstring amortised,$(VALIDATE_PROTOCOL)),--B $(VALIDATE_B)) \
 	        --lambda-rule $(VALIDATE_LAMBDA_RULE) --repeats $(VALIDATE_REPEATS) $$pair || exit 2; \
 	done
+	@if [ -n "$(VALIDATE_POLICY)" ]; then \
+	    pair=$$( [ "$(VALIDATE_ALONGSIDE)" = yes ] && echo --trace-alongside $(VALIDATE_OUT)/traces $(VALIDATE_TRACE_OPTS) ); \
+	    if [ "$(VALIDATE_ALONGSIDE)" != yes ]; then \
+	        echo "trace $(VALIDATE_POLICY_METHOD) --policy $(VALIDATE_POLICY)"; \
+	        $(TRACE) run --method $(VALIDATE_POLICY_METHOD) --policy $(VALIDATE_POLICY) $(VALIDATE_OPTS) --out $(VALIDATE_OUT)/traces \
+	            $(VALIDATE_TRACE_OPTS) || exit 2; \
+	    fi; \
+	    echo "live $(VALIDATE_POLICY_METHOD) --policy $(VALIDATE_POLICY)"; \
+	    $(TRACE) live --method $(VALIDATE_POLICY_METHOD) --policy $(VALIDATE_POLICY) $(VALIDATE_OPTS) --out $(VALIDATE_OUT)/live \
+	        --standard $(VALIDATE_OUT)/traces --protocol $(VALIDATE_PROTOCOL) --rho $(VALIDATE_RHO) --queue 1 \
+	        $(if $(findstring amortised,$(VALIDATE_PROTOCOL)),--B $(VALIDATE_B)) --lambda-rule $(VALIDATE_LAMBDA_RULE) \
+	        --repeats $(VALIDATE_REPEATS) $$pair || exit 2; \
+	fi
 	$(SIM) validate $(VALIDATE_OUT)/live --traces $(VALIDATE_OUT)/traces --out $(VALIDATE_OUT)/report $(VALIDATE_CHECK_OPTS)
 
 # `make validate-gpu`: the same check on a GPU without ImageNet-C on disk: ResNet-50 with

@@ -1,12 +1,12 @@
-"""Benchmark of the simulator (``make bench``): kernels vs the plain-Python reference.
+"""Benchmark of the simulator (``make bench``): kernels vs the plain-Python oracle.
 
-Generates synthetic schema-v1 traces in a temporary directory (paper-shaped timing profiles,
+Generates synthetic traces (trace schema v2) in a temporary directory (paper-shaped timing profiles,
 see ``tempora_sim.synthetic``) and measures, with ``time.perf_counter``:
 
 (a) the paper grid (16 scenarios × 10 methods × 15 episodes × 781 batches) in kernel time
     after JIT, the whole warm CLI run (a fresh ``tempora-sim sweep`` process: imports, read,
     replay, write, print), and the cold Numba compile (empty cache directory);
-(b) kernel speed vs the plain-Python reference on the paper grid, and end to end on a dense
+(b) kernel speed vs the plain-Python oracle on the paper grid, and end to end on a dense
     300-scenario sweep (100 ρ + 100 T + 100 B) of the same traces;
 (c) 1,000 ρ values over the same traces;
 (d) one 1,000,000-batch trace × 100 values per protocol, with the scaling in N and grid size;

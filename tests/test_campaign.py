@@ -67,6 +67,7 @@ def test_expands_groups_and_puts_standard_first(tmp_path):
         (('domains = ["gaussian_noise", "fog", "contrast"]', 'domains = ["rain"]'), "unknown domain 'rain'"),
         (("options = { max_batches = 6", 'options = { max_batches = "6"'), "wrong type"),
         (("options = { max_batches = 6", "options = { lr = 3"), "not a tracer option"),
+        (('methods = ["tent", "eta"]', 'methods = ["tent", "eta"]\npolicies = ["every:0"]'), "policies: --policy 'every:0'"),
     ],
 )
 def test_bad_campaign_files_are_one_line(tmp_path, change, message):
@@ -81,6 +82,25 @@ def test_bad_toml_and_missing_file_are_one_line(tmp_path):
         load_campaign(write(tmp_path, "[campaign\n"))
     with pytest.raises(CampaignError, match="no such campaign file"):
         load_campaign(tmp_path / "none.toml")
+
+
+def test_policies_expand_for_the_methods_that_adapt(tmp_path):
+    """Each method with an adapt step is traced as it is and under each policy (every:1 is the
+    method itself); standard and lame are traced once; each task writes its policy's file."""
+    text = TINY.replace('methods = ["tent", "eta"]', 'methods = ["tent", "lame"]\npolicies = ["every:1,2", "fraction:0.5"]')
+    c = load_campaign(write(tmp_path, text))
+    assert [(t.method, t.policy) for t in c.tasks] == [
+        ("standard", None),
+        ("tent", None),
+        ("tent", "every:2"),
+        ("tent", "fraction:0.5"),
+        ("lame", None),
+    ]
+    from tempora_trace.campaign import trace_location
+
+    tent2 = c.tasks[2]
+    assert "--policy" in tent2.argv(c.out) and tent2.label.split("/")[3].startswith("tent@every:2")
+    assert trace_location(tent2, c.out).name == "tent@every2-bs32.parquet"
 
 
 def test_incompatible_method_is_refused(tmp_path):
@@ -225,3 +245,88 @@ def test_ray_refuses_a_device_type_no_node_has(ray_cluster, tmp_path):
     campaign = load_campaign(write(tmp_path, TINY.replace('device = "cpu"', 'device = "cuda"')))
     with pytest.raises(CampaignError, match="needs a GPU but no Ray node has one"):
         run_ray(campaign)
+
+
+# --------------------------------------------------------------------------- the user's own model and images
+BYO = """
+[campaign]
+name = "byo"
+out = "traces"
+
+[[groups]]
+dataset = "folder:{flat}"
+model = "{model}:build"
+batch_size = 8
+methods = ["tent"]
+options = {{ input_size = 32, corruptions = ["gaussian_noise", "clean"], max_batches = 2, threads = 1 }}
+
+[[groups]]
+dataset = "folder:{nested}"
+model = "timm:mobilenetv3_small_100"
+weights = "random"
+batch_size = 8
+methods = ["tent"]
+options = {{ input_size = 32, max_batches = 2, threads = 1 }}
+
+[[groups]]
+dataset = "folder:{flat}"
+model = "torchvision:mobilenet_v3_small"
+weights = "random"
+batch_size = 8
+methods = ["lame"]
+options = {{ input_size = 32, class_map = "{csv}", max_batches = 1, threads = 1 }}
+"""
+
+
+def _byo_campaign(tmp_path, text=BYO):
+    from byo_helpers import write_image_folder, write_model_file
+
+    flat = write_image_folder(tmp_path / "flat", domains=None, size=(36, 36))
+    nested = write_image_folder(tmp_path / "nested")
+    model = write_model_file(tmp_path / "my_models.py")
+    csv = tmp_path / "map.csv"
+    csv.write_text("cat,281\ndog,207\nfox,277\n")
+    return write(tmp_path, text.format(flat=flat, nested=nested, model=model, csv=csv), "byo.toml")
+
+
+def test_campaign_files_take_models_by_spec_and_folders(tmp_path):
+    campaign = load_campaign(_byo_campaign(tmp_path))
+    assert [(t.group, t.method) for t in campaign.tasks] == [
+        (0, "standard"),
+        (0, "tent"),
+        (1, "standard"),
+        (1, "tent"),
+        (2, "standard"),
+        (2, "lame"),
+    ]
+    argv = campaign.tasks[1].argv(campaign.out)
+    assert argv[argv.index("--corruptions") + 1] == "gaussian_noise,clean" and argv[argv.index("--input-size") + 1] == "32"
+    assert "--class-map" in campaign.tasks[5].argv(campaign.out) and "--weights" in campaign.tasks[3].argv(campaign.out)
+    # the first group traced for real, then skipped as complete (the paths are the tracer's)
+    campaign.tasks = campaign.tasks[:2]
+    first = run_local(campaign)
+    assert [r.status for r in first] == ["done"] * 2, [r.message for r in first]
+    assert [r.status for r in run_local(campaign)] == ["skipped"] * 2
+    import tempora_schema as schema
+
+    meta = {r.task.method: schema.decode_metadata(pq.read_table(r.path).schema, r.path) for r in first}
+    assert meta["tent"]["model"] == "my_models.py:build" and meta["tent"]["domains"] == ["gaussian_noise", "clean"]
+    assert meta["tent"]["model_source"]["preprocess"]["input_size"] == 32 and meta["tent"]["severity"] == 5
+    assert Path(first[0].path).parent.parent.name == "my_models.py-build"
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (('methods = ["lame"]', 'methods = ["spa"]'), "does not run on model 'torchvision:mobilenet_v3_small' \\(BatchNorm\\)"),
+        (("timm:mobilenetv3_small_100", "timm:mobilenetv3_smal_100"), "close matches: mobilenetv3_small_100"),
+        (("{model}:build", "{model}:buidl"), "has no 'buidl'"),
+        (('"folder:{nested}"', '"folder:{nested}/nope"'), "no such folder"),
+        (('class_map = "{csv}"', 'class_map = "{csv}.missing"'), "no such file"),
+        (('corruptions = ["gaussian_noise", "clean"]', 'corruptions = ["rain"]'), "unknown corruption 'rain'"),
+    ],
+)
+def test_campaign_specs_are_checked_when_the_file_loads(tmp_path, change, message):
+    text = BYO.replace(*change, 1)
+    with pytest.raises(CampaignError, match=message):
+        load_campaign(_byo_campaign(tmp_path, text))

@@ -15,6 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from byo_helpers import write_image_folder, write_model_file
 from hostile import assert_refused, inject_errno, invoke, snapshot
 from tempora_schema.outputs import output_lock
 from tempora_sim.synthetic import write_trace
@@ -105,6 +106,13 @@ CASES = {
     "workers negative": ([*RUN, "--workers", "-1"], "'--workers'", None),
     "name with a slash": ([*RUN, "--name", "a/b"], "may only use", None),
     "unknown domain": ([*RUN, "--domains", "rain"], "unknown domain 'rain'", None),
+    "policy kind unknown": ([*RUN, "--policy", "sometimes:3"], "--policy 'sometimes:3': the kind must be", None),
+    "policy every zero": ([*RUN, "--policy", "every:0"], "K must be ≥ 1", None),
+    "policy fraction above 1": ([*RUN, "--policy", "fraction:1.5"], "the share P must be in (0, 1]", None),
+    "policy entropy infinite": ([*RUN, "--policy", "entropy:inf"], "entropy takes one threshold", None),
+    "policy on a method without adapt step": (["run", "--method", "lame", "--policy", "every:2"], "has no adapt step", None),
+    "policy list with --name": ([*RUN, "--policy", "every:2,4", "--name", "x"], "--name names one file", None),
+    "live: several policies": (["live", "--method", "tent", "--rho", "1", "--policy", "every:2,4"], "a live run plays one policy", None),
     "list: unknown model": (["list", "--methods-for", "nosuch"], "unknown model 'nosuch'", None),
     "resume and force": ("tiny", ["--resume", "--force"], "contradict", None),
     "out empty": ("tiny-out", "", "--out is empty", None),
@@ -131,6 +139,77 @@ CASES = {
 }
 
 
+# ------------------------------------------------------------------------ the user's model and images
+def _byo(ws, nested=False):
+    classes = ("ant", "cat", "dog", "fox")
+    write_image_folder(ws / "imgs", domains=("day", "night") if nested else None, classes=classes, per_class=4, size=(8, 8))
+    write_model_file(ws / "model.py")
+
+
+def _byo_broken(ws):
+    _byo(ws)
+    (ws / "broken.py").write_text("def build(:\n")
+
+
+def _byo_empty(ws):
+    (ws / "empty").mkdir()
+
+
+def _byo_bad_image(ws):
+    _byo(ws)
+    (ws / "imgs" / "cat" / "bad.png").write_bytes(b"not an image")
+
+
+def _byo_map(ws):
+    _byo(ws)
+    (ws / "map.csv").write_text("cat,3\ndog,5\n")
+
+
+BYO = ["run", "--method", "tent", "--dataset", "folder:{ws}/imgs", "--batch-size", "4", "--out", "{ws}/byo-out", "--quiet"]
+CASES.update(
+    {
+        "model: module does not import": ([*BYO, "--model", "no_such_module_x:build"], "cannot import module 'no_such_module_x'", _byo),
+        "model: file does not import": ([*BYO, "--model", "{ws}/broken.py:build"], "broken.py: SyntaxError", _byo_broken),
+        "model: factory missing": ([*BYO, "--model", "{ws}/model.py:buidl"], "has no 'buidl'; close matches: build", _byo),
+        "model: factory returns no module": ([*BYO, "--model", "{ws}/model.py:not_a_model"], "not a torch.nn.Module", _byo),
+        "model: factory raises": ([*BYO, "--model", "{ws}/model.py:raises"], "factory raised RuntimeError", _byo),
+        "model: unknown timm name": ([*BYO, "--model", "timm:mobilenetv3_smal_100"], "close matches: mobilenetv3_small_100", _byo),
+        "model: unknown torchvision name": ([*BYO, "--model", "torchvision:mobilenet_v22"], "close matches: mobilenet_v2", _byo),
+        "model: input size on a built-in": ([*BYO, "--model", "tiny-bn", "--input-size", "64"], "--input-size is for models by spec", _byo),
+        "folder: missing": ([*BYO, "--dataset", "folder:{ws}/nope", "--model", "{ws}/model.py:build"], "no such folder", _byo),
+        "folder: empty": ([*BYO, "--dataset", "folder:{ws}/empty"], "holds no class folders", _byo_empty),
+        "folder: no path": ([*BYO, "--dataset", "folder:"], "needs the folder of your images", None),
+        "folder: an image that does not decode": ([*BYO, "--model", "{ws}/model.py:build"], "bad.png", _byo_bad_image),
+        "folder: classes do not fit the model": ([*BYO, "--model", "{ws}/model.py:build_three"], "outputs 3 classes but dataset", _byo),
+        "folder: class map misses a folder": (
+            [*BYO, "--model", "{ws}/model.py:build", "--class-map", "{ws}/map.csv"],
+            "does not map the class folder 'ant'",
+            _byo_map,
+        ),
+        "folder: corruptions on domain folders": (
+            [*BYO, "--model", "{ws}/model.py:build", "--corruptions", "fog"],
+            "--corruptions needs a folder of clean images",
+            lambda ws: _byo(ws, nested=True),
+        ),
+        "folder: corruptions below 32 px": (
+            [*BYO, "--model", "{ws}/model.py:build", "--input-size", "16", "--corruptions", "fog"],
+            "at least 32 px",
+            _byo,
+        ),
+        "folder: corruptions on a built-in dataset": (
+            ["run", "--method", "tent", "--corruptions", "fog"],
+            "is for --dataset folder:PATH",
+            None,
+        ),
+        "method does not fit the model's normalisation": (
+            [*BYO, "--method", "adabn", "--model", "{ws}/model.py:build_plain"],
+            "needs BatchNorm layers but model",
+            _byo,
+        ),
+    }
+)
+
+
 def _argv(case, ws):
     spec = CASES[case]
     if spec[0] == "tiny":
@@ -141,6 +220,8 @@ def _argv(case, ws):
         return ["calibrate", *tiny(ws, *spec[1])]
     if spec[0] == "env":
         return [a.replace("{ws}", str(ws)) for a in spec[1]]
+    if spec[0][:5] == BYO[:5]:  # the user's own model and images
+        return [a.replace("{ws}", str(ws)) for a in spec[0]]
     if spec[0][:1] == ["run"]:  # the case's own values come last, so they win over the tiny defaults
         return ["run", *tiny(ws), *spec[0][1:]]
     return spec[0]
@@ -272,9 +353,15 @@ def test_ctrl_c_during_start_up_is_one_line(argv, prog, tmp_path):
 
 def test_the_documented_case_count_is_the_suite():
     """docs/errors.md states how many hostile cases the suite covers; keep it true."""
+    import test_hostile_cache as cache
+    import test_hostile_campaign as campaign
+    import test_hostile_live as live
     import test_hostile_sim as sim
+    import test_hostile_surfaces as surfaces
 
     sim_cases = len(sim.CASES) + len(sim.FAULTS) * len(sim.COMMANDS) + len(sim.COMMANDS)  # + one held output each
+    sim_cases += cache.CASE_COUNT + surfaces.SIM_CASE_COUNT
     trace_cases = len(CASES) + len(FAULTS) + len(IN_USE) + 1 + len(START_UP)  # + full disk mid-run
+    trace_cases += live.CASE_COUNT + campaign.CASE_COUNT + surfaces.TRACE_CASE_COUNT
     text = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
     assert f"**{sim_cases + trace_cases} cases**: {sim_cases}" in text and f"and {trace_cases} against" in text

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tempora_sim import reference as R
+from tempora_sim import oracle as R
 from tempora_sim.cli import main as sim_main
 from tempora_sim.kernels import discrete_served
 from tempora_trace.config import TraceConfig

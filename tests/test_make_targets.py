@@ -173,11 +173,24 @@ def test_demo_and_demo_traces_run_end_to_end(tmp_path, demo_env):
     )
     gpu = tmp_path / "validate-gpu"
     assert len(list((tmp_path / "synthetic" / CORRUPTION / "5").rglob("*.JPEG"))) == 8
-    assert sorted(p.name for p in (gpu / "live").glob("*.parquet")) == ["standard-bs4.live.parquet", "tent-bs4.live.parquet"]
+    assert sorted(p.name for p in (gpu / "live").glob("*.parquet")) == [
+        "standard-bs4.live.parquet",
+        "tent-bs4.live.parquet",
+        "tent@every2-bs4.live.parquet",
+    ]
     assert (gpu / "report" / "validation.csv").read_text().count("imagenet-c") >= 2
     validation = tmp_path / "validate"
-    assert sorted(p.name for p in (validation / "live").glob("*.parquet")) == ["standard-bs8.live.parquet", "tent-bs8.live.parquet"]
-    assert sorted(p.name for p in (validation / "traces").glob("*.parquet")) == ["standard-bs8.parquet", "tent-bs8.parquet"]
+    # the methods, and tent under the sparse-adaptation policy every:2 (VALIDATE_POLICY)
+    assert sorted(p.name for p in (validation / "live").glob("*.parquet")) == [
+        "standard-bs8.live.parquet",
+        "tent-bs8.live.parquet",
+        "tent@every2-bs8.live.parquet",
+    ]
+    assert sorted(p.name for p in (validation / "traces").glob("*.parquet")) == [
+        "standard-bs8.parquet",
+        "tent-bs8.parquet",
+        "tent@every2-bs8.parquet",
+    ]
     assert (validation / "report" / "validation.csv").is_file()
     for folder in (tmp_path / "demo" / "traces", tmp_path / "set"):
         written = folder / "demo-resnet" / "cpu"

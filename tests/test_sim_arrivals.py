@@ -1,6 +1,6 @@
 """General arrival processes and combined pressures: kernels against the event simulation.
 
-The oracle is :func:`tempora_sim.reference.discrete_reference`, an explicit event-queue
+The oracle is :func:`tempora_sim.oracle.discrete_reference`, an explicit event-queue
 simulation; the kernels find the next batch from the arrival array directly. Every arrival
 kind, queue capacity, synchronisation and skip scoring is compared on random inputs, ties
 included (arrival times and latencies on a coarse grid make exact ties common).
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from tempora_sim import kernels as K
 from tempora_sim.arrivals import ArrivalSpec, arrival_times, parse_arrivals
 from tempora_sim.errors import GridError
-from tempora_sim.reference import discrete_reference
+from tempora_sim.oracle import discrete_reference
 
 EMPTY_H = np.zeros(0)
 

@@ -138,7 +138,7 @@ def test_a_damaged_entry_is_ignored_and_written_again(trace_dir, tmp_path, reads
     reads.clear()
     assert_frame_equal(sweep(load_traces(trace_dir, cache=cache), protocols="all"), expected)
     assert len(reads) == 3
-    assert all(trace_cache.load(e) is not None for e in _entries(cache))  # rewritten whole
+    assert all(trace_cache.load(e, 0) is not None for e in _entries(cache))  # rewritten whole
     reads.clear()
     load_traces(trace_dir, cache=cache)
     assert reads == []
@@ -180,7 +180,7 @@ def test_a_bad_file_gets_no_entry_and_the_same_error(trace_dir, tmp_path):
         messages.append(str(err.value))
     assert messages[0] == messages[1] == messages[2] and "broken.parquet" in messages[0]
     # the good files beside it were validated and kept; the broken one has no entry
-    assert sorted(trace_cache.load(e)[0]["method"] for e in _entries(cache)) == sorted(METHODS)
+    assert sorted(trace_cache.load(e, 0)[0]["method"] for e in _entries(cache)) == sorted(METHODS)
 
 
 def test_cli_sweep_output_is_the_same_from_the_cache(trace_dir, tmp_path, monkeypatch):

@@ -66,5 +66,5 @@ def test_batchnorm_only_method_on_the_group_norm_demo_model_is_refused(capsys):
     err = capsys.readouterr().err.strip()
     assert err == (
         "tempora-trace: error: method 'adabn' needs BatchNorm layers but model 'demo-resnet-gn' uses GroupNorm; "
-        "compatible built-in models: demo-resnet, resnet18, resnet50, cifar-resnet18"
+        "compatible built-in models: demo-resnet, resnet18, resnet50, cifar-resnet18, mobilenet_v2, mobilenet_v3_small"
     )

@@ -4,8 +4,8 @@ refusals name compatible models from it before any model is built."""
 import torch
 
 from tempora_trace.methods import available_methods, get_method
-from tempora_trace.methods._common import incompatibility_message
 from tempora_trace.methods.base import norm_kind
+from tempora_trace.methods.gradient import incompatibility_message
 from tempora_trace.models import MODEL_NORMS, MODELS, compatible_models, get_model
 
 
@@ -29,7 +29,7 @@ def test_refusal_names_the_compatible_models():
     msg = incompatibility_message(get_method("spa"), "model 'demo-resnet' uses BatchNorm")
     assert msg == (
         "method 'spa' needs GroupNorm or LayerNorm layers but model 'demo-resnet' uses BatchNorm; "
-        "compatible built-in models: demo-resnet-gn, vit_base_patch16_224"
+        "compatible built-in models: demo-resnet-gn, vit_base_patch16_224, resnet50_gn"
     )
 
 

@@ -91,9 +91,20 @@ def test_argv_round_trips_through_the_parser():
 def test_campaign_keys_are_the_declared_ones():
     assert TRACE_OPTIONS == {o.name: o.campaign for o in trace_options.TRACE_OPTIONS if o.campaign is not None}
     assert set(TRACE_OPTIONS) == {
-        "max_batches", "frozen_sample", "threads", "workers", "checkpoints", "no_default_checkpoints",
-        "timing_sample", "timing_passes", "idle_gaps",  # timing variability (tempora_trace.variability)
-    }  # fmt: skip
+        "max_batches",
+        "frozen_sample",
+        "threads",
+        "workers",
+        "checkpoints",
+        "no_default_checkpoints",
+        "input_size",
+        "class_map",
+        "corruptions",
+        # timing variability (tempora_trace.variability)
+        "timing_sample",
+        "timing_passes",
+        "idle_gaps",
+    }
     assert all("run" in trace_options.BY_NAME[k].commands for k in TRACE_OPTIONS)
 
 
@@ -106,10 +117,10 @@ dataset = "demo"
 batch_size = 16
 seeds = [7]
 streams = ["dirichlet:0.1"]
-methods = ["tent"]
+methods = ["cmf"]
 domains = ["fog"]
 options = { max_batches = 3, threads = 1, checkpoints = [0, 2], no_default_checkpoints = true, frozen_sample = "all" }
-params = { tent = { lr = 0.0005, episodic = true } }
+params = { cmf = { lr = 0.0005, prior_correction = false } }
 budgets_ms = [1000, 1500]
 """
 
@@ -117,7 +128,7 @@ budgets_ms = [1000, 1500]
 def test_campaign_task_is_the_run_command_it_launches(tmp_path: Path):
     path = tmp_path / "c.toml"
     path.write_text(CAMPAIGN)
-    task = next(t for t in load_campaign(path).tasks if t.method == "tent")
+    task = next(t for t in load_campaign(path).tasks if t.method == "cmf")
     argv = task.argv(tmp_path, lambda_ms=20.0)
     assert argv[0] == "run"
     opts = trace_options.parse_args("run", argv[1:])
@@ -125,7 +136,28 @@ def test_campaign_task_is_the_run_command_it_launches(tmp_path: Path):
     assert cfg.stream == "dirichlet:0.1" and cfg.batch_size == 16 and cfg.seed == 7 and cfg.domains == ["fog"]
     assert cfg.max_batches == 3 and cfg.threads == 1 and cfg.checkpoints == [0, 2] and cfg.default_checkpoints is False
     assert cfg.frozen_sample is None and cfg.quiet is True
-    assert cfg.method_params == {"lr": 0.0005, "episodic": True}  # a TOML boolean stays a boolean
+    assert cfg.method_params == {"lr": 0.0005, "prior_correction": False}  # a TOML boolean stays a boolean
     assert cfg.budgets_ms == [1000.0, 1500.0] and cfg.lambda_ms == 20.0
     location = trace_location(task, tmp_path)
     assert location.name == f"{cfg.file_stem()}.parquet" and location.parent.parent.parent == tmp_path / "demo"
+
+
+def test_help_and_option_errors_load_no_torch():
+    """The command boundary: `--help` and a refused option need only click, the option
+    declaration and tempora_schema; the library modules (torch) load when a command runs."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from tempora_trace.cli import main\n"
+        "for argv in (['--help'], ['run', '--help'], ['live', '--batch-size', '0']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "loaded = [m for m in ('torch', 'tempora_trace.config', 'tempora_trace.calibration', 'tempora_trace.runner') if m in sys.modules]\n"
+        "print(','.join(loaded) or 'none')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).parent)
+    assert out.stdout.strip().splitlines()[-1] == "none", out.stdout + out.stderr

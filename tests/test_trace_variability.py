@@ -109,16 +109,18 @@ def test_measurement_leaves_the_rows_untouched_and_can_be_turned_off(cifar_c_roo
     assert ta.select(same).equals(tb.select(same))
 
 
-def test_repeat_events_run_the_main_pass_computation(cifar_c_root, tmp_path, monkeypatch):
+@pytest.mark.parametrize("policy", [None, "every:2"])
+def test_repeat_events_run_the_main_pass_computation(cifar_c_root, tmp_path, monkeypatch, policy):
     """Each repeat event starts from the state the main pass had at that step (reset and
-    reseeded as the main pass started the episode): on a CPU its logits are bit-identical."""
+    reseeded as the main pass started the episode, a sparse-adaptation policy deciding as it
+    did): on a CPU its logits are bit-identical."""
     from tempora_trace import runner, timing
 
     logits = {"main": [], "repeat": []}
 
     def recorder(kind):
-        def timed(method, x, clock, adapt=True, peak=True):
-            ev = timing.timed_event(method, x, clock, adapt, peak)
+        def timed(method, x, clock, adapt=True, peak=True, gate=None):
+            ev = timing.timed_event(method, x, clock, adapt, peak, gate=gate)
             if adapt:
                 logits[kind].append(ev.logits.detach().clone())
             return ev
@@ -127,7 +129,8 @@ def test_repeat_events_run_the_main_pass_computation(cifar_c_root, tmp_path, mon
 
     monkeypatch.setattr(runner, "timed_event", recorder("main"))
     monkeypatch.setattr(tv_mod, "timed_event", recorder("repeat"))
-    path = trace_run(make_cfg(cifar_c_root, tmp_path / "out", warmup_batches=0, timing_passes=1))
+    extra = {"policy": policy} if policy else {}
+    path = trace_run(make_cfg(cifar_c_root, tmp_path / "out", warmup_batches=0, timing_passes=1, **extra))
     _, meta = read(path)
     main = logits["main"]  # 2 episodes × 4 steps, in sample order
     assert len(main) == 8 and len(logits["repeat"]) == 2 * 8  # one repeat pass and the idle pass

@@ -24,8 +24,11 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from .errors import TemporaError
+from .policies import file_part as policy_file_part
+from .policies import policy_label, validate_policy_metadata
 from .provision import LAMBDA_RULES, LAMBDA_SIGMAS, MAD_TO_SIGMA, lambda_ms  # noqa: F401  (re-exported)
 from .variability import VARIABILITY_KEY, check_variability_rows, sample_size, validate_variability  # noqa: F401  (re-exported)
+from .vocabulary import CORRUPTIONS  # noqa: F401  (re-exported: the episodes of the paper's episodic stream)
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -40,12 +43,6 @@ PHASE_ADAPT = "adapt"
 PHASE_FROZEN = "frozen"
 PHASES = (PHASE_ADAPT, PHASE_FROZEN)
 STREAMS = ("episodic", "continual")
-#: The 15 ImageNet-C corruptions in their canonical order (the episodes of the paper's
-#: episodic stream; the demo benchmark and the synthetic traces use the same names).
-CORRUPTIONS = (
-    "gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur", "motion_blur", "zoom_blur",
-    "snow", "frost", "fog", "brightness", "contrast", "elastic_transform", "pixelate", "jpeg_compression",
-)  # fmt: skip
 #: Label-shift streams name their Dirichlet concentration: ``dirichlet:<α>`` (episodic resets).
 DIRICHLET_PREFIX = "dirichlet:"
 
@@ -128,7 +125,12 @@ GROUP_KEYS = (
     "domains",
     "max_batches",
 )
-IDENTITY_KEYS = ("method",) + GROUP_KEYS
+#: ``policy`` (a sparse-adaptation policy, :mod:`.policies`) is optional: absent means every batch.
+IDENTITY_KEYS = ("method", "policy") + GROUP_KEYS
+#: Optional metadata key: where a method that is not built in comes from (part of the trace
+#: identity when present; absent for the built-in methods).
+METHOD_SOURCE_KEY = "method_source"
+METHOD_SOURCE_KINDS = {"distribution": ("distribution", "version", "object"), "file": ("path", "sha256", "object")}
 
 #: Keys every v2 trace's metadata must carry (docs/trace-schema.md).
 METADATA_FIELDS = (
@@ -225,35 +227,56 @@ class GroupKey:
 
 @dataclass(frozen=True)
 class TraceIdentity:
-    """One trace's identity: its method and its group (docs/trace-schema.md, "Identity")."""
+    """One trace's identity: its method, its sparse-adaptation policy (None: adapt on every
+    batch; :mod:`.policies`) and its group (docs/trace-schema.md, "Identity").
+
+    ``method_source`` is the provenance of a method that is not built in (metadata key
+    ``method_source``: the distribution's name and version, or the file's path and SHA-256), as
+    sorted ``(key, value)`` pairs; ``None`` for a built-in method, whose identity is its name."""
 
     method: str
     group: GroupKey
+    policy: str | None = None
+    method_source: tuple[tuple[str, str], ...] | None = None
 
     @classmethod
     def from_metadata(cls, meta: Mapping[str, Any]) -> "TraceIdentity":
-        return cls(str(meta["method"]), GroupKey.from_metadata(meta))
+        source = meta.get(METHOD_SOURCE_KEY)
+        pairs = tuple(sorted((str(k), str(v)) for k, v in source.items())) if isinstance(source, Mapping) else None
+        return cls(str(meta["method"]), GroupKey.from_metadata(meta), meta.get("policy"), pairs)
 
     def as_metadata(self) -> dict[str, Any]:
-        return {"method": self.method, **self.group.as_metadata()}
+        """The identity's metadata keys; ``policy`` and ``method_source`` only when the trace has
+        them, so a trace of a built-in method without a policy carries exactly the keys it always did."""
+        out = {"method": self.method, **({"policy": self.policy} if self.policy else {}), **self.group.as_metadata()}
+        if self.method_source is not None:
+            out[METHOD_SOURCE_KEY] = dict(self.method_source)
+        return out
 
     def file_stem(self) -> str:
         """The trace's default file name without ``.parquet`` (see :func:`file_stem`)."""
         g = self.group
-        return file_stem(self.method, g.batch_size, g.seed, g.severity, g.stream)
+        return file_stem(policy_file_label(self.method, self.policy), g.batch_size, g.seed, g.severity, g.stream)
 
     def differences(self, other: "TraceIdentity") -> list[str]:
         """Identity keys on which the two differ (for the resume check's message)."""
         a, b = self.as_metadata(), other.as_metadata()
-        return [k for k in IDENTITY_KEYS if a[k] != b[k]]
+        return [k for k in (*IDENTITY_KEYS, METHOD_SOURCE_KEY) if a.get(k) != b.get(k)]
 
 
-def method_label(method: str, method_params: Mapping[str, Any] | None) -> str:
-    """The method as traces of one group tell it apart: ``tent``, or ``tent-paper`` for a trace
+def method_label(method: str, method_params: Mapping[str, Any] | None, policy: str | None = None) -> str:
+    """The method as traces of one group tell it apart: ``tent``, ``tent-paper`` for a trace
     taken with ``profile=paper`` (the reference code's behaviour, docs/methods-parity.md), so a
-    default and a paper-profile trace of one method can sit side by side."""
+    default and a paper-profile trace of one method can sit side by side, and ``tent@every:4``
+    for a trace taken under a sparse-adaptation policy (:mod:`.policies`)."""
     profile = (method_params or {}).get("profile", "default") if isinstance(method_params, Mapping) else "default"
-    return method if profile in (None, "default") else f"{method}-{profile}"
+    name = method if profile in (None, "default") else f"{method}-{profile}"
+    return policy_label(name, policy if isinstance(policy, str) else None)
+
+
+def policy_file_label(method: str, policy: str | None) -> str:
+    """A method label as part of a file name: ``tent@every4`` (no colons)."""
+    return method if not policy else policy_label(method, policy_file_part(policy))
 
 
 def file_stem(method: str, batch_size: int, seed: int, severity: int | None, stream: str) -> str:
@@ -376,6 +399,14 @@ def validate_metadata(meta: Mapping[str, Any], path: object = "<trace>") -> int:
     return version
 
 
+def trace_policy(meta: Mapping[str, Any], path: object = "<trace>") -> str | None:
+    """The trace's sparse-adaptation policy (optional key ``policy``; None: every batch)."""
+    try:
+        return validate_policy_metadata(meta.get("policy"))
+    except ValueError as exc:
+        raise TraceSchemaError(path, str(exc)) from None
+
+
 def _validate_v2_keys(meta: Mapping[str, Any], path: object) -> None:
     sev = meta["severity"]
     if sev is not None and not (_is_int(sev) and 1 <= sev <= 5):
@@ -395,8 +426,26 @@ def _validate_v2_keys(meta: Mapping[str, Any], path: object) -> None:
     if not _is_int(th) or th < 1:
         raise TraceSchemaError(path, f"metadata 'threads' must be a positive integer, got {th!r}")
     validate_speed_probe(meta["speed_probe"], meta["speed_probe_kind"], path)
+    trace_policy(meta, path)
     if VARIABILITY_KEY in meta:  # optional: timing variability measured after the main pass
         validate_variability(meta[VARIABILITY_KEY], path)
+    if METHOD_SOURCE_KEY in meta:
+        validate_method_source(meta[METHOD_SOURCE_KEY], path)
+
+
+def validate_method_source(source: Any, path: object = "<trace>") -> None:
+    """``method_source``: ``{"kind": "distribution", "distribution", "version", "object"}`` or
+    ``{"kind": "file", "path", "sha256" (64 hex digits), "object"}``, every value a non-empty string."""
+    kind = source.get("kind") if isinstance(source, dict) else None
+    if kind not in METHOD_SOURCE_KINDS:
+        raise TraceSchemaError(path, f"metadata '{METHOD_SOURCE_KEY}' must be an object whose kind is distribution or file, got {source!r}")
+    wanted = {"kind", *METHOD_SOURCE_KINDS[kind]}
+    if set(source) != wanted or not all(isinstance(v, str) and v for v in source.values()):
+        raise TraceSchemaError(
+            path, f"metadata '{METHOD_SOURCE_KEY}' of kind {kind} must hold exactly {', '.join(sorted(wanted))} as non-empty strings"
+        )
+    if kind == "file" and not re.fullmatch(r"[0-9a-f]{64}", source["sha256"]):
+        raise TraceSchemaError(path, f"metadata '{METHOD_SOURCE_KEY}': sha256 must be 64 hex digits, got {source['sha256']!r}")
 
 
 def validate_speed_probe(probe: Any, kind: Any, path: object = "<trace>") -> None:
@@ -678,7 +727,29 @@ def validate_table(table: "pa.Table", meta: Mapping[str, Any], path: object = "<
         domains = [str(v) for v in pc.unique(table.column("domain")).to_pylist()]
         severities = pc.unique(table.column("severity")).to_pylist()
         check_metadata_matches_rows(meta, cols.episode_names, layout.adapt_counts, domains, severities, path)
+        check_policy_rows(meta, cols, path)
     return layout
+
+
+def check_policy_rows(meta: Mapping[str, Any], cols: RowArrays, path: object = "<trace>") -> None:
+    """A trace under a policy decided before each event (every, fraction, warmup) has
+    ``l_ms = 0`` on every adapt row the policy does not adapt (docs/design.md §11): its
+    metadata and its rows tell one story. (An entropy policy decides from the prediction,
+    which the trace does not keep.)"""
+    from .policies import parse_policy
+
+    policy = trace_policy(meta, path)
+    parsed = None if policy is None else parse_policy(policy)
+    if parsed is None or not parsed.decides_before():
+        return
+    seed = int(meta["seed"])
+    for code, name in enumerate(cols.episode_names):
+        rows = np.flatnonzero(cols.adapt & (cols.episode_code == code))
+        for i in rows[cols.l_ms[rows] != 0]:
+            if not parsed.adapts(int(cols.step[i]), name, seed):
+                raise TraceSchemaError(
+                    path, f"policy {policy} does not adapt step {int(cols.step[i])} of episode {name!r}, but its row has l_ms > 0"
+                )
 
 
 def check_metadata_matches_rows(

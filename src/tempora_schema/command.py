@@ -18,6 +18,9 @@ lines) or a range ``start:stop:step`` (both ends included when the step lands on
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import io
 import math
 import os
 import re
@@ -37,6 +40,8 @@ INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 #: Grid values beyond this many are refused (a grid is replayed for every trace and episode).
 MAX_GRID_VALUES = 1_000_000
+#: A grid file (``@FILE``) larger than this is refused unread beyond it (``@/dev/zero``).
+MAX_GRID_FILE_BYTES = 64 << 20
 
 
 def _one_line(text: str) -> str:
@@ -97,19 +102,29 @@ class OneLineGroup(click.Group):
         if getattr(handler, "__name__", "") == "_interrupted_at_start_up" and _in_main_thread():
             signal.signal(signal.SIGINT, signal.default_int_handler)  # the CLI's start-up guard is done
         args = sys.argv[1:] if args is None else list(args)
+        # --debug (anywhere) or TEMPORA_DEBUG=1: an error raised by the user's own code (a
+        # model factory, a plugin) prints its traceback above the one error line
+        debug = "--debug" in args or os.environ.get("TEMPORA_DEBUG", "").strip().lower() in ("1", "true", "yes", "on")
+        args = [a for a in args if a != "--debug"]
         extra.pop("windows_expand_args", None)
         if complete_var is None:
             complete_var = f"_{prog.replace('-', '_').upper()}_COMPLETE"
         if os.environ.get(complete_var):
             self._main_shell_completion(extra, prog, complete_var)  # exits
-        if not args:
-            click.echo(self.get_help(click.Context(self, info_name=prog)))
-            return 0
+        if sys.stdout is None:  # started with standard output closed (`>&-`)
+            echo_error(prog, "standard output is closed; redirect it to a file or /dev/null")
+            return EXIT_USAGE
         previous = warnings.showwarning
         warnings.showwarning = lambda message, category, *a, **k: click.echo(f"{prog}: warning: {_one_line(str(message))}", err=True)
+        streams = _GuardedStreams()
         try:
+            if not args:
+                click.echo(self.get_help(click.Context(self, info_name=prog)))
+                sys.stdout.flush()
+                return 0
             with self.make_context(prog, args, **extra) as ctx:
                 self.invoke(ctx)
+            sys.stdout.flush()  # a full or closed pipe is this command's error, in one line
             return 0
         except click.exceptions.Exit as exc:
             return exc.exit_code
@@ -121,6 +136,12 @@ class OneLineGroup(click.Group):
             echo_error(prog, exc.format_message())
             return EXIT_USAGE
         except TemporaError as exc:
+            if debug and getattr(exc, "debug_detail", ""):
+                click.echo(str(exc.debug_detail).rstrip(), err=True)  # type: ignore[attr-defined]
+            elif debug:  # what lies behind the one line: the exception it was raised from
+                import traceback
+
+                traceback.print_exception(exc, file=sys.stderr)
             echo_error(prog, str(exc))
             return EXIT_USAGE
         except OSError as exc:
@@ -132,6 +153,88 @@ class OneLineGroup(click.Group):
             return EXIT_INTERRUPTED
         finally:
             warnings.showwarning = previous
+            streams.restore()
+
+
+#: Narrowest terminal the tables are drawn for: a smaller ``$COLUMNS`` (``COLUMNS=1``) is
+#: raised to this while a command runs (rich cannot lay a table out in one column).
+MIN_COLUMNS = 40
+
+
+class StdoutError(TemporaError):
+    """Standard output cannot take what a command prints (a full disk, a closed pipe)."""
+
+
+class _GuardedStdout:
+    """``sys.stdout`` while a command runs: a failed write or flush is a one-line
+    :class:`StdoutError` naming standard output (not "cannot access output"). The first failure
+    sticks: a caller that swallows it (click probes the stream) meets it again at the next
+    write or flush, and the command's final flush raises it."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+        self.failed: StdoutError | None = None
+
+    def _guard(self, call: Callable[[], Any]) -> Any:
+        if self.failed is not None:
+            raise self.failed
+        try:
+            return call()
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:
+                reason = "the program reading it has stopped (broken pipe)"
+            else:
+                reason = (exc.strerror or type(exc).__name__).lower()
+            self.failed = StdoutError(f"cannot write to standard output: {reason}")
+            # what stays buffered would fail again at exit (a second message): send it nowhere
+            with contextlib.suppress(OSError, ValueError, AttributeError, io.UnsupportedOperation):
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, self._stream.fileno())
+                os.close(devnull)
+            raise self.failed from None
+
+    def write(self, text: str) -> int:
+        return self._guard(lambda: self._stream.write(text))
+
+    def flush(self) -> None:
+        self._guard(self._stream.flush)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+class _GuardedStreams:
+    """What a command's output needs from the environment, for the command's duration:
+    standard streams that never raise UnicodeEncodeError (``PYTHONIOENCODING=ascii``: characters
+    the encoding lacks are written as ``\\uXXXX``), a standard output whose failures are one
+    line, and a usable ``$COLUMNS``. :meth:`restore` undoes all of it."""
+
+    def __init__(self) -> None:
+        self._errors: list[tuple[Any, str]] = []
+        for stream in (sys.stdout, sys.stderr):
+            errors = getattr(stream, "errors", None)
+            if errors == "strict" and hasattr(stream, "reconfigure"):
+                with contextlib.suppress(Exception):
+                    stream.reconfigure(errors="backslashreplace")
+                    self._errors.append((stream, errors))
+        self._stdout = sys.stdout
+        sys.stdout = _GuardedStdout(sys.stdout)  # type: ignore[assignment]
+        self._columns = os.environ.get("COLUMNS")
+        try:
+            narrow = self._columns is not None and int(self._columns) < MIN_COLUMNS
+        except ValueError:
+            narrow = True
+        if narrow:
+            os.environ["COLUMNS"] = str(MIN_COLUMNS)
+
+    def restore(self) -> None:
+        if isinstance(sys.stdout, _GuardedStdout):
+            sys.stdout = self._stdout
+        for stream, errors in self._errors:
+            with contextlib.suppress(Exception):
+                stream.reconfigure(errors=errors)
+        if self._columns is not None:
+            os.environ["COLUMNS"] = self._columns
 
 
 def _lower_first(text: str) -> str:
@@ -220,9 +323,16 @@ def expand_grid(spec: str | float | Sequence, option: str, parse: Callable[[Any,
     if spec.startswith("@"):
         path = Path(spec[1:]).expanduser()
         try:
-            text = path.read_text(encoding="utf-8")
+            with open(path, "rb") as fh:
+                data = fh.read(MAX_GRID_FILE_BYTES + 1)
         except OSError as exc:
             raise OptionError(f"{option}: " + describe_os_error(exc, path, "cannot read")) from None
+        if len(data) > MAX_GRID_FILE_BYTES:
+            raise OptionError(
+                f"{option}: {path} is larger than {MAX_GRID_FILE_BYTES >> 20} MiB, more than a grid of {MAX_GRID_VALUES:,} values needs"
+            )
+        try:
+            text = data.decode("utf-8")
         except UnicodeDecodeError:
             raise OptionError(f"{option}: {path} is not a UTF-8 text file of values") from None
         items = [t for t in re.split(r"[\s,]+", "\n".join(line.split("#")[0] for line in text.splitlines())) if t]
@@ -247,7 +357,10 @@ def _range(item: str, option: str, parse: Callable[[Any, str], float]) -> list[f
         raise OptionError(f"{option}: range '{item}' needs a step > 0")
     if stop < start:
         raise OptionError(f"{option}: range '{item}' ends before it starts")
-    count = math.floor((stop - start) / step + 1e-9) + 1
+    span = (stop - start) / step  # inf when the step is tiny beside the span
+    if not span < MAX_GRID_VALUES:
+        raise OptionError(f"{option}: range '{item}' has more than {MAX_GRID_VALUES:,} values")
+    count = math.floor(span + 1e-9) + 1
     if count > MAX_GRID_VALUES:
         raise OptionError(f"{option}: range '{item}' has {count:,} values, more than {MAX_GRID_VALUES:,}")
     # start + i·step, rounded to the step's decimals so 0.05:1:0.001 gives 0.123, not 0.12300000000000001

@@ -3,8 +3,8 @@
 A live run plays a method against a real clock under one protocol setting (discrete: an
 arrival every γ ms into a queue of b; amortised: an overhead budget B). One file holds every
 run of one invocation (several ρ or B values, repeats); the Parquet key-value metadata key
-``tempora_live`` holds the JSON metadata, with one entry per run in ``runs``. Like trace
-schema v1 it is torch-free and the writer checks its own output with the reader's rules.
+``tempora_live`` holds the JSON metadata, with one entry per run in ``runs``. Like the trace
+schema it is torch-free and the writer checks its own output with the reader's rules.
 
 One row per batch of every (run, episode), served or not:
 
@@ -41,20 +41,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from typing import Any, Mapping
 
 import numpy as np
 import pyarrow as pa
 
 from . import METADATA_FIELDS, STREAMS, GroupKey, TraceSchemaError, _arrow_kind_ok, _is_int
+from .policies import validate_policy_metadata
+from .vocabulary import BUDGET_RULES, LIVE_PROTOCOLS
 
 LIVE_SCHEMA_VERSION = 1
 #: Parquet key-value metadata key of a live run (a trace uses ``tempora``).
 LIVE_METADATA_KEY = "tempora_live"
 
-PROTOCOLS = ("discrete", "amortised")
-BUDGET_RULES = ("strict", "overshoot")
 MODES = ("adapt", "frozen", "skipped")
 
 LIVE_COLUMNS: dict[str, pa.DataType] = {
@@ -101,23 +100,6 @@ RUN_FIELDS = {
 }
 #: Slack for "this time is not before that one": rounding of ns → ms differences.
 _EPS_MS = 1e-6
-
-
-def last_arrival(f: float, gamma: float, inv_gamma: float) -> int:
-    """Largest i ≥ 0 with i·γ ≤ f, exactly as arrivals are timed (i·γ in float64).
-
-    The one definition of "has batch i arrived by instant f": the replay kernels compile this
-    function with Numba and the live runner calls it as it is, so a live run and its replay
-    can only disagree where f and i·γ are equal to the last bit."""
-    q = f * inv_gamma
-    if q > 4.0e18:
-        return 4_000_000_000_000_000_000
-    k = math.floor(q)
-    while (k + 1) * gamma <= f:
-        k += 1
-    while k > 0 and k * gamma > f:
-        k -= 1
-    return k
 
 
 def comparable_group(key: GroupKey) -> GroupKey:
@@ -177,6 +159,10 @@ def validate_live_metadata(meta: Mapping[str, Any], path: object = "<live run>")
         raise LiveSchemaError(path, f"metadata 'stream' must be one of {', '.join(STREAMS)}, got {meta['stream']!r}")
     if not _positive(meta["lambda_ms"]):
         raise LiveSchemaError(path, f"metadata 'lambda_ms' must be > 0, got {meta['lambda_ms']!r}")
+    try:
+        validate_policy_metadata(meta.get("policy"))
+    except ValueError as exc:
+        raise LiveSchemaError(path, str(exc)) from None
     runs = meta["runs"]
     if not isinstance(runs, list) or not runs:
         raise LiveSchemaError(path, "metadata 'runs' must be a non-empty list")
@@ -184,8 +170,8 @@ def validate_live_metadata(meta: Mapping[str, Any], path: object = "<live run>")
         if not isinstance(run, dict):
             raise LiveSchemaError(path, f"run {i}: must be a JSON object")
         proto = run.get("protocol")
-        if proto not in PROTOCOLS:
-            raise LiveSchemaError(path, f"run {i}: protocol must be one of {', '.join(PROTOCOLS)}, got {proto!r}")
+        if proto not in LIVE_PROTOCOLS:
+            raise LiveSchemaError(path, f"run {i}: protocol must be one of {', '.join(LIVE_PROTOCOLS)}, got {proto!r}")
         lacking = [k for k in RUN_FIELDS[proto] if k not in run]
         if lacking:
             raise LiveSchemaError(path, f"run {i}: lacks {', '.join(lacking)}")
@@ -202,6 +188,33 @@ def validate_live_metadata(meta: Mapping[str, Any], path: object = "<live run>")
                 raise LiveSchemaError(path, f"run {i}: budget_ms must be >= 0, got {b!r}")
             if run["budget_rule"] not in BUDGET_RULES:
                 raise LiveSchemaError(path, f"run {i}: budget_rule must be strict or overshoot, got {run['budget_rule']!r}")
+
+
+def _close(a: np.ndarray | float, b: np.ndarray | float) -> np.ndarray:
+    """Equal up to float rounding (ms values, relative 1e-9, absolute 1 ns)."""
+    return np.abs(np.asarray(a) - np.asarray(b)) <= _EPS_MS + 1e-9 * np.abs(np.asarray(b))
+
+
+def _check_runs_match_rows(meta: Mapping[str, Any], run: np.ndarray, step: np.ndarray, times: dict, served, mode, path: object) -> None:
+    """The run metadata must say what the rows did: a discrete run's ρ·γ = λ and its batch i
+    arrived at i·γ; an amortised run charged c = max(0, δ − λ) at each adapting batch."""
+    lam = float(meta["lambda_ms"])
+    for r, spec in enumerate(meta["runs"]):
+        rows = run == r
+        if spec["protocol"] == "discrete":
+            if not _close(float(spec["rho"]) * float(spec["gamma_ms"]), lam):
+                raise LiveSchemaError(
+                    path, f"run {r}: rho {spec['rho']!r} × gamma_ms {spec['gamma_ms']!r} is not lambda_ms {lam!r} (ρ = λ/γ)"
+                )
+            arrival = times["arrival_ms"][rows]
+            bad = ~np.isnan(arrival) & ~_close(arrival, step[rows] * float(spec["gamma_ms"]))
+            if bad.any():
+                raise LiveSchemaError(path, f"run {r}: arrival_ms contradicts gamma_ms {spec['gamma_ms']!r} (batch i arrives at i·γ)")
+        else:
+            adapting = rows & served & (mode == "adapt") & ~np.isnan(times["charged_ms"])
+            expected = np.maximum(0.0, times["delta_ms"][adapting] - lam)
+            if not _close(times["charged_ms"][adapting], expected).all():
+                raise LiveSchemaError(path, f"run {r}: charged_ms contradicts lambda_ms {lam!r} (c = max(0, δ − λ))")
 
 
 def _kind_of(typ: pa.DataType) -> str:
@@ -269,11 +282,23 @@ def validate_live_table(table: pa.Table, meta: Mapping[str, Any], path: object =
         raise LiveSchemaError(path, f"correct must be within 0..n (row {row})")
     times = {name: floats(name) for name in _TIME_COLUMNS}
     for name, t in times.items():
+        valued = ~np.asarray(table.column(name).is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        if (valued & np.isnan(t)).any():
+            raise LiveSchemaError(
+                path, f"column '{name}' holds NaN (row {int(np.argmax(valued & np.isnan(t)))}); a time is a number or null"
+            )
         finite = t[~np.isnan(t)]
         if not np.isfinite(finite).all():
             raise LiveSchemaError(path, f"column '{name}' contains an infinite time")
         if (finite < 0).any():
             raise LiveSchemaError(path, f"column '{name}' contains a negative time")
+
+    e, ell, delta = times["e_ms"], times["l_ms"], times["delta_ms"]
+    off = served & ~(np.abs(delta - (e + ell)) <= _EPS_MS + 1e-9 * np.abs(delta))
+    if off.any():
+        row = int(np.argmax(off))
+        raise LiveSchemaError(path, f"row {row}: delta_ms {delta[row]!r} is not e_ms + l_ms ({e[row]!r} + {ell[row]!r})")
+    _check_runs_match_rows(meta, run, col["step"].astype(np.int64), times, served, mode, path)
 
     episode = np.asarray(table.column("episode").cast(pa.string()).to_pylist(), dtype=object)
     event = col["event"].astype(np.int64)

@@ -10,6 +10,7 @@ exactly. Command line: ``tempora-sim migrate`` (docs/trace-schema.md, "Migrating
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -70,5 +71,9 @@ def migrate_file(path: str | os.PathLike, *, weights: str, threads: int, max_bat
     validate_table(new_table, new_meta, path)
     from .outputs import to_bytes, write_file
 
-    write_file(path, to_bytes(lambda f: pq.write_table(new_table, f)))  # atomic, fsynced, one-line errors
+    # in place means the file itself: a symbolic link's target is rewritten (the link stays a
+    # link), and the file keeps its permissions (a read-only trace stays read-only)
+    target = path.resolve()
+    mode = stat.S_IMODE(os.stat(target).st_mode)
+    write_file(target, to_bytes(lambda f: pq.write_table(new_table, f)), mode=mode)  # atomic, fsynced, one-line errors
     return True

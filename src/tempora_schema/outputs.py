@@ -80,16 +80,19 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[written:]
 
 
-def write_file(path: str | os.PathLike, data: bytes | memoryview, *, what: str = "cannot write") -> Path:
+def write_file(path: str | os.PathLike, data: bytes | memoryview, *, what: str = "cannot write", mode: int | None = None) -> Path:
     """Atomically replace ``path`` by ``data`` (temporary name, fsync, rename, fsync folder).
 
-    Raises :class:`OutputError` naming ``path`` on any failure; the target is then untouched and
-    no temporary file is left."""
+    ``mode``: the permissions the new file gets (a file rewritten in place keeps its own);
+    default what the umask gives. Raises :class:`OutputError` naming ``path`` on any failure;
+    the target is then untouched and no temporary file is left."""
     path = Path(path)
     tmp = _tmp_name(path)
     fd = -1
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+        if mode is not None:
+            os.fchmod(fd, mode)
         _write_all(fd, data)
         os.fsync(fd)
         os.close(fd)
@@ -239,6 +242,7 @@ def staged_dir(
         except OSError as exc:
             raise OutputError(describe_os_error(exc, out, "cannot write")) from None
     with output_lock(out, what):
+        _remove_dead_stages(out)
         try:
             if exists:
                 stage = out / f".staging{TMP_MARK}{os.getpid()}-{secrets.token_hex(3)}"
@@ -251,10 +255,34 @@ def staged_dir(
             yield stage
             _publish(stage, out, exists, last)
         except OSError as exc:
-            raise OutputError(describe_os_error(exc, out, "cannot write")) from None
+            raise OutputError(describe_os_error(exc, _public(exc.filename, stage, out) or out, "cannot write")) from None
+        except OutputError as exc:
+            # a write into the staging folder names the file it will be in --out, not the hidden stage
+            raise type(exc)(_public(str(exc), stage, out)) from None
         finally:
             if stage.exists():
                 shutil.rmtree(stage, ignore_errors=True)
+
+
+def _public(text: object, stage: Path, out: Path) -> str | None:
+    """``text`` with the staging folder's path replaced by ``out`` (what the user asked for)."""
+    if text is None:
+        return None
+    return os.fsdecode(text).replace(str(stage), str(out)) if isinstance(text, (str, bytes)) else str(text)
+
+
+def _remove_dead_stages(out: Path) -> None:
+    """Staging folders of ``out`` left by a run that was killed (SIGKILL, a power cut): hidden
+    ``.staging.tmp-*`` inside it and ``.<name>.tmp-*`` beside it. Called under ``out``'s lock,
+    so no live run owns them."""
+    candidates = []
+    with contextlib.suppress(OSError):
+        candidates += [p for p in out.iterdir() if p.name.startswith(f".staging{TMP_MARK}")]
+    with contextlib.suppress(OSError):
+        candidates += [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}{TMP_MARK}")]
+    for path in candidates:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _check_kind(stage_entry_is_dir: bool, dest: Path) -> None:
@@ -289,3 +317,31 @@ def _publish(stage: Path, out: Path, exists: bool, last: tuple[str, ...]) -> Non
             os.rename(dest, trash / name)
         os.replace(src, dest)
     fsync_dir(out)
+
+
+# ------------------------------------------------------------------------ outputs beside traces
+def trace_folder_above(out: str | os.PathLike) -> Path | None:
+    """The nearest folder at or above ``out`` that directly holds a Tempora trace (a
+    ``*.parquet`` with trace metadata), or ``None``. A file written there would be read as a
+    trace by the next sweep of that folder."""
+    import pyarrow.parquet as pq
+
+    from . import METADATA_KEY
+
+    try:
+        dest = Path(out).expanduser().resolve()
+    except (OSError, RuntimeError):
+        return None
+    for folder in (dest, *dest.parents):
+        try:
+            candidates = sorted(p for p in folder.glob("*.parquet") if not p.name.startswith("."))
+        except OSError:
+            continue
+        for path in candidates:
+            try:
+                meta = pq.read_schema(path).metadata or {}
+            except Exception:  # noqa: BLE001 - anything unreadable is no trace of ours
+                continue
+            if METADATA_KEY.encode() in meta:
+                return folder
+    return None

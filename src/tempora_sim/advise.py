@@ -237,7 +237,7 @@ def advise(source, constraint: Constraint, bootstrap=None, sweep_opts: dict | No
         # the traces' measured timing variability, replayed and combined with the resamples
         timing = replicates_of(kept[0], bootstrap.timing_replicates, bootstrap.seed)
         timing = timing.map(relabel) if timing is not None else None
-        intervals = an.utility_intervals(frame, None, bootstrap, timing)
+        intervals = an.utility_intervals(frame, None, bootstrap, timing=timing)
         pw = an.pooled_winners(frame, intervals).row(0, named=True)
         pooled = an.pool_seeds(frame.filter(pl.col("episode") == an.POOLED))
         pooled = an.attach_intervals(pooled, intervals).sort("utility", descending=True, nulls_last=True)
@@ -271,6 +271,8 @@ def advise(source, constraint: Constraint, bootstrap=None, sweep_opts: dict | No
                 "lambda_ms": lams,
                 "constraint": {"protocol": c.protocol, **{a.kind: a.value for a in c.axes}},
                 "recommended": rec["method"],
+                # the method and sparse-adaptation policy it stands for (docs/design.md §11)
+                **an.policy_advice(frame, intervals, rec["method"]),
                 "tied_with": [m for m in pw["winners"] if m != rec["method"]],
                 "utility": rec["utility"],
                 "utility_ci": [rec["lo"], rec["hi"]],
@@ -352,11 +354,21 @@ def text_lines(advice: list[dict], c: Constraint) -> list[str]:
         )
         level = f"{a['ci_level'] * 100:g}%"
         tie = f" (tied with {', '.join(a['tied_with'])})" if a["tied_with"] else ""
+        what = a["recommended"] if a.get("policy") is None else f"{a['method']}, {a['policy_words']} ({a['recommended']})"
         lines.append(
-            f"  at {c.full_label()}: use {a['recommended']}{tie}: U = {_pc(a['utility'])} "
+            f"  at {c.full_label()}: use {what}{tie}: U = {_pc(a['utility'])} "
             f"[{_pc(a['utility_ci'][0])}, {_pc(a['utility_ci'][1])}] ({level} CI, episodes resampled)"
         )
         lines.append(f"  {a['timing']}")
+        vs = a.get("vs_every_batch")
+        if vs is not None and a.get("policy") is not None:
+            verdict = {True: "certain", False: "uncertain", None: "not assessed"}[vs["certain"]]
+            ci = "" if vs["gain_ci"][0] is None else f" [{_pp(vs['gain_ci'][0])}, {_pp(vs['gain_ci'][1])}] (paired)"
+            lines.append(
+                f"  over {a['method']} adapting on every batch (U = {_pc(vs['every_batch_utility'])}): {_pp(vs['gain'])} pp{ci} → {verdict}"
+            )
+        elif vs is not None:
+            lines.append(f"  {a['method']} adapting on every batch beats its {vs['variants'] - 1} traced sparse-adaptation policies here")
         if a["runner_up"] is not None:
             verdict = {True: "certain", False: "uncertain: could be a coin toss", None: "not assessed"}[a["certain"]]
             lines.append(

@@ -81,6 +81,11 @@ def _seed(text: str, spec: str) -> int:
     return seed
 
 
+#: ON and OFF of a burst source (mean period lengths in units of γ) lie in this range: beyond
+#: it a period's length overflows a float or a count of batches.
+BURST_RANGE = (1e-6, 1e6)
+
+
 def _positive(text: str, what: str, spec: str) -> float:
     try:
         value = float(text)
@@ -88,6 +93,9 @@ def _positive(text: str, what: str, spec: str) -> float:
         raise GridError(f"--arrivals: {what} '{text}' in '{spec}' is not a number") from None
     if not (math.isfinite(value) and value > 0):
         raise GridError(f"--arrivals: {what} in '{spec}' must be a finite number > 0 (got {text})")
+    low, high = BURST_RANGE
+    if not low <= value <= high:
+        raise GridError(f"--arrivals: {what} in '{spec}' must be from {low:g} to {high:g} (mean period in units of γ; got {text})")
     return value
 
 

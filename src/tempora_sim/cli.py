@@ -52,6 +52,7 @@ SUBCOMMAND_MODULES = {
     "migrate": "tempora_sim.cli_migrate",
     "advise": "tempora_sim.cli_advise",
     "validate": "tempora_sim.cli_validate",
+    "explore": "tempora_sim.cli_explore",
 }
 
 
@@ -90,11 +91,12 @@ def run() -> None:
     compiled code and the loaded modules, which costs a warm sweep about 0.3 s and serves
     nothing. A library caller that calls :data:`main` keeps the ordinary exit."""
     code = main.main(standalone_mode=False)
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (OSError, ValueError):  # a closed pipe: what the interpreter's own exit reports
-        code = code or 120
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:  # None: started with the stream closed (`>&-`)
+                stream.flush()
+        except (OSError, ValueError):  # a closed pipe: what the interpreter's own exit reports
+            code = code or 120
     _os._exit(code if isinstance(code, int) else 1)
 
 

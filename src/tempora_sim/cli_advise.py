@@ -7,6 +7,7 @@ import json
 import click
 import numpy as np
 
+from tempora_schema.vocabulary import BUDGET_RULES
 from tempora_sim.advise import advise, parse_constraint, text_lines
 from tempora_sim.cli import main
 from tempora_sim.stats import bootstrap_options, make_bootstrap
@@ -23,7 +24,7 @@ from tempora_sim.stats import bootstrap_options, make_bootstrap
     "budget_rule",
     default="strict",
     show_default=True,
-    type=click.Choice(["strict", "overshoot"]),
+    type=click.Choice(list(BUDGET_RULES)),
     help="As in `tempora-sim sweep`.",
 )
 @click.option(

@@ -9,7 +9,6 @@ and exit status 2.
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 
@@ -32,6 +31,25 @@ def write_outputs(frame, out: Path, traces=()) -> None:
     with staged_dir(out, what="sweep output", files=("utility.parquet", "utility.csv")) as stage:
         write_file(stage / "utility.parquet", to_bytes(frame.write_parquet))
         write_file(stage / "utility.csv", frame.write_csv().encode("utf-8"))
+
+
+#: Rows serialised at a time by :func:`echo_json_rows`.
+JSON_CHUNK_ROWS = 100_000
+
+
+def echo_json_rows(frame) -> None:
+    """Print ``frame`` as one JSON array of row objects (polars' own writer, compact), a chunk
+    of rows at a time: a 1,000,000-value grid never holds its rows as Python objects, nor their
+    whole text, at once (``json.dumps(frame.to_dicts())`` needed 13 GB there)."""
+    import sys
+
+    out = sys.stdout
+    out.write("[")
+    for start in range(0, frame.height, JSON_CHUNK_ROWS):
+        text = frame.slice(start, JSON_CHUNK_ROWS).write_json()
+        out.write(("," if start else "") + text[1:-1])
+    out.write("]\n")
+    out.flush()
 
 
 @main.command("sweep")
@@ -90,7 +108,7 @@ def sweep_command(traces, out, fmt, intervals, ci_level, resamples, ci_seed, tim
 
     if fmt == "json":
         pooled = result.frame.filter(pl.col("episode") == ALL_EPISODES)
-        click.echo(json.dumps(pooled.to_dicts(), allow_nan=False, default=str))
+        echo_json_rows(pooled)
         click.echo(result.stats.line(), err=True)
         if timing_text:
             click.echo(timing_text, err=True)

@@ -271,6 +271,16 @@ def validate_command(live, traces, out, abs_pp, slack_pp, amortised_pp, min_agre
             raise OptionError(f"{name} must be ≥ 0, got {value:g}")
     if not 0 <= min_agreement <= 100:
         raise OptionError(f"--min-agreement must be a percentage in 0..100, got {min_agreement:g}")
+    if out is not None:
+        from tempora_schema.outputs import check_output_dir
+
+        from .traces import check_out_outside
+
+        # written inside a trace or live folder, validation*.parquet would be read as traces or
+        # live runs by the next run
+        check_out_outside([traces], out)
+        check_out_outside(live, out, "live-run folder", "live runs")
+        check_output_dir(out)
     result = validate([str(p) for p in live], [str(traces)], Tolerances(abs_pp, slack_pp, amortised_pp, min_agreement, tie_us))
     written = (
         write_frames({"validation": result.settings, "validation-runs": result.runs, "validation-disagreements": result.disagreements}, out)

@@ -379,3 +379,52 @@ def pareto_plot(frontier: pl.DataFrame, title: str = ""):
         ax.set_title(_wrap(title), fontsize=8)
     fig.tight_layout()
     return fig
+
+
+# ----------------------------------------------------------------------------- policies
+def policy_rates(points: pl.DataFrame, best: pl.DataFrame, title: str = ""):
+    """Utility against the adaptation rate, one panel per scenario (offline, then each
+    protocol strict → relaxed), one line per method through its variants in rate order
+    (docs/design.md §11); the method's best variant in the panel is ringed."""
+    from tempora_schema.policies import split_label
+
+    scen = points.select("scenario", "scenario_order").unique().sort("scenario_order").get_column("scenario").to_list()
+    cols = min(len(scen), 4)
+    rows = math.ceil(len(scen) / cols)
+    fig, axes = _subplots(rows, cols, figsize=(2.3 * cols + 1.4, 2.1 * rows + 0.5), squeeze=False)
+    bases = list(dict.fromkeys(best.get_column("method").to_list()))
+    ringed = {(r["method"], r["scenario"]): r["best_method"] for r in best.iter_rows(named=True)}
+    for k, sc in enumerate(scen):
+        ax = axes[k // cols][k % cols]
+        part = points.filter(pl.col("scenario") == sc)
+        for b in bases:
+            sub = part.filter((pl.col("base") == b) & pl.col("rate").is_not_null()).sort("rate")
+            if not sub.height:
+                continue
+            xs = [x * 100 for x in sub.get_column("rate").to_list()]
+            ys = [y * 100 for y in sub.get_column("utility").to_list()]
+            col = method_colour(b)
+            ax.plot(xs, ys, color=col, lw=1.1, marker="o", ms=2.5, label=b if k == 0 else None)
+            top = ringed.get((b, sc))
+            for m, x, y in zip(sub.get_column("method").to_list(), xs, ys):
+                if m == top:
+                    ax.plot([x], [y], marker="o", ms=7, mfc="none", mec=col, mew=1.2)
+                if split_label(m)[1] is None:
+                    ax.plot([x], [y], marker="s", ms=3.5, color=col)
+        ax.set_title(sc, fontsize=7)
+        ax.set_xlim(0, 105)
+        ax.tick_params(labelsize=6)
+        ax.grid(alpha=0.25, lw=0.5)
+        if k % cols == 0:
+            ax.set_ylabel("U (%)", fontsize=7)
+        if k // cols == rows - 1:
+            ax.set_xlabel("adaptation rate (%)", fontsize=7)
+    for k in range(len(scen), rows * cols):
+        axes[k // cols][k % cols].set_visible(False)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, fontsize=6, frameon=False, loc="upper right")
+    if title:
+        fig.suptitle(_wrap(title, 100), fontsize=7)
+    fig.tight_layout(rect=(0, 0, 0.88, 1))
+    return fig

@@ -12,6 +12,7 @@ from typing import Sequence
 
 from tempora_schema import command
 from tempora_schema.errors import OptionError
+from tempora_schema.vocabulary import COMBINED_PROTOCOLS, PROTOCOLS  # noqa: F401  (re-exported)
 
 from .errors import GridError
 
@@ -19,9 +20,6 @@ DEFAULT_RHO = (1.0, 0.7, 0.5, 0.35, 0.25)
 DEFAULT_T_MS = (50.0, 100.0, 200.0, 400.0, 1000.0)
 DEFAULT_B_MS = (1000.0, 2000.0, 4000.0, 8000.0, 16000.0, 32000.0)
 
-PROTOCOLS = ("offline", "discrete", "continuous", "amortised")
-#: Two pressures at once (docs/design.md §9): opt-in, never part of ``all``.
-COMBINED_PROTOCOLS = ("discrete-continuous", "discrete-amortised")
 #: ``param`` column value of each protocol's grid (combined ones add ``param2``).
 PARAM_OF = {
     "offline": None,

@@ -7,11 +7,13 @@ can pool episodes exactly (``episode = "__all__"`` rows). Each kernel runs ``pra
 flattened (series × grid value) task list, which keeps both cores busy whether the sweep is
 wide (many episodes) or deep (one long trace, many values).
 
-Time conventions shared with :mod:`tempora_sim.reference` (which is written independently
+Time conventions shared with :mod:`tempora_sim.oracle` (which is written independently
 as an event-driven simulation): batch ``i`` (0-based) arrives at ``i * gamma``; at equal
 times a completion frees the pipeline, then the arrival is enqueued (evicting the oldest
 queued batch if the queue is full), then a free pipeline picks up the oldest queued batch.
-With capacity 0 a batch is only taken if it arrives when the pipeline is free.
+With capacity 0 a batch is only taken if it arrives when the pipeline is free. The periodic
+discrete walk's decision is :mod:`tempora_schema.discrete`'s rule, compiled here and called
+as plain Python by the live runner.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from tempora_schema.live import last_arrival as _schema_last_arrival
+from tempora_schema.discrete import last_arrival as _schema_last_arrival
+from tempora_schema.discrete import next_pick as _schema_next_pick
 
 #: Below this many per-batch operations a kernel call runs on one thread: waking a thread
 #: pool costs more than it saves (tens of ms on a loaded 2-core machine, where OpenMP
@@ -44,6 +47,8 @@ def use_threads(work: int) -> int:
 #: as plain Python by the live runner (same float64 operations, same answers).
 last_arrival = njit(cache=True, inline="always")(_schema_last_arrival)
 _last_arrival = last_arrival
+#: Which batch comes next and when (tempora_schema's one definition, compiled).
+next_pick = njit(cache=True, inline="always")(_schema_next_pick)
 
 
 @njit(cache=True, inline="always")
@@ -79,16 +84,8 @@ def _discrete_walk(a, delta, gamma, queue, strict, skip_mode, skip_value, served
 
     Event ``j`` (0-based) is served with latency ``delta[j]`` and accuracy ``a[j]``
     (step-indexed replay). ``p`` is the batch index served by the current event; after it
-    finishes at ``f`` the next batch is found in O(1):
-
-    * buffered, capacity b >= 1: arrivals up to K = last arrival <= f; the queue holds the
-      last min(b, K - p) of them, so the next batch is max(p + 1, K - b + 1) started at f, or
-      batch p + 1 at its arrival if nothing is waiting. For b = 1 this is the paper's
-      recurrence p' = max(p + 1, floor(f / gamma) + 1) (1-based).
-    * buffered, b = 0: the first batch arriving at or after f, started on arrival.
-    * strict synchronisation: the pipeline only picks up at arrival instants strictly after
-      f (Alfarra et al.'s "+2"): at instant I the queue holds the last b of (p, I]; with b <= 1
-      the batch served is I itself. No drain: pickups need an arrival.
+    finishes at ``f`` the next batch is found in O(1) by :func:`tempora_schema.discrete.next_pick`
+    (buffered with b >= 1, b = 0, or strict synchronisation; see there).
     """
     n = a.shape[0]
     inv_gamma = 1.0 / gamma
@@ -104,27 +101,8 @@ def _discrete_walk(a, delta, gamma, queue, strict, skip_mode, skip_value, served
             served_out[j] = p
         f = start + delta[j]
         served_sum += a[j]
-        k = _last_arrival(f, gamma, inv_gamma)
-        nxt = n  # n means "no further event"
-        if strict:
-            instant = k + 1
-            if instant < n:
-                nxt = instant if queue == 0 else max(p + 1, instant - queue + 1)
-                start_next = instant * gamma
-        elif queue == 0:
-            first = k if k * gamma == f else k + 1
-            cand = max(p + 1, first)
-            if cand < n:
-                nxt = cand
-                start_next = cand * gamma
-        else:
-            kc = min(k, n - 1)
-            if kc > p:
-                nxt = max(p + 1, kc - queue + 1)
-                start_next = f
-            elif p + 1 < n:
-                nxt = p + 1
-                start_next = nxt * gamma
+        # nxt == n means "no further event"
+        nxt, start_next = next_pick(p, _last_arrival(f, gamma, inv_gamma), f, gamma, queue, strict, n)
         skipped_score += _skipped_score(nxt - p - 1, skip_mode, a[j], skip_value)
         j += 1
         if nxt >= n:
@@ -218,7 +196,7 @@ def amortised_prefixes(a, delta, offsets, lam):
     """Per-series prefix sums (leading 0) of a and of overheads c = max(0, δ − λ).
 
     Series s occupies ``offsets[s] + s .. offsets[s+1] + s`` of both outputs; the sums are
-    accumulated left to right, exactly as the reference adds overheads batch by batch.
+    accumulated left to right, exactly as the oracle adds overheads batch by batch.
     """
     pa_ = np.empty(a.shape[0] + offsets.shape[0] - 1)
     pc_ = np.empty(a.shape[0] + offsets.shape[0] - 1)

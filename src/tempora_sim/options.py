@@ -17,11 +17,11 @@ from typing import Any, Callable, Sequence
 
 from tempora_schema.command import INT32_MAX
 from tempora_schema.provision import LAMBDA_RULES
+from tempora_schema.vocabulary import BUDGET_RULES
 
 from . import grids
 from .errors import GridError
 
-BUDGET_RULES = ("strict", "overshoot")
 SKIPPED_MODES = ("null", "random")
 SYNC_MODES = ("buffered", "strict")
 ENGINES = ("numba", "python")
@@ -114,7 +114,7 @@ class SweepOptions:
         "slower or faster (the idle effect, docs/statistics.md).",
         "--no-idle-effect",
     )
-    engine: str = _opt("numba", "numba kernels, or the plain-Python reference (slow; for tests).", None, ENGINES)
+    engine: str = _opt("numba", "numba kernels, or the plain-Python oracle (slow; for tests).", None, ENGINES)
 
     @classmethod
     def build(cls, options: "SweepOptions | None" = None, **changes: Any) -> "SweepOptions":
@@ -162,6 +162,10 @@ class SweepOptions:
         n_seeds = self.arrival_seeds
         if isinstance(n_seeds, bool) or not hasattr(n_seeds, "__index__") or not 1 <= int(n_seeds) <= 10_000:
             raise GridError(f"--arrival-seeds: a count from 1 to 10000 (got {n_seeds!r})")
+        if spec.seed + int(n_seeds) - 1 >= 2**63:
+            raise GridError(
+                f"--arrival-seeds: {int(n_seeds)} seeds from {spec.seed} go beyond 2^63-1 (seeds are SEED, SEED+1, …); choose a smaller seed"
+            )
         seeds = tuple(spec.seed + k for k in range(int(n_seeds)))
         check_scenario_options(protocols, spec, seeds, bool(self.arrivals_absolute), self.rho is not None)
         return ResolvedOptions(

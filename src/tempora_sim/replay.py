@@ -83,7 +83,7 @@ COLUMNS = BASE_COLUMNS | SCENARIO_COLUMNS
 class SweepStats:
     evaluations: int = 0  # per-episode (trace, episode, protocol, value) replays
     batch_events: int = 0  # Σ N over those evaluations
-    kernel_s: float = 0.0  # time inside the replay kernels (or reference loops)
+    kernel_s: float = 0.0  # time inside the replay kernels (or the oracle's loops)
     jit_s: float = 0.0  # first-use JIT compile / cache load in this process
     total_s: float = 0.0
 
@@ -180,7 +180,7 @@ def build_series(traces: Sequence[Trace], lambdas: dict[GroupKey, float], lambda
 
 
 # --------------------------------------------------------------------------------------
-# Engines: Numba kernels, or the plain-Python reference (for tests and the benchmark)
+# Engines: Numba kernels, or the plain-Python oracle (for tests and the benchmark)
 # --------------------------------------------------------------------------------------
 
 _WARM: set[str] = set()
@@ -347,7 +347,7 @@ def _replay_numba(series: Series, protocols, rho, T, B, opts) -> dict:
 
 
 def _replay_python(series: Series, protocols, rho, T, B, opts) -> dict:
-    from . import reference as R
+    from . import oracle as R
 
     s = series
     S = len(s.episode)
@@ -685,7 +685,7 @@ def sweep(source, options: SweepOptions | None = None, /, **changes) -> pl.DataF
     queue capacity b; ``sync='strict'`` is Alfarra et al.'s +2 synchronisation;
     ``skipped='random'`` scores skipped batches 1/C; ``fallback=True`` scores them with the
     dual-model fallback; ``budget_rule`` is ``strict`` or ``overshoot``. ``engine='python'``
-    runs the plain-Python reference instead of the kernels (slow; tests). ``arrivals``
+    runs the plain-Python oracle instead of the kernels (slow; tests). ``arrivals``
     (``periodic`` | ``poisson[:SEED]`` | ``burst:ON,OFF[:SEED]`` | ``file:PATH``), ``arrival_seeds``
     (seeds SEED … SEED+k−1, pooled like episodes) and ``arrivals_absolute`` (recorded times as
     they are) choose the arrival process; ``protocols`` may also name the combined

@@ -44,6 +44,10 @@ class ReportInputs:
     scenarios: pl.DataFrame | None = None
     #: the sweep behind ``utility`` when it came from traces (timing replicates replay it again)
     sweep_result: object = field(default=None, repr=False)
+    #: the loaded traces and the sweep options they were swept with (traces only): the
+    #: interactive page (explore.html) replays them on its own dense grids
+    traceset: object | None = None
+    sweep_options: object | None = None
     _cache: dict = field(default_factory=dict, repr=False)
 
     def lambdas(self) -> pl.DataFrame:
@@ -63,7 +67,7 @@ class ReportInputs:
     def intervals(self) -> st.Intervals:
         """Bootstrap intervals of every utility (cells need the traces' rows; see analyses)."""
         if "intervals" not in self._cache:
-            self._cache["intervals"] = an.utility_intervals(self.utility, self.trace_rows, self.bootstrap, self.timing())
+            self._cache["intervals"] = an.utility_intervals(self.utility, self.trace_rows, self.bootstrap, timing=self.timing())
         return self._cache["intervals"]
 
     def timing(self):
@@ -190,7 +194,14 @@ def _load_inputs(sources, sweep_options, out, scenarios: bool = False) -> Report
 
         extra = rs.scenario_sweeps(traces, sweep_options)
     return ReportInputs(
-        utility=utility, trace_rows=rows, source=", ".join(map(str, items)), from_traces=True, scenarios=extra, sweep_result=result
+        utility=utility,
+        trace_rows=rows,
+        source=", ".join(map(str, items)),
+        from_traces=True,
+        scenarios=extra,
+        traceset=traces,
+        sweep_options=sweep_options,
+        sweep_result=result,
     )
 
 
@@ -310,6 +321,28 @@ def _sweep_pivot(t: pl.DataFrame):
     return ["method"] + scen, rows
 
 
+def _policies_pivot(t: pl.DataFrame):
+    """Rows: methods; columns: scenarios; cell: the best policy and its gain over adapting on
+    every batch (pp), '?' when the gain is uncertain."""
+    scen = _scenarios(t)
+    methods = list(dict.fromkeys(t.get_column("method").to_list()))
+    look = {(r["method"], r["scenario"]): r for r in t.iter_rows(named=True)}
+    rows = []
+    for m in methods:
+        row = [m]
+        for s in scen:
+            r = look.get((m, s))
+            if r is None:
+                row.append("–")
+            elif r["best"] == an.EVERY_BATCH:
+                row.append(f"every batch {_pct(r['utility'], 1)}")
+            else:
+                gain = "" if r["gain"] is None else f" ({r['gain'] * 100:+.1f} pp{'?' if r['certain'] is False else ''})"
+                row.append(f"{r['best']} {_pct(r['utility'], 1)}{gain}")
+        rows.append(row)
+    return ["method"] + scen, rows
+
+
 def _offline_pivot(t: pl.DataFrame):
     methods = list(dict.fromkeys(t.get_column("method").to_list()))
     look = {(r["episode"], r["method"]): r for r in t.iter_rows(named=True)}
@@ -363,6 +396,10 @@ def _sweep(inp: ReportInputs) -> pl.DataFrame:
     pw = an.pooled_winners(inp.pooled, inp.intervals())
     g = an.group_columns(t)
     return t.join(pw.select(g + ["scenario", pl.col("certain").alias("best_certain")]), on=g + ["scenario"], how="left")
+
+
+def _policies(inp: ReportInputs) -> pl.DataFrame:
+    return an.policy_gains(inp.pooled, inp.intervals(), inp.trace_rows)
 
 
 def _pareto_table(inp: ReportInputs) -> pl.DataFrame:
@@ -664,6 +701,33 @@ _register(
         ),
     )
 )
+_register(
+    TableSpec(
+        "policies",
+        "Best sparse-adaptation policy of each method",
+        "beyond the paper",
+        "For every method traced under sparse-adaptation policies (`tempora-trace run --policy`, "
+        "docs/design.md §11), the variant with the highest pooled utility in each scenario: a policy "
+        "(`every:4` adapts on every 4th batch …) or `every batch` (the method as published), its U (%), "
+        "and in brackets its gain over adapting on every batch in pp, with '?' when the paired bootstrap "
+        "interval of that gain contains 0. The CSV adds the intervals, the adaptation rate of the best "
+        "variant (share of batches it changed the model on) and the number of variants compared. The "
+        "best (method, policy) overall is the winner in the tables above, where each policy trace "
+        "competes as `method@policy`.",
+        _cached("policies", _policies),
+        (
+            Column("method", "method"),
+            Column("scenario", "scenario"),
+            Column("best", "best"),
+            Column("utility", "U (%)", "pct2"),
+            Column("every_batch", "every batch (%)", "pct2"),
+            Column("gain", "gain (pp)", "pp"),
+            Column("certain", "certain", "bool"),
+            Column("rate", "rate (%)", "pct"),
+        ),
+        pivot=_policies_pivot,
+    )
+)
 
 
 def compute_table(name: str, inp: ReportInputs) -> pl.DataFrame | None:
@@ -824,13 +888,16 @@ SECTIONS = (
         ("latency", "strict_terms", "discrete_decomposition", "continuous_decomposition", "amortised_decomposition", "insolvency"),
     ),
     ("What a larger budget buys", ("pareto",)),
+    ("Adapt less, serve more: sparse-adaptation policies", ("policies",)),
 )
 TRACE_TIMES_FILE = "trace_times.parquet"
 #: Rows of the scenarios beyond the paper's (bursty arrivals, combined protocols), when present.
 SCENARIOS_FILE = "scenarios.parquet"
 #: What a report writes into its folder (checked for clashes before any work).
 REPORT_FOLDERS = ("tables", "figures")
-REPORT_FILES = ("report.md", RESULTS_FILE, TRACE_TIMES_FILE, SCENARIOS_FILE)
+#: the interactive page (tempora-sim explore), written beside report.md when traces were given
+EXPLORE_FILE = "explore.html"
+REPORT_FILES = ("report.md", RESULTS_FILE, TRACE_TIMES_FILE, SCENARIOS_FILE, EXPLORE_FILE)
 
 
 # ----------------------------------------------------------------------------- summary
@@ -1095,9 +1162,15 @@ class ReportResult:
 
 
 def build_report(
-    inp: ReportInputs, out: str | Path, all_episodes: bool = False, episodes: Sequence[str] | None = None, figures: bool = True
+    inp: ReportInputs,
+    out: str | Path,
+    all_episodes: bool = False,
+    episodes: Sequence[str] | None = None,
+    figures: bool = True,
+    explore: bool = True,
 ) -> ReportResult:
-    """Write ``out/report.md``, ``out/tables/*.csv`` and ``out/figures/*.{png,pdf}``.
+    """Write ``out/report.md``, ``out/tables/*.csv`` and ``out/figures/*.{png,pdf}``, and with
+    traces (and ``explore``) the interactive page ``out/explore.html``, linked from report.md.
 
     The utility curves show one episode per corruption category (four by default),
     ``episodes`` to choose, ``all_episodes`` for every episode."""
@@ -1112,12 +1185,14 @@ def build_report(
     # Built in a staging folder and published whole (report.md last): a failure anywhere leaves
     # the previous report, if any, exactly as it was.
     with staged_dir(final, what="report", last=("report.md",), folders=REPORT_FOLDERS, files=REPORT_FILES) as stage:
-        result = _build_report(inp, stage, all_episodes, episodes, figures)
+        result = _build_report(inp, stage, all_episodes, episodes, figures, explore)
     moved = lambda p: final / p.relative_to(stage)  # noqa: E731
     return ReportResult(moved(result.report), [moved(p) for p in result.tables], [moved(p) for p in result.figures], result.seconds)
 
 
-def _build_report(inp: ReportInputs, out: Path, all_episodes: bool, episodes: Sequence[str] | None, figures: bool) -> ReportResult:
+def _build_report(
+    inp: ReportInputs, out: Path, all_episodes: bool, episodes: Sequence[str] | None, figures: bool, explore: bool = True
+) -> ReportResult:
     import time
 
     from tempora_schema.outputs import to_bytes, write_file
@@ -1151,6 +1226,23 @@ def _build_report(inp: ReportInputs, out: Path, all_episodes: bool, episodes: Se
         "(all groups, fractions rather than %).",
         "",
     ]
+    if explore and inp.traceset is not None and _temporal(inp.sweep_options):
+        from .cli_explore import DEFAULT_PROTOCOLS, render_page
+        from .explore import build_data
+        from .options import SweepOptions
+
+        t_explore = time.perf_counter()
+        opts = inp.sweep_options if isinstance(inp.sweep_options, SweepOptions) else SweepOptions.build(**(inp.sweep_options or {}))
+        if "protocols" not in opts.given():
+            opts = SweepOptions.build(opts, protocols=DEFAULT_PROTOCOLS)  # the page moves both pressures at once too
+        data = build_data(inp.traceset, opts, (opts.arrivals,), inp.bootstrap, source=inp.source)
+        write_file(out / EXPLORE_FILE, render_page(data))
+        seconds["explore"] = time.perf_counter() - t_explore
+        md += [
+            f"**Interactive:** [{EXPLORE_FILE}]({EXPLORE_FILE}) moves ρ, T and B (and both pressures at once) over dense "
+            "grids and shows the winners, intervals and recommendation at every value; it opens offline in any browser.",
+            "",
+        ]
     t1 = time.perf_counter()
     for gi, group in enumerate(groups):
         # figure names: the group values that tell the groups apart, e.g. "cpu-other-winners.png"
@@ -1191,6 +1283,14 @@ def _build_report(inp: ReportInputs, out: Path, all_episodes: bool, episodes: Se
     return ReportResult(report, table_paths, fig_paths, seconds)
 
 
+def _temporal(options) -> bool:
+    """Do the report's sweep options ask for a temporal protocol (what the page moves)?"""
+    from .options import SweepOptions
+
+    opts = options if isinstance(options, SweepOptions) else SweepOptions.build(**(options or {}))
+    return "protocols" not in opts.given() or any(p != "offline" for p in opts.resolve().protocols)
+
+
 FIGURE_CAPTIONS = {
     "Who wins where": (
         ("winners", "Winner of every episode × scenario cell (paper Figure 1); legend: wins"),
@@ -1204,6 +1304,13 @@ FIGURE_CAPTIONS = {
         ("latency", "Mean per-batch latency: ē (light) and ℓ̄ (solid) against λ, labelled with δ̄/λ"),
     ),
     "What a larger budget buys": (("pareto", "Amortised utility against the overhead spent (filled: efficient points)"),),
+    "Adapt less, serve more: sparse-adaptation policies": (
+        (
+            "policy_rates",
+            "Pooled utility against the adaptation rate (share of batches that changed the model), one panel "
+            "per scenario, one line per method through its policies (ringed: the method's best variant)",
+        ),
+    ),
 }
 
 
@@ -1253,4 +1360,8 @@ def _group_figures(inp, group, computed, fig_dir, prefix, all_episodes, episodes
     par = computed["pareto"]
     if par is not None and filter_group(par, group).height:
         made["pareto"] = tuple(fg.save(fg.pareto_plot(filter_group(par, group), label), fig_dir, prefix + "pareto"))
+    pol = computed["policies"]
+    if pol is not None and filter_group(pol, group).height:
+        points = filter_group(an.policy_points(inp.pooled, inp.trace_rows), group)
+        made["policy_rates"] = tuple(fg.save(fg.policy_rates(points, filter_group(pol, group), label), fig_dir, prefix + "policy-rates"))
     return made

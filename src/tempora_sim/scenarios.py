@@ -94,7 +94,7 @@ def _replay(series, u, scale, opts, h, n_adapt, f_delta, f_acc, engine):
             f_delta,
             f_acc,
         )
-    from .reference import discrete_reference
+    from .oracle import discrete_reference
 
     S, C = scale.shape
     served = np.zeros((S, C), np.int64)

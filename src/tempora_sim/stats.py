@@ -63,8 +63,8 @@ class BootstrapOptions:
             raise StatsError(f"--ci-level: confidence level must be in [0.5, 1) (got {self.level!r})")
         if isinstance(self.resamples, bool) or not isinstance(self.resamples, (int, np.integer)) or not (100 <= self.resamples <= 100_000):
             raise StatsError(f"--resamples: must be an integer in [100, 100000] (got {self.resamples!r})")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
-            raise StatsError(f"--ci-seed: must be an integer >= 0 (got {self.seed!r})")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or not 0 <= self.seed < 2**63:
+            raise StatsError(f"--ci-seed: must be an integer in 0..2^63-1, as every seed (got {self.seed!r})")
         tr = self.timing_replicates
         if isinstance(tr, bool) or not isinstance(tr, (int, np.integer)) or not (0 <= tr <= 10_000):
             raise StatsError(f"--timing-replicates: must be an integer in [0, 10000] (got {tr!r})")

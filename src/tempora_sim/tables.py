@@ -100,23 +100,53 @@ def _shown_rows(frame: pl.DataFrame) -> pl.DataFrame:
     return pl.concat(keep, how="vertical") if keep else frame
 
 
-def utility_tables(group: pl.DataFrame, latency: dict[str, float], intervals=None, certain: dict | None = None) -> list[Table]:
+def grid_view(frame: pl.DataFrame) -> dict[str, tuple[int, list]]:
+    """Per protocol: how many grid values ``frame`` holds, and the ones the tables show."""
+    view = {}
+    for protocol in frame.get_column("protocol").unique(maintain_order=True).to_list():
+        values = frame.filter(pl.col("protocol") == protocol).get_column("value").unique(maintain_order=True).to_list()
+        view[protocol] = (len(values), shown_values(values))
+    return view
+
+
+def _table_rows(frame: pl.DataFrame, view: dict[str, tuple[int, list]]) -> pl.DataFrame:
+    """The rows the terminal tables read: the shown grid values, and each single protocol's
+    smallest and largest (the decompositions are at the strictest); a million-value grid is
+    then pooled and printed at the cost of a small one."""
+    keep = []
+    for protocol, (count, shown) in view.items():
+        part = frame.filter(pl.col("protocol") == protocol)
+        if len(shown) < count and protocol in an.PROTOCOLS:  # the combined grids' own tables show every row
+            values = part.get_column("value")
+            wanted = [v for v in shown if v is not None] + [values.min(), values.max()]
+            part = part.filter(pl.col("value").is_in([v for v in wanted if v is not None]))
+        keep.append(part)
+    return pl.concat(keep, how="vertical") if keep else frame
+
+
+def utility_tables(
+    group: pl.DataFrame, latency: dict[str, float], intervals=None, certain: dict | None = None, view: dict | None = None
+) -> list[Table]:
     """Tables 11–13 for one group's pooled rows: utility (%) per method × grid value, '?' after
     the best value when its lead over the runner-up is uncertain (``certain``: value → bool),
-    and the typical and widest half-width of the bootstrap intervals in the caption."""
+    and the typical and widest half-width of the bootstrap intervals in the caption.
+    ``view``: :func:`grid_view` of the whole grid, when ``group`` holds only the rows shown."""
     certain = certain or {}
+    view = view if view is not None else grid_view(group)
     ci = {}
     if intervals is not None:
         for r in an.attach_intervals(group, intervals).iter_rows(named=True):
             ci[(r["method"], r["protocol"], _key(r["value"]))] = r
     tables = []
     if True:
-        for protocol in ("offline", "discrete", "continuous", "amortised"):
+        for protocol in an.PROTOCOLS:
             part = group.filter(pl.col("protocol") == protocol)
             if part.height == 0:
                 continue
-            all_values = part["value"].unique(maintain_order=True).to_list()
-            values = shown_values(all_values)
+            count, values = view[protocol]
+            all_values = range(count)
+            if len(values) < count:
+                part = part.filter(pl.col("value").is_in([v for v in values if v is not None]))
             param = part["param"][0]
             widths = [
                 (r["hi"] - r["lo"]) * 50
@@ -255,7 +285,9 @@ def print_report(result: SweepResult, console: Console | None = None, bootstrap:
         g = an.group_columns(pw)
         for r in pw.iter_rows(named=True):
             certain[(tuple(r[c] for c in g), r["protocol"], _key(r["value"]))] = r["certain"]
-    pooled = an.pool_seeds(frame.filter(pl.col("episode") == ALL_EPISODES))
+    everything = frame.filter(pl.col("episode") == ALL_EPISODES)
+    view = grid_view(everything)
+    pooled = an.pool_seeds(_table_rows(everything, view))
     for label, group in _groups(pooled):
         lams = sorted(set(group["lambda_ms"].to_list()))
         lam = ", ".join(f"{x:.2f}" for x in lams)
@@ -265,5 +297,5 @@ def print_report(result: SweepResult, console: Console | None = None, bootstrap:
         mine = {(p, v): c for (k, p, v), c in certain.items() if k == gk}
         from .scenario_tables import scenario_tables
 
-        for table in utility_tables(group, latency, intervals, mine) + decomposition_tables(group, latency) + scenario_tables(group):
+        for table in utility_tables(group, latency, intervals, mine, view) + decomposition_tables(group, latency) + scenario_tables(group):
             console.print(table)

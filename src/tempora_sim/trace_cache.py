@@ -9,9 +9,12 @@ loads the entry instead.
 The key is the SHA-256 of the file's bytes together with a fingerprint of the reader (the
 source of the modules that read, validate and flatten a trace, and the numpy and polars
 versions): an edited file, or a reader that changed, never meets an old entry. An entry
-carries a CRC-32 of its contents; one that is truncated, damaged or unreadable is ignored and
-written again. Entries are written under a temporary name and renamed into place, so readers
-never see half an entry. A folder that cannot be created or written is no error: the traces
+carries a SHA-256 of every byte after its magic line (the header with the metadata, array
+layout and lengths, and the arrays): one that is truncated, damaged, edited anywhere (header
+included), larger than :func:`max_entry_bytes` allows for its trace, not a regular file (a
+symbolic link to ``/dev/zero``) or unreadable is ignored and written again, so the cache can
+make a sweep faster but never different. Entries are written under a temporary name and
+renamed into place, so readers never see half an entry. A folder that cannot be created or written is no error: the traces
 are read as if there were no cache.
 
 Where: ``$TEMPORA_TRACE_CACHE`` if set (``off`` turns the cache off), else ``trace-cache``
@@ -25,8 +28,8 @@ import functools
 import hashlib
 import json
 import os
+import stat
 import struct
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +41,14 @@ OFF_VALUES = frozenset({"off", "0", "no", "false", "none"})
 #: File name suffix of an entry.
 SUFFIX = ".tcache"
 _MAGIC = b"TEMPORA-TRACE-CACHE\n"
-_FORMAT = 1
+_FORMAT = 2
+_DIGEST = 32  # SHA-256 of everything after it
+_PREFIX = len(_MAGIC) + _DIGEST + 8  # magic, digest, header length
+#: An entry may be at most this many times its trace file's size, plus :data:`SIZE_SLACK`
+#: bytes; a larger one is ignored unread. The arrays hold at most a few numbers per trace row,
+#: which the Parquet file stores too, so a real entry is far below the bound.
+SIZE_FACTOR = 64
+SIZE_SLACK = 64 << 20
 _ALIGN = 64
 #: The arrays of an entry, in file order (ReplayArrays fields).
 ARRAY_FIELDS = (
@@ -118,12 +128,18 @@ def entry_path(folder: Path, content_digest: str) -> Path:
     return folder / f"{content_digest}-{reader_fingerprint()}{SUFFIX}"
 
 
+def max_entry_bytes(trace_bytes: int) -> int:
+    """The largest entry read for a trace file of ``trace_bytes`` bytes."""
+    return SIZE_FACTOR * max(int(trace_bytes), 0) + SIZE_SLACK
+
+
 def _pad(n: int) -> int:
     return -n % _ALIGN
 
 
 def encode(meta: dict, version: int, canonical: bool, replay) -> bytes:
-    """One entry: magic, header length, JSON header, then the arrays, 64-byte aligned."""
+    """One entry: magic, SHA-256 of the rest, header length, JSON header, then the arrays,
+    64-byte aligned."""
     arrays = [np.ascontiguousarray(getattr(replay, name)) for name in ARRAY_FIELDS]
     specs, offset = [], 0
     for arr in arrays:
@@ -141,48 +157,72 @@ def encode(meta: dict, version: int, canonical: bool, replay) -> bytes:
         "updates_parameters": bool(replay.updates_parameters),
         "arrays": dict(zip(ARRAY_FIELDS, specs)),
         "body_bytes": len(body),
-        "body_crc32": zlib.crc32(body),
     }
     head = json.dumps(header, allow_nan=False).encode("utf-8")
-    head += b" " * _pad(len(_MAGIC) + 8 + len(head))
-    return _MAGIC + struct.pack("<Q", len(head)) + head + bytes(body)
+    head += b" " * _pad(_PREFIX + len(head))
+    rest = struct.pack("<Q", len(head)) + head + bytes(body)
+    return _MAGIC + hashlib.sha256(rest).digest() + rest
 
 
 def decode(data: bytes) -> tuple[dict, int, bool, dict] | None:
     """``(meta, version, canonical, fields of ReplayArrays)`` of an entry, or ``None`` when it
-    is not a whole, intact entry of this format."""
+    is not a whole, intact entry of this format: every byte is checked (the magic line as
+    such, the rest against its SHA-256), then the header's types and the arrays' layout."""
     try:
-        if not data.startswith(_MAGIC):
+        if len(data) < _PREFIX or not data.startswith(_MAGIC):
             return None
-        (head_len,) = struct.unpack_from("<Q", data, len(_MAGIC))
-        start = len(_MAGIC) + 8 + head_len
-        header = json.loads(data[len(_MAGIC) + 8 : start])
-        if header.get("format") != _FORMAT or len(data) - start != header["body_bytes"]:
+        rest = memoryview(data)[len(_MAGIC) + _DIGEST :]
+        if hashlib.sha256(rest).digest() != data[len(_MAGIC) : len(_MAGIC) + _DIGEST]:
+            return None
+        (head_len,) = struct.unpack_from("<Q", data, len(_MAGIC) + _DIGEST)
+        start = _PREFIX + head_len
+        header = json.loads(data[_PREFIX:start])
+        if not isinstance(header, dict) or header.get("format") != _FORMAT or len(data) - start != header["body_bytes"]:
             return None
         body = memoryview(data)[start:]
-        if zlib.crc32(body) != header["body_crc32"]:
+        arrays = header["arrays"]
+        if not isinstance(arrays, dict) or set(arrays) != set(ARRAY_FIELDS):
             return None
         fields = {}
         for name in ARRAY_FIELDS:
-            dtype, length, offset = header["arrays"][name]
+            dtype, length, offset = arrays[name]
             dtype = np.dtype(dtype)
-            if dtype.kind not in "biuf" or offset < 0 or offset + dtype.itemsize * length > len(body):
+            if not (isinstance(length, int) and isinstance(offset, int)) or length < 0 or offset < 0:
+                return None
+            if dtype.kind not in "biuf" or offset + dtype.itemsize * length > len(body):
                 return None
             fields[name] = np.frombuffer(body, dtype, count=length, offset=offset)
-        fields["episodes"] = [str(e) for e in header["episodes"]]
-        fields["updates_parameters"] = bool(header["updates_parameters"])
-        if not isinstance(header["meta"], dict):
+        episodes, meta = header["episodes"], header["meta"]
+        if not isinstance(episodes, list) or not all(isinstance(e, str) for e in episodes) or not isinstance(meta, dict):
             return None
-        return header["meta"], int(header["version"]), bool(header["canonical"]), fields
+        flags = (header["updates_parameters"], header["canonical"])
+        if not all(isinstance(f, bool) for f in flags) or not isinstance(header["version"], int):
+            return None
+        fields["episodes"] = list(episodes)
+        fields["updates_parameters"] = flags[0]
+        return meta, header["version"], flags[1], fields
     except (ValueError, KeyError, TypeError, IndexError, struct.error, RecursionError):
         return None
 
 
-def load(entry: Path) -> tuple[dict, int, bool, dict] | None:
-    """The decoded entry at ``entry``, or ``None`` (missing, unreadable or damaged)."""
+def load(entry: Path, trace_bytes: int) -> tuple[dict, int, bool, dict] | None:
+    """The decoded entry at ``entry`` for a trace file of ``trace_bytes`` bytes, or ``None``:
+    missing, unreadable, not a regular file (a symbolic link is not followed), larger than
+    :func:`max_entry_bytes`, or damaged. At most that many bytes are ever read."""
+    limit = max_entry_bytes(trace_bytes)
     try:
-        data = entry.read_bytes()
+        fd = os.open(entry, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError:
+        return None
+    try:
+        with open(fd, "rb", closefd=True) as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+                return None
+            data = fh.read(limit + 1)
+    except (OSError, MemoryError):
+        return None
+    if len(data) > limit:
         return None
     return decode(data)
 

@@ -38,6 +38,7 @@ from tempora_schema import (
     RowLayout,
     TraceSchemaError,
     check_metadata_matches_rows,
+    check_policy_rows,
     lambda_ms,
     method_label,
     parse_metadata,
@@ -48,11 +49,11 @@ from tempora_schema import (
     validate_rows,
 )
 from tempora_schema.provision import LAMBDA_RULES, LAMBDA_SIGMAS, inflated_lambda, lambda_provision  # noqa: F401  (re-exported)
+from tempora_schema.vocabulary import BASELINE_METHOD as STANDARD_METHOD  # noqa: F401  (re-exported)
 
 from .errors import GridError, GroupError, SimError, SimWarning, TraceFileError
 
 #: Name of the non-adaptive baseline whose trace defines λ.
-STANDARD_METHOD = "standard"
 #: Traces of a group whose median speed-probe times differ by more than this are flagged.
 SPEED_SPREAD_LIMIT = 0.10
 
@@ -200,8 +201,9 @@ class Trace:
 
     @property
     def method(self) -> str:
-        """The method's name, with ``-paper`` for a paper-profile trace (tempora_schema.method_label)."""
-        return method_label(str(self.meta["method"]), self.meta.get("method_params"))
+        """The method's name, with ``-paper`` for a paper-profile trace and ``@<policy>`` for a
+        trace under a sparse-adaptation policy (tempora_schema.method_label)."""
+        return method_label(str(self.meta["method"]), self.meta.get("method_params"), self.meta.get("policy"))
 
     @cached_property
     def group(self) -> GroupKey:
@@ -328,9 +330,12 @@ def find_trace_files(source: str | os.PathLike | Sequence[str | os.PathLike]) ->
     return list(dict.fromkeys(files))
 
 
-def check_out_outside(sources: Iterable[str | os.PathLike], out: str | os.PathLike) -> None:
+def check_out_outside(
+    sources: Iterable[str | os.PathLike], out: str | os.PathLike, what: str = "trace directory", reads: str = "traces"
+) -> None:
     """An output folder inside a trace folder would be read as traces by the next sweep: refuse
-    it. The trace folder of a file argument is the folder holding it."""
+    it. The trace folder of a file argument is the folder holding it. ``what``/``reads`` name
+    other inputs of the kind (``live-run folder``, ``live runs``)."""
     try:
         dest = Path(out).expanduser().resolve()
     except (OSError, RuntimeError):
@@ -343,8 +348,7 @@ def check_out_outside(sources: Iterable[str | os.PathLike], out: str | os.PathLi
             continue
         if dest == folder or folder in dest.parents:
             raise SimError(
-                f"--out {out} is inside the trace directory {folder}; its Parquet files would be read as "
-                "traces next time: write it elsewhere"
+                f"--out {out} is inside the {what} {folder}; its Parquet files would be read as {reads} next time: write it elsewhere"
             )
 
 
@@ -493,6 +497,7 @@ def read_trace(path: str | os.PathLike) -> Trace:
             meta = upgrade_v1_metadata(meta, severities, domains)
         else:
             check_metadata_matches_rows(meta, arrays.episode_names, layout.adapt_counts, domains, severities, path)
+            check_policy_rows(meta, arrays, path)
     except TraceSchemaError as exc:
         raise TraceFileError.from_schema_error(exc) from None
     except RecursionError:
@@ -514,7 +519,7 @@ def _read_cached(path: Path, folder: Path | None) -> Trace:
         entry = trace_cache.entry_path(folder, digest)
     except OSError:
         return read_trace(path)  # reports the file's problem in its own words
-    hit = trace_cache.load(entry)
+    hit = trace_cache.load(entry, before.st_size)
     if hit is not None:
         meta, version, canonical, fields = hit
         replay = ReplayArrays(**fields)

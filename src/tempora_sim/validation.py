@@ -124,7 +124,7 @@ class LiveRunStats:
         meta = self.file.meta
         base = (
             self.file.group,
-            meta["method"],
+            _label(meta),
             r["protocol"],
             round(float(meta["lambda_ms"]), 9),
             tuple(self.episodes),
@@ -240,17 +240,24 @@ def _restricted(trace: Trace, episodes: Sequence[str], sizes: dict[str, int]) ->
     return Trace(trace.path, trace.meta, rows)
 
 
+def _label(meta: dict) -> str:
+    """The live run's method as the simulator names its trace (``tent``, ``tent-paper``,
+    ``tent@every:2``), so the runs of a method and of its policies never share a setting."""
+    from tempora_schema import method_label
+
+    return method_label(str(meta["method"]), meta.get("method_params"), meta.get("policy"))
+
+
 def _find_trace(traces: TraceSet, live: LiveFile) -> Trace:
     """The trace of the live run's method and group (a trace of exactly its group first, else
     one of the same comparable group, which is then cut to the live run's episodes)."""
-    from tempora_schema import method_label
     from tempora_schema.live import comparable_group
 
     want = comparable_group(live.group)
-    wanted = method_label(str(live.meta["method"]), live.meta.get("method_params"))
+    wanted = _label(live.meta)
     found = [t for t in traces.traces if t.method == wanted and comparable_group(t.group) == want]
     if not found:
-        raise GroupError(f"{live.path}: no trace of method '{live.meta['method']}' in group {live.group.label()} under --traces")
+        raise GroupError(f"{live.path}: no trace of method '{wanted}' in group {live.group.label()} under --traces")
     return min(found, key=lambda t: (t.group != live.group, str(t.path)))
 
 
@@ -364,7 +371,7 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
             "dataset": meta["dataset"],
             "model": meta["model"],
             "device": meta["device"],
-            "method": meta["method"],
+            "method": _label(meta),
             "protocol": proto,
             "lambda_ms": float(meta["lambda_ms"]),
             "runs": len(runs),
@@ -434,7 +441,7 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
                     "file": str(r.file.path),
                     "run": int(r.run["run"]),
                     "repeat": int(r.run["repeat"]),
-                    "method": meta["method"],
+                    "method": _label(meta),
                     "protocol": proto,
                     "lambda_ms": row["lambda_ms"],
                     "rho": row["rho"],

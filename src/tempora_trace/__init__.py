@@ -1,4 +1,4 @@
-"""tempora_trace: run one TTA method once on the target device and write a schema-v1 trace.
+"""tempora_trace: run one TTA method once on the target device and write a trace (schema v2, docs/trace-schema.md).
 
 Everything that touches torch lives here; no utility is ever computed here (docs/design.md §1).
 """

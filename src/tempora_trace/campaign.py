@@ -24,7 +24,10 @@ that are already complete, and report done / running / failed as they go.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
+import math
 import os
 import subprocess
 import sys
@@ -36,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 import click
+
+from tempora_schema.vocabulary import BASELINE_METHOD
 
 from . import options as trace_options
 from .errors import ConfigError, TraceError
@@ -59,6 +64,7 @@ _GROUP_KEYS = {
     "options",
     "params",
     "budgets_ms",
+    "policies",
 }
 _MACHINE_KEYS = {"device", "data_root", "accelerator", "cpus_per_trace", "gpus"}
 
@@ -98,11 +104,14 @@ class TraceTask:
     options: tuple[tuple[str, Any], ...] = ()
     params: tuple[tuple[str, Any], ...] = ()
     budgets_ms: tuple[float, ...] = ()
+    #: sparse-adaptation policy (docs/design.md §11); None: adapt on every batch
+    policy: str | None = None
 
     @property
     def label(self) -> str:
+        method = self.method if self.policy is None else f"{self.method}@{self.policy}"
         return (
-            f"{self.dataset}/{self.model or 'default'}/{self.machine.device}/{self.method}"
+            f"{self.dataset}/{self.model or 'default'}/{self.machine.device}/{method}"
             f" bs{self.batch_size} sev{self.severity} seed{self.seed} {self.stream}"
         )
 
@@ -135,6 +144,7 @@ class TraceTask:
             "weights": self.weights,
             "data_root": str(Path(self.machine.data_root).expanduser()) if self.machine.data_root else None,
             "domains": self.domains or None,
+            "policy": self.policy,
             **dict(self.options),
             # JSON for non-strings, as `--param` parses them (a TOML true stays a boolean)
             "params": [f"{key}={value if isinstance(value, str) else json.dumps(value)}" for key, value in self.params],
@@ -163,8 +173,8 @@ class Campaign:
 
     def ordered(self) -> tuple[list[TraceTask], list[TraceTask]]:
         """(the groups' ``standard`` traces, everything else): the first set runs first."""
-        first = [t for t in self.tasks if t.method == "standard"]
-        return first, [t for t in self.tasks if t.method != "standard"]
+        first = [t for t in self.tasks if t.method == BASELINE_METHOD]
+        return first, [t for t in self.tasks if t.method != BASELINE_METHOD]
 
 
 # --------------------------------------------------------------------------- loading
@@ -194,28 +204,46 @@ def _list(value: Any, where: str, kind: type | tuple) -> list:
     return items
 
 
+def _corruptions(value: Any) -> list[str] | None:
+    """``options.corruptions`` as a list (a comma-separated string or a TOML list)."""
+    if value is None:
+        return None
+    return [str(v) for v in value] if isinstance(value, list) else [value]
+
+
 def load_campaign(path: str | os.PathLike) -> Campaign:
     """Parse, expand and check a campaign file (CampaignError on the first problem)."""
+    from tempora_schema.errors import TemporaError
+    from tempora_schema.policies import parse_policies
+
     from .data import get_dataset
-    from .methods import available_methods, get_method
-    from .models import MODEL_NORMS
+    from .methods import MethodError, available_methods, get_method, resolve_method
+    from .models import model_norms
+    from .norms import describe_norms, method_fits
+    from .policies import adapts_after_prediction
 
     path = Path(path)
     raw = _read_toml(path)
     unknown = set(raw) - {"campaign", "machines", "groups"}
     if unknown:
         raise CampaignError(f"{path}: unknown table(s) {sorted(unknown)}; expected campaign, machines, groups")
-    head = raw.get("campaign", {})
+    head = _table(raw.get("campaign", {}), f"{path}: [campaign]")
     bad = set(head) - {"name", "out", "shared_storage"}
     if bad:
         raise CampaignError(f"{path}: [campaign] has unknown key(s) {sorted(bad)}; known: name, out, shared_storage")
+    for key, kind in (("name", str), ("out", str), ("shared_storage", bool)):
+        if key in head and not isinstance(head[key], kind):
+            raise CampaignError(f"{path}: [campaign] {key} must be a {kind.__name__}, got {head[key]!r}")
     out = Path(str(head.get("out", "traces"))).expanduser()
     if not out.is_absolute():
         out = (path.parent / out).resolve() if "out" in head else Path("traces").resolve()
     machines: dict[str, Machine] = {}
-    for kind, spec in (raw.get("machines") or {"cpu": {"device": "cpu"}}).items():
+    for kind, spec in _table(raw.get("machines") or {"cpu": {"device": "cpu"}}, f"{path}: [machines]").items():
         if not isinstance(spec, dict):
             raise CampaignError(f"{path}: [machines.{kind}] must be a table")
+        for key in ("device", "data_root", "accelerator"):
+            if key in spec and not isinstance(spec[key], str):
+                raise CampaignError(f"{path}: [machines.{kind}] {key} must be a string, got {spec[key]!r}")
         bad = set(spec) - _MACHINE_KEYS
         if bad:
             raise CampaignError(f"{path}: [machines.{kind}] has unknown key(s) {sorted(bad)}; known: {', '.join(sorted(_MACHINE_KEYS))}")
@@ -236,6 +264,10 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
     tasks: list[TraceTask] = []
     for g, group in enumerate(groups):
         where = f"{path}: groups[{g}]"
+        group = _table(group, where)
+        for key in ("machine", "dataset", "model", "weights"):
+            if key in group and not isinstance(group[key], str):
+                raise CampaignError(f"{where}: {key} must be a string, got {group[key]!r}")
         bad = set(group) - _GROUP_KEYS
         if bad:
             raise CampaignError(f"{where}: unknown key(s) {sorted(bad)}; known: {', '.join(sorted(_GROUP_KEYS))}")
@@ -244,9 +276,15 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
             raise CampaignError(f"{where}: machine kind {kind!r} is not declared under [machines] (declared: {', '.join(machines)})")
         machine = machines[kind]
         dataset = group.get("dataset", "demo")
+        options = _table(group.get("options", {}), f"{where} options")
+        for key, value in options.items():
+            if key not in TRACE_OPTIONS:
+                raise CampaignError(f"{where}: options.{key} is not a tracer option here; known: {', '.join(sorted(TRACE_OPTIONS))}")
+            if isinstance(value, bool) != (TRACE_OPTIONS[key] is bool) or not isinstance(value, TRACE_OPTIONS[key]):
+                raise CampaignError(f"{where}: options.{key} has the wrong type ({value!r})")
         try:
-            spec = get_dataset(dataset)
-        except ConfigError as exc:
+            spec = get_dataset(dataset, options.get("class_map"), _corruptions(options.get("corruptions")))
+        except TraceError as exc:
             raise CampaignError(f"{where}: {exc}") from None
         if spec.data_folder is not None and not machine.data_root and not os.environ.get("TEMPORA_DATA"):
             raise CampaignError(
@@ -254,25 +292,45 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
                 f'data_root (set [machines.{kind}] data_root = "/path")'
             )
         model = group.get("model")
-        if model is not None and model not in MODEL_NORMS:
-            raise CampaignError(f"{where}: unknown model {model!r}; available: {', '.join(MODEL_NORMS)}")
-        methods = _list(group.get("methods", []), f"{where} methods", str)
-        if not methods:
+        try:  # a model by spec is built once, untrained, to learn its normalisation layers
+            norms = model_norms(model or spec.default_model, options.get("input_size"))
+        except TraceError as exc:
+            raise CampaignError(f"{where}: {exc}") from None
+        written = _list(group.get("methods", []), f"{where} methods", str)
+        if not written:
             raise CampaignError(f"{where}: methods is empty")
-        for m in methods:
-            if m not in methods_known:
-                raise CampaignError(f"{where}: unknown method {m!r}; available: {', '.join(sorted(methods_known))}")
-            norm = MODEL_NORMS.get(model or spec.default_model)
-            if norm is not None and norm not in get_method(m).compatible_norms:
-                raise CampaignError(f"{where}: method {m!r} does not run on model {model or spec.default_model!r} ({norm} normalisation)")
-        if "standard" not in methods:
-            methods = ["standard", *methods]  # λ of the group comes from its standard trace
-        options = group.get("options", {})
-        for key, value in options.items():
-            if key not in TRACE_OPTIONS:
-                raise CampaignError(f"{where}: options.{key} is not a tracer option here; known: {', '.join(sorted(TRACE_OPTIONS))}")
-            if isinstance(value, bool) != (TRACE_OPTIONS[key] is bool) or not isinstance(value, TRACE_OPTIONS[key]):
-                raise CampaignError(f"{where}: options.{key} has the wrong type ({value!r})")
+        methods, full_of = [], {}
+        for m in written:
+            # a PATH.py:CLASS spec is relative to the campaign file, like `out`
+            target, colon, attr = m.rpartition(":")
+            full = m
+            if colon and (target.endswith(".py") or "/" in target) and not Path(target).expanduser().is_absolute():
+                full = f"{(path.parent / target).resolve()}:{attr}"
+            if not colon and m not in methods_known:
+                raise CampaignError(
+                    f"{where}: unknown method {m!r}; available: {', '.join(sorted(methods_known))} (or MODULE:CLASS, PATH.py:CLASS)"
+                )
+            try:
+                cls = resolve_method(full).cls
+            except MethodError as exc:
+                raise CampaignError(f"{where}: {exc}") from None
+            if not method_fits(cls, norms):
+                raise CampaignError(
+                    f"{where}: method {m!r} does not run on model {model or spec.default_model!r} ({describe_norms(norms)})"
+                )
+            methods.append(full)
+            full_of[m] = full
+        if BASELINE_METHOD not in methods:
+            methods = [BASELINE_METHOD, *methods]  # λ of the group comes from its standard trace
+        params = {}
+        for m, given in _table(group.get("params") or {}, f"{where} params").items():
+            _table(given, f"{where} params.{m}")
+            if full_of.get(m, m) not in methods:
+                raise CampaignError(f"{where}: params.{m} is for a method the group does not trace ({', '.join(methods)})")
+            params[full_of.get(m, m)] = given
+        batch_size = group.get("batch_size", 64)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+            raise CampaignError(f"{where}: batch_size must be an integer, got {batch_size!r}")
         domains = group.get("domains")
         if domains is not None:
             domains = tuple(_list(domains, f"{where} domains", str))
@@ -283,29 +341,95 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
             except ConfigError as exc:
                 raise CampaignError(f"{where}: {exc}") from None
         budgets = tuple(float(b) for b in _list(group.get("budgets_ms", []), f"{where} budgets_ms", (int, float)))
+        # sparse-adaptation policies: each method with an adapt step is traced as it is and under each
+        policy_items = _list(group.get("policies", []), f"{where} policies", str)
+        try:
+            policies = [p for p in parse_policies(",".join(policy_items)) if p is not None] if policy_items else []
+        except TemporaError as exc:
+            raise CampaignError(f"{where}: policies: {exc}") from None
         for sev in _list(group.get("severities", [5]), f"{where} severities", int):
             for seed in _list(group.get("seeds", [2025]), f"{where} seeds", int):
                 for stream in _list(group.get("streams", ["episodic"]), f"{where} streams", str):
                     for m in methods:
-                        tasks.append(
-                            TraceTask(
-                                g,
-                                machine,
-                                dataset,
-                                model,
-                                m,
-                                int(group.get("batch_size", 64)),
-                                sev,
-                                seed,
-                                stream,
-                                domains,
-                                group.get("weights"),
-                                tuple(sorted(options.items())),
-                                tuple(sorted((group.get("params") or {}).get(m, {}).items())),
-                                budgets if m != "standard" else (),
+                        variants = [None] + ([p.spec(seed) for p in policies] if adapts_after_prediction(get_method(m)) else [])
+                        for policy in variants:
+                            tasks.append(
+                                TraceTask(
+                                    g,
+                                    machine,
+                                    dataset,
+                                    model,
+                                    m,
+                                    batch_size,
+                                    sev,
+                                    seed,
+                                    stream,
+                                    domains,
+                                    group.get("weights"),
+                                    tuple(sorted(options.items())),
+                                    tuple(sorted(params.get(m, {}).items())),
+                                    budgets if m != BASELINE_METHOD else (),
+                                    policy,
+                                )
                             )
-                        )
-    return Campaign(path, str(head.get("name", path.stem)), out, bool(head.get("shared_storage", True)), machines, tasks)
+    campaign = Campaign(path, str(head.get("name", path.stem)), out, bool(head.get("shared_storage", True)), machines, tasks)
+    check_tasks(campaign)
+    return campaign
+
+
+def _table(value: Any, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise CampaignError(f"{where} must be a table, got {value!r}")
+    return value
+
+
+def check_tasks(campaign: Campaign) -> None:
+    """Every trace of ``campaign`` checked as ``tempora-trace run`` checks its options, before
+    any work: the values the run would refuse one trace at a time (severity 9, a negative seed,
+    batch size 0, an infinite budget, a checkpoint that is not a number, a method parameter of
+    the wrong type …) are one line naming the group. Budgets are checked with a stand-in λ
+    (the real one comes from the group's standard trace)."""
+    from tempora_schema.errors import TemporaError
+
+    from .config import TraceConfig
+
+    where = {id(t): f"{campaign.path}: groups[{t.group}] {t.method}" for t in campaign.tasks}
+    for task in campaign.tasks:
+        try:
+            opts = trace_options.parse_args("run", task.argv(campaign.out, 1.0 if task.budgets_ms else None)[1:])
+        except click.ClickException as exc:
+            raise CampaignError(f"{where[id(task)]}: {_first_line(exc.format_message())}") from None
+        try:
+            cfg = TraceConfig(**trace_options.config_kwargs("run", opts)).resolved()
+            check_method_params(cfg)
+        except TemporaError as exc:
+            raise CampaignError(f"{where[id(task)]}: {exc}") from None
+
+
+def check_method_params(cfg) -> None:
+    """The method's own check of its parameters' names and types (as at construction), from
+    the published defaults of this run's context; no model is built."""
+    from .methods import get_method
+    from .methods.base import MethodContext
+    from .models import MODEL_NORMS
+
+    method = get_method(cfg.method_spec or cfg.method)  # a module/file spec resolves to its class's name
+    spec = cfg.dataset_spec()
+    context = MethodContext(
+        num_classes=spec.num_classes,
+        dataset_family=spec.family,
+        batch_size=cfg.batch_size,
+        device=str(cfg.device),
+        model_name=str(cfg.model),
+        norm_kind=MODEL_NORMS.get(str(cfg.model), "bn"),
+    )
+    from .methods.gradient import check_param_types
+
+    check_param_types(method.name, method.all_params(context), dict(cfg.method_params))
+
+
+def _first_line(text: str) -> str:
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
 
 
 # --------------------------------------------------------------------------- one trace
@@ -319,18 +443,46 @@ class TaskResult:
     data: bytes | None = None  # the trace file, when it travels back to the driver
 
 
-def trace_location(task: TraceTask, out_root: Path) -> Path:
-    """Where ``tempora-trace run`` puts this task's trace on the machine that runs it."""
+def task_config(task: TraceTask, out_root: Path):
+    """The resolved :class:`TraceConfig` the ``tempora-trace run`` process of ``task`` builds."""
     from .config import TraceConfig
-    from .timing import device_slug, resolve_device
 
     try:  # the options exactly as the `tempora-trace run` process will parse and map them
         opts = trace_options.parse_args("run", task.argv(out_root)[1:])
     except click.ClickException as exc:
         raise CampaignError(f"{task.label}: {exc.format_message()}") from None
-    cfg = TraceConfig(**trace_options.config_kwargs("run", opts)).resolved()
+    return TraceConfig(**trace_options.config_kwargs("run", opts)).resolved()
+
+
+def trace_location(task: TraceTask, out_root: Path) -> Path:
+    """Where ``tempora-trace run`` puts this task's trace on the machine that runs it."""
+    from .config import path_part
+    from .timing import device_slug, resolve_device
+
+    cfg = task_config(task, out_root)
     slug = device_slug(resolve_device(task.machine.device))
-    return out_root / cfg.dataset / str(cfg.model) / slug / f"{cfg.file_stem()}.parquet"
+    return out_root / path_part(cfg.dataset_label()) / path_part(cfg.model_label()) / slug / f"{cfg.file_stem()}.parquet"
+
+
+def other_identity(task: TraceTask, out_root: Path, path: Path | None = None) -> list[str] | None:
+    """``None`` unless ``task``'s file holds a complete trace; then where its identity differs
+    from the one this task asks for (method, data, model, batch size, seed, stream, severity,
+    domains, batch limit, threads, frozen sample, the parameters the campaign sets), ``[]``
+    when it is this task's trace. An unreadable file is no complete trace."""
+    path = path or trace_location(task, out_root)
+    if not path.is_file():
+        return None
+    try:
+        import pyarrow.parquet as pq
+
+        from tempora_schema import decode_metadata
+
+        meta = decode_metadata(pq.read_schema(path), path)
+    except Exception:  # an unreadable file is re-traced (the tracer refuses to overwrite it: --force below)
+        return None
+    from .writer import identity_differences
+
+    return identity_differences(meta, task_config(task, out_root), params=True)
 
 
 def _complete(path: Path) -> bool:
@@ -347,26 +499,47 @@ def _complete(path: Path) -> bool:
         return False
 
 
-def run_trace_process(task: TraceTask, out_root: Path, lambda_ms: float | None = None, env: dict[str, str] | None = None) -> TaskResult:
-    """Run one trace as a ``tempora-trace run`` process (resuming an interrupted one)."""
+def run_trace_process(
+    task: TraceTask, out_root: Path, lambda_ms: float | None = None, env: dict[str, str] | None = None, force: bool = False
+) -> TaskResult:
+    """Run one trace as a ``tempora-trace run`` process (resuming an interrupted one). A
+    complete trace is skipped only if it is of this task's identity; one of another identity
+    fails the task in one line, or is traced again with ``force``."""
     t0 = time.perf_counter()
     path = trace_location(task, out_root)
-    if _complete(path):
+    differ = other_identity(task, out_root, path)
+    if differ == []:
         return TaskResult(task, "skipped", str(path))
+    if differ and not force:
+        return TaskResult(task, "failed", str(path), 0.0, _other_identity_line(path, differ))
     args = task.argv(out_root, lambda_ms) + ["--out", str(path.parent)]
     partial = path.with_suffix(".partial")
-    if partial.exists():
+    if partial.exists() and not differ:
         args.append("--resume")
-    elif path.exists():
-        args.append("--force")  # an unreadable leftover, not a trace
-    proc = subprocess.run(
-        [sys.executable, "-m", "tempora_trace.cli", *args], capture_output=True, text=True, env={**os.environ, **(env or {})}
-    )
+    elif path.exists() or partial.exists():
+        args.append("--force")  # an unreadable leftover, or a trace of another identity the user asked to replace
+
+    def launch(argv: list[str]) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "tempora_trace.cli", *argv], capture_output=True, text=True, env={**os.environ, **(env or {})}
+        )
+
+    proc = launch(args)
+    if proc.returncode != 0 and force and "--resume" in args and "options differ from the interrupted run" in proc.stderr:
+        # an interrupted run of another identity: the user asked for traces of this one
+        proc = launch([a if a != "--resume" else "--force" for a in args])
     seconds = time.perf_counter() - t0
     if proc.returncode != 0:
         lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
         return TaskResult(task, "failed", str(path), seconds, lines[-1] if lines else f"exit status {proc.returncode}")
     return TaskResult(task, "done", str(path), seconds)
+
+
+def _other_identity_line(path: Path, differ: list[str]) -> str:
+    return (
+        f"{path} is a complete trace of another identity than this campaign asks for ({'; '.join(differ)}); "
+        "pass --force to trace it again, or change the campaign's out"
+    )
 
 
 def group_lambda(path: str | Path) -> float:
@@ -446,16 +619,22 @@ def _lambdas_needed(campaign: Campaign, results: list[TaskResult]) -> dict[tuple
     need = {t.group_key for t in campaign.tasks if t.budgets_ms}
     out = {}
     for r in results:
-        if r.task.method == "standard" and r.task.group_key in need and r.status in ("done", "skipped") and r.path:
+        if r.task.method == BASELINE_METHOD and r.task.group_key in need and r.status in ("done", "skipped") and r.path:
             out[r.task.group_key] = group_lambda(r.path)
     return out
 
 
 def run_local(
-    campaign: Campaign, launcher: Launcher | None = None, gpus: Sequence[int] | None = None, progress: Progress | None = None
+    campaign: Campaign,
+    launcher: Launcher | None = None,
+    gpus: Sequence[int] | None = None,
+    progress: Progress | None = None,
+    force: bool = False,
 ) -> list[TaskResult]:
-    """One trace at a time per device: a dispatcher per GPU, pinned with CUDA_VISIBLE_DEVICES."""
-    launcher = launcher or run_trace_process
+    """One trace at a time per device: a dispatcher per GPU, pinned with CUDA_VISIBLE_DEVICES.
+    ``force``: traces of another identity under a task's name are traced again."""
+    if launcher is None:
+        launcher = functools.partial(run_trace_process, force=force)
     progress = progress or Progress(len(campaign.tasks), quiet=True)
     results: list[TaskResult] = []
     cuda = [t for t in campaign.tasks if t.machine.device == "cuda"]
@@ -503,13 +682,13 @@ def run_local(
     return results
 
 
-def _ray_task(task: TraceTask, out_root: str, lambda_ms: float | None, shared: bool, node_root: str) -> TaskResult:
+def _ray_task(task: TraceTask, out_root: str, lambda_ms: float | None, shared: bool, node_root: str, force: bool = False) -> TaskResult:
     """Body of one Ray task: the trace as a process on whatever node Ray chose."""
     root = Path(out_root) if shared else Path(node_root).expanduser()
     env = {}
     if task.machine.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
-    result = run_trace_process(task, root, lambda_ms, env)
+    result = run_trace_process(task, root, lambda_ms, env, force)
     if result.status == "failed":
         raise TraceError(f"{task.label}: {result.message}")  # Ray retries it; the retry resumes
     if not shared and result.path:
@@ -518,8 +697,49 @@ def _ray_task(task: TraceTask, out_root: str, lambda_ms: float | None, shared: b
     return result
 
 
+#: Seconds ``--address HOST:PORT`` may take to answer before the campaign gives up
+#: (``$TEMPORA_RAY_CONNECT_TIMEOUT`` changes it).
+RAY_CONNECT_TIMEOUT_S = 15.0
+
+
+def _connect_timeout() -> float:
+    try:
+        value = float(os.environ.get("TEMPORA_RAY_CONNECT_TIMEOUT", RAY_CONNECT_TIMEOUT_S))
+    except ValueError:
+        return RAY_CONNECT_TIMEOUT_S
+    return value if math.isfinite(value) and value > 0 else RAY_CONNECT_TIMEOUT_S
+
+
+def check_ray_address(address: str | None, timeout: float | None = None) -> None:
+    """A cluster address must answer within ``timeout`` seconds: Ray itself would wait forever
+    for an unreachable one, printing its own messages. ``auto`` and no address are Ray's to
+    resolve (no cluster there is an error Ray raises at once)."""
+    import socket
+
+    if address is None or address == "auto" or address.startswith("local"):
+        return
+    hostport = address.split("://", 1)[-1]
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise CampaignError(f"--address {address}: expected auto or HOST:PORT (ray://HOST:PORT for Ray client)")
+    timeout = _connect_timeout() if timeout is None else timeout
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except TimeoutError:
+        raise CampaignError(f"--address {address}: no Ray cluster answered within {timeout:g} s; is it running and reachable?") from None
+    except OSError as exc:
+        reason = (exc.strerror or str(exc) or type(exc).__name__).lower()
+        raise CampaignError(f"--address {address}: cannot reach a Ray cluster there ({reason}); is it running and reachable?") from None
+
+
 def run_ray(
-    campaign: Campaign, address: str | None = None, retries: int = 3, progress: Progress | None = None, ray_init: dict | None = None
+    campaign: Campaign,
+    address: str | None = None,
+    retries: int = 3,
+    progress: Progress | None = None,
+    ray_init: dict | None = None,
+    force: bool = False,
 ) -> list[TaskResult]:
     """Every trace a Ray task holding one whole GPU (or its CPU cores); lost tasks are retried."""
     try:
@@ -529,9 +749,13 @@ def run_ray(
     progress = progress or Progress(len(campaign.tasks), quiet=True)
     started_here = not ray.is_initialized()
     if started_here:
+        check_ray_address(address)
         kwargs = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
         kwargs.update(ray_init or {})
-        ray.init(address=address, **kwargs)
+        try:
+            ray.init(address=address, **kwargs)
+        except ConnectionError as exc:  # an OSError: not "cannot access output"
+            raise CampaignError(f"--address {address}: {_first_line(str(exc)) or 'cannot connect to the Ray cluster'}") from None
     try:
         resources = ray.cluster_resources()
         for t in campaign.tasks:
@@ -560,7 +784,7 @@ def run_ray(
             else:
                 opts["num_cpus"] = task.machine.cpus_per_trace
             progress.start(task)
-            return remote.options(**opts).remote(task, str(campaign.out), lam, campaign.shared_storage, node_root)
+            return remote.options(**opts).remote(task, str(campaign.out), lam, campaign.shared_storage, node_root, force)
 
         def collect(pending: dict) -> None:
             while pending:
@@ -592,24 +816,114 @@ def run_ray(
 
 
 def run_campaign(
-    path: str | os.PathLike, engine: str = "local", address: str | None = None, retries: int = 3, quiet: bool = False
+    path: str | os.PathLike, engine: str = "local", address: str | None = None, retries: int = 3, quiet: bool = False, force: bool = False
 ) -> tuple[Campaign, list[TaskResult], float]:
-    """Load and run a campaign; returns it, its results and the wall time (s)."""
+    """Load and run a campaign; returns it, its results and the wall time (s).
+
+    Before any trace starts: the out folder must be writable, each local machine kind's
+    data_root must exist, no complete trace under a task's name may be of another identity
+    (unless ``force``: it is traced again), and the campaign takes the locks it holds for its
+    whole run (:func:`campaign_locks`), so a second campaign on the same out folder or devices
+    is refused in one line instead of timing its traces beside this one's."""
     if engine not in ENGINES:
         raise CampaignError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    if engine != "ray" and address is not None:
+        raise CampaignError("--address is for --engine ray")
     campaign = load_campaign(path)
-    t0 = time.perf_counter()
-    progress = Progress(len(campaign.tasks), quiet=quiet)
-    try:
-        if engine == "ray":
-            results = run_ray(campaign, address, retries, progress)
-        else:
-            if address is not None:
-                raise CampaignError("--address is for --engine ray")
-            results = run_local(campaign, progress=progress)
-    finally:
-        progress.close()
+    from tempora_schema.outputs import check_output_dir
+
+    check_output_dir(campaign.out, f"{campaign.path}: [campaign] out")
+    if engine == "local":
+        check_data_roots(campaign)
+    with campaign_locks(campaign, engine):
+        if engine == "local" or campaign.shared_storage:
+            check_existing(campaign, force)
+        t0 = time.perf_counter()
+        progress = Progress(len(campaign.tasks), quiet=quiet)
+        try:
+            if engine == "ray":
+                results = run_ray(campaign, address, retries, progress, force=force)
+            else:
+                results = run_local(campaign, progress=progress, force=force)
+        finally:
+            progress.close()
     return campaign, results, time.perf_counter() - t0
+
+
+def check_data_roots(campaign: Campaign) -> None:
+    """On this machine (the local engine) every data_root a trace reads must be a folder."""
+    for machine in {t.machine for t in campaign.tasks}:
+        if machine.data_root and not Path(machine.data_root).expanduser().is_dir():
+            raise CampaignError(f"{campaign.path}: [machines.{machine.kind}] data_root {machine.data_root}: no such folder on this machine")
+
+
+def check_existing(campaign: Campaign, force: bool) -> None:
+    """Refuse, before any work, a complete trace of another identity under a task's name: the
+    campaign would count it as done (unless ``force``: it is traced again)."""
+    if force:
+        return
+    for task in campaign.tasks:
+        path = trace_location(task, campaign.out)
+        differ = other_identity(task, campaign.out, path)
+        if differ:
+            raise CampaignError(_other_identity_line(path, differ))
+
+
+#: The folder of the machine-wide device locks (``$TEMPORA_DEVICE_LOCKS`` moves it).
+def device_lock_dir() -> Path:
+    import tempfile
+
+    return Path(os.environ.get("TEMPORA_DEVICE_LOCKS") or Path(tempfile.gettempdir()) / "tempora-device-locks").expanduser()
+
+
+def _devices(campaign: Campaign, engine: str) -> list[str]:
+    """The devices of this machine a local campaign traces on: ``cpu`` and ``cuda<i>``."""
+    if engine != "local":
+        return []
+    out = []
+    if any(t.machine.device == "cpu" for t in campaign.tasks):
+        out.append("cpu")
+    if any(t.machine.device == "cuda" for t in campaign.tasks):
+        out += [f"cuda{i}" for i in visible_gpus()]
+    return out
+
+
+@contextlib.contextmanager
+def campaign_locks(campaign: Campaign, engine: str):
+    """Hold, for the campaign's whole run, its out folder and (local engine) each device of this
+    machine it traces on. Timings taken beside another trace are what the tracer promises never
+    to record, so a second campaign asking for any of them is refused at once, naming the
+    process that holds it; the locks go when the run ends (or its process dies)."""
+    from tempora_schema.errors import OutputLockedError
+    from tempora_schema.outputs import output_lock
+
+    targets = [(campaign.out, f"out folder {campaign.out}")]
+    folder = device_lock_dir()
+    devices = _devices(campaign, engine)
+    with contextlib.ExitStack() as stack:
+        try:
+            campaign.out.parent.mkdir(parents=True, exist_ok=True)
+            if devices:
+                folder.mkdir(parents=True, exist_ok=True)
+                with contextlib.suppress(OSError):
+                    os.chmod(folder, 0o1777)  # every user's campaigns share the machine's devices
+        except OSError as exc:
+            from tempora_schema.errors import output_error
+
+            raise output_error(exc, folder if devices else campaign.out.parent, "cannot lock") from None
+        targets += [(folder / f"device-{d}", f"device {d} of this machine") for d in devices]
+        for target, what in targets:
+            try:
+                stack.enter_context(output_lock(target, "campaign"))
+            except OutputLockedError as exc:
+                import re
+
+                holder = re.search(r"written by (process \d+|another process)", str(exc))
+                raise CampaignError(
+                    f"{campaign.path}: another campaign ({holder.group(1) if holder else 'another process'}) holds the {what}; "
+                    "wait for it to finish: traces timed side by side are not comparable"
+                ) from None
+        yield
 
 
 def summary_line(campaign: Campaign, results: list[TaskResult], seconds: float) -> str:

@@ -15,29 +15,53 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 import tempora_schema as schema
+from tempora_schema import DEFAULT_BATCH_SIZE, DEFAULT_SEED, DEFAULT_SEVERITY
 from tempora_schema.command import INT32_MAX, INT64_MAX
+from tempora_schema.vocabulary import BASELINE_METHOD
 
+from .data import expand_domains, get_dataset
 from .errors import ConfigError
+from .options import (
+    DEFAULT_FROZEN_SAMPLE,
+    DEFAULT_IDLE_GAPS,
+    DEFAULT_STAGE_MB,
+    DEFAULT_TIMING_PASSES,
+    DEFAULT_TIMING_SAMPLE,
+    WARMUP_BATCHES,
+)
 
-DEFAULT_BATCH_SIZE = schema.DEFAULT_BATCH_SIZE
-DEFAULT_SEED = schema.DEFAULT_SEED
-DEFAULT_SEVERITY = schema.DEFAULT_SEVERITY
-DEFAULT_FROZEN_SAMPLE = 32
-WARMUP_BATCHES = 5
-DEFAULT_STAGE_MB = 1024.0
-DEFAULT_TIMING_SAMPLE = 16
-DEFAULT_TIMING_PASSES = 2
-DEFAULT_IDLE_GAPS = "1x,4x"
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_FROZEN_SAMPLE",
+    "DEFAULT_SEED",
+    "DEFAULT_SEVERITY",
+    "DEFAULT_STAGE_MB",
+    "WARMUP_BATCHES",
+    "TraceConfig",
+]
 
 #: Fields that do not change the rows a run writes; every other field (and the trace
 #: identity, which replaces ``weights`` by the file's hash and ``device`` by its name) must
 #: match exactly for ``--resume``.
 _IDENTITY_EXCLUDE = {
-    "resume", "force", "quiet", "workers", "stage_mb", "out", "name", "data_root",
+    "resume", "force", "quiet", "workers", "stage_mb", "out", "name", "data_root", "method_spec",
     # timed after the main pass, outside every row (tempora_trace.variability)
     "timing_sample", "timing_passes", "idle_gaps",
 }  # fmt: skip
+
+
+#: Options of models by spec and folder datasets: in the resume identity only when set, so a
+#: run of the built-ins compares exactly as it always did.
+_BYO_FIELDS = {"input_size", "class_map", "corruptions"}
+
+
+def path_part(label: str) -> str:
+    """A dataset or model label as one folder name (``timm:mobilenetv3_small_100`` →
+    ``timm-mobilenetv3_small_100``); built-in names are already one and stay as they are."""
+    return re.sub(r"[^A-Za-z0-9._+-]+", "-", label).strip("-") or "model"
 
 
 def _check_finite(value: Any, option: str) -> None:
@@ -53,10 +77,28 @@ def _check_finite(value: Any, option: str) -> None:
             stack.extend(item)
 
 
+def canonical_policy(text: str | None, seed: int) -> str | None:
+    """One policy as the trace records it (None: every batch), or ConfigError."""
+    from tempora_schema.policies import parse_policy
+
+    if text is None:
+        return None
+    try:
+        policy = parse_policy(text)
+    except schema.TemporaError as exc:
+        raise ConfigError(str(exc)) from None
+    return None if policy is None else policy.spec(seed)
+
+
 @dataclass
 class TraceConfig:
-    method: str = "standard"
+    #: a method name, or ``module:CLASS`` / ``PATH.py:CLASS`` (resolved() keeps that in
+    #: ``method_spec`` and puts the class's name here; its provenance enters the identity).
+    method: str = BASELINE_METHOD
     method_params: dict[str, Any] = field(default_factory=dict)
+    #: sparse-adaptation policy (``every:4``, ``fraction:0.25``, ``entropy:0.5``, ``warmup:10``;
+    #: tempora_schema.policies); None = adapt on every batch. resolved() canonicalises it.
+    policy: str | None = None
     dataset: str = "demo"
     model: str | None = None
     weights: str | None = None
@@ -93,25 +135,44 @@ class TraceConfig:
     timing_sample: int = DEFAULT_TIMING_SAMPLE
     timing_passes: int = DEFAULT_TIMING_PASSES
     idle_gaps: str = DEFAULT_IDLE_GAPS
+    #: image side of a model by spec (timm:, torchvision:, a factory) where it cannot say
+    input_size: int | None = None
+    #: CSV ``folder,index`` mapping a folder dataset's classes onto the model's (folder:PATH only)
+    class_map: str | None = None
+    #: ImageNet-C corruptions applied on the fly to a folder of clean images (folder:PATH only)
+    corruptions: list[str] | None = None
     resume: bool = False
     force: bool = False
     quiet: bool = False
+    method_spec: str | None = None
 
     def resolved(self) -> "TraceConfig":
         """A copy with defaults filled in and every value checked (ConfigError otherwise)."""
-        from .data import get_dataset
-
         cfg = dataclasses.replace(
             self, method_params=dict(self.method_params), checkpoints=list(self.checkpoints), budgets_ms=list(self.budgets_ms)
         )
-        spec = get_dataset(cfg.dataset)
+        if ":" in (cfg.method_spec or cfg.method):  # a module or file spec: the trace is named after the class
+            from .methods import resolve_method
+
+            cfg.method_spec = cfg.method_spec or cfg.method
+            cfg.method = resolve_method(cfg.method_spec).name
+        if cfg.dataset.startswith("folder:"):  # one spelling of the folder, wherever the run starts
+            rest = cfg.dataset[len("folder:") :]
+            cfg.dataset = "folder:" + (str(Path(rest).expanduser().resolve()) if rest else "")
+        if cfg.class_map is not None:
+            cfg.class_map = str(Path(cfg.class_map).expanduser().resolve())
+        if cfg.corruptions is not None:
+            from .data.folder import expand_corruptions
+
+            cfg.corruptions = list(expand_corruptions(cfg.corruptions))
+        if cfg.input_size is not None and not 8 <= cfg.input_size <= 8192:
+            raise ConfigError(f"--input-size must be in 8..8192 px, not {cfg.input_size}")
+        spec = cfg.dataset_spec()
         if cfg.model is None:
             cfg.model = spec.default_model
         if cfg.domains is None or len(cfg.domains) == 0:
             cfg.domains = list(spec.default_domains)
         else:
-            from .data import expand_domains
-
             cfg.domains = expand_domains(cfg.domains, spec.domains)
         if cfg.stream == "dirichlet":
             if cfg.dirichlet_alpha is None or not (math.isfinite(cfg.dirichlet_alpha) and cfg.dirichlet_alpha > 0):
@@ -135,6 +196,12 @@ class TraceConfig:
         if any(not 0 <= m <= INT32_MAX for m in cfg.checkpoints):
             raise ConfigError(f"--checkpoints must be step counts in 0..{INT32_MAX}")
         _check_finite(cfg.method_params, "--param")
+        cfg.policy = canonical_policy(cfg.policy, cfg.seed)
+        if cfg.policy is not None:
+            from .methods import get_method
+            from .policies import check_policy_method
+
+            check_policy_method(get_method(cfg.method), cfg.policy)
         if cfg.budgets_ms:
             if cfg.lambda_ms is None:
                 raise ConfigError("--budgets-ms needs --lambda-ms (λ, e.g. from `tempora-trace calibrate`)")
@@ -147,8 +214,6 @@ class TraceConfig:
         if cfg.workers is not None and cfg.workers < 0:
             raise ConfigError("--workers must be ≥ 0")
         if cfg.threads is None:
-            import torch
-
             cfg.threads = torch.get_num_threads()
         elif cfg.threads < 1:
             raise ConfigError(f"--threads must be ≥ 1, not {cfg.threads}")
@@ -174,26 +239,39 @@ class TraceConfig:
         """``--name``, else the identity's stem (:func:`tempora_schema.file_stem`)."""
         if self.name:
             return self.name
-        method = schema.method_label(self.method, self.method_params)
+        method = schema.policy_file_label(schema.method_label(self.method, self.method_params), self.policy)
         return schema.file_stem(method, self.batch_size, self.seed, self._severity(), self.stream)
 
-    def _severity(self) -> int | None:
-        from .data import get_dataset
+    def dataset_spec(self):
+        """The dataset (:class:`~tempora_trace.data.DatasetSpec`), a folder's included."""
+        return get_dataset(self.dataset, self.class_map, self.corruptions)
 
-        return self.severity if get_dataset(self.dataset).has_severity else None
+    def _severity(self) -> int | None:
+        return self.severity if self.dataset_spec().has_severity else None
+
+    def dataset_label(self) -> str:
+        """The dataset as the trace identity names it (``folder:<name>@<hash>`` for a folder)."""
+        return self.dataset_spec().name
+
+    def model_label(self) -> str:
+        """The model as the trace identity names it (a factory file by its name only)."""
+        from .models.external import model_label
+
+        return model_label(str(self.model))
 
     def output_dir(self, device_slug: str) -> Path:
         if self.out is not None:
             return Path(self.out).expanduser()
-        return Path("traces") / self.dataset / str(self.model) / device_slug
+        return Path("traces") / path_part(self.dataset_label()) / path_part(self.model_label()) / device_slug
 
-    def trace_identity(self, weights: str, device: str) -> schema.TraceIdentity:
+    def trace_identity(self, weights: str, device: str, method_source: dict[str, str] | None = None) -> schema.TraceIdentity:
         """The identity of the trace this (resolved) config writes. ``weights``: the loaded
         file's :func:`tempora_schema.weights_identity`; ``device``: the device's name as the
-        metadata records it (``cpu:<model>``, ``cuda:<name>``)."""
+        metadata records it (``cpu:<model>``, ``cuda:<name>``); ``method_source``: the
+        provenance of a method that is not built in (``MethodSource.metadata()``)."""
         group = schema.GroupKey(
-            dataset=self.dataset,
-            model=str(self.model),
+            dataset=self.dataset_label(),
+            model=self.model_label(),
             weights=weights,
             device=device,
             threads=self.threads,
@@ -204,13 +282,14 @@ class TraceConfig:
             domains=tuple(self.domains or ()),
             max_batches=self.max_batches,
         )
-        return schema.TraceIdentity(self.method, group)
+        source = tuple(sorted(method_source.items())) if method_source else None
+        return schema.TraceIdentity(self.method, group, self.policy, method_source=source)
 
     def identity(self, trace_identity: schema.TraceIdentity | None = None) -> dict[str, Any]:
         """What ``--resume`` compares: the trace identity plus every other option that
         changes the rows (frozen sample, checkpoints, budgets, method parameters …)."""
         d = dataclasses.asdict(self)
-        out = {k: v for k, v in d.items() if k not in _IDENTITY_EXCLUDE}
+        out = {k: v for k, v in d.items() if k not in _IDENTITY_EXCLUDE and not (k in _BYO_FIELDS and v is None)}
         if trace_identity is not None:
             out.update(trace_identity.as_metadata())
         return out

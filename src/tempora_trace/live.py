@@ -5,8 +5,8 @@
 
 **Discrete** (ρ or γ, queue b): batch i becomes available at ``t0 + i·γ`` on the tracer's
 monotonic clock (:data:`~tempora_trace.timing.now_ns`). Whenever the pipeline is free it
-reads the clock once and decides with the simulator's own :func:`last_arrival` which batches
-have arrived: every arrival up to that reading is enqueued first (the oldest evicted from a
+reads the clock once and decides with the replay's own rule (:mod:`tempora_schema.discrete`:
+:func:`last_arrival`, :func:`next_pick`, which the kernels compile) which batches have arrived: every arrival up to that reading is enqueued first (the oldest evicted from a
 full queue), then the oldest queued batch is taken — the replay's order at equal times
 (completion, arrival, pickup). With nothing queued it waits for the next arrival (sleep,
 then spin) and takes it; with b = 0 only a batch arriving while the pipeline is free is
@@ -46,18 +46,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from tempora_schema.discrete import last_arrival as _schema_last_arrival
+from tempora_schema.discrete import next_pick
 from tempora_schema.live import (
-    BUDGET_RULES,
     LIVE_COLUMNS,
     LIVE_SCHEMA_VERSION,
     comparable_group,
     live_arrow_schema,
     validate_live_table,
 )
-from tempora_schema.live import last_arrival as _schema_last_arrival
 from tempora_schema.provision import LAMBDA_RULES
+from tempora_schema.vocabulary import BASELINE_METHOD, BUDGET_RULES, LIVE_PROTOCOLS
 
-from .config import TraceConfig
+from .config import TraceConfig, path_part
 from .errors import ConfigError, OutputError
 from .timing import (
     SPIN_NS,
@@ -73,9 +74,9 @@ from .timing import (
     wait_until,
 )
 
-PROTOCOLS = ("discrete", "amortised")
-#: The non-adaptive method whose trace defines λ (as in the simulator).
-STANDARD_METHOD = "standard"
+#: Longest λ and longest gap γ between two arrivals a live schedule may have (one hour):
+#: a live run waits for real, and beyond this an option is a typo, not an experiment.
+MAX_SCHEDULE_MS = 3_600_000.0
 
 
 def last_arrival(f_ms: float, gamma_ms: float) -> int:
@@ -114,7 +115,7 @@ class LiveSettings:
         s = dataclasses.replace(self)
         protos = [s.protocols] if isinstance(s.protocols, str) else list(s.protocols)
         protos = [p.strip() for item in protos for p in str(item).split(",") if p.strip()]
-        bad = [p for p in protos if p not in PROTOCOLS]
+        bad = [p for p in protos if p not in LIVE_PROTOCOLS]
         if bad or not protos:
             raise ConfigError(f"--protocol must be discrete, amortised or both (comma-separated), not '{','.join(bad) or ''}'")
         s.protocols = tuple(dict.fromkeys(protos))
@@ -136,6 +137,12 @@ class LiveSettings:
                 raise ConfigError(f"--budget-rule must be strict or overshoot, not '{s.budget_rule}'")
         if s.lambda_ms is not None and not (math.isfinite(s.lambda_ms) and s.lambda_ms > 0):
             raise ConfigError(f"--lambda-ms must be > 0, got {s.lambda_ms:g}")
+        if s.lambda_ms is not None and s.lambda_ms > MAX_SCHEDULE_MS:
+            raise ConfigError(f"--lambda-ms {s.lambda_ms:g} is longer than a live run allows ({_schedule_bound()})")
+        if "discrete" in s.protocols and s.gamma_ms is not None:
+            check_schedule(s.gamma_ms, "--gamma-ms", lambda g: f"--gamma-ms {g:g}")
+        if "discrete" in s.protocols and s.rho is not None and s.lambda_ms is not None:
+            check_schedule([s.lambda_ms / r for r in s.rho], "--rho", None, s.rho)
         if s.lambda_rule not in LAMBDA_RULES:
             raise ConfigError(f"--lambda-rule must be one of {', '.join(LAMBDA_RULES)}, not '{s.lambda_rule}'")
         if s.repeats < 1:
@@ -183,7 +190,7 @@ def standard_trace_lambda(cfg: TraceConfig, group, source: str | None, rule: str
             if source is not None and not Path(source).is_dir():
                 raise ConfigError(f"--standard: {cand} is not a readable Tempora trace with a complete group") from None
             continue
-        if meta.get("method") == STANDARD_METHOD and comparable_group(key) == want:
+        if meta.get("method") == BASELINE_METHOD and comparable_group(key) == want:
             found.append((key != group, str(cand)))
     if not found:
         raise ConfigError(
@@ -262,24 +269,11 @@ def play_discrete(
         out[nxt] = Served(j, (pickup - t0) / 1e6, (ev.predict_ns - t0) / 1e6, (ready - t0) / 1e6, ev, correct)
         p, j = nxt, j + 1
         f = (ready - t0) / 1e6
-        k = last_arrival(f, gamma_ms)
-        if queue == 0:
-            first = k if k * gamma_ms == f else k + 1
-            cand = max(p + 1, first)
-            if cand >= num_batches:
-                break
-            nxt = cand
-            pickup = ready if cand * gamma_ms == f else wait_until(t0 + math.ceil(cand * gamma_ms * 1e6), spin_ns, idle)
-        else:
-            kc = min(k, num_batches - 1)
-            if kc > p:
-                nxt = max(p + 1, kc - queue + 1)
-                pickup = ready
-            elif p + 1 < num_batches:
-                nxt = p + 1
-                pickup = wait_until(t0 + math.ceil(nxt * gamma_ms * 1e6), spin_ns, idle)
-            else:
-                break
+        nxt, start = next_pick(p, last_arrival(f, gamma_ms), f, gamma_ms, queue, False, num_batches)
+        if nxt >= num_batches:
+            break
+        # start == f: the batch was waiting; else the pipeline idles until its arrival
+        pickup = ready if start == f else wait_until(t0 + math.ceil(start * 1e6), spin_ns, idle)
     return out
 
 
@@ -415,8 +409,27 @@ class RunPlan:
         return f"amortised B={self.budget_ms:g} ms ({self.budget_rule})"
 
 
+def _schedule_bound() -> str:
+    return f"at most {MAX_SCHEDULE_MS / 60_000:g} min between arrivals and for λ"
+
+
+def check_schedule(gammas: Sequence[float], option: str, label: Callable[[float], str] | None, rhos: Sequence[float] | None = None) -> None:
+    """Refuse an arrival gap γ beyond :data:`MAX_SCHEDULE_MS` (or not finite), naming the
+    option that asked for it: a live run would wait that long for real."""
+    for k, gamma in enumerate(gammas):
+        if not (math.isfinite(gamma) and gamma <= MAX_SCHEDULE_MS):
+            what = label(gamma) if label is not None else f"{option} {rhos[k]:g}"  # type: ignore[index]
+            shown = f"{gamma:.3g} ms" if math.isfinite(gamma) else "beyond any float"
+            raise ConfigError(f"{what}: arrivals {shown} apart are longer than a live run allows ({_schedule_bound()})")
+
+
 def plan_runs(settings: LiveSettings, lambda_ms: float) -> list[RunPlan]:
-    """Every setting once per repeat; repeats outermost, so two runs of one setting are apart in time."""
+    """Every setting once per repeat; repeats outermost, so two runs of one setting are apart in time.
+    Refuses a schedule beyond :data:`MAX_SCHEDULE_MS` (λ here may come from a standard trace)."""
+    if not lambda_ms <= MAX_SCHEDULE_MS:
+        raise ConfigError(f"λ = {lambda_ms:.3g} ms is longer than a live run allows ({_schedule_bound()})")
+    if "discrete" in settings.protocols and settings.rho is not None:
+        check_schedule([lambda_ms / float(r) for r in settings.rho], "--rho", None, list(settings.rho))
     plans: list[RunPlan] = []
     for rep in range(1, settings.repeats + 1):
         if "discrete" in settings.protocols:
@@ -466,6 +479,7 @@ class LiveRun:
                 print(warning, file=sys.stderr, flush=True)
         #: names this invocation: its trace alongside carries the same id (``taken_alongside``)
         self.run_id = uuid.uuid4().hex
+        self.plans = plan_runs(settings, self.lambda_ms)  # a schedule beyond the bound is refused before anything is claimed
         if self.tracing:
             if Path(self.lambda_source).resolve() == self.base.out_path.resolve():
                 raise ConfigError(
@@ -477,9 +491,8 @@ class LiveRun:
 
                 self.base.budgets = BudgetCutoffs(settings.budgets_ms, self.lambda_ms)
                 self.base.cfg = dataclasses.replace(self.base.cfg, budgets_ms=self.base.budgets.budgets, lambda_ms=self.lambda_ms)
-            self.base.claim_output()
+            self.base.claim_output("--trace-alongside")
             self.base.alongside_of = self.run_id
-        self.plans = plan_runs(settings, self.lambda_ms)
         #: the live rows, one column buffer per run (written run by run)
         self.columns: dict[int, dict[str, list]] = {p.run: {name: [] for name in LIVE_COLUMNS} for p in self.plans}
         self.staged: dict[int, tuple[Any, Any]] = {}
@@ -490,7 +503,11 @@ class LiveRun:
 
     def _out_path(self, device) -> Path:
         cfg = self.cfg
-        folder = Path(cfg.out).expanduser() if cfg.out is not None else Path("live") / cfg.dataset / str(cfg.model) / device_slug(device)
+        folder = (
+            Path(cfg.out).expanduser()
+            if cfg.out is not None
+            else Path("live") / path_part(cfg.dataset_label()) / path_part(cfg.model_label()) / device_slug(device)
+        )
         path = folder / f"{cfg.file_stem()}.live.parquet"
         if path.exists() and not cfg.force:
             raise OutputError(f"{path} already exists; pass --force to overwrite it or --name to write another file")
@@ -533,7 +550,11 @@ class LiveRun:
 
         def serve(i: int) -> tuple[Event, Any]:
             x, y = self.staged[i]
-            ev = timed_event(base.method, x, base.clock, adapt=adapt, peak=False)
+            try:
+                ev = timed_event(base.method, x, base.clock, adapt=adapt, peak=False, gate=base.gate)
+            except Exception as exc:
+                base.method_failed(exc, f"episode {episode.name} step {i}", kept="nothing written: a live run is written whole")
+                raise
             base._last_event_end = time.perf_counter()
             # nothing between an event's end and the next decision but holding its logits:
             # scoring waits for the clock to stand still, garbage collection for an idle wait
@@ -710,6 +731,7 @@ class LiveRun:
     def run(self) -> Path:
         from tempora_schema.outputs import output_lock, to_bytes, write_file
 
+        made = [p for p in (self.out_path.parent, *self.out_path.parent.parents) if not p.exists()]
         self.out_path.parent.mkdir(parents=True, exist_ok=True)
         try:
             with output_lock(self.out_path, "live run"):
@@ -730,9 +752,46 @@ class LiveRun:
                 table = pa.table(columns, schema=live_arrow_schema(meta))
                 validate_live_table(table, meta, self.out_path)  # never publish a file the reader rejects
                 return write_file(self.out_path, to_bytes(lambda f: pq.write_table(table, f)))
+        except BaseException:
+            if self.tracing:
+                # a live run cannot be resumed, so neither can its trace alongside: nothing of it stays
+                self.base.writer.discard()
+            if not self.out_path.exists():
+                from .writer import remove_empty_folders
+
+                remove_empty_folders(made)
+            raise
         finally:
             if self.tracing:
                 self.base.writer.close()
+
+
+def check_live_out(cfg: TraceConfig, settings: LiveSettings) -> None:
+    """A live run's ``--out`` must not be a trace folder (or inside one, or inside the
+    ``--trace-alongside`` folder): the next sweep of that folder would read the live file as a
+    trace and stop. Checked before anything is built."""
+    from tempora_schema.outputs import check_output_dir, trace_folder_above
+
+    if settings.trace_alongside is not None:
+        check_output_dir(settings.trace_alongside, "--trace-alongside")
+    if cfg.out is None:
+        return
+    out = Path(cfg.out).expanduser()
+    if settings.trace_alongside is not None:
+        try:
+            dest, along = out.resolve(), Path(settings.trace_alongside).expanduser().resolve()
+        except (OSError, RuntimeError):
+            dest = along = None
+        if dest is not None and (dest == along or along in dest.parents):
+            raise ConfigError(
+                f"--out {out} is inside the --trace-alongside folder {settings.trace_alongside}; the next sweep of it would read "
+                "the live file as a trace: write it elsewhere"
+            )
+    folder = trace_folder_above(out)
+    if folder is not None:
+        raise ConfigError(
+            f"--out {out} is inside the trace folder {folder}; the next sweep of it would read the live file as a trace: write it elsewhere"
+        )
 
 
 def run_live(config: TraceConfig, settings: LiveSettings | None = None, echo: Callable[[str], None] | None = None, **options: Any) -> Path:
@@ -744,6 +803,7 @@ def run_live(config: TraceConfig, settings: LiveSettings | None = None, echo: Ca
         settings = dataclasses.replace(settings, **options)
     settings = settings.checked()
     cfg = config.resolved()
+    check_live_out(cfg, settings)
     if echo is None:
         echo = (lambda s: None) if cfg.quiet else (lambda s: print(s, flush=True))
     return LiveRun(cfg, settings, echo).run()

@@ -11,6 +11,9 @@
 
 Adding a trace option is one :class:`TraceOption` here plus its use (the ``TraceConfig`` field
 it fills and the code that reads it). ``tempora_sim.options`` does the same for the simulator.
+
+This module is what ``tempora-trace --help`` loads: click, ``tempora_schema`` and nothing that
+imports torch (``TraceConfig`` does, for its checks).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import click
 
+from tempora_schema import DEFAULT_BATCH_SIZE, DEFAULT_SEED, DEFAULT_SEVERITY
 from tempora_schema.command import (
     INT32_MAX,
     INT64_MAX,
@@ -35,19 +39,21 @@ from tempora_schema.command import (
 )
 from tempora_schema.errors import OptionError
 from tempora_schema.provision import LAMBDA_RULES
+from tempora_schema.vocabulary import BUDGET_RULES
 
-from .config import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_FROZEN_SAMPLE,
-    DEFAULT_IDLE_GAPS,
-    DEFAULT_SEED,
-    DEFAULT_SEVERITY,
-    DEFAULT_STAGE_MB,
-    DEFAULT_TIMING_PASSES,
-    DEFAULT_TIMING_SAMPLE,
-    WARMUP_BATCHES,
-)
 from .errors import ConfigError
+
+#: Later batches scored per frozen checkpoint (``--frozen-sample``).
+DEFAULT_FROZEN_SAMPLE = 32
+#: Untimed warm-up copies of the first batch (``--warmup-batches``).
+WARMUP_BATCHES = 5
+#: Host memory of one staged chunk, MiB (``--stage-mb``; docs/timing.md).
+DEFAULT_STAGE_MB = 1024.0
+#: Timing variability after the main pass (tempora_trace.variability, docs/tracer.md): sample
+#: events per pass (``--timing-sample``, 0 = off), repeat passes, idle waits of the idle pass.
+DEFAULT_TIMING_SAMPLE = 16
+DEFAULT_TIMING_PASSES = 2
+DEFAULT_IDLE_GAPS = "1x,4x"
 
 #: The subcommands that trace; a :class:`TraceOption` names the ones that take it.
 COMMANDS = ("run", "live", "calibrate")
@@ -120,6 +126,16 @@ def parse_domains(text: str | None) -> list[str] | None:
     items = [t.strip() for t in text.replace(" ", ",").split(",") if t.strip()]
     if not items:
         raise OptionError("--domains: empty list")
+    return items
+
+
+def parse_corruptions(text: str | None) -> list[str] | None:
+    """``--corruptions``: comma- or space-separated names or groups (None: a folder as it is)."""
+    if text is None:
+        return None
+    items = [t.strip() for t in text.replace(" ", ",").split(",") if t.strip()]
+    if not items:
+        raise OptionError("--corruptions: empty list")
     return items
 
 
@@ -205,7 +221,11 @@ _ALL = COMMANDS
 #: Every trace option, in the order ``--help`` lists them.
 TRACE_OPTIONS: tuple[TraceOption, ...] = (
     # the method and its hyperparameters
-    TraceOption("--method", "TTA method (see `tempora-trace list`). Required.", _RL),
+    TraceOption(
+        "--method",
+        "TTA method: a name (built in or an installed plugin; see `tempora-trace list`), package.module:CLASS or PATH.py:CLASS. Required.",
+        _RL,
+    ),
     TraceOption(
         "--param", "Override a method hyperparameter (repeatable).", _RL, dest="params", multiple=True, metavar="KEY=VALUE", config=None
     ),
@@ -216,6 +236,17 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
         _RL,
         type=click.Choice(list(PROFILES)),
         config=None,
+    ),
+    TraceOption(
+        "--policy",
+        {
+            RUN: "Sparse adaptation: every:K, fraction:P[:SEED], entropy:T or warmup:N (docs/design.md §11); "
+            "a comma list (every:1,2,4,8) traces one file per policy, one after the other [default: every batch].",
+            LIVE: "Sparse adaptation: every:K, fraction:P[:SEED], entropy:T or warmup:N (docs/design.md §11), "
+            "decided per processing event as the replay assumes [default: every batch].",
+        },
+        _RL,
+        metavar="POLICY",
     ),
     # the protocol of a live run
     TraceOption("--protocol", "discrete, amortised, or both: discrete,amortised.", _L, default="discrete", config=None, live="protocols"),
@@ -262,7 +293,7 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
         "Amortised cut-off: strict m = max{j: Σc ≤ B}, or overshoot (adapt while spent < B).",
         _L,
         default="strict",
-        type=click.Choice(["strict", "overshoot"]),
+        type=click.Choice(list(BUDGET_RULES)),
         config=None,
         live="budget_rule",
     ),
@@ -396,11 +427,42 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
     # the data, the model, the device and the run (every command that traces)
     TraceOption(
         "--dataset",
-        "demo, cifar10-c, cifar100-c, imagenet-c, imagenet-r, imagenet-a or imagenet-v2 (see `tempora-trace list`).",
+        "demo, cifar10-c, cifar100-c, imagenet-c, imagenet-r, imagenet-a, imagenet-v2 (see `tempora-trace list`), "
+        "or folder:PATH, your own images as PATH/<class>/<image> or PATH/<domain>/<class>/<image>.",
         _ALL,
         default="demo",
     ),
-    TraceOption("--model", "Model name [default: the dataset's model: demo-resnet, cifar-resnet18, resnet50].", _ALL),
+    TraceOption(
+        "--model",
+        "Model name, timm:NAME, torchvision:NAME[:WEIGHTS], or your own MODULE:FACTORY / PATH.py:FACTORY "
+        "[default: the dataset's model: demo-resnet, cifar-resnet18, resnet50].",
+        _ALL,
+    ),
+    TraceOption(
+        "--input-size",
+        "Image side of a model by spec (timm:, torchvision:, your factory) [default: its library's, else 224].",
+        _ALL,
+        type=click.IntRange(8, 8192),
+        metavar="PX",
+        campaign=int,
+    ),
+    TraceOption(
+        "--class-map",
+        "folder:PATH only: lines folder,index mapping class folders onto the model's classes [default: sorted folder order].",
+        _ALL,
+        type=click.Path(path_type=str, dir_okay=False),
+        metavar="CSV",
+        campaign=str,
+    ),
+    TraceOption(
+        "--corruptions",
+        "folder:PATH only: apply these ImageNet-C corruptions (or groups noise, blur, weather, digital, all; clean) "
+        "at --severity on the fly, one domain each.",
+        _ALL,
+        metavar="LIST",
+        convert=parse_corruptions,
+        campaign=(str, list),
+    ),
     TraceOption("--weights", "Weight file (state_dict), or 'random' for an untrained model (timing only).", _ALL),
     TraceOption(
         "--offline",
@@ -520,6 +582,18 @@ def config_kwargs(command: str, opts: Mapping[str, Any]) -> dict[str, Any]:
 def live_kwargs(opts: Mapping[str, Any]) -> dict[str, Any]:
     """The :class:`LiveSettings` fields of ``live``'s parsed options."""
     return {o.live: o.value(opts[o.name]) for o in options_of(LIVE) if o.live is not None and o.name in opts}
+
+
+def policies_of(opts: Mapping[str, Any]) -> list[str | None]:
+    """The canonical policies of ``--policy`` (a comma list; None: every batch), parsed and
+    checked before any work (one ``--policy`` line on bad input)."""
+    from tempora_schema.policies import parse_policies
+
+    text = opts.get("policy")
+    if text is None:
+        return [None]
+    seed = int(opts.get("seed") if opts.get("seed") is not None else DEFAULT_SEED)
+    return [None if p is None else p.spec(seed) for p in parse_policies(text)]
 
 
 def to_argv(values: Mapping[str, Any]) -> list[str]:

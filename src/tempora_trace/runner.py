@@ -33,13 +33,17 @@ import tempora_schema as schema
 from . import __version__
 from .checkpoints import BudgetCutoffs, default_schedule, sample_steps
 from .config import TraceConfig
-from .data import Episode, batch_order, get_dataset
+from .data import Episode, batch_order
+from .data.folder import MIN_CORRUPTION_SIZE
 from .data.streams import dirichlet_order, domain_seed, source_labels
-from .errors import ConfigError, DataError
-from .methods import get_method
-from .methods._common import NORM_NAMES, incompatibility_message
+from .errors import ConfigError, DataError, TraceError
+from .methods import resolve_method
 from .methods.base import MethodContext, TTAMethod
+from .methods.gradient import NORM_NAMES, incompatibility_message
 from .models import get_model
+from .norms import describe_norms, method_fits
+from .policies import PolicyGate, check_policy_method
+from .preprocess import default_preprocess
 from .progress import ProgressView
 from .staging import BatchStager, StagedBatch, default_workers
 from .timing import (
@@ -74,6 +78,46 @@ def build_episodes(domains, cfg: TraceConfig) -> list[Episode]:
     if cfg.stream == "continual":
         return [Episode("continual", list(domains), orders)]
     return [Episode(d.name, [d], [o]) for d, o in zip(domains, orders)]
+
+
+def check_folder_images(episodes: Sequence[Episode]) -> None:
+    """Open the header of every image the run's batches use (the line names a bad file)."""
+    for ep in episodes:
+        for domain, batches in zip(ep.domains, ep.batches):
+            check = getattr(domain.source, "check_readable", None)
+            if check is not None and batches:
+                check(np.concatenate(batches), workers=default_workers(os.cpu_count()))
+
+
+def check_model_fits(cfg: TraceConfig, dataset, model_spec, method_cls) -> None:
+    """The model takes the dataset's images, outputs its classes, and the method handles the
+    model's normalisation layers: each a one-line ConfigError otherwise."""
+    model = cfg.model
+    if not dataset.folder and model_spec.source is None and model_spec.family != dataset.family:
+        raise ConfigError(
+            f"model '{model}' is built for {model_spec.family} inputs ({model_spec.input_size}px); "
+            f"dataset '{cfg.dataset}' is {dataset.family} (default model: {dataset.default_model})"
+        )
+    if dataset.class_mask is not None:
+        if max(dataset.class_mask) >= model_spec.num_classes:
+            raise ConfigError(
+                f"--class-map maps a class folder onto index {max(dataset.class_mask)}, but model '{model}' outputs "
+                f"{model_spec.num_classes} classes (0..{model_spec.num_classes - 1})"
+            )
+    elif model_spec.num_classes != dataset.model_classes:
+        what = f"{dataset.model_classes} class folders" if dataset.folder else f"{dataset.model_classes} classes"
+        hint = (
+            "; pass --class-map FILE to map the folders onto its classes, or --weights random to build it for yours"
+            if dataset.folder
+            else "; pass --weights random (timing only) or weights trained on this dataset"
+        )
+        raise ConfigError(f"model '{model}' outputs {model_spec.num_classes} classes but dataset '{cfg.dataset}' has {what}{hint}")
+    if not method_fits(method_cls, model_spec.norms):
+        kinds = model_spec.norms
+        found = (
+            f"model '{model}' uses {NORM_NAMES[next(iter(kinds))]}" if len(kinds) == 1 else f"model '{model}' has {describe_norms(kinds)}"
+        )
+        raise ConfigError(incompatibility_message(method_cls, found))
 
 
 #: A machine-speed probe runs before steps 0, PROBE_EVERY, 2·PROBE_EVERY, … of every episode.
@@ -145,6 +189,22 @@ def summarize(name: str, table) -> EpisodeSummary:
 
 
 # ------------------------------------------------------------------------ the run
+class MethodFailure(TraceError):
+    """A method that is not built in raised inside ``predict``/``adapt`` (or while being built)."""
+
+
+def _failing_phase(exc: BaseException, method: Any) -> str:
+    """``predict``, ``adapt`` or ``warm_up_shapes`` when the traceback passes through that
+    method of ``method`` (the outermost such frame), else ''."""
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name in ("predict", "adapt", "warm_up_shapes") and method is not None and frame.f_locals.get("self") is method:
+            return frame.f_code.co_name
+        tb = tb.tb_next
+    return ""
+
+
 class MethodRun:
     """Device, data, model, method, stager and clock of one run, built and checked once.
 
@@ -157,23 +217,33 @@ class MethodRun:
         self.cfg = cfg
         self.echo = echo
         self.device = resolve_device(cfg.device)
-        self.dataset = get_dataset(cfg.dataset)
-        self.method_cls = get_method(cfg.method)
-        model, self.model_spec = get_model(cfg.model, cfg.weights, num_classes=self.dataset.model_classes)
-        if self.model_spec.family != self.dataset.family:
-            raise ConfigError(
-                f"model '{cfg.model}' is built for {self.model_spec.family} inputs ({self.model_spec.input_size}px); "
-                f"dataset '{cfg.dataset}' is {self.dataset.family} (default model: {self.dataset.default_model})"
-            )
-        if self.model_spec.norm not in self.method_cls.compatible_norms:
-            raise ConfigError(incompatibility_message(self.method_cls, f"model '{cfg.model}' uses {NORM_NAMES[self.model_spec.norm]}"))
+        self.dataset = cfg.dataset_spec()
+        self.method_ref = resolve_method(cfg.method_spec or cfg.method)
+        self.method_cls = self.method_ref.cls
+        model, self.model_spec = get_model(cfg.model, cfg.weights, num_classes=self.dataset.model_classes, input_size=cfg.input_size)
+        check_model_fits(cfg, self.dataset, self.model_spec, self.method_cls)
+        if self.dataset.folder:  # the user's images are decoded the way the model's library says
+            pre = self.model_spec.preprocess or default_preprocess(self.model_spec.input_size, self.model_spec.family)
+            if self.dataset.has_severity and pre.input_size < MIN_CORRUPTION_SIZE:
+                raise ConfigError(
+                    f"--corruptions needs images of at least {MIN_CORRUPTION_SIZE} px (the ImageNet-C functions' minimum); "
+                    f"model '{cfg.model}' takes {pre.input_size} px (--input-size)"
+                )
+            self.dataset = self.dataset.bind(pre, cfg.seed)
+        check_policy_method(self.method_cls, cfg.policy)
+        #: the sparse-adaptation policy's gate (None: adapt on every batch), reset per episode
+        self.gate = PolicyGate(cfg.policy, cfg.seed) if cfg.policy else None
         torch.set_num_threads(cfg.threads)  # part of the trace identity (resolved() fills the default)
-        self.identity = cfg.trace_identity(schema.weights_identity(self.model_spec.weights_file), describe_device(self.device))
+        self.identity = cfg.trace_identity(
+            self.model_spec.weights_identity, describe_device(self.device), self.method_ref.source.metadata()
+        )
         #: machine-speed probe written to the metadata (docs/trace-schema.md); empty = not measured
         self.speed_probe: list[dict] = []
         self.speed_probe_kind = schema.PROBE_NOT_MEASURED
         root = self.dataset.root(cfg.data_root)
         self.episodes = build_episodes([self.dataset.open(d, cfg.severity, root) for d in cfg.domains], cfg)
+        if self.dataset.folder:  # a file that is not an image is refused before anything is written
+            check_folder_images(self.episodes)
         self.clock = DeviceClock(self.device)
         workers = cfg.workers if cfg.workers is not None else default_workers(os.cpu_count())
         self.stager = BatchStager(workers, pin_memory=self.device.type == "cuda", stage_mb=cfg.stage_mb)
@@ -192,12 +262,31 @@ class MethodRun:
             model_name=cfg.model,
             norm_kind=self.model_spec.norm,
         )
-        self.method: TTAMethod = self.method_cls(model, context, **cfg.method_params)
+        try:
+            self.method: TTAMethod = self.method_cls(model, context, **cfg.method_params)
+        except Exception as exc:
+            self.method_failed(exc, "construction")
+            raise
         self.masks = {}
         for ep in self.episodes:
             for d in ep.domains:
                 if d.class_mask is not None:
                     self.masks[d.name] = torch.as_tensor(d.class_mask, dtype=torch.long, device=self.device)
+
+    def method_failed(self, exc: Exception, where: str, kept: str = "complete episodes are kept for --resume") -> None:
+        """A method that is not built in raised ``exc`` at ``where`` (an episode and step, the
+        warm-up, its construction): raise the one-line :class:`MethodFailure` in its place.
+        Does nothing for a built-in (an exception there is a bug in Tempora: its traceback
+        stays) or for an error that already is one line (a MethodError about an option)."""
+        if self.method_ref.source.builtin or isinstance(exc, TraceError):
+            return
+        phase = _failing_phase(exc, getattr(self, "method", None))
+        detail = (str(exc).strip().splitlines() or [""])[0]
+        raise MethodFailure(
+            f"method '{self.method_ref.name}' ({self.method_ref.source.describe()}) raised in {phase + ' at ' if phase else ''}{where}: "
+            f"{type(exc).__name__}{': ' + detail if detail else ''}"
+            + (f" ({kept}; --debug shows the traceback)" if where != "construction" else " (--debug shows the traceback)")
+        ) from exc
 
     # -- scoring (outside the timed regions)
     def count_correct(self, logits: torch.Tensor, labels: torch.Tensor, domain: str) -> torch.Tensor:
@@ -219,14 +308,18 @@ class MethodRun:
             return
         x = self.stager.stage(self.episodes[0], [0])[0].x.to(self.device)
         gen = torch.Generator(device="cpu").manual_seed(self.cfg.seed)
-        for _ in range(self.cfg.warmup_batches):
-            noisy = (x.cpu() + 0.25 * torch.randn(x.shape, generator=gen)).to(self.device)
-            timed_event(self.method, noisy, self.clock)
-        self.method.warm_up_shapes(x)
-        self.method.freeze()
-        timed_event(self.method, x, self.clock, adapt=False)
-        self.method.unfreeze()
-        self.method.reset()
+        try:
+            for _ in range(self.cfg.warmup_batches):
+                noisy = (x.cpu() + 0.25 * torch.randn(x.shape, generator=gen)).to(self.device)
+                timed_event(self.method, noisy, self.clock)
+            self.method.warm_up_shapes(x)
+            self.method.freeze()
+            timed_event(self.method, x, self.clock, adapt=False)
+            self.method.unfreeze()
+            self.method.reset()
+        except Exception as exc:
+            self.method_failed(exc, "the warm-up")
+            raise
         self._last_event_end = time.perf_counter()
 
     def start_episode(self, index: int, episode: Episode) -> None:
@@ -235,6 +328,8 @@ class MethodRun:
         if schema.resets_per_episode(self.cfg.stream) or index == 0:
             self.method.reset()
         seed_everything(domain_seed(self.cfg.seed, episode.name))
+        if self.gate is not None:
+            self.gate.start_episode(episode.name)
 
     def run_metadata(self) -> dict[str, Any]:
         """The metadata every Tempora file about this run carries (trace and live run alike)."""
@@ -246,8 +341,29 @@ class MethodRun:
             "torch_version": torch.__version__,
             "tracer_version": __version__,
             "warmup_batches": cfg.warmup_batches,
+            **self.provenance(),
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
+
+    def provenance(self) -> dict[str, Any]:
+        """Where a model by spec and a folder dataset came from (library and version, weights,
+        preprocessing, files and their hashes): in the metadata and the resume identity, and
+        absent for the built-ins, whose names say it all."""
+        out: dict[str, Any] = {}
+        spec = self.model_spec
+        if spec.source is not None:
+            out["model_source"] = {
+                "spec": str(self.cfg.model),
+                **spec.source,
+                "weights": spec.weights_identity,
+                "norm": spec.norm_profile,
+                "num_classes": spec.num_classes,
+                **({"preprocess": spec.preprocess.as_metadata()} if spec.preprocess is not None else {}),
+            }
+        if self.dataset.source is not None:
+            pre = self.dataset.preprocess
+            out["dataset_source"] = {**self.dataset.source, **({"preprocess": pre.as_metadata()} if pre is not None else {})}
+        return out
 
     def _staged(self, episode: Episode, steps: Sequence[int]):
         """``steps`` as staged chunks, each followed (before its first event) by a full garbage
@@ -294,10 +410,13 @@ class TraceRun(MethodRun):
         if claim:
             self.claim_output()
 
-    def claim_output(self) -> None:
+    def claim_output(self, option: str = "--out") -> None:
         """Last, once every input is known to be good: claim the output path (a caller with
-        more inputs to check, like a live run tracing alongside, claims it later)."""
-        self.writer = TraceWriter(self.out_path, self.cfg.identity(self.identity), self.cfg.resume, self.cfg.force)
+        more inputs to check, like a live run tracing alongside, claims it later). ``option``
+        is the flag that named the output folder, for messages."""
+        self.writer = TraceWriter(
+            self.out_path, {**self.cfg.identity(self.identity), **self.provenance()}, self.cfg.resume, self.cfg.force, option
+        )
 
     def _maybe_probe(self, episode_index: int, episode: Episode, step: int) -> None:
         if step % PROBE_EVERY == 0:
@@ -327,7 +446,11 @@ class TraceRun(MethodRun):
                 for b in chunk:
                     domain, _ = episode.locate(b.step)
                     x = b.x.to(self.device, non_blocking=True)
-                    ev = timed_event(self.method, x, self.clock, adapt=False)
+                    try:
+                        ev = timed_event(self.method, x, self.clock, adapt=False)
+                    except Exception as exc:
+                        self.method_failed(exc, f"episode {episode.name} step {b.step} (frozen after {m} steps)")
+                        raise
                     rows.add(
                         episode=episode.name,
                         domain=domain.name,
@@ -382,7 +505,11 @@ class TraceRun(MethodRun):
         self._maybe_probe(index, episode, step)
         before = host_snapshot(self.method) if self.budgets is not None and self.budgets.strict_pending else None
         x = b.x.to(self.device, non_blocking=True)
-        ev = timed_event(self.method, x, self.clock)
+        try:
+            ev = timed_event(self.method, x, self.clock, gate=self.gate)
+        except Exception as exc:
+            self.method_failed(exc, f"episode {episode.name} step {step}")
+            raise
         self._last_event_end = time.perf_counter()
         rows.add(
             episode=episode.name,

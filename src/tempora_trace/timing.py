@@ -20,12 +20,15 @@ import re
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import torch
 
 from .errors import DeviceError
 from .methods.base import TTAMethod
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .policies import PolicyGate
 
 
 def resolve_device(spec: str) -> torch.device:
@@ -143,12 +146,22 @@ def wait_until(target_ns: int, spin_ns: int = SPIN_NS, idle: Callable[[], object
     return now
 
 
-def timed_event(method: TTAMethod, x: torch.Tensor, clock: DeviceClock, adapt: bool = True, peak: bool = True) -> Event:
+def timed_event(
+    method: TTAMethod, x: torch.Tensor, clock: DeviceClock, adapt: bool = True, peak: bool = True, gate: "PolicyGate | None" = None
+) -> Event:
     """Run predict (and adapt) on ``x`` and time both phases; ``x`` must already be on the device.
 
     ``peak=False`` skips the peak-memory reading around the event: on CUDA, resetting and
     reading the allocator's statistics costs hundreds of µs, which a live run cannot spend
-    between an event's end and its next decision (the trace keeps the reading)."""
+    between an event's end and its next decision (the trace keeps the reading).
+
+    ``gate`` (an adapting event under a sparse-adaptation policy, docs/design.md §11) decides
+    whether this event adapts: a decision known beforehand is taken before the clock starts;
+    an entropy policy's check runs after the prediction and is timed inside ℓ. An event the
+    policy does not adapt records ℓ = 0 (entropy: the check's time) and ``updated = False``;
+    what ``predict`` kept for ``adapt`` is let go after the clock stops."""
+    decided = gate.before() if (gate is not None and adapt) else None
+    run_adapt = adapt and decided is not False
     if peak:
         clock.reset_peak()
     clock.sync()
@@ -156,12 +169,21 @@ def timed_event(method: TTAMethod, x: torch.Tensor, clock: DeviceClock, adapt: b
     logits = method.predict(x)
     clock.sync()
     t1 = now_ns()
-    if adapt:
+    if run_adapt and decided is None and gate is not None:
+        run_adapt = gate.after(logits)
+    if run_adapt:
         method.adapt()
+    if adapt:
         clock.sync()
     t2 = now_ns()
     peak_bytes = clock.peak_bytes() if peak else None
-    return Event(logits, (t1 - t0) / 1e6, (t2 - t1) / 1e6 if adapt else 0.0, peak_bytes, bool(method.last_updated) and adapt, t0, t1, t2)
+    if adapt and not run_adapt:
+        method.skip_adapt()
+    if adapt and decided is False:
+        t2 = t1  # nothing ran after the prediction: ℓ is exactly 0
+    return Event(
+        logits, (t1 - t0) / 1e6, (t2 - t1) / 1e6 if adapt else 0.0, peak_bytes, bool(method.last_updated) and run_adapt, t0, t1, t2
+    )
 
 
 # ------------------------------------------------------------------ garbage collection

@@ -144,7 +144,7 @@ def measure(run: Any, plan: VariabilityPlan) -> dict[str, Any] | None:
                     if gap > 0:
                         wait_until(now_ns() + int(gap * 1e6))
                     x = b.x.to(run.device, non_blocking=True)
-                    ev = timed_event(run.method, x, run.clock)
+                    ev = timed_event(run.method, x, run.clock, gate=getattr(run, "gate", None))  # a policy decides as in the main pass
                     run._last_event_end = time.perf_counter()
                     times.append(round(ev.e_ms + ev.l_ms, 6))
                     waits.append(gap)

@@ -24,11 +24,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import tempora_schema as schema
-from tempora_schema.errors import OutputError as AnyOutputError
 from tempora_schema.errors import output_error
 from tempora_schema.outputs import check_output_dir, output_lock, to_bytes, write_file
 
 from .errors import OutputError
+
+
+def remove_empty_folders(folders: list[Path]) -> None:
+    """Remove ``folders`` (innermost first) while they are empty: what a run made and never used."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            break
 
 
 class RowBuffer:
@@ -59,16 +67,18 @@ class TraceWriter:
     ``OSError`` becomes a one-line :class:`OutputError` naming the path. Call :meth:`close`
     when the run ends, however it ends (the lock is released)."""
 
-    def __init__(self, final_path: Path, identity: dict, resume: bool, force: bool):
+    def __init__(self, final_path: Path, identity: dict, resume: bool, force: bool, option: str = "--out"):
         self.final_path = final_path
         self.partial_dir = final_path.with_name(final_path.name[: -len(".parquet")] + ".partial")
         self.identity = json.loads(json.dumps(identity, default=str))
         self.completed: dict[int, Path] = {}
         self._lock = None
-        check_output_dir(final_path.parent)
+        check_output_dir(final_path.parent, option)  # `option`: the flag that named the folder, in messages
         if resume and not self.partial_dir.exists():
             raise OutputError(f"nothing to resume: no interrupted run at {self.partial_dir}")
         missing = [p for p in (final_path.parent, *final_path.parent.parents) if not p.exists()]
+        #: folders this writer made for its output, innermost first (:meth:`discard` removes them)
+        self.made_folders = missing
         try:
             final_path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -81,11 +91,7 @@ class TraceWriter:
             self._claim(resume, force)
         except BaseException:
             self.close()
-            for folder in missing:  # folders this run made for an output it never wrote
-                try:
-                    folder.rmdir()
-                except OSError:
-                    break
+            remove_empty_folders(missing)  # folders this run made for an output it never wrote
             raise
 
     def _claim(self, resume: bool, force: bool) -> None:
@@ -112,10 +118,20 @@ class TraceWriter:
             raise output_error(exc, self.partial_dir) from None
         try:
             self._write_json(self.partial_dir / "config.json", self.identity)
-        except AnyOutputError:
+        except OutputError:
             if created:  # nothing of this run may stay behind when it could not even start
                 shutil.rmtree(self.partial_dir, ignore_errors=True)
             raise
+
+    def discard(self) -> None:
+        """Remove this run's partial folder (its completed episodes) and release the lock: for a
+        run that can never be resumed (a trace taken alongside a live run), so an interrupted
+        one leaves nothing behind. Only a writer that holds the lock removes anything."""
+        if self._lock is None:
+            return
+        shutil.rmtree(self.partial_dir, ignore_errors=True)
+        self.close()
+        remove_empty_folders(self.made_folders)
 
     def close(self) -> None:
         """Release the output lock (idempotent)."""
@@ -199,6 +215,33 @@ _PROBE_KEY = b"tempora_speed_probe"
 _REUSE_KEYS = ("method", "dataset", "model", "batch_size", "seed", "stream", "severity", "domains", "max_batches", "threads")
 
 
+def identity_differences(meta: dict, cfg, params: bool = False) -> list[str]:
+    """Where a trace's metadata ``meta`` differs from what ``cfg``'s run would write, one
+    ``key found ≠ wanted`` item each: method, data, model, batch size, seed, stream, severity,
+    domains, batch limit, threads; with ``params`` also the frozen-evaluation sample and every
+    method parameter ``cfg`` sets."""
+    wanted = {
+        "method": cfg.method,
+        "dataset": cfg.dataset_label(),
+        "model": cfg.model_label(),
+        "batch_size": cfg.batch_size,
+        "seed": cfg.seed,
+        "stream": cfg.stream,
+        "severity": cfg._severity(),
+        "domains": list(cfg.domains or ()),
+        "max_batches": cfg.max_batches,
+        "threads": cfg.threads,
+    }
+    differ = [f"{k} {meta.get(k)!r} ≠ {wanted[k]!r}" for k in _REUSE_KEYS if meta.get(k) != wanted[k]]
+    if params:
+        frozen = "all" if cfg.frozen_sample is None else int(cfg.frozen_sample)
+        if meta.get("frozen_eval") != frozen:
+            differ.append(f"frozen_eval {meta.get('frozen_eval')!r} ≠ {frozen!r}")
+        found = meta.get("method_params") if isinstance(meta.get("method_params"), dict) else {}
+        differ += [f"param {k} {found.get(k)!r} ≠ {v!r}" for k, v in sorted(cfg.method_params.items()) if found.get(k) != v]
+    return differ
+
+
 def check_reusable(path: Path, cfg) -> dict:
     """Refuse to reuse ``path`` unless it is a valid trace of exactly ``cfg``'s run (method,
     data, model, batch size, seed, stream, severity, domains, batch limit, threads; weights and
@@ -212,19 +255,7 @@ def check_reusable(path: Path, cfg) -> dict:
     except (pa.ArrowException, OSError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise OutputError(f"{path} is not a readable trace ({first}); pass --force to re-measure it") from None
-    wanted = {
-        "method": cfg.method,
-        "dataset": cfg.dataset,
-        "model": cfg.model,
-        "batch_size": cfg.batch_size,
-        "seed": cfg.seed,
-        "stream": cfg.stream,
-        "severity": cfg._severity(),
-        "domains": list(cfg.domains or ()),
-        "max_batches": cfg.max_batches,
-        "threads": cfg.threads,
-    }
-    differ = [f"{k} {meta.get(k)!r} ≠ {wanted[k]!r}" for k in _REUSE_KEYS if meta.get(k) != wanted[k]]
+    differ = identity_differences(meta, cfg)
     if differ:
         raise OutputError(
             f"{path} is not the trace this run would write ({'; '.join(differ)}); "

@@ -8,17 +8,19 @@ CIFAR-C loader, so it exercises the same code path as the real data.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Sequence
+
+from tempora_schema import DEFAULT_SEVERITY
 
 from ..errors import ConfigError, DataError
 from .cifar import open_cifar_c, open_cifar_clean
 from .imagenet import open_imagenet_c, open_imagenet_clean, open_imagenet_variant
 from .streams import CORRUPTIONS, Domain, Episode, batch_order, expand_domains
-
-DEFAULT_SEVERITY = 5
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,19 @@ class DatasetSpec:
     data_folder: str | None
     opener: Callable[["DatasetSpec", Path | None, str, int | None], Domain]
     layout: str
+    #: a folder of the user's images (``folder:PATH``): decoded the model's way, which
+    #: :meth:`bind` sets once the model is built (with the seed of on-the-fly corruptions)
+    folder: bool = False
+    preprocess: Any = None
+    seed: int = 0
+    #: logits columns scored (a class map onto a model's own classes), None = all
+    class_mask: tuple[int, ...] | None = None
+    #: what the trace metadata records about the data (folder path, class map …)
+    source: dict | None = None
+
+    def bind(self, preprocess: Any, seed: int) -> "DatasetSpec":
+        """This dataset decoding images for a model with ``preprocess`` (folders only)."""
+        return dataclasses.replace(self, preprocess=preprocess, seed=seed)
 
     def root(self, data_root: str | os.PathLike | None) -> Path | None:
         """Where the files are: ``--data-root``, else ``$TEMPORA_DATA/<folder>``."""
@@ -169,10 +184,94 @@ DATASETS: dict[str, DatasetSpec] = {
 }
 
 
-def get_dataset(name: str) -> DatasetSpec:
+def get_dataset(name: str, class_map: str | os.PathLike | None = None, corruptions: Sequence[str] | str | None = None) -> DatasetSpec:
+    """The dataset ``name``: a built-in, or ``folder:PATH`` (with ``class_map`` and
+    ``corruptions``, which only a folder takes; see :mod:`.folder`)."""
+    from .folder import is_folder_spec
+
+    if is_folder_spec(name):
+        if not name[len("folder:") :].strip():
+            raise ConfigError(
+                "--dataset folder:PATH needs the folder of your images (PATH/<class>/<image> or PATH/<domain>/<class>/<image>)"
+            )
+        path = Path(name[len("folder:") :]).expanduser()
+        fixed = None if corruptions is None else tuple(corruptions) if not isinstance(corruptions, str) else (corruptions,)
+        stamp = None  # the class map's size and time: an edited map is read again
+        if class_map is not None and Path(class_map).expanduser().is_file():
+            st = Path(class_map).expanduser().stat()
+            stamp = (st.st_size, st.st_mtime_ns)
+        root = str(path.resolve()) if path.exists() else str(path)
+        return _folder_dataset(root, None if class_map is None else str(class_map), fixed, stamp)
+    if class_map is not None:
+        raise ConfigError("--class-map is for --dataset folder:PATH (a built-in dataset has its own classes)")
+    if corruptions is not None:
+        raise ConfigError("--corruptions is for --dataset folder:PATH (a built-in dataset's domains are chosen with --domains)")
     if name not in DATASETS:
-        raise ConfigError(f"unknown dataset '{name}'; available: {', '.join(DATASETS)}")
+        raise ConfigError(f"unknown dataset '{name}'; available: {', '.join(DATASETS)}, or folder:PATH")
     return DATASETS[name]
+
+
+@functools.lru_cache(maxsize=16)
+def _folder_dataset(path: str, class_map: str | None, corruptions: tuple[str, ...] | None, stamp: tuple | None = None) -> DatasetSpec:
+    import hashlib
+
+    from .folder import expand_corruptions, read_class_map, scan_folder
+
+    scan = scan_folder(Path(path))
+    digest = hashlib.sha256(scan.fingerprint.encode())
+    mask = None
+    source: dict[str, Any] = {"kind": "folder", "path": str(scan.root), "classes": len(scan.classes), "content_sha256": scan.fingerprint}
+    if class_map is not None:
+        mapping = read_class_map(Path(class_map).expanduser(), scan.classes)
+        mask = tuple(sorted(set(mapping.values())))
+        digest.update(repr(sorted(mapping.items())).encode())
+        source["class_map"] = str(Path(class_map).expanduser().resolve())
+        source["class_map_sha256"] = hashlib.sha256(Path(class_map).expanduser().read_bytes()).hexdigest()
+    if corruptions is not None:
+        names = expand_corruptions(corruptions)
+        if scan.nested:
+            raise ConfigError(
+                f"--corruptions needs a folder of clean images in one domain (PATH/<class>/<image>); {scan.root} has domain folders "
+                f"({', '.join(scan.domains[:3])}{', …' if len(scan.domains) > 3 else ''})"
+            )
+        domains = names
+    else:
+        domains = scan.domains
+    name = f"folder:{scan.root.name}@{digest.hexdigest()[:8]}"
+    return DatasetSpec(
+        name,
+        "imagenet",
+        len(mask) if mask is not None else len(scan.classes),
+        (max(mask) + 1) if mask is not None else len(scan.classes),
+        "resnet50",
+        tuple(domains),
+        tuple(domains),
+        corruptions is not None,
+        None,
+        functools.partial(_open_folder, scan=scan, mapping=None if class_map is None else mapping),
+        "PATH/<class>/<image> or PATH/<domain>/<class>/<image>",
+        folder=True,
+        class_mask=mask,
+        source=source,
+    )
+
+
+def _open_folder(spec: DatasetSpec, root: Path | None, domain: str, severity: int | None, *, scan, mapping) -> Domain:
+    import numpy as np
+
+    from ..preprocess import default_preprocess
+    from .folder import FolderSource
+
+    pre = spec.preprocess if spec.preprocess is not None else default_preprocess(224, "imagenet")
+    key = scan.domains[0] if spec.has_severity else domain
+    labels = scan.targets[key]
+    if mapping is not None:
+        position = {v: i for i, v in enumerate(spec.class_mask or ())}
+        to_model = np.asarray([position[mapping[c]] for c in scan.classes], dtype=np.int64)
+        labels = to_model[labels]
+    corruption = domain if spec.has_severity and domain != "clean" else None
+    source = FolderSource(scan.files[key], labels, pre, corruption, severity if corruption else None, spec.seed)
+    return Domain(domain, severity if corruption else None, source, list(spec.class_mask) if spec.class_mask is not None else None)
 
 
 __all__ = [

@@ -16,15 +16,14 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from tempora_schema import vocabulary
+
 from ..errors import ConfigError
 
-NOISE = ["gaussian_noise", "shot_noise", "impulse_noise"]
-BLUR = ["defocus_blur", "glass_blur", "motion_blur", "zoom_blur"]
-WEATHER = ["snow", "frost", "fog", "brightness", "contrast"]
-DIGITAL = ["elastic_transform", "pixelate", "jpeg_compression"]
-#: The 15 ImageNet-C / CIFAR-10-C corruptions in canonical order.
-CORRUPTIONS = NOISE + BLUR + WEATHER + DIGITAL
-CORRUPTION_GROUPS = {"noise": NOISE, "blur": BLUR, "weather": WEATHER, "digital": DIGITAL, "all": CORRUPTIONS}
+#: The 15 ImageNet-C / CIFAR-10-C corruptions in canonical order (tempora_schema.vocabulary).
+CORRUPTIONS = list(vocabulary.CORRUPTIONS)
+#: ``--domains`` groups: Hendrycks & Dietterich's four categories, and ``all``.
+CORRUPTION_GROUPS = {**{name: list(names) for name, names in vocabulary.CORRUPTION_CATEGORIES.items()}, "all": CORRUPTIONS}
 
 
 class BatchSource(Protocol):

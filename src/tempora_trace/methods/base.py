@@ -127,6 +127,9 @@ class TTAMethod(metaclass=_MethodMeta):
     family: ClassVar[str] = "gradient-based"
     #: which normalisation families the method works with (see NORM_KINDS).
     compatible_norms: ClassVar[frozenset[str]] = frozenset(NORM_KINDS)
+    #: True for a method that adapts no normalisation layer (it runs on any network, also one
+    #: without normalisation layers or with several families of them).
+    norm_free: ClassVar[bool] = False
     #: one-line citation of the source paper, shown in the methods reference (docs/methods.md).
     paper: ClassVar[str] = ""
     #: what the method updates, and where its overhead falls (the methods reference table).
@@ -185,6 +188,12 @@ class TTAMethod(metaclass=_MethodMeta):
     def adapt(self) -> None:
         """Everything after the prediction, before the pipeline can take the next batch."""
         return None
+
+    def skip_adapt(self) -> None:
+        """A sparse-adaptation policy leaves this batch unadapted (docs/design.md §11): let go
+        of whatever ``predict`` kept for ``adapt`` (an autograd graph), learn nothing. Called
+        outside the timed regions; the batch's ℓ is 0 and ``updated`` false."""
+        self.last_updated = False
 
     # ------------------------------------------------------------ state control
     def _finish_setup(self) -> None:

@@ -23,8 +23,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import register
-from ._common import check_params
 from .base import Departure, MethodContext, TTAMethod, classifier_head
+from .gradient import check_params
 
 
 def knn_affinity(features: torch.Tensor, k: int, drop_first: bool = False) -> torch.Tensor:
@@ -67,6 +67,7 @@ def laplacian_refinement(unary: torch.Tensor, affinity: torch.Tensor, max_steps:
 class LAME(TTAMethod):
     name = "lame"
     family = "gradient-free"
+    norm_free = True
     paper = "Boudiaf et al., Parameter-free Online Test-time Adaptation, CVPR 2022"
     updates = "nothing (refines each batch's output probabilities)"
     overhead = "intrinsic: kNN affinity + up to 100 fixed-point iterations before the output"

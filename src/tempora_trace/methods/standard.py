@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from tempora_schema.vocabulary import BASELINE_METHOD
+
 from . import register
 from .base import MethodContext, TTAMethod
 
@@ -12,8 +14,9 @@ from .base import MethodContext, TTAMethod
 class Standard(TTAMethod):
     """The source model in eval mode, no adaptation (λ is calibrated on this method)."""
 
-    name = "standard"
+    name = BASELINE_METHOD
     family = "baseline"
+    norm_free = True
     paper = "No adaptation (source model, eval mode)."
     updates = "nothing"
     overhead = "none"

@@ -10,6 +10,7 @@ folder, the Hugging Face cache; downloaded there when missing unless downloads a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +20,9 @@ import torch
 import torch.nn as nn
 
 from ..errors import ConfigError, WeightsError
-from ..norms import MODEL_NORMS, compatible_models, norm_kind
+from ..norms import MODEL_NORMS, compatible_models, norm_kind, norm_kinds, norm_profile
 from ..paths import tempora_home
+from .external import SHORT_NAMES, Preprocess, build_external, is_external, model_label, parse_spec
 from .pretrained import fetch_hf, fetch_torchvision, offline_mode, timm_pretrained_cfg, torchvision_weights
 
 # Tempora's own CIFAR ResNet-18 normalises with the CIFAR training-set statistics. The
@@ -40,12 +42,33 @@ class ModelSpec:
     """What the tracer and methods need to know about a model."""
 
     name: str
-    norm: str  # bn | gn | ln
+    norm: str  # bn | gn | ln (the family methods adapt; none: the network has none)
     num_classes: int
     input_size: int  # square side in pixels
     family: str  # imagenet | cifar (the dataset family it was trained on)
     #: the weights file loaded, or None for random weights (its hash is part of the trace identity)
     weights_file: str | None = None
+    #: how an image file becomes this model's input (models by spec; None: the dataset's own)
+    preprocess: "Preprocess | None" = None
+    #: where the model came from (library and version, factory file and its hash …): metadata
+    source: dict | None = None
+    #: weights identity when no file was loaded but the weights are not random (a factory's
+    #: own parameters: the hash of their state); None: from ``weights_file``
+    weights_id: str | None = None
+    #: every normalisation family in the network (``norm`` is the one methods adapt)
+    norms: frozenset = frozenset()
+
+    @property
+    def weights_identity(self) -> str:
+        """``random`` or ``sha256:<hex>``: what the trace identity records for the weights."""
+        import tempora_schema as schema
+
+        return self.weights_id if self.weights_id is not None else schema.weights_identity(self.weights_file)
+
+    @property
+    def norm_profile(self) -> str:
+        """``bn`` / ``gn`` / ``ln`` / ``none`` / ``mixed`` (see :func:`tempora_trace.norms.norm_profile`)."""
+        return norm_profile(self.norms)
 
 
 class Normalized(nn.Module):
@@ -190,6 +213,10 @@ def _demo(norm: str):
     return build
 
 
+def _short(name: str, weights, num_classes: int | None):
+    return build_external(name, weights, num_classes, None)
+
+
 MODELS: dict[str, Callable] = {
     "demo-resnet": _demo("bn"),
     "demo-resnet-gn": _demo("gn"),
@@ -197,6 +224,8 @@ MODELS: dict[str, Callable] = {
     "resnet50": lambda w, c: _torchvision_resnet("resnet50", w, c),
     "vit_base_patch16_224": _vit,
     "cifar-resnet18": _cifar_resnet18,
+    # the paper's reference code runs these too; built from their library (models.external)
+    **{short: functools.partial(_short, short) for short in SHORT_NAMES},
 }
 
 
@@ -205,19 +234,56 @@ def available_models() -> list[str]:
 
 
 def get_model(
-    name: str, weights: str | os.PathLike | None = None, num_classes: int | None = None, offline: bool | None = None
+    name: str,
+    weights: str | os.PathLike | None = None,
+    num_classes: int | None = None,
+    offline: bool | None = None,
+    input_size: int | None = None,
 ) -> tuple[nn.Module, ModelSpec]:
     """Build model ``name`` in eval mode on CPU with its weights loaded (see module doc).
-    ``offline``: never download (default: ``TEMPORA_OFFLINE`` / ``HF_HUB_OFFLINE``)."""
-    if name not in MODELS:
-        raise ConfigError(f"unknown model '{name}'; available: {', '.join(MODELS)}")
+    ``name`` is a built-in name or a spec (``timm:NAME``, ``torchvision:NAME[:WEIGHTS]``,
+    ``MODULE:FACTORY``, ``PATH.py:FACTORY``: :mod:`.external`). ``offline``: never download
+    (default: ``TEMPORA_OFFLINE`` / ``HF_HUB_OFFLINE``); ``input_size``: image side of a
+    model by spec (default: what its library or the model says, else 224)."""
+    if name in MODELS and name not in SHORT_NAMES:
+        if input_size is not None:
+            raise ConfigError(f"--input-size is for models by spec (timm:, torchvision:, your own factory); '{name}' takes its own")
+        build = lambda: MODELS[name](weights, num_classes)  # noqa: E731
+    elif is_external(name):
+        build = lambda: build_external(name, weights, num_classes, input_size)  # noqa: E731
+    else:
+        raise ConfigError(
+            f"unknown model '{name}'; available: {', '.join(MODELS)}, or timm:NAME, torchvision:NAME[:WEIGHTS], "
+            "MODULE:FACTORY, PATH.py:FACTORY"
+        )
     with offline_mode(offline):
-        net, spec = MODELS[name](weights, num_classes)
+        net, spec = build()
     net.eval()
+    kinds = norm_kinds(net)
     found = norm_kind(net)
-    if found is not None and found != spec.norm:
-        spec = dataclasses.replace(spec, norm=found)
+    spec = dataclasses.replace(spec, norms=kinds, norm=found or "none")  # none: a network without normalisation layers
     return net, spec
 
 
-__all__ = ["MODEL_NORMS", "ModelSpec", "Normalized", "available_models", "compatible_models", "get_model", "tempora_home"]
+def model_norms(name: str, input_size: int | None = None) -> frozenset[str]:
+    """The normalisation families of model ``name``: a built-in's from :data:`MODEL_NORMS`
+    (nothing built), a model by spec's by building it untrained (nothing downloaded)."""
+    if name in MODEL_NORMS:
+        return frozenset({MODEL_NORMS[name]})
+    _, spec = get_model(name, "random", input_size=input_size)
+    return spec.norms
+
+
+__all__ = [
+    "MODEL_NORMS",
+    "ModelSpec",
+    "Normalized",
+    "Preprocess",
+    "available_models",
+    "compatible_models",
+    "get_model",
+    "model_label",
+    "model_norms",
+    "parse_spec",
+    "tempora_home",
+]

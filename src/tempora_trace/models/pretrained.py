@@ -66,18 +66,28 @@ def torchvision_url(arch: str) -> str:
 
 def torchvision_file(arch: str) -> Path:
     """Where torch hub keeps the file: ``$TORCH_HOME/hub/checkpoints/<file of the URL>``."""
-    import torch
-
-    return Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(urlparse(torchvision_url(arch)).path)
+    return url_file(torchvision_url(arch))
 
 
 def fetch_torchvision(arch: str, offline: bool | None = None) -> Path:
     """The weights file of ``arch``, downloaded into torch hub's folder if missing and allowed."""
-    path = torchvision_file(arch)
+    return fetch_url(torchvision_url(arch), arch, offline, what="torchvision's IMAGENET1K_V1 file")
+
+
+def url_file(url: str) -> Path:
+    """Where torch hub keeps the file of ``url``: ``$TORCH_HOME/hub/checkpoints/<its name>``."""
+    import torch
+
+    return Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(urlparse(url).path)
+
+
+def fetch_url(url: str, arch: str, offline: bool | None = None, what: str = "the file") -> Path:
+    """The weights file published at ``url`` (torchvision's enums, timm's URL-only configs),
+    from torch hub's folder, downloaded into it if missing and allowed."""
+    path = url_file(url)
     if path.is_file():
         return path
-    url = torchvision_url(arch)
-    hint = f"put torchvision's IMAGENET1K_V1 file {path.name} in {path.parent}/ (from {url}) or pass --weights FILE"
+    hint = f"put {what} {path.name} in {path.parent}/ (from {url}) or pass --weights FILE"
     if downloads_off(offline):
         raise WeightsError(f"no weights for '{arch}' and downloads are off: {hint}")
     import torch

@@ -1,4 +1,4 @@
-"""Plain-Python reference simulations: the oracle the Numba kernels are tested against.
+"""Plain-Python replay oracle: the simulations the Numba kernels are tested against.
 
 Written independently of :mod:`tempora_sim.kernels` and on purpose in the most literal form:
 the discrete protocol is a discrete-event simulation with an explicit clock, a heap of
