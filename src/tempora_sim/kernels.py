@@ -491,7 +491,6 @@ def discrete_idle_walk(a, delta, gamma, queue, strict, skip_mode, skip_value, ga
     p = 0
     j = 0
     start = 0.0
-    start_next = 0.0
     prev_f = 0.0
     served_sum = 0.0
     skipped_score = 0.0
@@ -499,27 +498,7 @@ def discrete_idle_walk(a, delta, gamma, queue, strict, skip_mode, skip_value, ga
         f = start + delta[j] * idle_factor(start - prev_f if j > 0 else 0.0, gaps, factors)
         prev_f = f
         served_sum += a[j]
-        k = _last_arrival(f, gamma, inv_gamma)
-        nxt = n
-        if strict:
-            instant = k + 1
-            if instant < n:
-                nxt = instant if queue == 0 else max(p + 1, instant - queue + 1)
-                start_next = instant * gamma
-        elif queue == 0:
-            first = k if k * gamma == f else k + 1
-            cand = max(p + 1, first)
-            if cand < n:
-                nxt = cand
-                start_next = cand * gamma
-        else:
-            kc = min(k, n - 1)
-            if kc > p:
-                nxt = max(p + 1, kc - queue + 1)
-                start_next = f
-            elif p + 1 < n:
-                nxt = p + 1
-                start_next = nxt * gamma
+        nxt, start_next = next_pick(p, _last_arrival(f, gamma, inv_gamma), f, gamma, queue, strict, n)
         skipped_score += _skipped_score(nxt - p - 1, skip_mode, a[j], skip_value)
         j += 1
         if nxt >= n:

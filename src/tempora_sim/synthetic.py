@@ -274,7 +274,8 @@ def make_live(
     takes row j's times and counts). ``lambda_ms`` defaults to mean + 6σ of the trace's own δ.
     What a live run of a device whose times vary like ``factors`` would record; for tests of
     ``tempora-sim validate``."""
-    from tempora_schema.live import LIVE_COLUMNS, LIVE_METADATA_KEY, LIVE_SCHEMA_VERSION, SHARED_FIELDS, last_arrival, live_arrow_schema
+    from tempora_schema.discrete import last_arrival, next_pick
+    from tempora_schema.live import LIVE_COLUMNS, LIVE_METADATA_KEY, LIVE_SCHEMA_VERSION, SHARED_FIELDS, live_arrow_schema
 
     if queue < 1:
         raise ValueError("make_live replays a buffered queue (queue >= 1)")
@@ -298,16 +299,12 @@ def make_live(
             offset += n
             served: dict[int, tuple] = {}
             p, j, start = 0, 0, 0.0
-            while True:  # the replay's buffered walk (tempora_sim.kernels), on these times
+            while True:  # the replay's buffered walk (tempora_schema.discrete.next_pick), on these times
                 free = start + e[j] + l_[j]
                 served[p] = (j, start, start + e[j], free)
-                k = min(last_arrival(free, gamma, 1.0 / gamma), n - 1)
                 j += 1
-                if k > p:
-                    p, start = max(p + 1, k - queue + 1), free
-                elif p + 1 < n:
-                    p, start = p + 1, (p + 1) * gamma
-                else:
+                p, start = next_pick(p, last_arrival(free, gamma, 1.0 / gamma), free, gamma, queue, False, n)
+                if p >= n:
                     break
             for step in range(n):
                 ev = served.get(step)
