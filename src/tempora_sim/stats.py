@@ -70,9 +70,14 @@ class BootstrapOptions:
             raise StatsError(f"--timing-replicates: must be an integer in [0, 10000] (got {tr!r})")
 
 
-def bootstrap_options(fn):
-    """The CLI options of every command that prints intervals (declared once, here)."""
+def bootstrap_options(fn=None, *, timing: bool = True):
+    """The CLI options of every command that prints intervals (declared once, here).
+    ``@bootstrap_options(timing=False)``: without ``--timing-replicates`` (a command whose
+    intervals do not replay timing variability)."""
     import click
+
+    if fn is None:
+        return lambda f: bootstrap_options(f, timing=timing)
 
     options = [
         click.option(
@@ -102,7 +107,7 @@ def bootstrap_options(fn):
             "resamples (0: intervals conditional on the traced times).",
         ),
     ]
-    for opt in reversed(options):
+    for opt in reversed(options if timing else options[:-1]):
         fn = opt(fn)
     return fn
 
