@@ -15,23 +15,42 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 import tempora_schema as schema
+from tempora_schema import DEFAULT_BATCH_SIZE, DEFAULT_SEED, DEFAULT_SEVERITY
 from tempora_schema.command import INT32_MAX, INT64_MAX
 from tempora_schema.vocabulary import BASELINE_METHOD
 
+from .data import expand_domains, get_dataset
 from .errors import ConfigError
+from .options import (
+    DEFAULT_FROZEN_SAMPLE,
+    DEFAULT_IDLE_GAPS,
+    DEFAULT_STAGE_MB,
+    DEFAULT_TIMING_PASSES,
+    DEFAULT_TIMING_SAMPLE,
+    WARMUP_BATCHES,
+)
 
-DEFAULT_BATCH_SIZE = schema.DEFAULT_BATCH_SIZE
-DEFAULT_SEED = schema.DEFAULT_SEED
-DEFAULT_SEVERITY = schema.DEFAULT_SEVERITY
-DEFAULT_FROZEN_SAMPLE = 32
-WARMUP_BATCHES = 5
-DEFAULT_STAGE_MB = 1024.0
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_FROZEN_SAMPLE",
+    "DEFAULT_SEED",
+    "DEFAULT_SEVERITY",
+    "DEFAULT_STAGE_MB",
+    "WARMUP_BATCHES",
+    "TraceConfig",
+]
 
 #: Fields that do not change the rows a run writes; every other field (and the trace
 #: identity, which replaces ``weights`` by the file's hash and ``device`` by its name) must
 #: match exactly for ``--resume``.
-_IDENTITY_EXCLUDE = {"resume", "force", "quiet", "workers", "stage_mb", "out", "name", "data_root", "method_spec"}
+_IDENTITY_EXCLUDE = {
+    "resume", "force", "quiet", "workers", "stage_mb", "out", "name", "data_root", "method_spec",
+    # timed after the main pass, outside every row (tempora_trace.variability)
+    "timing_sample", "timing_passes", "idle_gaps",
+}  # fmt: skip
 
 
 #: Options of models by spec and folder datasets: in the resume identity only when set, so a
@@ -110,6 +129,12 @@ class TraceConfig:
     #: host-memory cap of one staged chunk of batches, MiB (docs/timing.md).
     stage_mb: float = DEFAULT_STAGE_MB
     warmup_batches: int = WARMUP_BATCHES
+    #: timing variability after the main pass (docs/tracer.md): sample events per pass (0: off),
+    #: back-to-back repeat passes, idle waits of the idle pass (``<k>x`` multiples of the median δ
+    #: and/or times; ``none``: no idle pass)
+    timing_sample: int = DEFAULT_TIMING_SAMPLE
+    timing_passes: int = DEFAULT_TIMING_PASSES
+    idle_gaps: str = DEFAULT_IDLE_GAPS
     #: image side of a model by spec (timm:, torchvision:, a factory) where it cannot say
     input_size: int | None = None
     #: CSV ``folder,index`` mapping a folder dataset's classes onto the model's (folder:PATH only)
@@ -148,8 +173,6 @@ class TraceConfig:
         if cfg.domains is None or len(cfg.domains) == 0:
             cfg.domains = list(spec.default_domains)
         else:
-            from .data import expand_domains
-
             cfg.domains = expand_domains(cfg.domains, spec.domains)
         if cfg.stream == "dirichlet":
             if cfg.dirichlet_alpha is None or not (math.isfinite(cfg.dirichlet_alpha) and cfg.dirichlet_alpha > 0):
@@ -191,13 +214,21 @@ class TraceConfig:
         if cfg.workers is not None and cfg.workers < 0:
             raise ConfigError("--workers must be ≥ 0")
         if cfg.threads is None:
-            import torch
-
             cfg.threads = torch.get_num_threads()
         elif cfg.threads < 1:
             raise ConfigError(f"--threads must be ≥ 1, not {cfg.threads}")
         if not cfg.stage_mb > 0:
             raise ConfigError(f"--stage-mb must be > 0, not {cfg.stage_mb}")
+        if not 0 <= cfg.timing_sample <= 100_000:
+            raise ConfigError(f"--timing-sample must be in 0..100000 (0 turns the measurement off), not {cfg.timing_sample}")
+        if not 1 <= cfg.timing_passes <= 100:
+            raise ConfigError(f"--timing-passes must be in 1..100, not {cfg.timing_passes}")
+        from .variability import format_idle_gaps, parse_idle_gaps
+
+        try:
+            cfg.idle_gaps = format_idle_gaps(parse_idle_gaps(str(cfg.idle_gaps)))
+        except ValueError as exc:
+            raise ConfigError(f"--idle-gaps: {exc} (use <k>x multiples of the median δ, times, or 'none')") from None
         if cfg.name is not None and not re.fullmatch(r"[A-Za-z0-9._+-]+", cfg.name):
             raise ConfigError(f"--name '{cfg.name}' may only use letters, digits and . _ + -")
         cfg.checkpoints = sorted(set(cfg.checkpoints))
@@ -213,8 +244,6 @@ class TraceConfig:
 
     def dataset_spec(self):
         """The dataset (:class:`~tempora_trace.data.DatasetSpec`), a folder's included."""
-        from .data import get_dataset
-
         return get_dataset(self.dataset, self.class_map, self.corruptions)
 
     def _severity(self) -> int | None:
