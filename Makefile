@@ -44,6 +44,7 @@ bench: install
 	$(PY) bench/bench_sim.py
 	$(PY) bench/bench_trace.py
 	$(PY) bench/bench_stats.py
+	$(PY) bench/bench_timing.py
 	$(PY) bench/bench_arrivals.py
 	$(PY) bench/bench_plugins.py
 	$(PY) bench/bench_folder.py

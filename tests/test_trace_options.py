@@ -100,6 +100,10 @@ def test_campaign_keys_are_the_declared_ones():
         "input_size",
         "class_map",
         "corruptions",
+        # timing variability (tempora_trace.variability)
+        "timing_sample",
+        "timing_passes",
+        "idle_gaps",
     }
     assert all("run" in trace_options.BY_NAME[k].commands for k in TRACE_OPTIONS)
 

@@ -27,6 +27,7 @@ from .errors import TemporaError
 from .policies import file_part as policy_file_part
 from .policies import policy_label, validate_policy_metadata
 from .provision import LAMBDA_RULES, LAMBDA_SIGMAS, MAD_TO_SIGMA, lambda_ms  # noqa: F401  (re-exported)
+from .variability import VARIABILITY_KEY, check_variability_rows, sample_size, validate_variability  # noqa: F401  (re-exported)
 from .vocabulary import CORRUPTIONS  # noqa: F401  (re-exported: the episodes of the paper's episodic stream)
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -426,6 +427,8 @@ def _validate_v2_keys(meta: Mapping[str, Any], path: object) -> None:
         raise TraceSchemaError(path, f"metadata 'threads' must be a positive integer, got {th!r}")
     validate_speed_probe(meta["speed_probe"], meta["speed_probe_kind"], path)
     trace_policy(meta, path)
+    if VARIABILITY_KEY in meta:  # optional: timing variability measured after the main pass
+        validate_variability(meta[VARIABILITY_KEY], path)
     if METHOD_SOURCE_KEY in meta:
         validate_method_source(meta[METHOD_SOURCE_KEY], path)
 
@@ -775,3 +778,5 @@ def check_metadata_matches_rows(
             raise TraceSchemaError(path, f"metadata 'speed_probe' item {i} names episode {item['episode']!r}, not in the rows")
         if item["step"] > length[item["episode"]]:
             raise TraceSchemaError(path, f"metadata 'speed_probe' item {i}: step {item['step']} is beyond its episode")
+    if meta.get(VARIABILITY_KEY) is not None:
+        check_variability_rows(meta[VARIABILITY_KEY], length, path)

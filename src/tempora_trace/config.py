@@ -24,7 +24,14 @@ from tempora_schema.vocabulary import BASELINE_METHOD
 
 from .data import expand_domains, get_dataset
 from .errors import ConfigError
-from .options import DEFAULT_FROZEN_SAMPLE, DEFAULT_STAGE_MB, WARMUP_BATCHES
+from .options import (
+    DEFAULT_FROZEN_SAMPLE,
+    DEFAULT_IDLE_GAPS,
+    DEFAULT_STAGE_MB,
+    DEFAULT_TIMING_PASSES,
+    DEFAULT_TIMING_SAMPLE,
+    WARMUP_BATCHES,
+)
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -39,7 +46,11 @@ __all__ = [
 #: Fields that do not change the rows a run writes; every other field (and the trace
 #: identity, which replaces ``weights`` by the file's hash and ``device`` by its name) must
 #: match exactly for ``--resume``.
-_IDENTITY_EXCLUDE = {"resume", "force", "quiet", "workers", "stage_mb", "out", "name", "data_root", "method_spec"}
+_IDENTITY_EXCLUDE = {
+    "resume", "force", "quiet", "workers", "stage_mb", "out", "name", "data_root", "method_spec",
+    # timed after the main pass, outside every row (tempora_trace.variability)
+    "timing_sample", "timing_passes", "idle_gaps",
+}  # fmt: skip
 
 
 #: Options of models by spec and folder datasets: in the resume identity only when set, so a
@@ -118,6 +129,12 @@ class TraceConfig:
     #: host-memory cap of one staged chunk of batches, MiB (docs/timing.md).
     stage_mb: float = DEFAULT_STAGE_MB
     warmup_batches: int = WARMUP_BATCHES
+    #: timing variability after the main pass (docs/tracer.md): sample events per pass (0: off),
+    #: back-to-back repeat passes, idle waits of the idle pass (``<k>x`` multiples of the median δ
+    #: and/or times; ``none``: no idle pass)
+    timing_sample: int = DEFAULT_TIMING_SAMPLE
+    timing_passes: int = DEFAULT_TIMING_PASSES
+    idle_gaps: str = DEFAULT_IDLE_GAPS
     #: image side of a model by spec (timm:, torchvision:, a factory) where it cannot say
     input_size: int | None = None
     #: CSV ``folder,index`` mapping a folder dataset's classes onto the model's (folder:PATH only)
@@ -202,6 +219,16 @@ class TraceConfig:
             raise ConfigError(f"--threads must be ≥ 1, not {cfg.threads}")
         if not cfg.stage_mb > 0:
             raise ConfigError(f"--stage-mb must be > 0, not {cfg.stage_mb}")
+        if not 0 <= cfg.timing_sample <= 100_000:
+            raise ConfigError(f"--timing-sample must be in 0..100000 (0 turns the measurement off), not {cfg.timing_sample}")
+        if not 1 <= cfg.timing_passes <= 100:
+            raise ConfigError(f"--timing-passes must be in 1..100, not {cfg.timing_passes}")
+        from .variability import format_idle_gaps, parse_idle_gaps
+
+        try:
+            cfg.idle_gaps = format_idle_gaps(parse_idle_gaps(str(cfg.idle_gaps)))
+        except ValueError as exc:
+            raise ConfigError(f"--idle-gaps: {exc} (use <k>x multiples of the median δ, times, or 'none')") from None
         if cfg.name is not None and not re.fullmatch(r"[A-Za-z0-9._+-]+", cfg.name):
             raise ConfigError(f"--name '{cfg.name}' may only use letters, digits and . _ + -")
         cfg.checkpoints = sorted(set(cfg.checkpoints))

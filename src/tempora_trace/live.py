@@ -740,6 +740,8 @@ class LiveRun:
                     with collector_paused():  # the collector runs between events only, as in a trace
                         self.base.warm_up()
                         self._play_all()
+                        if self.tracing:  # the trace's timing variability, after every live run
+                            self.base.measure_variability()
                 finally:
                     self.base.stager.close()
                 if self.tracing:

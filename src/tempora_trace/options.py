@@ -49,6 +49,11 @@ DEFAULT_FROZEN_SAMPLE = 32
 WARMUP_BATCHES = 5
 #: Host memory of one staged chunk, MiB (``--stage-mb``; docs/timing.md).
 DEFAULT_STAGE_MB = 1024.0
+#: Timing variability after the main pass (tempora_trace.variability, docs/tracer.md): sample
+#: events per pass (``--timing-sample``, 0 = off), repeat passes, idle waits of the idle pass.
+DEFAULT_TIMING_SAMPLE = 16
+DEFAULT_TIMING_PASSES = 2
+DEFAULT_IDLE_GAPS = "1x,4x"
 
 #: The subcommands that trace; a :class:`TraceOption` names the ones that take it.
 COMMANDS = ("run", "live", "calibrate")
@@ -392,6 +397,32 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
         config="default_checkpoints",
         convert=lambda flag: not flag,
         campaign=bool,
+    ),
+    # timing variability measured after the main pass (run, and live --trace-alongside; docs/tracer.md)
+    TraceOption(
+        "--timing-sample",
+        "Events timed again after the main pass, per repeat pass (timing variability; 0 turns it off).",
+        _RL,
+        default=DEFAULT_TIMING_SAMPLE,
+        type=click.IntRange(0, 100_000),
+        campaign=int,
+    ),
+    TraceOption(
+        "--timing-passes",
+        "Back-to-back repeat passes over the timing sample.",
+        _RL,
+        default=DEFAULT_TIMING_PASSES,
+        type=click.IntRange(1, 100),
+        campaign=int,
+    ),
+    TraceOption(
+        "--idle-gaps",
+        "Idle waits before every other event of the idle pass: <k>x (multiples of the sample's median δ) "
+        "and/or times (ms, or with ms/s), comma-separated; 'none' for no idle pass.",
+        _RL,
+        default=DEFAULT_IDLE_GAPS,
+        metavar="GAPS",
+        campaign=str,
     ),
     # the data, the model, the device and the run (every command that traces)
     TraceOption(

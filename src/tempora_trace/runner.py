@@ -57,6 +57,8 @@ from .timing import (
     resolve_device,
     timed_event,
 )
+from .variability import VariabilityPlan, parse_idle_gaps
+from .variability import measure as measure_variability
 from .writer import RowBuffer, TraceWriter
 
 
@@ -403,6 +405,8 @@ class TraceRun(MethodRun):
         self._chunk_at: dict[int, StagedBatch] = {}
         #: the id of the live run this trace was taken alongside (metadata ``taken_alongside``)
         self.alongside_of: str | None = None
+        #: timing variability measured after the main pass (metadata ``timing_variability``)
+        self.timing_variability: dict | None = None
         if claim:
             self.claim_output()
 
@@ -533,6 +537,18 @@ class TraceRun(MethodRun):
                     done.add(m)
             schedule.update(overshoot)
 
+    def measure_variability(self) -> None:
+        """Time a sample of the stream again after the main pass (:mod:`.variability`)."""
+        plan = VariabilityPlan(self.cfg.timing_sample, self.cfg.timing_passes, parse_idle_gaps(self.cfg.idle_gaps))
+        if plan.enabled:
+            self.timing_variability = measure_variability(self, plan)
+            if self.timing_variability is not None:
+                tv = self.timing_variability
+                self.echo(
+                    f"timing variability: {len(tv['passes_ms'])} repeat pass(es) and "
+                    f"{'an idle pass' if tv['idle_ms'] else 'no idle pass'} over {schema.sample_size(tv)} events, {tv['seconds']:.1f} s"
+                )
+
     def metadata(self) -> dict[str, Any]:
         cfg = self.cfg
         return {
@@ -542,6 +558,7 @@ class TraceRun(MethodRun):
             "speed_probe": [p for i in sorted(self.probes) for p in self.probes[i]],
             "speed_probe_kind": self.probe.kind,
             **({"taken_alongside": self.alongside_of} if self.alongside_of else {}),
+            **({schema.VARIABILITY_KEY: self.timing_variability} if self.timing_variability else {}),
         }
 
     def run(self, on_episode_end: Callable[[int, str], None] | None = None) -> Path:
@@ -561,6 +578,7 @@ class TraceRun(MethodRun):
                     self.echo(summarize(episode.name, rows.table()).line() + f"  {wall:.1f} s")
                     if on_episode_end is not None:
                         on_episode_end(i, episode.name)
+                self.measure_variability()
             return self.writer.finish(self.metadata())
         finally:
             progress.close()
