@@ -45,8 +45,12 @@ bench: install
 	$(PY) bench/bench_trace.py
 	$(PY) bench/bench_folder.py
 	$(PY) bench/bench_stats.py
+	$(PY) bench/bench_timing.py
 	$(PY) bench/bench_arrivals.py
+	$(PY) bench/bench_plugins.py
+	$(PY) bench/bench_folder.py
 	$(PY) bench/bench_explore.py
+	$(PY) bench/bench_help.py
 
 # `make vendor`: refresh the chart library the explore page inlines (Apache ECharts) from the
 # npm registry, its tarball checked against the pinned sha512 integrity (tools/vendor_echarts.py).

@@ -10,23 +10,35 @@ Every TTA method must honour the same promises to the tracer, whatever its algor
 - gradient-free methods never call ``backward`` and do no tensor work after the prediction
   (their extrinsic time ℓ is ≈ 0 by construction).
 
-Import from a test file with ``from methods_helpers import ...`` (pytest puts ``tests/`` on the
-path). The tiny models here keep each check to milliseconds on one CPU thread.
+The checks themselves live in the shipped conformance kit (:mod:`tempora_trace.methods.testing`,
+which ``tempora-trace check-method`` runs on any method); this module re-exports them beside the
+tiny models and oracles of the per-method tests. Import from a test file with
+``from methods_helpers import ...`` (pytest puts ``tests/`` on the path). The tiny models here
+keep each check to milliseconds on one CPU thread.
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import functools
-import json
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 import torch.nn as nn
-from torch.overrides import TorchFunctionMode
 
 from tempora_trace.methods import MethodContext, TTAMethod
+from tempora_trace.methods.testing import (  # noqa: F401  (re-exported for the per-method tests)
+    assert_outputs_equal,
+    assert_same_state,
+    check_frozen_changes_nothing,
+    check_gradient_free,
+    check_hparams,
+    check_reset_bit_identical,
+    check_snapshot_restore,
+    forbid_backward,
+    run_stream,
+    state_of,
+    torch_calls,
+)
 
 torch.set_num_threads(1)
 
@@ -109,18 +121,7 @@ def batches(n: int = 4, batch_size: int = 16, size: int = 8, seed: int = 1) -> l
     return [torch.rand(batch_size, 3, size, size, generator=g) for _ in range(n)]
 
 
-# ---------------------------------------------------------------------- stream driver
-def run_stream(method: TTAMethod, xs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """What the tracer does per batch: ``predict`` then ``adapt``; returns the outputs."""
-    outs = []
-    for x in xs:
-        out = method.predict(x)
-        assert not out.requires_grad, f"{method.name}.predict returned a tensor attached to the graph"
-        outs.append(out.clone())
-        method.adapt()
-    return outs
-
-
+# ---------------------------------------------------------------------- helpers of the per-method tests
 def adapt_with_input_grad(method: TTAMethod, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """predict + adapt with the input as a leaf tensor, so its gradient shows which samples the
     method learnt from; returns (prediction, input gradient, zeros if none)."""
@@ -132,132 +133,6 @@ def adapt_with_input_grad(method: TTAMethod, x: torch.Tensor) -> tuple[torch.Ten
 
 def rows_with_gradient(grad: torch.Tensor) -> list[int]:
     return [i for i in range(grad.size(0)) if grad[i].abs().sum() > 0]
-
-
-def state_of(method: TTAMethod) -> dict[str, Any]:
-    """Every parameter, buffer and method-owned state, deep-copied for comparison."""
-    return {
-        "model": {k: v.detach().clone() for k, v in method.model.state_dict().items()},
-        "extra": copy.deepcopy(method.extra_state()),
-    }
-
-
-def assert_same_state(a: Any, b: Any, path: str = "") -> None:
-    """Recursive bit-equality of nested dicts/lists/tensors/scalars."""
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b), f"state differs at {path or '<root>'}"
-    elif isinstance(a, dict):
-        assert isinstance(b, dict) and a.keys() == b.keys(), f"state keys differ at {path or '<root>'}"
-        for k in a:
-            assert_same_state(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, (list, tuple)):
-        assert isinstance(b, (list, tuple)) and len(a) == len(b), f"state length differs at {path}"
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_same_state(x, y, f"{path}[{i}]")
-    else:
-        assert a == b, f"state differs at {path}: {a!r} != {b!r}"
-
-
-def assert_outputs_equal(a: list[torch.Tensor], b: list[torch.Tensor]) -> None:
-    assert len(a) == len(b)
-    for i, (x, y) in enumerate(zip(a, b)):
-        assert torch.equal(x, y), f"batch {i}: outputs differ (max |Δ| = {(x - y).abs().max().item():.3g})"
-
-
-# ---------------------------------------------------------------------- contract checks
-def check_reset_bit_identical(method: TTAMethod, xs: list[torch.Tensor]) -> None:
-    """Adapting over ``xs``, resetting and adapting again reproduces every output exactly."""
-    first = run_stream(method, xs)
-    method.reset()
-    second = run_stream(method, xs)
-    assert_outputs_equal(first, second)
-
-
-def check_snapshot_restore(method: TTAMethod, xs: list[torch.Tensor], split: int = 2) -> None:
-    """The tracer's frozen-evaluation detour: snapshot mid-stream, evaluate frozen, restore
-    and continue; the continuation is bit-identical to never having left."""
-    run_stream(method, xs[:split])
-    snap = method.snapshot()
-    straight = run_stream(method, xs[split:])
-    method.restore(snap)
-    method.freeze()
-    run_stream(method, xs)
-    method.unfreeze()
-    method.restore(snap)
-    resumed = run_stream(method, xs[split:])
-    assert_outputs_equal(straight, resumed)
-
-
-def check_frozen_changes_nothing(method: TTAMethod, xs: list[torch.Tensor], warmup: int = 2) -> list[torch.Tensor]:
-    """After some adaptation, frozen predict/adapt change no parameter, buffer or extra state,
-    and the same batch gives the same frozen output twice. Returns the frozen outputs."""
-    run_stream(method, xs[:warmup])
-    method.freeze()
-    before = state_of(method)
-    outs = run_stream(method, xs)
-    again = run_stream(method, xs[:1])
-    assert_same_state(before, state_of(method))
-    assert torch.equal(outs[0], again[0]), "frozen output of the same batch changed"
-    method.unfreeze()
-    return outs
-
-
-@contextlib.contextmanager
-def forbid_backward() -> Iterator[None]:
-    """Fail if anything runs autograd's backward inside the block."""
-    original = torch.autograd.backward
-
-    def refuse(*args: Any, **kwargs: Any) -> None:
-        raise AssertionError("backward called by a gradient-free method")
-
-    torch.autograd.backward = refuse
-    try:
-        yield
-    finally:
-        torch.autograd.backward = original
-
-
-class _CountTorchCalls(TorchFunctionMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls: list[str] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        self.calls.append(getattr(func, "__name__", str(func)))
-        return func(*args, **(kwargs or {}))
-
-
-def torch_calls(fn: Callable[[], Any]) -> list[str]:
-    """Names of the torch functions ``fn`` calls (an oracle for "no work here")."""
-    with _CountTorchCalls() as mode:
-        fn()
-    return mode.calls
-
-
-def check_gradient_free(method: TTAMethod, xs: list[torch.Tensor]) -> None:
-    """No backward, no parameter requiring grad is touched, and ``adapt`` does no tensor work:
-    the method's extrinsic time ℓ is ≈ 0 by construction."""
-    before = state_of(method)["model"]
-    with forbid_backward():
-        for x in xs:
-            out = method.predict(x)
-            assert not out.requires_grad
-            calls = torch_calls(method.adapt)
-            assert calls == [], f"{method.name}.adapt did tensor work: {calls[:5]}"
-            assert method.last_updated is False
-    after = state_of(method)["model"]
-    for k, v in before.items():
-        if v.is_floating_point() and "running" not in k:
-            assert torch.equal(v, after[k]), f"gradient-free {method.name} changed parameter {k}"
-
-
-def check_hparams(method: TTAMethod, required: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Hyperparameters are JSON-ready and name every ``required`` key."""
-    hp = method.hparams()
-    json.dumps(hp)
-    missing = [k for k in required if k not in hp]
-    assert not missing, f"{method.name}.hparams() lacks {missing}"
-    return hp
 
 
 def changed_parameters(model_before: dict[str, torch.Tensor], model: nn.Module) -> set[str]:

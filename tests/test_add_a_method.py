@@ -1,6 +1,6 @@
-"""docs/add-a-method.md works as written: its example method, executed from the page, registers,
-passes the method contract, and traces two batches of the demo data through the real tracer
-under both profiles."""
+"""docs/add-a-method.md works as written: its example method is the one the example package in
+examples/ ships; saved as a file from the page, it passes the method contract and traces two
+batches of the demo data through the real tracer as ``PATH.py:CLASS`` under both profiles."""
 
 from __future__ import annotations
 
@@ -19,18 +19,35 @@ from tempora_trace.runner import trace_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-GUIDE = Path(__file__).resolve().parents[1] / "docs" / "add-a-method.md"
+ROOT = Path(__file__).resolve().parents[1]
+GUIDE = ROOT / "docs" / "add-a-method.md"
+EXAMPLE = ROOT / "examples" / "tempora-example-method" / "src" / "tempora_example_method" / "pseudo_label.py"
+
+
+def guide_code() -> str:
+    return re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"), re.S)[0]
 
 
 @pytest.fixture
-def guide_method(monkeypatch):
-    """Execute the guide's first Python block; the registry is restored afterwards."""
-    registry._discover()  # first, so the built-in methods land in the real registry
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
-    code = re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"), re.S)[0]
-    namespace: dict = {"__name__": "guide_example"}
-    exec(compile(code, str(GUIDE), "exec"), namespace)
-    return namespace["PseudoLabel"]
+def guide_file(tmp_path):
+    """The guide's first Python block saved as ``my_method.py``, as the page says."""
+    path = tmp_path / "my_method.py"
+    path.write_text(guide_code(), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def guide_method(guide_file):
+    return registry.resolve_method(f"{guide_file}:PseudoLabel").cls
+
+
+def test_the_guide_shows_the_example_packages_method():
+    example = EXAMPLE.read_text(encoding="utf-8")
+    body = guide_code().split("class PseudoLabel", 1)[1]
+    assert "class PseudoLabel" + body in example
+    for line in guide_code().splitlines():
+        if line.startswith(("import", "from")):
+            assert line in example
 
 
 @pytest.fixture
@@ -41,9 +58,10 @@ def small_demo_home(tmp_path_factory, monkeypatch):
     return home
 
 
-def test_guide_method_registers_and_keeps_the_contract(guide_method):
-    assert registry.get_method("pseudo-label") is guide_method
-    assert "pseudo-label" in registry.available_methods()
+def test_guide_method_resolves_and_keeps_the_contract(guide_method, guide_file):
+    ref = registry.resolve_method(f"{guide_file}:PseudoLabel")
+    assert ref.cls is guide_method and ref.name == "pseudo-label" and ref.source.kind == "file"
+    assert "pseudo-label" not in registry.available_methods()  # a spec registers nothing
     make = lambda: guide_method(tiny_model("bn"), context())  # noqa: E731
     check_reset_bit_identical(make(), batches())
     check_snapshot_restore(make(), batches())
@@ -62,9 +80,9 @@ def test_guide_method_registers_and_keeps_the_contract(guide_method):
 
 
 @pytest.mark.parametrize("profile", ["default", "paper"])
-def test_guide_method_traces_two_demo_batches(guide_method, small_demo_home, tmp_path, profile):
+def test_guide_method_traces_two_demo_batches(guide_file, small_demo_home, tmp_path, profile):
     cfg = TraceConfig(
-        method="pseudo-label",
+        method=f"{guide_file}:PseudoLabel",
         dataset="demo",
         model="demo-resnet",
         domains=["gaussian_noise"],
@@ -80,7 +98,7 @@ def test_guide_method_traces_two_demo_batches(guide_method, small_demo_home, tmp
     table = pq.read_table(path)
     meta = schema.decode_metadata(table.schema, path)
     schema.validate_table(table, meta, path)
-    assert meta["method"] == "pseudo-label"
+    assert meta["method"] == "pseudo-label" and meta["method_source"]["path"] == str(guide_file.resolve())
     assert meta["method_params"]["profile"] == profile and meta["method_params"]["lr"] == 0.001
     d = table.to_pydict()
     adapt = [i for i, p in enumerate(d["phase"]) if p == "adapt"]

@@ -131,13 +131,13 @@ def test_generated_blocks_are_known():
 
 
 def test_methods_reference_covers_every_registered_method():
-    from tempora_trace.methods import available_methods, get_method
+    from tempora_trace.methods import builtin_methods, get_method
     from tempora_trace.methods.base import MethodContext
 
     hooks = _hooks()
     table = hooks.methods_table()
     rows = [line for line in table.splitlines()[2:] if line.startswith("| ")]
-    names = available_methods()
+    names = builtin_methods()
     assert len(rows) == len(names)
     details = hooks.method_details()
     for name in names:

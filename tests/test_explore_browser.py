@@ -142,10 +142,13 @@ def _points(winners: list[frozenset]) -> list[int]:
 
 
 def _advise(traceset, label: str, **constraint):
+    """``advise`` at the constraint, for the group ``label`` (its traces only)."""
     from tempora_sim.advise import advise, parse_constraint
+    from tempora_sim.traces import TraceSet
 
     c = parse_constraint(constraint.get("rho"), None, constraint.get("T"), constraint.get("B"))
-    for a in advise(traceset, c):
+    members = TraceSet([t for t in traceset.traces if t.group.label(seed=False) == label])
+    for a in advise(members, c):
         if a["group"]["group"] == label:
             return a
     raise AssertionError(f"advise gave no answer for {label}")

@@ -17,7 +17,7 @@ from methods_helpers import (
     tiny_model,
 )
 from tempora_trace.methods import get_method
-from tempora_trace.methods._augment import cmf_augment
+from tempora_trace.methods.augment import cmf_augment
 from tempora_trace.methods.cmf import CMF, kalman_gain, prior_corrected, soft_likelihood_ratio
 
 torch.set_num_threads(1)

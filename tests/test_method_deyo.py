@@ -20,7 +20,7 @@ from methods_helpers import (
     tiny_model,
 )
 from tempora_trace.methods import get_method
-from tempora_trace.methods._augment import patch_shuffle
+from tempora_trace.methods.augment import patch_shuffle
 from tempora_trace.methods.deyo import DeYO, deyo_params
 
 torch.set_num_threads(1)

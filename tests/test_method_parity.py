@@ -18,7 +18,7 @@ from torchvision.transforms import InterpolationMode
 
 from methods_helpers import tiny_model
 from tempora_trace.methods import MethodContext, MethodError, available_methods, get_method
-from tempora_trace.methods._augment import PatchNoise, _resized_crop_box, random_resized_crop_flip
+from tempora_trace.methods.augment import PatchNoise, _resized_crop_box, random_resized_crop_flip
 from tempora_trace.methods.base import BN_TYPES, PROFILES
 from tempora_trace.methods.shot_im import information_maximisation_loss
 

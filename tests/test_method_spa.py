@@ -18,7 +18,7 @@ from methods_helpers import (
     tiny_model,
 )
 from tempora_trace.methods import MethodError, get_method
-from tempora_trace.methods._augment import PatchNoise, low_frequency_amplitude_mask
+from tempora_trace.methods.augment import PatchNoise, low_frequency_amplitude_mask
 from tempora_trace.methods.spa import SPA, confident_kl
 
 torch.set_num_threads(1)

@@ -162,6 +162,16 @@ def test_sim_extra_installs_and_sweeps_without_torch(wheel, tmp_path):
     assert sweep.returncode == 0, sweep.stderr
     rows = json.loads(sweep.stdout)
     assert {r["method"] for r in rows} == {"standard", "tent"}
+    # the interactive page's template, script and vendored chart library are package data
+    page = tmp_path / "explore.html"
+    explore = subprocess.run(
+        [str(venv / "bin" / "tempora-sim"), "explore", str(traces), "--out", str(page), "--protocol", "discrete", "--resamples", "100"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert explore.returncode == 0, explore.stderr
+    assert "echarts 6.1.0" in page.read_text(encoding="utf-8")
     assert (
         "torch"
         not in subprocess.run(

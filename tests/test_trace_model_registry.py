@@ -4,8 +4,8 @@ refusals name compatible models from it before any model is built."""
 import torch
 
 from tempora_trace.methods import available_methods, get_method
-from tempora_trace.methods._common import incompatibility_message
 from tempora_trace.methods.base import norm_kind
+from tempora_trace.methods.gradient import incompatibility_message
 from tempora_trace.models import MODEL_NORMS, MODELS, compatible_models, get_model
 
 

@@ -100,6 +100,10 @@ def test_campaign_keys_are_the_declared_ones():
         "input_size",
         "class_map",
         "corruptions",
+        # timing variability (tempora_trace.variability)
+        "timing_sample",
+        "timing_passes",
+        "idle_gaps",
     }
     assert all("run" in trace_options.BY_NAME[k].commands for k in TRACE_OPTIONS)
 
@@ -136,3 +140,24 @@ def test_campaign_task_is_the_run_command_it_launches(tmp_path: Path):
     assert cfg.budgets_ms == [1000.0, 1500.0] and cfg.lambda_ms == 20.0
     location = trace_location(task, tmp_path)
     assert location.name == f"{cfg.file_stem()}.parquet" and location.parent.parent.parent == tmp_path / "demo"
+
+
+def test_help_and_option_errors_load_no_torch():
+    """The command boundary: `--help` and a refused option need only click, the option
+    declaration and tempora_schema; the library modules (torch) load when a command runs."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from tempora_trace.cli import main\n"
+        "for argv in (['--help'], ['run', '--help'], ['live', '--batch-size', '0']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "loaded = [m for m in ('torch', 'tempora_trace.config', 'tempora_trace.calibration', 'tempora_trace.runner') if m in sys.modules]\n"
+        "print(','.join(loaded) or 'none')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).parent)
+    assert out.stdout.strip().splitlines()[-1] == "none", out.stdout + out.stderr

@@ -39,9 +39,9 @@ OPTIONAL_ATTRIBUTES = (("departures", "departures from the reference code"),)
 
 
 def _registry() -> list[type]:
-    from tempora_trace.methods import available_methods, get_method
+    from tempora_trace.methods import builtin_methods, get_method
 
-    return [get_method(name) for name in available_methods()]
+    return [get_method(name) for name in builtin_methods()]
 
 
 def _cell(text: object) -> str:

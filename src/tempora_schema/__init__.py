@@ -27,6 +27,7 @@ from .errors import TemporaError
 from .policies import file_part as policy_file_part
 from .policies import policy_label, validate_policy_metadata
 from .provision import LAMBDA_RULES, LAMBDA_SIGMAS, MAD_TO_SIGMA, lambda_ms  # noqa: F401  (re-exported)
+from .variability import VARIABILITY_KEY, check_variability_rows, sample_size, validate_variability  # noqa: F401  (re-exported)
 from .vocabulary import CORRUPTIONS  # noqa: F401  (re-exported: the episodes of the paper's episodic stream)
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -126,6 +127,10 @@ GROUP_KEYS = (
 )
 #: ``policy`` (a sparse-adaptation policy, :mod:`.policies`) is optional: absent means every batch.
 IDENTITY_KEYS = ("method", "policy") + GROUP_KEYS
+#: Optional metadata key: where a method that is not built in comes from (part of the trace
+#: identity when present; absent for the built-in methods).
+METHOD_SOURCE_KEY = "method_source"
+METHOD_SOURCE_KINDS = {"distribution": ("distribution", "version", "object"), "file": ("path", "sha256", "object")}
 
 #: Keys every v2 trace's metadata must carry (docs/trace-schema.md).
 METADATA_FIELDS = (
@@ -223,20 +228,30 @@ class GroupKey:
 @dataclass(frozen=True)
 class TraceIdentity:
     """One trace's identity: its method, its sparse-adaptation policy (None: adapt on every
-    batch; :mod:`.policies`) and its group (docs/trace-schema.md, "Identity")."""
+    batch; :mod:`.policies`) and its group (docs/trace-schema.md, "Identity").
+
+    ``method_source`` is the provenance of a method that is not built in (metadata key
+    ``method_source``: the distribution's name and version, or the file's path and SHA-256), as
+    sorted ``(key, value)`` pairs; ``None`` for a built-in method, whose identity is its name."""
 
     method: str
     group: GroupKey
     policy: str | None = None
+    method_source: tuple[tuple[str, str], ...] | None = None
 
     @classmethod
     def from_metadata(cls, meta: Mapping[str, Any]) -> "TraceIdentity":
-        return cls(str(meta["method"]), GroupKey.from_metadata(meta), meta.get("policy"))
+        source = meta.get(METHOD_SOURCE_KEY)
+        pairs = tuple(sorted((str(k), str(v)) for k, v in source.items())) if isinstance(source, Mapping) else None
+        return cls(str(meta["method"]), GroupKey.from_metadata(meta), meta.get("policy"), pairs)
 
     def as_metadata(self) -> dict[str, Any]:
-        """The identity's metadata keys; ``policy`` only when the trace has one, so a trace
-        without a policy carries exactly the keys it always did."""
-        return {"method": self.method, **({"policy": self.policy} if self.policy else {}), **self.group.as_metadata()}
+        """The identity's metadata keys; ``policy`` and ``method_source`` only when the trace has
+        them, so a trace of a built-in method without a policy carries exactly the keys it always did."""
+        out = {"method": self.method, **({"policy": self.policy} if self.policy else {}), **self.group.as_metadata()}
+        if self.method_source is not None:
+            out[METHOD_SOURCE_KEY] = dict(self.method_source)
+        return out
 
     def file_stem(self) -> str:
         """The trace's default file name without ``.parquet`` (see :func:`file_stem`)."""
@@ -246,7 +261,7 @@ class TraceIdentity:
     def differences(self, other: "TraceIdentity") -> list[str]:
         """Identity keys on which the two differ (for the resume check's message)."""
         a, b = self.as_metadata(), other.as_metadata()
-        return [k for k in IDENTITY_KEYS if a.get(k) != b.get(k)]
+        return [k for k in (*IDENTITY_KEYS, METHOD_SOURCE_KEY) if a.get(k) != b.get(k)]
 
 
 def method_label(method: str, method_params: Mapping[str, Any] | None, policy: str | None = None) -> str:
@@ -412,6 +427,25 @@ def _validate_v2_keys(meta: Mapping[str, Any], path: object) -> None:
         raise TraceSchemaError(path, f"metadata 'threads' must be a positive integer, got {th!r}")
     validate_speed_probe(meta["speed_probe"], meta["speed_probe_kind"], path)
     trace_policy(meta, path)
+    if VARIABILITY_KEY in meta:  # optional: timing variability measured after the main pass
+        validate_variability(meta[VARIABILITY_KEY], path)
+    if METHOD_SOURCE_KEY in meta:
+        validate_method_source(meta[METHOD_SOURCE_KEY], path)
+
+
+def validate_method_source(source: Any, path: object = "<trace>") -> None:
+    """``method_source``: ``{"kind": "distribution", "distribution", "version", "object"}`` or
+    ``{"kind": "file", "path", "sha256" (64 hex digits), "object"}``, every value a non-empty string."""
+    kind = source.get("kind") if isinstance(source, dict) else None
+    if kind not in METHOD_SOURCE_KINDS:
+        raise TraceSchemaError(path, f"metadata '{METHOD_SOURCE_KEY}' must be an object whose kind is distribution or file, got {source!r}")
+    wanted = {"kind", *METHOD_SOURCE_KINDS[kind]}
+    if set(source) != wanted or not all(isinstance(v, str) and v for v in source.values()):
+        raise TraceSchemaError(
+            path, f"metadata '{METHOD_SOURCE_KEY}' of kind {kind} must hold exactly {', '.join(sorted(wanted))} as non-empty strings"
+        )
+    if kind == "file" and not re.fullmatch(r"[0-9a-f]{64}", source["sha256"]):
+        raise TraceSchemaError(path, f"metadata '{METHOD_SOURCE_KEY}': sha256 must be 64 hex digits, got {source['sha256']!r}")
 
 
 def validate_speed_probe(probe: Any, kind: Any, path: object = "<trace>") -> None:
@@ -744,3 +778,5 @@ def check_metadata_matches_rows(
             raise TraceSchemaError(path, f"metadata 'speed_probe' item {i} names episode {item['episode']!r}, not in the rows")
         if item["step"] > length[item["episode"]]:
             raise TraceSchemaError(path, f"metadata 'speed_probe' item {i}: step {item['step']} is beyond its episode")
+    if meta.get(VARIABILITY_KEY) is not None:
+        check_variability_rows(meta[VARIABILITY_KEY], length, path)

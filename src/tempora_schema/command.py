@@ -138,6 +138,10 @@ class OneLineGroup(click.Group):
         except TemporaError as exc:
             if debug and getattr(exc, "debug_detail", ""):
                 click.echo(str(exc.debug_detail).rstrip(), err=True)  # type: ignore[attr-defined]
+            elif debug:  # what lies behind the one line: the exception it was raised from
+                import traceback
+
+                traceback.print_exception(exc, file=sys.stderr)
             echo_error(prog, str(exc))
             return EXIT_USAGE
         except OSError as exc:

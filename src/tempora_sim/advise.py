@@ -98,12 +98,19 @@ def parse_constraint(rho, gamma_ms, T, B) -> Constraint:
 
 
 # ----------------------------------------------------------------------------- replay
-def _sweep(traceset, c: Constraint, values, sweep_opts: dict, axis: int = 0):
+def _sweep(traceset, c: Constraint, values, sweep_opts: dict, axis: int = 0, keep: list | None = None):
     """Per-seed utility rows of the group with ``axis`` of the constraint at ``values`` (the
-    other axis, if any, held), a column ``_x`` giving the moved value (kernels)."""
+    other axis, if any, held), a column ``_x`` giving the moved value (kernels). ``keep``
+    receives the :class:`~tempora_sim.replay.SweepResult` (timing replicates replay it)."""
     import polars as pl
 
-    from tempora_sim.replay import run_sweep
+    from tempora_sim.replay import run_sweep as _run_sweep
+
+    def run_sweep(*args, **kwargs):
+        result = _run_sweep(*args, **kwargs)
+        if keep is not None:
+            keep.append(result)
+        return result
 
     values = [float(v) for v in values]
     with warnings.catch_warnings():
@@ -192,6 +199,8 @@ def advise(source, constraint: Constraint, bootstrap=None, sweep_opts: dict | No
     import polars as pl
 
     from tempora_sim import analyses as an
+    from tempora_sim import timing_noise
+    from tempora_sim.replicates import replicates_of
     from tempora_sim.stats import BootstrapOptions
     from tempora_sim.traces import TraceSet, group_lambdas, load_traces
 
@@ -215,12 +224,20 @@ def advise(source, constraint: Constraint, bootstrap=None, sweep_opts: dict | No
                 raise AdviseError(
                     f"--T {a.value:g} ms must exceed λ = {max(lams):.2f} ms of group {key[-1]} (continuous utility needs T > λ)"
                 )
-        frame = _sweep(ts, c, [c.value], sweep_opts)
+        kept: list = []
+        frame = _sweep(ts, c, [c.value], sweep_opts, keep=kept)
+
         # one scenario: label it as a single-parameter one so the interval machinery reads it
-        frame = frame.with_columns(pl.lit(c.value).alias("value"), pl.lit("discrete" if c.second else c.protocol).alias("protocol")).drop(
-            [x for x in ("param2", "value2") if x in frame.columns]
-        )
-        intervals = an.utility_intervals(frame, None, bootstrap)
+        def relabel(f, c=c):
+            return f.with_columns(pl.lit(c.value).alias("value"), pl.lit("discrete" if c.second else c.protocol).alias("protocol")).drop(
+                [x for x in ("param2", "value2") if x in f.columns]
+            )
+
+        frame = relabel(frame)
+        # the traces' measured timing variability, replayed and combined with the resamples
+        timing = replicates_of(kept[0], bootstrap.timing_replicates, bootstrap.seed)
+        timing = timing.map(relabel) if timing is not None else None
+        intervals = an.utility_intervals(frame, None, bootstrap, timing=timing)
         pw = an.pooled_winners(frame, intervals).row(0, named=True)
         pooled = an.pool_seeds(frame.filter(pl.col("episode") == an.POOLED))
         pooled = an.attach_intervals(pooled, intervals).sort("utility", descending=True, nulls_last=True)
@@ -265,6 +282,10 @@ def advise(source, constraint: Constraint, bootstrap=None, sweep_opts: dict | No
                 "lead_ci": [pw["lead_lo"], pw["lead_hi"]],
                 "certain": pw["certain"],
                 "ci_level": bootstrap.level,
+                "timing_uncertainty": timing_noise.MEASURED
+                if timing is not None and timing.count and all(v == timing_noise.MEASURED for v in timing.status.values())
+                else timing_noise.UNKNOWN,
+                "timing": timing_noise.describe(timing, bootstrap.timing_replicates),
                 "mechanism": {m: _mechanism(c, rows[m]) for m in [rec["method"]] + ([runner["method"]] if runner else [])},
                 # the first axis's switch points at the top level; every axis in `moves`
                 **{k: v for k, v in moves[0].items() if k != "moves"},
@@ -338,6 +359,7 @@ def text_lines(advice: list[dict], c: Constraint) -> list[str]:
             f"  at {c.full_label()}: use {what}{tie}: U = {_pc(a['utility'])} "
             f"[{_pc(a['utility_ci'][0])}, {_pc(a['utility_ci'][1])}] ({level} CI, episodes resampled)"
         )
+        lines.append(f"  {a['timing']}")
         vs = a.get("vs_every_batch")
         if vs is not None and a.get("policy") is not None:
             verdict = {True: "certain", False: "uncertain", None: "not assessed"}[vs["certain"]]

@@ -839,7 +839,11 @@ def sweep_table(df: pl.DataFrame) -> pl.DataFrame:
 
 # ----------------------------------------------------------------------------- uncertainty
 def utility_intervals(
-    df: pl.DataFrame, rows: pl.DataFrame | None = None, opts: st.BootstrapOptions | None = None, pooled: bool = True
+    df: pl.DataFrame,
+    rows: pl.DataFrame | None = None,
+    opts: st.BootstrapOptions | None = None,
+    pooled: bool = True,
+    timing=None,
 ) -> st.Intervals:
     """Bootstrap distributions and percentile intervals of every seed-pooled utility.
 
@@ -848,7 +852,10 @@ def utility_intervals(
     ``correct``, ``n``, ``e_ms``, ``l_ms`` (:func:`trace_rows`); without them only the pooled
     rows get intervals. Pooled rows resample the (seed, episode) units, weighted by their
     batches. Methods of one cell share resamples, so their differences are paired.
-    ``pooled=False`` leaves the pooled rows out (only the per-episode cells)."""
+    ``pooled=False`` leaves the pooled rows out (only the per-episode cells).
+
+    ``timing`` (:class:`tempora_sim.timing_noise.TimingReplicates` of the same sweep) adds the
+    traces' measured timing variability to every draw (:func:`tempora_sim.stats.with_timing`)."""
     check_utility_table(df)
     opts = opts or st.BootstrapOptions()
     g = group_columns(df)
@@ -861,7 +868,11 @@ def utility_intervals(
         parts.append(_cell_intervals(per_ep, rows, g, opts))
     if per_ep.height and pooled:
         parts.append(_pooled_intervals(per_ep, g, opts))
-    return st.concat(parts)
+    out = st.concat(parts)
+    if timing is not None and timing.count and out.index.height:
+        keys = [c for c in g if c in out.index.columns] + ["method", "episode", "protocol", "value"]
+        out = st.with_timing(out, timing.shifts(out.index, keys, "utility", pool=pool_seeds))
+    return out
 
 
 def _cell_intervals(per_ep: pl.DataFrame, rows: pl.DataFrame, g: list[str], opts) -> st.Intervals:

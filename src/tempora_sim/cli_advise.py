@@ -35,14 +35,16 @@ from tempora_sim.stats import bootstrap_options, make_bootstrap
     type=click.Choice(["text", "json"]),
     help="json: one object per comparison group, for scripts.",
 )
+@click.option("--no-idle-effect", "no_idle_effect", is_flag=True, help="As in `tempora-sim sweep`.")
 @bootstrap_options
-def advise_command(source, rho, gamma_ms, T, B, budget_rule, fmt, ci_level, resamples, ci_seed):
+def advise_command(source, rho, gamma_ms, T, B, budget_rule, fmt, no_idle_effect, ci_level, resamples, ci_seed, timing_replicates):
     """Recommend a method for each trace group at one constraint, with its certainty and
     how far the constraint can move before the recommendation changes."""
     # every error is a SimError: the command group prints it as one line, exit status 2
     c = parse_constraint(rho, gamma_ms, T, B)
-    boot = make_bootstrap(ci_level, resamples, ci_seed)
-    advice = advise([str(s) for s in source], c, boot, {"budget_rule": budget_rule})
+    boot = make_bootstrap(ci_level, resamples, ci_seed, timing_replicates)
+    sweep_opts = {"budget_rule": budget_rule, **({"no_idle_effect": True} if no_idle_effect else {})}
+    advice = advise([str(s) for s in source], c, boot, sweep_opts)
     if fmt == "json":
         click.echo(json.dumps(advice, default=_json_default))
     else:

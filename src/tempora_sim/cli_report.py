@@ -62,7 +62,7 @@ _SOURCE = click.argument("source", nargs=-1, required=True, type=click.Path(path
 )
 @sweep_options
 @bootstrap_options
-def report_command(source, out, all_episodes, episodes, scenarios, no_explore, ci_level, resamples, ci_seed, **options):
+def report_command(source, out, all_episodes, episodes, scenarios, no_explore, ci_level, resamples, ci_seed, timing_replicates, **options):
     """Analyse RESULTS_OR_TRACES and write DIR/report.md with tables, CSVs and figures.
 
     SOURCE is a sweep's results (a directory holding utility.parquet) or trace files /
@@ -72,7 +72,7 @@ def report_command(source, out, all_episodes, episodes, scenarios, no_explore, c
 
     check_output_dir(out, folders=rp.REPORT_FOLDERS, files=rp.REPORT_FILES)  # before anything is swept
     t0 = time.perf_counter()
-    inputs = _load(rp, source, from_click(options), out, make_bootstrap(ci_level, resamples, ci_seed), scenarios)
+    inputs = _load(rp, source, from_click(options), out, make_bootstrap(ci_level, resamples, ci_seed, timing_replicates), scenarios)
     swept = time.perf_counter() - t0
     eps = [e.strip() for e in episodes.split(",") if e.strip()] if episodes else None
     result = rp.build_report(inputs, out, all_episodes=all_episodes, episodes=eps, explore=not no_explore)
@@ -88,7 +88,7 @@ def report_command(source, out, all_episodes, episodes, scenarios, no_explore, c
 @click.argument("source", nargs=-1, type=click.Path(exists=True))
 @sweep_options
 @bootstrap_options
-def show_command(table, source, ci_level, resamples, ci_seed, **options):
+def show_command(table, source, ci_level, resamples, ci_seed, timing_replicates, **options):
     """Print TABLE computed from SOURCE (results, traces or a report directory).
 
     Without arguments, list the tables."""
@@ -101,7 +101,7 @@ def show_command(table, source, ci_level, resamples, ci_seed, **options):
         return
     if table not in rp.TABLES:
         _fail(f"unknown table '{table}'; tables: {', '.join(rp.TABLES)}")
-    inputs = _load(rp, source, from_click(options), None, make_bootstrap(ci_level, resamples, ci_seed))
+    inputs = _load(rp, source, from_click(options), None, make_bootstrap(ci_level, resamples, ci_seed, timing_replicates))
     frame = rp.compute_table(table, inputs)
     spec = rp.TABLES[table]
     if frame is None:

@@ -17,6 +17,7 @@ import click
 from .cli import main
 from .options import click_options as sweep_options
 from .options import from_click
+from .stats import bootstrap_options, make_bootstrap
 
 
 def write_outputs(frame, out: Path, traces=()) -> None:
@@ -58,6 +59,13 @@ def echo_json_rows(frame) -> None:
 )
 @sweep_options
 @click.option(
+    "--intervals",
+    is_flag=True,
+    help="Add <term>_lo/<term>_hi bounds of U and every decomposition term (bootstrap over batches/episodes, "
+    "plus the traces' measured timing variability) and a timing_uncertainty column.",
+)
+@bootstrap_options
+@click.option(
     "--format",
     "fmt",
     default="table",
@@ -65,11 +73,12 @@ def echo_json_rows(frame) -> None:
     type=click.Choice(["table", "json"]),
     help="json prints the aggregated rows as JSON on stdout instead of tables.",
 )
-def sweep_command(traces, out, fmt, **options):
+def sweep_command(traces, out, fmt, intervals, ci_level, resamples, ci_seed, timing_replicates, **options):
     """Replay TRACES (files or directories of *.parquet) under temporal grids."""
     from .replay import ALL_EPISODES, SimWarning, run_sweep
 
     opts = from_click(options)
+    boot = make_bootstrap(ci_level, resamples, ci_seed, timing_replicates)  # checked before anything is read
     if out is not None:
         from tempora_schema.outputs import check_output_dir
 
@@ -83,6 +92,15 @@ def sweep_command(traces, out, fmt, **options):
     for w in caught:
         if issubclass(w.category, SimWarning):
             click.echo(f"tempora-sim: warning: {w.message}", err=True)
+    timing_text = None
+    if intervals:
+        from . import timing_noise
+        from .replicates import replicates_of
+        from .term_intervals import interval_columns
+
+        timing = replicates_of(result, boot.timing_replicates, boot.seed)
+        result.frame = interval_columns(result, boot, timing)
+        timing_text = timing_noise.describe(timing, boot.timing_replicates)
     if out is not None:
         write_outputs(result.frame, out, traces)
 
@@ -92,6 +110,8 @@ def sweep_command(traces, out, fmt, **options):
         pooled = result.frame.filter(pl.col("episode") == ALL_EPISODES)
         echo_json_rows(pooled)
         click.echo(result.stats.line(), err=True)
+        if timing_text:
+            click.echo(timing_text, err=True)
         return
     from rich.console import Console
 
@@ -101,4 +121,6 @@ def sweep_command(traces, out, fmt, **options):
     print_report(result, console)
     if out is not None:
         console.print(f"wrote {out / 'utility.parquet'} and {out / 'utility.csv'} ({result.frame.height:,} rows)")
+    if timing_text:
+        console.print(timing_text)
     click.echo(result.stats.line())

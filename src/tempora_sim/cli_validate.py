@@ -145,6 +145,9 @@ def print_validation(result, console) -> None:
             "yes" if row["pass"] else "[bold red]NO[/]",
         )
     console.print(t)
+    from .coverage import describe, overall
+
+    console.print(describe(overall(s)))
     groups = s.select("dataset", "model", "device").unique(maintain_order=True)
     for g in groups.iter_rows(named=True):
         mine = s.filter((pl.col("dataset") == g["dataset"]) & (pl.col("model") == g["model"]) & (pl.col("device") == g["device"]))

@@ -204,7 +204,8 @@ def _cube(frame: pl.DataFrame, episodes: list[str], methods: list[str], xkeys: l
 
 def _winners(U: np.ndarray, tol: float = an.DEFAULT_TOL):
     """Per [episode, x]: winner index (highest utility; ties to the first method in order),
-    runner-up index (the best non-winner), whether the best is tied. -1 where nothing."""
+    runner-up index (the best non-winner; in a tie the next tied method, with a lead of 0, as
+    ``advise`` names it), whether the best is tied. -1 where nothing."""
     E, M, X = U.shape
     V = np.where(np.isfinite(U), U, -np.inf)
     best = V.max(axis=1)
@@ -217,6 +218,8 @@ def _winners(U: np.ndarray, tol: float = an.DEFAULT_TOL):
     none = ~np.isfinite(best)
     win = np.where(none, -1, win)
     ru = np.where(none | ~has_ru, -1, ru)
+    others = is_win & (np.arange(M)[None, :, None] != win[:, None, :])
+    ru = np.where(tie, np.argmax(others, axis=1), ru)
     return win, ru, tie
 
 

@@ -462,3 +462,70 @@ def discrete_general_kernel(a, e, delta, u, scale, offsets, lam, queue, strict, 
         score_sum[s, k] = ssum + skip
         frozen[s, k] = fz
     return served, served_sum, score_sum, ak, frozen
+
+
+# ------------------------------------------------------------------ the idle effect (tempora_sim.timing_noise)
+@njit(cache=True, inline="always")
+def idle_factor(gap, gaps, factors):
+    """F(gap): 1 at 0, linear between the measured gaps, constant beyond the largest."""
+    k = gaps.shape[0]
+    if k == 0 or gap <= 0.0:
+        return 1.0
+    if gap >= gaps[k - 1]:
+        return factors[k - 1]
+    x0, y0 = 0.0, 1.0
+    for i in range(k):
+        if gap <= gaps[i]:
+            return y0 + (factors[i] - y0) * (gap - x0) / (gaps[i] - x0)
+        x0, y0 = gaps[i], factors[i]
+    return factors[k - 1]
+
+
+@njit(cache=True)
+def discrete_idle_walk(a, delta, gamma, queue, strict, skip_mode, skip_value, gaps, factors):
+    """:func:`_discrete_walk` in which event j, starting after the pipeline sat idle for g ms
+    (its start minus the previous event's end; 0 for the first event), takes
+    ``delta[j] · F(g)`` (:func:`idle_factor`). Returns (served, Σa served, Σ skipped scores)."""
+    n = a.shape[0]
+    inv_gamma = 1.0 / gamma
+    p = 0
+    j = 0
+    start = 0.0
+    prev_f = 0.0
+    served_sum = 0.0
+    skipped_score = 0.0
+    while True:
+        f = start + delta[j] * idle_factor(start - prev_f if j > 0 else 0.0, gaps, factors)
+        prev_f = f
+        served_sum += a[j]
+        nxt, start_next = next_pick(p, _last_arrival(f, gamma, inv_gamma), f, gamma, queue, strict, n)
+        skipped_score += _skipped_score(nxt - p - 1, skip_mode, a[j], skip_value)
+        j += 1
+        if nxt >= n:
+            break
+        p = nxt
+        start = start_next
+    return j, served_sum, skipped_score
+
+
+@njit(cache=True, parallel=True)
+def discrete_idle_kernel(a, delta, offsets, lam, rho, queue, strict, skip_mode, skip_value, c_off, c_gaps, c_factors, which):
+    """The series ``which`` × ρ values with the idle effect (curve of series s:
+    ``c_gaps/c_factors[c_off[s]:c_off[s+1]]``). Returns (served, served_sum, score_sum), one row per ``which``."""
+    n_vals = rho.shape[0]
+    served = np.zeros((which.shape[0], n_vals), np.int64)
+    served_sum = np.zeros((which.shape[0], n_vals))
+    score_sum = np.zeros((which.shape[0], n_vals))
+    for task in prange(which.shape[0] * n_vals):
+        w = task // n_vals
+        v = task % n_vals
+        s = which[w]
+        lo = offsets[s]
+        hi = offsets[s + 1]
+        g = c_gaps[c_off[s] : c_off[s + 1]]
+        fa = c_factors[c_off[s] : c_off[s + 1]]
+        cnt, ssum, skip = discrete_idle_walk(a[lo:hi], delta[lo:hi], lam[s] / rho[v], queue, strict, skip_mode, skip_value[s], g, fa)
+        served[w, v] = cnt
+        served_sum[w, v] = ssum
+        score_sum[w, v] = ssum + skip
+    return served, served_sum, score_sum

@@ -108,6 +108,12 @@ class SweepOptions:
         "With --arrivals file:PATH, use the recorded times as they are (no rescaling; ρ is then the recording's own load).",
         "--arrivals-absolute",
     )
+    no_idle_effect: bool = _opt(
+        False,
+        "Replay every event at its traced time even where the trace measured that events after an idle gap run "
+        "slower or faster (the idle effect, docs/statistics.md).",
+        "--no-idle-effect",
+    )
     engine: str = _opt("numba", "numba kernels, or the plain-Python oracle (slow; for tests).", None, ENGINES)
 
     @classmethod
@@ -179,6 +185,7 @@ class SweepOptions:
             arrivals=spec,
             arrival_seeds=seeds,
             arrivals_absolute=bool(self.arrivals_absolute),
+            no_idle_effect=bool(self.no_idle_effect),
         )
 
 
@@ -202,6 +209,7 @@ class ResolvedOptions:
     arrivals: Any = None  # tempora_sim.arrivals.ArrivalSpec
     arrival_seeds: tuple[int, ...] = (0,)
     arrivals_absolute: bool = False
+    no_idle_effect: bool = False
 
 
 def click_options(fn: Callable) -> Callable:

@@ -104,6 +104,9 @@ class SweepResult:
     grids: dict[str, tuple[float, ...]] = field(default_factory=dict)
     #: group label (as the tables print it) -> method -> mean δ (ms), to order table rows
     latency: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: what was replayed (timing replicates replay it again: tempora_sim.timing_noise)
+    series: "Series | None" = field(default=None, repr=False)
+    resolved: object = field(default=None, repr=False)
 
 
 # --------------------------------------------------------------------------------------
@@ -553,9 +556,7 @@ def run_sweep(source, options: SweepOptions | None = None, /, **changes) -> Swee
     t_start = time.perf_counter()
     opt = SweepOptions.build(options, **changes).resolve()
     protos, rho_v, T_v, B_v, lambda_ms = opt.protocols, opt.rho, opt.T_ms, opt.B_ms, opt.lambda_ms
-    queue, budget_rule, skipped, sync, fallback, engine = (opt.queue, opt.budget_rule, opt.skipped, opt.sync, opt.fallback, opt.engine)
-    spec, seeds, absolute = opt.arrivals, list(opt.arrival_seeds), opt.arrivals_absolute
-    from .scenarios import replay_scenarios, scenario_frame
+    engine, spec = opt.engine, opt.arrivals
 
     kernels_needed = tuple(protos) + (("amortised",) if "discrete-amortised" in protos else ()) + (() if spec.periodic else ("arrivals",))
     if engine == "numba":
@@ -577,22 +578,53 @@ def run_sweep(source, options: SweepOptions | None = None, /, **changes) -> Swee
 
     traces = [t for members in traceset.groups().values() for t in members]
     series = build_series(traces, lambdas, opt.lambda_rule)
-    opts = {"queue": int(queue), "budget_rule": budget_rule, "skipped": skipped, "sync": sync, "fallback": fallback}
     stats = SweepStats()
     if engine == "numba":
         stats.jit_s = _finish_warm_up(kernels_needed)
-        replay = _replay_numba
-    else:
-        replay = _replay_python
+    t0 = time.perf_counter()
+    frames = replay_frames(series, opt, stats)
+    stats.kernel_s = stats.kernel_s or time.perf_counter() - t0
+    frame = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=COLUMNS)
+    stats.total_s = time.perf_counter() - t_start
+    for note in notes:
+        warnings.warn(note, SimWarning, stacklevel=2)
+    latency: dict[str, dict[str, float]] = {}
+    for t in traces:
+        latency.setdefault(t.group.label(), {})[t.method] = float(t.adapt_delta.mean())
+    result = SweepResult(frame, stats, lambdas, notes, {"rho": rho_v, "T_ms": T_v, "B_ms": B_v}, latency)
+    result.series, result.resolved = series, opt
+    return result
+
+
+def replay_frames(series: Series, opt, stats: SweepStats | None = None, idle_curves=None) -> list[pl.DataFrame]:
+    """Replay ``series`` under the resolved options ``opt``: the output frames, one per
+    (protocol, per-episode | pooled). ``idle_curves`` (tempora_sim.timing_noise) replays the
+    periodic discrete protocol with the measured idle effect; by default it is taken from the
+    traces' timing-variability data unless ``opt.no_idle_effect``."""
+    from .scenarios import replay_scenarios, scenario_frame
+
+    protos, rho_v, T_v, B_v = opt.protocols, opt.rho, opt.T_ms, opt.B_ms
+    spec, seeds, absolute, engine = opt.arrivals, list(opt.arrival_seeds), opt.arrivals_absolute, opt.engine
+    opts = {"queue": int(opt.queue), "budget_rule": opt.budget_rule, "skipped": opt.skipped, "sync": opt.sync, "fallback": opt.fallback}
+    replay = _replay_numba if engine == "numba" else _replay_python
     t0 = time.perf_counter()
     paper_protos = [p for p in protos if p in grids.PROTOCOLS and not (p == "discrete" and not spec.periodic)]
     if "discrete-amortised" in protos and "amortised" not in paper_protos:
         paper_protos.append("amortised")  # its cut-offs and frozen accuracies drive the freeze
     raw = replay(series, paper_protos, rho_v, T_v, B_v, opts)
+    if idle_curves is None and not opt.no_idle_effect and "discrete" in raw:
+        from . import timing_noise
+
+        idle_curves = timing_noise.idle_curves(series, [timing_noise.timing_model(t) for t in series.traces])
+    if idle_curves is not None:
+        from .timing_noise import apply_idle_effect
+
+        apply_idle_effect(series, raw, rho_v, opts, idle_curves)
     if "amortised" in raw:
         _check_frozen(series, raw["amortised"], B_v)
     scen = replay_scenarios(series, protos, rho_v, T_v, B_v, opts, spec, seeds, absolute, engine, raw.get("amortised"))
-    stats.kernel_s = time.perf_counter() - t0
+    if stats is not None:
+        stats.kernel_s = time.perf_counter() - t0
 
     frames = []
     values_of = {"offline": (), "discrete": rho_v, "continuous": T_v, "amortised": B_v}
@@ -612,17 +644,10 @@ def run_sweep(source, options: SweepOptions | None = None, /, **changes) -> Swee
                     pl.lit(None, pl.Int64).alias("arrival_seed"),
                 )
             frames.append(frame.select([pl.col(c).cast(t) for c, t in COLUMNS.items()]))
-        kept = frames[-2].height
-        stats.evaluations += kept
-        stats.batch_events += int(frames[-2]["num_batches"].sum()) if proto != "offline" else total_n
-    frame = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=COLUMNS)
-    stats.total_s = time.perf_counter() - t_start
-    for note in notes:
-        warnings.warn(note, SimWarning, stacklevel=2)
-    latency: dict[str, dict[str, float]] = {}
-    for t in traces:
-        latency.setdefault(t.group.label(), {})[t.method] = float(t.adapt_delta.mean())
-    return SweepResult(frame, stats, lambdas, notes, {"rho": rho_v, "T_ms": T_v, "B_ms": B_v}, latency)
+        if stats is not None:
+            stats.evaluations += frames[-2].height
+            stats.batch_events += int(frames[-2]["num_batches"].sum()) if proto != "offline" else total_n
+    return frames
 
 
 def _check_frozen(series: Series, raw: dict, budgets) -> None:

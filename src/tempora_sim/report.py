@@ -42,6 +42,8 @@ class ReportInputs:
     bootstrap: st.BootstrapOptions = field(default_factory=st.BootstrapOptions)
     #: rows of scenarios beyond the paper's (docs/design.md §9): their own report section
     scenarios: pl.DataFrame | None = None
+    #: the sweep behind ``utility`` when it came from traces (timing replicates replay it again)
+    sweep_result: object = field(default=None, repr=False)
     #: the loaded traces and the sweep options they were swept with (traces only): the
     #: interactive page (explore.html) replays them on its own dense grids
     traceset: object | None = None
@@ -65,8 +67,43 @@ class ReportInputs:
     def intervals(self) -> st.Intervals:
         """Bootstrap intervals of every utility (cells need the traces' rows; see analyses)."""
         if "intervals" not in self._cache:
-            self._cache["intervals"] = an.utility_intervals(self.utility, self.trace_rows, self.bootstrap)
+            self._cache["intervals"] = an.utility_intervals(self.utility, self.trace_rows, self.bootstrap, timing=self.timing())
         return self._cache["intervals"]
+
+    def timing(self):
+        """Timing replicates of the sweep (:mod:`tempora_sim.timing_noise`), or None: results
+        read without their traces, or ``--timing-replicates 0``."""
+        if "timing" not in self._cache:
+            from .replicates import replicates_of
+
+            self._cache["timing"] = (
+                replicates_of(self.sweep_result, self.bootstrap.timing_replicates, self.bootstrap.seed)
+                if self.sweep_result is not None
+                else None
+            )
+        return self._cache["timing"]
+
+    def term_bounds(self) -> pl.DataFrame | None:
+        """Bounds of U and every decomposition term of the pooled rows (tempora_sim.term_intervals)."""
+        if "term_bounds" not in self._cache:
+            from .term_intervals import pooled_bounds
+
+            self._cache["term_bounds"] = pooled_bounds(self.utility, self.bootstrap, self.timing())
+        return self._cache["term_bounds"]
+
+    def with_bounds(self, t: pl.DataFrame) -> pl.DataFrame:
+        """A pooled table with ``<term>_lo``/``<term>_hi`` columns joined (where it has the keys)."""
+        if not {"method", "protocol", "value"} <= set(t.columns):
+            return t
+        from .term_intervals import attach_bounds
+
+        return attach_bounds(t, self.term_bounds())
+
+    def timing_line(self) -> str:
+        """One sentence on what the intervals include about time (docs/statistics.md)."""
+        from . import timing_noise
+
+        return timing_noise.describe(self.timing(), self.bootstrap.timing_replicates)
 
 
 def results_path(source: str | Path) -> Path | None:
@@ -140,7 +177,7 @@ def _load_inputs(sources, sweep_options, out, scenarios: bool = False) -> Report
     from tempora_sim.traces import load_traces
 
     try:
-        from tempora_sim import sweep
+        from tempora_sim import run_sweep
     except ImportError:
         raise ReportError("this build of tempora_sim has no sweep; give sweep results (utility.parquet)") from None
     if out is not None:
@@ -148,7 +185,8 @@ def _load_inputs(sources, sweep_options, out, scenarios: bool = False) -> Report
 
         check_out_outside(items, out)
     traces = load_traces(items if len(items) > 1 else items[0])
-    utility = sweep(traces, sweep_options)
+    result = run_sweep(traces, sweep_options)
+    utility = result.frame
     rows = an.align_group_dtypes(an.trace_rows(traces.traces), utility)
     extra = None
     if scenarios:
@@ -163,6 +201,7 @@ def _load_inputs(sources, sweep_options, out, scenarios: bool = False) -> Report
         scenarios=extra,
         traceset=traces,
         sweep_options=sweep_options,
+        sweep_result=result,
     )
 
 
@@ -340,7 +379,7 @@ def _on_utility(fn: Callable[[pl.DataFrame], pl.DataFrame], episode: str | None 
     """Compute on the seed-pooled table; with ``episode``, join the utility's interval."""
     if episode is None:
         return lambda inp: fn(inp.pooled)
-    return lambda inp: an.attach_intervals(fn(inp.pooled), inp.intervals(), episode)
+    return lambda inp: inp.with_bounds(an.attach_intervals(fn(inp.pooled), inp.intervals(), episode))
 
 
 def _winners(inp: ReportInputs) -> pl.DataFrame:
@@ -353,7 +392,7 @@ def _offline(inp: ReportInputs) -> pl.DataFrame:
 
 
 def _sweep(inp: ReportInputs) -> pl.DataFrame:
-    t = an.attach_intervals(an.sweep_table(inp.pooled), inp.intervals(), an.POOLED)
+    t = inp.with_bounds(an.attach_intervals(an.sweep_table(inp.pooled), inp.intervals(), an.POOLED))
     pw = an.pooled_winners(inp.pooled, inp.intervals())
     g = an.group_columns(t)
     return t.join(pw.select(g + ["scenario", pl.col("certain").alias("best_certain")]), on=g + ["scenario"], how="left")
@@ -365,7 +404,7 @@ def _policies(inp: ReportInputs) -> pl.DataFrame:
 
 def _pareto_table(inp: ReportInputs) -> pl.DataFrame:
     t = _pareto(inp).with_columns(pl.lit("amortised").alias("protocol"), pl.col("B_ms").alias("value"))
-    return an.attach_intervals(t, inp.intervals(), an.POOLED).drop("protocol", "value")
+    return inp.with_bounds(an.attach_intervals(t, inp.intervals(), an.POOLED)).drop("protocol", "value")
 
 
 TABLES: dict[str, TableSpec] = {}
@@ -544,6 +583,7 @@ _register(
         (
             Column("method", "method"),
             Column("alpha", "α (%)", "pct"),
+            Column("alpha_lo", "α 95% CI", "ci"),
             Column("served", "|Q|", "int"),
             Column("served_acc", "ā_served (%)", "pct"),
             Column("utility", "U (%)", "pct2"),
@@ -567,6 +607,7 @@ _register(
             Column("method", "method"),
             Column("acc", "ā (%)", "pct2"),
             Column("kappa", "κ̄ (%)", "pct"),
+            Column("kappa_lo", "κ̄ 95% CI", "ci"),
             Column("cov", "Cov(a, κ)", "cov"),
             Column("utility", "U (%)", "pct2"),
             Column("lo", "U 95% CI", "ci"),
@@ -589,6 +630,7 @@ _register(
         (
             Column("method", "method"),
             Column("beta", "β (%)", "pct"),
+            Column("beta_lo", "β 95% CI", "ci"),
             Column("m", "m", "num"),
             Column("acc_adapt", "ā_adapt (%)", "pct2"),
             Column("acc_frozen", "ā_frozen (%)", "pct2"),
@@ -744,7 +786,9 @@ def formatted_rows(spec: TableSpec, t: pl.DataFrame) -> tuple[list[str], list[li
     return [c.header for c in cols], rows
 
 
-_INTERVAL_PAIRS = {"lo": "hi", "lead_lo": "lead_hi", "ci_lo": "ci_hi"}
+_INTERVAL_PAIRS = {"lo": "hi", "lead_lo": "lead_hi", "ci_lo": "ci_hi"} | {
+    f"{t}_lo": f"{t}_hi" for t in ("utility", "alpha", "served_acc", "acc", "kappa", "cov", "m", "beta", "acc_adapt", "acc_frozen")
+}
 
 
 def _cell(c: Column, r: dict) -> str:
@@ -895,6 +939,8 @@ def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
         else "λ per seed " + ", ".join(f"{s}: {x:.2f} ms" for s, x in per_seed)
     )
     lines.append(f"{len(methods)} methods over {n_ep} episode{'s' if n_ep != 1 else ''}{scope}, {lam_text}.")
+    timing = inp.timing_line()
+    lines.append(timing[:1].upper() + timing[1:] + ".")
     if len(per_seed) > 1:
         lo, hi = min(x for _, x in per_seed), max(x for _, x in per_seed)
         if hi > SEED_LAMBDA_SPREAD * lo:

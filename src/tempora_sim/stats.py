@@ -21,9 +21,10 @@ for one sample the intervals equal the library's; computing them as one matrix p
 scores and resample counts is what keeps thousands of cells × 1000 resamples well under a
 second (the test suite checks the equality against scipy).
 
-Intervals are conditional on the replayed schedule: which batches a method served, its
-per-batch delay and its cut-off m come from the one timed run of each seed. The timing noise
-between runs is what several seeds measure.
+Without timing variability, intervals are conditional on the replayed schedule: which batches
+a method served, its per-batch delay and its cut-off m come from the one timed run of each
+seed. Where the traces measured how much their times move (tempora_sim.timing_noise), each
+draw also takes one timing replicate (:func:`with_timing`), so the intervals cover both.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from .errors import SimError
 DEFAULT_LEVEL = 0.95
 DEFAULT_RESAMPLES = 1000
 DEFAULT_SEED = 0
+#: Timing replicates combined with the resamples (tempora_sim.timing_noise.DEFAULT_REPLICATES).
+DEFAULT_TIMING_REPLICATES = 20
 
 
 class StatsError(SimError, ValueError):
@@ -52,6 +55,8 @@ class BootstrapOptions:
     level: float = DEFAULT_LEVEL
     resamples: int = DEFAULT_RESAMPLES
     seed: int = DEFAULT_SEED
+    #: timing replicates replayed where the traces measured their timing variability (0: none)
+    timing_replicates: int = DEFAULT_TIMING_REPLICATES
 
     def __post_init__(self) -> None:
         if not (isinstance(self.level, (int, float)) and 0.5 <= float(self.level) < 1.0):
@@ -60,11 +65,19 @@ class BootstrapOptions:
             raise StatsError(f"--resamples: must be an integer in [100, 100000] (got {self.resamples!r})")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or not 0 <= self.seed < 2**63:
             raise StatsError(f"--ci-seed: must be an integer in 0..2^63-1, as every seed (got {self.seed!r})")
+        tr = self.timing_replicates
+        if isinstance(tr, bool) or not isinstance(tr, (int, np.integer)) or not (0 <= tr <= 10_000):
+            raise StatsError(f"--timing-replicates: must be an integer in [0, 10000] (got {tr!r})")
 
 
-def bootstrap_options(fn):
-    """The CLI options of every command that prints intervals (declared once, here)."""
+def bootstrap_options(fn=None, *, timing: bool = True):
+    """The CLI options of every command that prints intervals (declared once, here).
+    ``@bootstrap_options(timing=False)``: without ``--timing-replicates`` (a command whose
+    intervals do not replay timing variability)."""
     import click
+
+    if fn is None:
+        return lambda f: bootstrap_options(f, timing=timing)
 
     options = [
         click.option(
@@ -84,15 +97,24 @@ def bootstrap_options(fn):
             type=int,
             help="Seed of the bootstrap resampling (same seed, same intervals).",
         ),
+        click.option(
+            "--timing-replicates",
+            "timing_replicates",
+            default=DEFAULT_TIMING_REPLICATES,
+            show_default=True,
+            type=int,
+            help="Timing replicates replayed from the traces' measured timing variability and combined with the "
+            "resamples (0: intervals conditional on the traced times).",
+        ),
     ]
-    for opt in reversed(options):
+    for opt in reversed(options if timing else options[:-1]):
         fn = opt(fn)
     return fn
 
 
-def make_bootstrap(ci_level, resamples, ci_seed) -> "BootstrapOptions":
+def make_bootstrap(ci_level, resamples, ci_seed, timing_replicates=DEFAULT_TIMING_REPLICATES) -> "BootstrapOptions":
     """BootstrapOptions from the CLI values (bad values raise StatsError: one line, exit 2)."""
-    return BootstrapOptions(level=ci_level, resamples=resamples, seed=ci_seed)
+    return BootstrapOptions(level=ci_level, resamples=resamples, seed=ci_seed, timing_replicates=timing_replicates)
 
 
 # ----------------------------------------------------------------------------- core
@@ -272,6 +294,24 @@ def _make(keys: list[tuple[dict, object]], boot: np.ndarray, pair: np.ndarray, o
         pl.Series("hi", np.asarray(hi, np.float64)),
     )
     return Intervals(index, boot, opts)
+
+
+def with_timing(intervals: Intervals, shifts: np.ndarray) -> Intervals:
+    """``intervals`` with timing variability: bootstrap draw ``b`` of a row plus the change
+    that timing replicate ``b mod R`` makes to the same row (``shifts`` [rows, R], replicate
+    minus the traced replay; tempora_sim.timing_noise). Rows resampled together stay paired,
+    and every method of a group takes the same replicate in the same draw, so paired
+    differences carry both sources. With ``R = 0`` or all-zero shifts the intervals are
+    exactly those without timing variability."""
+    shifts = np.asarray(shifts, np.float64)
+    if shifts.ndim != 2 or shifts.shape[1] == 0 or not intervals.index.height:
+        return intervals
+    if shifts.shape[0] != intervals.boot.shape[0]:
+        raise StatsError(f"timing shifts have {shifts.shape[0]} rows for {intervals.boot.shape[0]} intervals")
+    boot = intervals.boot + shifts[:, np.arange(intervals.boot.shape[1]) % shifts.shape[1]]
+    lo, hi = percentile_interval(boot, intervals.opts.level)
+    index = intervals.index.with_columns(pl.Series("lo", np.asarray(lo, np.float64)), pl.Series("hi", np.asarray(hi, np.float64)))
+    return Intervals(index, boot, intervals.opts)
 
 
 def concat(parts: list[Intervals]) -> Intervals:

@@ -27,6 +27,7 @@ from tempora_schema import (
     PHASE_FROZEN,
     PROBE_NOT_MEASURED,
     SCHEMA_VERSION,
+    VARIABILITY_KEY,
     WEIGHTS_RANDOM,
     arrow_schema,
 )
@@ -65,6 +66,39 @@ PROFILES: dict[str, MethodProfile] = {
 DEFAULT_CHECKPOINTS = (0, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
+@dataclass(frozen=True)
+class SyntheticVariability:
+    """A known timing-variability model, for synthetic ``timing_variability`` measurements.
+
+    A repeat pass scales every sample event's main-pass δ by ``exp(s + ε)`` with a pass shift
+    ``s ~ N(0, pass_sd)`` and event noise ``ε ~ N(0, event_sd)`` (log scale); in the idle pass
+    every other event waits ``gaps_ms`` (cycling) and is also scaled by ``idle_factor[gap]``.
+    The sample is the first ``per_episode`` steps of the first ``episodes`` episodes."""
+
+    pass_sd: float = 0.05
+    event_sd: float = 0.02
+    passes: int = 2
+    per_episode: int = 4
+    episodes: int = 4
+    gaps_ms: tuple[float, ...] = (20.0, 80.0)
+    idle_factor: tuple[float, ...] = (1.0, 1.0)
+
+    def measurement(self, main: dict, episodes: Sequence[str], rng: np.random.Generator) -> dict:
+        sample = [{"episode": ep, "steps": list(range(min(self.per_episode, len(main[ep]))))} for ep in list(episodes)[: self.episodes]]
+        base = np.concatenate([main[item["episode"]][: len(item["steps"])] for item in sample])
+
+        def one_pass(extra: np.ndarray) -> list[float]:
+            s = rng.normal(0.0, self.pass_sd) if self.pass_sd else 0.0
+            eps = rng.normal(0.0, self.event_sd, base.size) if self.event_sd else np.zeros(base.size)
+            return [float(max(x, 1e-6)) for x in base * np.exp(s + eps) * extra]
+
+        passes = [one_pass(np.ones(base.size)) for _ in range(self.passes)]
+        gaps = [0.0 if i % 2 == 0 else float(self.gaps_ms[(i // 2) % len(self.gaps_ms)]) for i in range(base.size)] if self.gaps_ms else []
+        factor = dict(zip(self.gaps_ms, self.idle_factor))
+        idle = one_pass(np.array([factor.get(g, 1.0) for g in gaps])) if gaps else []
+        return {"sample": sample, "passes_ms": passes, "idle_gaps_ms": gaps, "idle_ms": idle, "seconds": 0.0}
+
+
 def frozen_accuracy(profile: MethodProfile, m: int) -> float:
     """Accuracy of the model frozen after ``m`` steps under ``profile``."""
     if profile.frozen_collapse is None or m >= profile.mature_steps:
@@ -95,6 +129,7 @@ def make_trace(
     max_batches: int | None = None,
     probe_ms: float | None = None,
     schema_version: int = SCHEMA_VERSION,
+    variability: "SyntheticVariability | None" = None,
 ) -> tuple[dict, pa.Table]:
     """Return ``(metadata, table)`` of one synthetic trace of ``method``.
 
@@ -109,6 +144,8 @@ def make_trace(
     ``max_batches``; the domains are the episodes. ``probe_ms``: write a machine-speed probe
     (at each episode start and every 50 steps, ``probe_ms`` ± 1 %, kind ``"synthetic"``);
     ``None`` writes none. ``schema_version=1`` writes a v1 file (v1 metadata keys only).
+    ``variability``: write a ``timing_variability`` measurement drawn from that model
+    (:class:`SyntheticVariability`).
     """
     prof = profile or PROFILES[method]
     if rng_seed is None:
@@ -179,6 +216,10 @@ def make_trace(
             for ep in episodes
             for k in range(0, num_batches, 50)
         ]
+    if variability is not None:
+        adapt = [c for c in chunks if c["phase"][0] == PHASE_ADAPT]
+        main = {c["episode"][0]: c["e_ms"] + c["l_ms"] for c in adapt}
+        meta[VARIABILITY_KEY] = variability.measurement(main, list(dict.fromkeys(episodes)), rng)
     if schema_version == 1:
         meta = {k: meta[k] for k in METADATA_FIELDS_V1}
         meta["schema_version"] = 1
@@ -216,3 +257,88 @@ def write_trace_set(directory: str | Path, methods: Sequence[str] = tuple(PROFIL
     """Write one trace per method into ``directory`` (one comparison group)."""
     directory = Path(directory)
     return [write_trace(directory / f"{m}.parquet", m, **kwargs) for m in methods]
+
+
+def make_live(
+    trace_meta: dict,
+    trace_table: pa.Table,
+    rho: float,
+    factors: Sequence[np.ndarray],
+    queue: int = 1,
+    lambda_ms: float | None = None,
+) -> tuple[dict, pa.Table]:
+    """A synthetic live-run file (live schema v1) of a trace's setting: one discrete run per
+    entry of ``factors``, each replaying the trace's adapt rows with every event's times
+    multiplied by that run's per-batch factors (all episodes' batches in trace order) at
+    ρ = λ/γ with a buffered queue of ``queue`` ≥ 1, by the replay's own rules (event j is step-indexed: it
+    takes row j's times and counts). ``lambda_ms`` defaults to mean + 6σ of the trace's own δ.
+    What a live run of a device whose times vary like ``factors`` would record; for tests of
+    ``tempora-sim validate``."""
+    from tempora_schema.discrete import last_arrival, next_pick
+    from tempora_schema.live import LIVE_COLUMNS, LIVE_METADATA_KEY, LIVE_SCHEMA_VERSION, SHARED_FIELDS, live_arrow_schema
+
+    if queue < 1:
+        raise ValueError("make_live replays a buffered queue (queue >= 1)")
+
+    d = trace_table.to_pydict()
+    adapt = [i for i, p in enumerate(d["phase"]) if p == PHASE_ADAPT]
+    episodes = list(dict.fromkeys(d["episode"][i] for i in adapt))
+    delta_all = np.array([d["delta_ms"][i] for i in adapt])
+    lam = float(lambda_ms) if lambda_ms is not None else float(delta_all.mean() + 6 * delta_all.std())
+    gamma = lam / rho
+    cols: dict[str, list] = {k: [] for k in LIVE_COLUMNS}
+    runs = []
+    for r, f in enumerate(factors):
+        runs.append({"run": r, "protocol": "discrete", "repeat": r, "rho": rho, "gamma_ms": gamma, "queue": int(queue)})
+        offset = 0
+        for ep in episodes:
+            idx = [i for i in adapt if d["episode"][i] == ep]
+            n = len(idx)
+            e = np.array([d["e_ms"][i] for i in idx]) * f[offset : offset + n]
+            l_ = np.array([d["l_ms"][i] for i in idx]) * f[offset : offset + n]
+            offset += n
+            served: dict[int, tuple] = {}
+            p, j, start = 0, 0, 0.0
+            while True:  # the replay's buffered walk (tempora_schema.discrete.next_pick), on these times
+                free = start + e[j] + l_[j]
+                served[p] = (j, start, start + e[j], free)
+                j += 1
+                p, start = next_pick(p, last_arrival(free, gamma, 1.0 / gamma), free, gamma, queue, False, n)
+                if p >= n:
+                    break
+            for step in range(n):
+                ev = served.get(step)
+                cols["run"].append(r)
+                cols["episode"].append(ep)
+                cols["domain"].append(ep)
+                cols["severity"].append(d["severity"][idx[step]])
+                cols["step"].append(step)
+                cols["n"].append(d["n"][idx[step]])
+                cols["served"].append(ev is not None)
+                cols["event"].append(ev[0] if ev else -1)
+                cols["mode"].append("adapt" if ev else "skipped")
+                cols["correct"].append(d["correct"][idx[ev[0]]] if ev else None)
+                cols["arrival_ms"].append(step * gamma)
+                cols["pickup_ms"].append(ev[1] if ev else None)
+                cols["predict_ms"].append(ev[2] if ev else None)
+                cols["free_ms"].append(ev[3] if ev else None)
+                cols["e_ms"].append(float(e[ev[0]]) if ev else None)
+                cols["l_ms"].append(float(l_[ev[0]]) if ev else None)
+                cols["delta_ms"].append(float(e[ev[0]] + l_[ev[0]]) if ev else None)
+                cols["charged_ms"].append(None)
+                cols["spent_ms"].append(None)
+                cols["peak_mem_bytes"].append(None)
+    meta = {
+        "live_schema_version": LIVE_SCHEMA_VERSION,
+        **{k: trace_meta[k] for k in SHARED_FIELDS},
+        "lambda_ms": lam,
+        "lambda_source": "synthetic",
+        "clock": "synthetic",
+        "clock_resolution_ns": 1.0,
+        "spin_us": 0.0,
+        "runs": runs,
+    }
+    schema = live_arrow_schema(meta)
+    table = pa.Table.from_pydict({k: pa.array(v, LIVE_COLUMNS[k]) for k, v in cols.items()}, schema=schema)
+    assert LIVE_METADATA_KEY.encode() in (table.schema.metadata or {})
+    return meta, table

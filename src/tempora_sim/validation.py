@@ -29,6 +29,7 @@ import polars as pl
 
 from tempora_schema import PHASE_ADAPT, GroupKey, TraceSchemaError
 
+from . import coverage
 from .errors import GroupError, SimError, TraceFileError
 from .replay import ALL_EPISODES, run_sweep
 from .traces import Trace, TraceSet, load_traces
@@ -389,6 +390,14 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
             "utility_replay_live_speed": float(at_live["utility"]),
             "spread_utility_pp": float(100 * (u.max() - u.min())) if len(runs) > 1 else None,
         }
+        # does the replay's timing interval (the trace's measured variability) cover the live runs?
+        row.update(
+            coverage.coverage_row(
+                coverage.timing_interval(trace, _restricted(trace, first.episodes, first.num_batches), first.run, float(meta["lambda_ms"])),
+                [r.alpha for r in runs] if proto == "discrete" else [None] * len(runs),
+                [r.utility for r in runs],
+            )
+        )
         row["delta_utility_pp"] = 100 * (row["utility_replay"] - row["utility_live"])
         row["delta_utility_live_speed_pp"] = 100 * (row["utility_replay_live_speed"] - row["utility_live"])
         if proto == "discrete":

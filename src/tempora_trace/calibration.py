@@ -14,8 +14,15 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import pyarrow.parquet as pq
 
 from tempora_schema import lambda_ms
+from tempora_schema.provision import lambda_provision
+
+from .config import TraceConfig
+from .runner import TraceRun
+from .timing import device_slug, resolve_device
+from .writer import check_reusable
 
 #: σ/mean above this looks like a noisy machine.
 NOISY_CV = 0.02
@@ -73,8 +80,6 @@ def dispersion(episodes: list[str], steps: list[int], deltas: list[float], top: 
 
 def trace_dispersion(path: Path) -> Dispersion:
     """:func:`dispersion` of the adapt rows of a trace file."""
-    import pyarrow.parquet as pq
-
     t = pq.read_table(path, columns=["phase", "episode", "step", "delta_ms"]).to_pydict()
     idx = [i for i, p in enumerate(t["phase"]) if p == "adapt"]
     return dispersion([t["episode"][i] for i in idx], [t["step"][i] for i in idx], [t["delta_ms"][i] for i in idx])
@@ -105,10 +110,6 @@ def print_dispersion(path: Path) -> None:
 
 def lambda_ms_of(path: Path) -> tuple[float, float, float, int]:
     """λ = mean + 6σ (population σ) of the adapt-row δ of a `standard` trace: (λ, mean, σ, batches)."""
-    import pyarrow.parquet as pq
-
-    from tempora_schema.provision import lambda_provision
-
     table = pq.read_table(path, columns=["phase", "delta_ms"]).to_pydict()
     deltas = np.array([d for p, d in zip(table["phase"], table["delta_ms"]) if p == "adapt"], dtype=float)
     lam, mean, std = lambda_provision(deltas)
@@ -128,14 +129,10 @@ class Calibration:
     batches: int
 
 
-def calibrate(cfg, echo: Callable[[str], None] = lambda s: None) -> Calibration:
+def calibrate(cfg: TraceConfig, echo: Callable[[str], None] = lambda s: None) -> Calibration:
     """Trace ``standard`` under the resolved ``cfg`` (or reuse its complete, matching trace,
     unless ``cfg.force`` or ``cfg.resume``) and compute λ from it. ``echo`` receives the
     tracer's episode summaries."""
-    from .runner import TraceRun
-    from .timing import device_slug, resolve_device
-    from .writer import check_reusable
-
     path = cfg.output_dir(device_slug(resolve_device(cfg.device))) / f"{cfg.file_stem()}.parquet"
     reused = path.exists() and not cfg.force and not cfg.resume
     if reused:

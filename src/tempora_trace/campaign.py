@@ -217,7 +217,7 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
     from tempora_schema.policies import parse_policies
 
     from .data import get_dataset
-    from .methods import available_methods, get_method
+    from .methods import MethodError, available_methods, get_method, resolve_method
     from .models import model_norms
     from .norms import describe_norms, method_fits
     from .policies import adapts_after_prediction
@@ -296,23 +296,38 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
             norms = model_norms(model or spec.default_model, options.get("input_size"))
         except TraceError as exc:
             raise CampaignError(f"{where}: {exc}") from None
-        methods = _list(group.get("methods", []), f"{where} methods", str)
-        if not methods:
+        written = _list(group.get("methods", []), f"{where} methods", str)
+        if not written:
             raise CampaignError(f"{where}: methods is empty")
-        for m in methods:
-            if m not in methods_known:
-                raise CampaignError(f"{where}: unknown method {m!r}; available: {', '.join(sorted(methods_known))}")
-            if not method_fits(get_method(m), norms):
+        methods, full_of = [], {}
+        for m in written:
+            # a PATH.py:CLASS spec is relative to the campaign file, like `out`
+            target, colon, attr = m.rpartition(":")
+            full = m
+            if colon and (target.endswith(".py") or "/" in target) and not Path(target).expanduser().is_absolute():
+                full = f"{(path.parent / target).resolve()}:{attr}"
+            if not colon and m not in methods_known:
+                raise CampaignError(
+                    f"{where}: unknown method {m!r}; available: {', '.join(sorted(methods_known))} (or MODULE:CLASS, PATH.py:CLASS)"
+                )
+            try:
+                cls = resolve_method(full).cls
+            except MethodError as exc:
+                raise CampaignError(f"{where}: {exc}") from None
+            if not method_fits(cls, norms):
                 raise CampaignError(
                     f"{where}: method {m!r} does not run on model {model or spec.default_model!r} ({describe_norms(norms)})"
                 )
+            methods.append(full)
+            full_of[m] = full
         if BASELINE_METHOD not in methods:
             methods = [BASELINE_METHOD, *methods]  # λ of the group comes from its standard trace
-        params = _table(group.get("params") or {}, f"{where} params")
-        for m, given in params.items():
+        params = {}
+        for m, given in _table(group.get("params") or {}, f"{where} params").items():
             _table(given, f"{where} params.{m}")
-            if m not in methods:
+            if full_of.get(m, m) not in methods:
                 raise CampaignError(f"{where}: params.{m} is for a method the group does not trace ({', '.join(methods)})")
+            params[full_of.get(m, m)] = given
         batch_size = group.get("batch_size", 64)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int):
             raise CampaignError(f"{where}: batch_size must be an integer, got {batch_size!r}")
@@ -398,7 +413,7 @@ def check_method_params(cfg) -> None:
     from .methods.base import MethodContext
     from .models import MODEL_NORMS
 
-    method = get_method(cfg.method)
+    method = get_method(cfg.method_spec or cfg.method)  # a module/file spec resolves to its class's name
     spec = cfg.dataset_spec()
     context = MethodContext(
         num_classes=spec.num_classes,
@@ -408,7 +423,7 @@ def check_method_params(cfg) -> None:
         model_name=str(cfg.model),
         norm_kind=MODEL_NORMS.get(str(cfg.model), "bn"),
     )
-    from .methods._common import check_param_types
+    from .methods.gradient import check_param_types
 
     check_param_types(method.name, method.all_params(context), dict(cfg.method_params))
 

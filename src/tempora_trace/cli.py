@@ -34,18 +34,24 @@ if __name__ == "__main__" or _os.path.basename(sys.argv[0] if sys.argv else "") 
 
 import os  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any, Callable, Sequence  # noqa: E402
+from typing import TYPE_CHECKING, Any, Callable, Sequence  # noqa: E402
 
 import click  # noqa: E402
 
+from tempora_schema import DEFAULT_SEVERITY  # noqa: E402
 from tempora_schema.command import INT32_MAX, OneLineGroup  # noqa: E402
+from tempora_schema.outputs import check_output_dir  # noqa: E402
 from tempora_schema.vocabulary import BASELINE_METHOD  # noqa: E402
 
-from . import __version__  # noqa: E402
-from .calibration import calibrate, lambda_ms_of, print_dispersion  # noqa: E402, F401 - lambda_ms_of: re-exported
-from .config import DEFAULT_SEVERITY, TraceConfig  # noqa: E402
 from .errors import ConfigError  # noqa: E402
 from .options import click_options, config_kwargs, live_kwargs, method_params, parse_domains, parse_param, policies_of  # noqa: E402, F401
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .config import TraceConfig
+
+# The command boundary: what `--help` and option parsing need is imported above (click, the
+# option declaration, tempora_schema; no torch, no numpy of our own). Each command imports the
+# library modules it runs (they load torch) when it runs, so `--help` and bad input stay fast.
 
 PROG = "tempora-trace"
 
@@ -80,9 +86,25 @@ cli = OneLineGroup(
     aliases={"--list": ["list"], "--methods-for": ["list", "--methods-for"]},
     help="Trace a test-time adaptation method once on this device: a per-batch Parquet trace that "
     "`tempora-sim` replays under any deadline, patience threshold or budget.\n\n"
-    "`tempora-trace --method X …` (no subcommand) is `tempora-trace run --method X …`.",
+    "`tempora-trace --method X …` (no subcommand) is `tempora-trace run --method X …`. "
+    "`--debug` anywhere on the line prints the traceback behind an error.",
 )
-cli = click.version_option(__version__, "--version", prog_name=PROG)(cli)
+
+
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """``--version``, as click's version option prints it; the version is looked up only when
+    asked for (reading the package metadata is a cost every command would pay otherwise)."""
+    if not value or ctx.resilient_parsing:
+        return
+    from . import __version__
+
+    click.echo(f"{PROG}, version {__version__}", color=ctx.color)
+    ctx.exit()
+
+
+cli = click.option(
+    "--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version, help="Show the version and exit."
+)(cli)
 
 
 # ------------------------------------------------------------------------ options
@@ -90,11 +112,11 @@ def make_config(command: str, opts: dict[str, Any], **extra: Any) -> TraceConfig
     """A resolved :class:`TraceConfig` from ``command``'s parsed options (mapped as
     :mod:`tempora_trace.options` declares them) and ``extra`` fields; every value is checked
     here, before any model, data or output is touched."""
+    from .config import TraceConfig
+
     cfg = TraceConfig(**{**config_kwargs(command, opts), **extra}).resolved()
     if opts["resume"] and opts["force"]:
         raise ConfigError("--resume and --force contradict each other; pass one")
-    from tempora_schema.outputs import check_output_dir
-
     check_output_dir(cfg.out if cfg.out is not None else "traces")  # writable, before any work
     if opts["offline"]:
         os.environ["TEMPORA_OFFLINE"] = "1"  # read where weights are fetched (models.pretrained)
@@ -136,6 +158,8 @@ def calibrate_command(**opts: Any) -> None:
     """Trace `standard` (or reuse its complete trace) and print λ = mean + 6σ of its per-batch latency.
 
     The trace is the one `run --method standard` writes, so it doubles as the group's baseline."""
+    from .calibration import calibrate, print_dispersion
+
     cfg = make_config("calibrate", opts, method=BASELINE_METHOD)
     echo = (lambda s: None) if cfg.quiet else (lambda s: click.echo(s))
     try:
@@ -250,10 +274,16 @@ def list_command(methods_for: str | None, model: str | None, input_size: int | N
         click.echo("methods: " + ", ".join(methods_for_model(model, input_size)))
         return
     from .data import DATASETS
-    from .methods import available_methods
+    from .methods import builtin_methods, method_clashes, plugin_methods
     from .models import available_models
 
-    click.echo("methods: " + ", ".join(available_methods()))
+    clashes = method_clashes()
+    if clashes:
+        raise ConfigError(clashes[0])
+    click.echo("methods: " + ", ".join(builtin_methods()))
+    plugins = plugin_methods()
+    if plugins:
+        click.echo("plugin methods: " + ", ".join(f"{n} ({s[0].distribution} {s[0].version})" for n, s in plugins.items()))
     click.echo("models:  " + ", ".join(available_models()) + "; or timm:NAME, torchvision:NAME[:WEIGHTS], MODULE:FACTORY, PATH.py:FACTORY")
     click.echo("datasets: " + ", ".join(f"{n} (default model {d.default_model})" for n, d in DATASETS.items()) + "; or folder:PATH")
 
@@ -300,13 +330,64 @@ def campaign_command(file: Path, engine: str, address: str | None, retries: int,
         raise ConfigError(f"{len(failed)} trace(s) failed, e.g. {failed[0].task.label}: {failed[0].message}")
 
 
+@cli.command("check-method")
+@click.argument("method")
+@_opt("--param", "params", multiple=True, metavar="KEY=VALUE", help="Build the method with this option (repeatable).")
+@_opt("--batches", type=click.IntRange(2, 1000), default=6, help="Demo batches each check streams.")
+@_opt("--batch-size", type=click.IntRange(2, 4096), default=16, help="Images per demo batch.")
+@_opt(
+    "--norm",
+    type=click.Choice(["bn", "gn", "ln"]),
+    default=None,
+    help="Normalisation family of the demo model [default: the first of bn, gn, ln the method supports].",
+)
+@_opt("--device", default="cpu", help="cpu, cuda or cuda:N (synchronisation is detected on either).")
+@_opt("--threads", type=click.IntRange(1, 4096), default=1, help="Torch intra-op threads while checking.")
+def check_method_command(
+    method: str, params: tuple[str, ...], batches: int, batch_size: int, norm: str | None, device: str, threads: int
+) -> None:
+    """Check that METHOD (a name, package.module:CLASS or PATH.py:CLASS) keeps the contract every
+    built-in method keeps with the tracer: reset and snapshot/restore replay bit for bit, frozen
+    mode changes nothing, options are validated and recorded, predict learns nothing that
+    belongs in adapt, no synchronisation or clock read inside the method, and the warm-up
+    meets every input shape a stream does (docs/add-a-method.md). Runs on the demo data in
+    well under a minute; one line per check, exit status 1 when one fails."""
+    from .methods import resolve_method
+    from .methods.testing import check_method
+    from .timing import resolve_device
+
+    ref = resolve_method(method)
+    dev = str(resolve_device(device))
+    options = dict(parse_param(p) for p in params)
+    click.echo(f"checking {ref.name} ({ref.source.describe()}) on {batches} demo batches of {batch_size}")
+    results = check_method(
+        ref.cls,
+        options,
+        batches=batches,
+        batch_size=batch_size,
+        norm=norm,
+        device=dev,
+        threads=threads,
+        on_result=lambda r: click.echo(r.line()),
+    )
+    failed = [r for r in results if not r.ok]
+    click.echo(f"{ref.name}: {len(results) - len(failed)} of {len(results)} checks passed")
+    if failed:
+        raise click.exceptions.Exit(1)
+
+
 def __getattr__(name: str) -> Any:
-    # `methods_for` / `methods_for_model` now live in tempora_trace.methods (kept here for callers
-    # of the pre-subcommand API without importing the method registry at start-up).
+    # Library names callers used to import from here, resolved on first use so that start-up
+    # does not load them: `methods_for` / `methods_for_model` (tempora_trace.methods) and
+    # `lambda_ms_of` (tempora_trace.calibration).
     if name in ("methods_for", "methods_for_model"):
         from .methods import methods_for_model
 
         return methods_for_model
+    if name == "lambda_ms_of":
+        from .calibration import lambda_ms_of
+
+        return lambda_ms_of
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

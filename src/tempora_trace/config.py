@@ -15,23 +15,42 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 import tempora_schema as schema
+from tempora_schema import DEFAULT_BATCH_SIZE, DEFAULT_SEED, DEFAULT_SEVERITY
 from tempora_schema.command import INT32_MAX, INT64_MAX
 from tempora_schema.vocabulary import BASELINE_METHOD
 
+from .data import expand_domains, get_dataset
 from .errors import ConfigError
+from .options import (
+    DEFAULT_FROZEN_SAMPLE,
+    DEFAULT_IDLE_GAPS,
+    DEFAULT_STAGE_MB,
+    DEFAULT_TIMING_PASSES,
+    DEFAULT_TIMING_SAMPLE,
+    WARMUP_BATCHES,
+)
 
-DEFAULT_BATCH_SIZE = schema.DEFAULT_BATCH_SIZE
-DEFAULT_SEED = schema.DEFAULT_SEED
-DEFAULT_SEVERITY = schema.DEFAULT_SEVERITY
-DEFAULT_FROZEN_SAMPLE = 32
-WARMUP_BATCHES = 5
-DEFAULT_STAGE_MB = 1024.0
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_FROZEN_SAMPLE",
+    "DEFAULT_SEED",
+    "DEFAULT_SEVERITY",
+    "DEFAULT_STAGE_MB",
+    "WARMUP_BATCHES",
+    "TraceConfig",
+]
 
 #: Fields that do not change the rows a run writes; every other field (and the trace
 #: identity, which replaces ``weights`` by the file's hash and ``device`` by its name) must
 #: match exactly for ``--resume``.
-_IDENTITY_EXCLUDE = {"resume", "force", "quiet", "workers", "stage_mb", "out", "name", "data_root"}
+_IDENTITY_EXCLUDE = {
+    "resume", "force", "quiet", "workers", "stage_mb", "out", "name", "data_root", "method_spec",
+    # timed after the main pass, outside every row (tempora_trace.variability)
+    "timing_sample", "timing_passes", "idle_gaps",
+}  # fmt: skip
 
 
 #: Options of models by spec and folder datasets: in the resume identity only when set, so a
@@ -73,6 +92,8 @@ def canonical_policy(text: str | None, seed: int) -> str | None:
 
 @dataclass
 class TraceConfig:
+    #: a method name, or ``module:CLASS`` / ``PATH.py:CLASS`` (resolved() keeps that in
+    #: ``method_spec`` and puts the class's name here; its provenance enters the identity).
     method: str = BASELINE_METHOD
     method_params: dict[str, Any] = field(default_factory=dict)
     #: sparse-adaptation policy (``every:4``, ``fraction:0.25``, ``entropy:0.5``, ``warmup:10``;
@@ -108,6 +129,12 @@ class TraceConfig:
     #: host-memory cap of one staged chunk of batches, MiB (docs/timing.md).
     stage_mb: float = DEFAULT_STAGE_MB
     warmup_batches: int = WARMUP_BATCHES
+    #: timing variability after the main pass (docs/tracer.md): sample events per pass (0: off),
+    #: back-to-back repeat passes, idle waits of the idle pass (``<k>x`` multiples of the median δ
+    #: and/or times; ``none``: no idle pass)
+    timing_sample: int = DEFAULT_TIMING_SAMPLE
+    timing_passes: int = DEFAULT_TIMING_PASSES
+    idle_gaps: str = DEFAULT_IDLE_GAPS
     #: image side of a model by spec (timm:, torchvision:, a factory) where it cannot say
     input_size: int | None = None
     #: CSV ``folder,index`` mapping a folder dataset's classes onto the model's (folder:PATH only)
@@ -117,12 +144,18 @@ class TraceConfig:
     resume: bool = False
     force: bool = False
     quiet: bool = False
+    method_spec: str | None = None
 
     def resolved(self) -> "TraceConfig":
         """A copy with defaults filled in and every value checked (ConfigError otherwise)."""
         cfg = dataclasses.replace(
             self, method_params=dict(self.method_params), checkpoints=list(self.checkpoints), budgets_ms=list(self.budgets_ms)
         )
+        if ":" in (cfg.method_spec or cfg.method):  # a module or file spec: the trace is named after the class
+            from .methods import resolve_method
+
+            cfg.method_spec = cfg.method_spec or cfg.method
+            cfg.method = resolve_method(cfg.method_spec).name
         if cfg.dataset.startswith("folder:"):  # one spelling of the folder, wherever the run starts
             rest = cfg.dataset[len("folder:") :]
             cfg.dataset = "folder:" + (str(Path(rest).expanduser().resolve()) if rest else "")
@@ -140,8 +173,6 @@ class TraceConfig:
         if cfg.domains is None or len(cfg.domains) == 0:
             cfg.domains = list(spec.default_domains)
         else:
-            from .data import expand_domains
-
             cfg.domains = expand_domains(cfg.domains, spec.domains)
         if cfg.stream == "dirichlet":
             if cfg.dirichlet_alpha is None or not (math.isfinite(cfg.dirichlet_alpha) and cfg.dirichlet_alpha > 0):
@@ -183,13 +214,21 @@ class TraceConfig:
         if cfg.workers is not None and cfg.workers < 0:
             raise ConfigError("--workers must be ≥ 0")
         if cfg.threads is None:
-            import torch
-
             cfg.threads = torch.get_num_threads()
         elif cfg.threads < 1:
             raise ConfigError(f"--threads must be ≥ 1, not {cfg.threads}")
         if not cfg.stage_mb > 0:
             raise ConfigError(f"--stage-mb must be > 0, not {cfg.stage_mb}")
+        if not 0 <= cfg.timing_sample <= 100_000:
+            raise ConfigError(f"--timing-sample must be in 0..100000 (0 turns the measurement off), not {cfg.timing_sample}")
+        if not 1 <= cfg.timing_passes <= 100:
+            raise ConfigError(f"--timing-passes must be in 1..100, not {cfg.timing_passes}")
+        from .variability import format_idle_gaps, parse_idle_gaps
+
+        try:
+            cfg.idle_gaps = format_idle_gaps(parse_idle_gaps(str(cfg.idle_gaps)))
+        except ValueError as exc:
+            raise ConfigError(f"--idle-gaps: {exc} (use <k>x multiples of the median δ, times, or 'none')") from None
         if cfg.name is not None and not re.fullmatch(r"[A-Za-z0-9._+-]+", cfg.name):
             raise ConfigError(f"--name '{cfg.name}' may only use letters, digits and . _ + -")
         cfg.checkpoints = sorted(set(cfg.checkpoints))
@@ -205,8 +244,6 @@ class TraceConfig:
 
     def dataset_spec(self):
         """The dataset (:class:`~tempora_trace.data.DatasetSpec`), a folder's included."""
-        from .data import get_dataset
-
         return get_dataset(self.dataset, self.class_map, self.corruptions)
 
     def _severity(self) -> int | None:
@@ -227,10 +264,11 @@ class TraceConfig:
             return Path(self.out).expanduser()
         return Path("traces") / path_part(self.dataset_label()) / path_part(self.model_label()) / device_slug
 
-    def trace_identity(self, weights: str, device: str) -> schema.TraceIdentity:
+    def trace_identity(self, weights: str, device: str, method_source: dict[str, str] | None = None) -> schema.TraceIdentity:
         """The identity of the trace this (resolved) config writes. ``weights``: the loaded
         file's :func:`tempora_schema.weights_identity`; ``device``: the device's name as the
-        metadata records it (``cpu:<model>``, ``cuda:<name>``)."""
+        metadata records it (``cpu:<model>``, ``cuda:<name>``); ``method_source``: the
+        provenance of a method that is not built in (``MethodSource.metadata()``)."""
         group = schema.GroupKey(
             dataset=self.dataset_label(),
             model=self.model_label(),
@@ -244,7 +282,8 @@ class TraceConfig:
             domains=tuple(self.domains or ()),
             max_batches=self.max_batches,
         )
-        return schema.TraceIdentity(self.method, group, self.policy)
+        source = tuple(sorted(method_source.items())) if method_source else None
+        return schema.TraceIdentity(self.method, group, self.policy, method_source=source)
 
     def identity(self, trace_identity: schema.TraceIdentity | None = None) -> dict[str, Any]:
         """What ``--resume`` compares: the trace identity plus every other option that

@@ -550,7 +550,11 @@ class LiveRun:
 
         def serve(i: int) -> tuple[Event, Any]:
             x, y = self.staged[i]
-            ev = timed_event(base.method, x, base.clock, adapt=adapt, peak=False, gate=base.gate)
+            try:
+                ev = timed_event(base.method, x, base.clock, adapt=adapt, peak=False, gate=base.gate)
+            except Exception as exc:
+                base.method_failed(exc, f"episode {episode.name} step {i}", kept="nothing written: a live run is written whole")
+                raise
             base._last_event_end = time.perf_counter()
             # nothing between an event's end and the next decision but holding its logits:
             # scoring waits for the clock to stand still, garbage collection for an idle wait
@@ -736,6 +740,8 @@ class LiveRun:
                     with collector_paused():  # the collector runs between events only, as in a trace
                         self.base.warm_up()
                         self._play_all()
+                        if self.tracing:  # the trace's timing variability, after every live run
+                            self.base.measure_variability()
                 finally:
                     self.base.stager.close()
                 if self.tracing:

@@ -11,6 +11,9 @@
 
 Adding a trace option is one :class:`TraceOption` here plus its use (the ``TraceConfig`` field
 it fills and the code that reads it). ``tempora_sim.options`` does the same for the simulator.
+
+This module is what ``tempora-trace --help`` loads: click, ``tempora_schema`` and nothing that
+imports torch (``TraceConfig`` does, for its checks).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import click
 
+from tempora_schema import DEFAULT_BATCH_SIZE, DEFAULT_SEED, DEFAULT_SEVERITY
 from tempora_schema.command import (
     INT32_MAX,
     INT64_MAX,
@@ -37,8 +41,19 @@ from tempora_schema.errors import OptionError
 from tempora_schema.provision import LAMBDA_RULES
 from tempora_schema.vocabulary import BUDGET_RULES
 
-from .config import DEFAULT_BATCH_SIZE, DEFAULT_FROZEN_SAMPLE, DEFAULT_SEED, DEFAULT_SEVERITY, DEFAULT_STAGE_MB, WARMUP_BATCHES
 from .errors import ConfigError
+
+#: Later batches scored per frozen checkpoint (``--frozen-sample``).
+DEFAULT_FROZEN_SAMPLE = 32
+#: Untimed warm-up copies of the first batch (``--warmup-batches``).
+WARMUP_BATCHES = 5
+#: Host memory of one staged chunk, MiB (``--stage-mb``; docs/timing.md).
+DEFAULT_STAGE_MB = 1024.0
+#: Timing variability after the main pass (tempora_trace.variability, docs/tracer.md): sample
+#: events per pass (``--timing-sample``, 0 = off), repeat passes, idle waits of the idle pass.
+DEFAULT_TIMING_SAMPLE = 16
+DEFAULT_TIMING_PASSES = 2
+DEFAULT_IDLE_GAPS = "1x,4x"
 
 #: The subcommands that trace; a :class:`TraceOption` names the ones that take it.
 COMMANDS = ("run", "live", "calibrate")
@@ -206,7 +221,11 @@ _ALL = COMMANDS
 #: Every trace option, in the order ``--help`` lists them.
 TRACE_OPTIONS: tuple[TraceOption, ...] = (
     # the method and its hyperparameters
-    TraceOption("--method", "TTA method (see `tempora-trace list`). Required.", _RL),
+    TraceOption(
+        "--method",
+        "TTA method: a name (built in or an installed plugin; see `tempora-trace list`), package.module:CLASS or PATH.py:CLASS. Required.",
+        _RL,
+    ),
     TraceOption(
         "--param", "Override a method hyperparameter (repeatable).", _RL, dest="params", multiple=True, metavar="KEY=VALUE", config=None
     ),
@@ -378,6 +397,32 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
         config="default_checkpoints",
         convert=lambda flag: not flag,
         campaign=bool,
+    ),
+    # timing variability measured after the main pass (run, and live --trace-alongside; docs/tracer.md)
+    TraceOption(
+        "--timing-sample",
+        "Events timed again after the main pass, per repeat pass (timing variability; 0 turns it off).",
+        _RL,
+        default=DEFAULT_TIMING_SAMPLE,
+        type=click.IntRange(0, 100_000),
+        campaign=int,
+    ),
+    TraceOption(
+        "--timing-passes",
+        "Back-to-back repeat passes over the timing sample.",
+        _RL,
+        default=DEFAULT_TIMING_PASSES,
+        type=click.IntRange(1, 100),
+        campaign=int,
+    ),
+    TraceOption(
+        "--idle-gaps",
+        "Idle waits before every other event of the idle pass: <k>x (multiples of the sample's median δ) "
+        "and/or times (ms, or with ms/s), comma-separated; 'none' for no idle pass.",
+        _RL,
+        default=DEFAULT_IDLE_GAPS,
+        metavar="GAPS",
+        campaign=str,
     ),
     # the data, the model, the device and the run (every command that traces)
     TraceOption(

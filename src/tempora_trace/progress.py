@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import sys
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
 
 class ProgressView:
     """A rich progress bar per episode (or per long step) on stderr, drawn only on a terminal and
@@ -13,9 +16,6 @@ class ProgressView:
     def __init__(self, enabled: bool):
         self.bar = None
         if enabled and sys.stderr.isatty():
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
             self.bar = Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),

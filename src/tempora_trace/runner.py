@@ -36,10 +36,10 @@ from .config import TraceConfig
 from .data import Episode, batch_order
 from .data.folder import MIN_CORRUPTION_SIZE
 from .data.streams import dirichlet_order, domain_seed, source_labels
-from .errors import ConfigError, DataError
-from .methods import get_method
-from .methods._common import NORM_NAMES, incompatibility_message
+from .errors import ConfigError, DataError, TraceError
+from .methods import resolve_method
 from .methods.base import MethodContext, TTAMethod
+from .methods.gradient import NORM_NAMES, incompatibility_message
 from .models import get_model
 from .norms import describe_norms, method_fits
 from .policies import PolicyGate, check_policy_method
@@ -57,6 +57,8 @@ from .timing import (
     resolve_device,
     timed_event,
 )
+from .variability import VariabilityPlan, parse_idle_gaps
+from .variability import measure as measure_variability
 from .writer import RowBuffer, TraceWriter
 
 
@@ -187,6 +189,22 @@ def summarize(name: str, table) -> EpisodeSummary:
 
 
 # ------------------------------------------------------------------------ the run
+class MethodFailure(TraceError):
+    """A method that is not built in raised inside ``predict``/``adapt`` (or while being built)."""
+
+
+def _failing_phase(exc: BaseException, method: Any) -> str:
+    """``predict``, ``adapt`` or ``warm_up_shapes`` when the traceback passes through that
+    method of ``method`` (the outermost such frame), else ''."""
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name in ("predict", "adapt", "warm_up_shapes") and method is not None and frame.f_locals.get("self") is method:
+            return frame.f_code.co_name
+        tb = tb.tb_next
+    return ""
+
+
 class MethodRun:
     """Device, data, model, method, stager and clock of one run, built and checked once.
 
@@ -200,7 +218,8 @@ class MethodRun:
         self.echo = echo
         self.device = resolve_device(cfg.device)
         self.dataset = cfg.dataset_spec()
-        self.method_cls = get_method(cfg.method)
+        self.method_ref = resolve_method(cfg.method_spec or cfg.method)
+        self.method_cls = self.method_ref.cls
         model, self.model_spec = get_model(cfg.model, cfg.weights, num_classes=self.dataset.model_classes, input_size=cfg.input_size)
         check_model_fits(cfg, self.dataset, self.model_spec, self.method_cls)
         if self.dataset.folder:  # the user's images are decoded the way the model's library says
@@ -215,7 +234,9 @@ class MethodRun:
         #: the sparse-adaptation policy's gate (None: adapt on every batch), reset per episode
         self.gate = PolicyGate(cfg.policy, cfg.seed) if cfg.policy else None
         torch.set_num_threads(cfg.threads)  # part of the trace identity (resolved() fills the default)
-        self.identity = cfg.trace_identity(self.model_spec.weights_identity, describe_device(self.device))
+        self.identity = cfg.trace_identity(
+            self.model_spec.weights_identity, describe_device(self.device), self.method_ref.source.metadata()
+        )
         #: machine-speed probe written to the metadata (docs/trace-schema.md); empty = not measured
         self.speed_probe: list[dict] = []
         self.speed_probe_kind = schema.PROBE_NOT_MEASURED
@@ -241,12 +262,31 @@ class MethodRun:
             model_name=cfg.model,
             norm_kind=self.model_spec.norm,
         )
-        self.method: TTAMethod = self.method_cls(model, context, **cfg.method_params)
+        try:
+            self.method: TTAMethod = self.method_cls(model, context, **cfg.method_params)
+        except Exception as exc:
+            self.method_failed(exc, "construction")
+            raise
         self.masks = {}
         for ep in self.episodes:
             for d in ep.domains:
                 if d.class_mask is not None:
                     self.masks[d.name] = torch.as_tensor(d.class_mask, dtype=torch.long, device=self.device)
+
+    def method_failed(self, exc: Exception, where: str, kept: str = "complete episodes are kept for --resume") -> None:
+        """A method that is not built in raised ``exc`` at ``where`` (an episode and step, the
+        warm-up, its construction): raise the one-line :class:`MethodFailure` in its place.
+        Does nothing for a built-in (an exception there is a bug in Tempora: its traceback
+        stays) or for an error that already is one line (a MethodError about an option)."""
+        if self.method_ref.source.builtin or isinstance(exc, TraceError):
+            return
+        phase = _failing_phase(exc, getattr(self, "method", None))
+        detail = (str(exc).strip().splitlines() or [""])[0]
+        raise MethodFailure(
+            f"method '{self.method_ref.name}' ({self.method_ref.source.describe()}) raised in {phase + ' at ' if phase else ''}{where}: "
+            f"{type(exc).__name__}{': ' + detail if detail else ''}"
+            + (f" ({kept}; --debug shows the traceback)" if where != "construction" else " (--debug shows the traceback)")
+        ) from exc
 
     # -- scoring (outside the timed regions)
     def count_correct(self, logits: torch.Tensor, labels: torch.Tensor, domain: str) -> torch.Tensor:
@@ -268,14 +308,18 @@ class MethodRun:
             return
         x = self.stager.stage(self.episodes[0], [0])[0].x.to(self.device)
         gen = torch.Generator(device="cpu").manual_seed(self.cfg.seed)
-        for _ in range(self.cfg.warmup_batches):
-            noisy = (x.cpu() + 0.25 * torch.randn(x.shape, generator=gen)).to(self.device)
-            timed_event(self.method, noisy, self.clock)
-        self.method.warm_up_shapes(x)
-        self.method.freeze()
-        timed_event(self.method, x, self.clock, adapt=False)
-        self.method.unfreeze()
-        self.method.reset()
+        try:
+            for _ in range(self.cfg.warmup_batches):
+                noisy = (x.cpu() + 0.25 * torch.randn(x.shape, generator=gen)).to(self.device)
+                timed_event(self.method, noisy, self.clock)
+            self.method.warm_up_shapes(x)
+            self.method.freeze()
+            timed_event(self.method, x, self.clock, adapt=False)
+            self.method.unfreeze()
+            self.method.reset()
+        except Exception as exc:
+            self.method_failed(exc, "the warm-up")
+            raise
         self._last_event_end = time.perf_counter()
 
     def start_episode(self, index: int, episode: Episode) -> None:
@@ -361,6 +405,8 @@ class TraceRun(MethodRun):
         self._chunk_at: dict[int, StagedBatch] = {}
         #: the id of the live run this trace was taken alongside (metadata ``taken_alongside``)
         self.alongside_of: str | None = None
+        #: timing variability measured after the main pass (metadata ``timing_variability``)
+        self.timing_variability: dict | None = None
         if claim:
             self.claim_output()
 
@@ -400,7 +446,11 @@ class TraceRun(MethodRun):
                 for b in chunk:
                     domain, _ = episode.locate(b.step)
                     x = b.x.to(self.device, non_blocking=True)
-                    ev = timed_event(self.method, x, self.clock, adapt=False)
+                    try:
+                        ev = timed_event(self.method, x, self.clock, adapt=False)
+                    except Exception as exc:
+                        self.method_failed(exc, f"episode {episode.name} step {b.step} (frozen after {m} steps)")
+                        raise
                     rows.add(
                         episode=episode.name,
                         domain=domain.name,
@@ -455,7 +505,11 @@ class TraceRun(MethodRun):
         self._maybe_probe(index, episode, step)
         before = host_snapshot(self.method) if self.budgets is not None and self.budgets.strict_pending else None
         x = b.x.to(self.device, non_blocking=True)
-        ev = timed_event(self.method, x, self.clock, gate=self.gate)
+        try:
+            ev = timed_event(self.method, x, self.clock, gate=self.gate)
+        except Exception as exc:
+            self.method_failed(exc, f"episode {episode.name} step {step}")
+            raise
         self._last_event_end = time.perf_counter()
         rows.add(
             episode=episode.name,
@@ -483,6 +537,18 @@ class TraceRun(MethodRun):
                     done.add(m)
             schedule.update(overshoot)
 
+    def measure_variability(self) -> None:
+        """Time a sample of the stream again after the main pass (:mod:`.variability`)."""
+        plan = VariabilityPlan(self.cfg.timing_sample, self.cfg.timing_passes, parse_idle_gaps(self.cfg.idle_gaps))
+        if plan.enabled:
+            self.timing_variability = measure_variability(self, plan)
+            if self.timing_variability is not None:
+                tv = self.timing_variability
+                self.echo(
+                    f"timing variability: {len(tv['passes_ms'])} repeat pass(es) and "
+                    f"{'an idle pass' if tv['idle_ms'] else 'no idle pass'} over {schema.sample_size(tv)} events, {tv['seconds']:.1f} s"
+                )
+
     def metadata(self) -> dict[str, Any]:
         cfg = self.cfg
         return {
@@ -492,6 +558,7 @@ class TraceRun(MethodRun):
             "speed_probe": [p for i in sorted(self.probes) for p in self.probes[i]],
             "speed_probe_kind": self.probe.kind,
             **({"taken_alongside": self.alongside_of} if self.alongside_of else {}),
+            **({schema.VARIABILITY_KEY: self.timing_variability} if self.timing_variability else {}),
         }
 
     def run(self, on_episode_end: Callable[[int, str], None] | None = None) -> Path:
@@ -511,6 +578,7 @@ class TraceRun(MethodRun):
                     self.echo(summarize(episode.name, rows.table()).line() + f"  {wall:.1f} s")
                     if on_episode_end is not None:
                         on_episode_end(i, episode.name)
+                self.measure_variability()
             return self.writer.finish(self.metadata())
         finally:
             progress.close()

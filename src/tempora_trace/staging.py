@@ -24,8 +24,8 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import torch
 
-from .config import DEFAULT_STAGE_MB
 from .data.streams import Episode
+from .options import DEFAULT_STAGE_MB
 
 #: ``observer(first_step, last_step, t_start_ns, t_end_ns)`` after each decode pass, with
 #: ``time.perf_counter_ns`` stamps taken before the first decode started and after the last

@@ -353,9 +353,10 @@
       const cert = v.cert[0][c];
       const verdict = v.tie[0][c] ? "tied: a coin toss" : cert === 1 ? "certain" : cert === 0 ? "uncertain: could be a coin toss" : "not assessed";
       const level = `${+(D.ci_level * 100).toPrecision(3)}%`;
-      html += `<div class="big">At ${esc(here())}: use <span id="recommended" data-method="${esc(m)}" style="color:${colour(m)}">${esc(m)}</span> · U = ${pct(v.u[0][w][c])} [${pct(v.lo[0][w][c])}, ${pct(v.hi[0][w][c])}] <span class="hint">(${level} interval, corruptions resampled)</span></div>`;
+      const tied = v.tie[0][c] && ru >= 0 ? ` (tied with ${esc(g.methods[ru])})` : "";
+      html += `<div class="big">At ${esc(here())}: use <span id="recommended" data-method="${esc(m)}" style="color:${colour(m)}">${esc(m)}</span>${tied} · U = ${pct(v.u[0][w][c])} [${pct(v.lo[0][w][c])}, ${pct(v.hi[0][w][c])}] <span class="hint">(${level} interval, corruptions resampled)</span></div>`;
       if (ru >= 0 || v.tie[0][c])
-        html += `<div id="lead" data-runner-up="${ru >= 0 ? esc(g.methods[ru]) : ""}" data-certain="${cert === null ? "" : cert}">lead over ${ru >= 0 ? esc(g.methods[ru]) : "the tied method"}: ${pp(ru >= 0 ? v.lead[0][c] : 0)} pp [${pp(v.lead_lo[0][c])}, ${pp(v.lead_hi[0][c])}] (paired) → <span class="${cert === 1 ? "certain" : "uncertain"}">${verdict}</span></div>`;
+        html += `<div id="lead" data-runner-up="${ru >= 0 ? esc(g.methods[ru]) : ""}" data-certain="${cert === null ? "" : cert}">lead over ${ru >= 0 ? esc(g.methods[ru]) : "–"}: ${pp(ru >= 0 ? v.lead[0][c] : 0)} pp [${pp(v.lead_lo[0][c])}, ${pp(v.lead_hi[0][c])}] (paired) → <span class="${cert === 1 ? "certain" : "uncertain"}">${verdict}</span></div>`;
       const sws = v.switch ? [[v.params[0], v.switch]] : v.switches ? v.params.map((p, a) => [p, v.switches[a]]) : [];
       sws.forEach(([param, sw], a) => {
         const held = is2d() ? ` (${a === 0 ? label(v.params[1], v.axes[1][S.j]) : label(v.params[0], v.axes[0][S.i])} held)` : "";

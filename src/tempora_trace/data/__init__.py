@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from tempora_schema import DEFAULT_SEVERITY
+
 from ..errors import ConfigError, DataError
 from .cifar import open_cifar_c, open_cifar_clean
 from .imagenet import open_imagenet_c, open_imagenet_clean, open_imagenet_variant
 from .streams import CORRUPTIONS, Domain, Episode, batch_order, expand_domains
-
-DEFAULT_SEVERITY = 5
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,11 @@ def _cell(text: str) -> str:
 
 def departures_markdown() -> str:
     """One section per registered method: its paper, then a table of every departure."""
-    from . import available_methods, get_method
+    from . import builtin_methods, get_method
     from .base import AS_DEFAULT
 
     out: list[str] = []
-    for name in available_methods():
+    for name in builtin_methods():
         cls = get_method(name)
         out += [f"### `{name}` {{ #parity-{name} }}", "", cls.paper, ""]
         if not cls.departures:

@@ -14,6 +14,7 @@ import torch
 
 from . import register
 from .base import MethodContext, TTAMethod, configure_batchnorm
+from .gradient import check_params
 
 
 @register
@@ -33,6 +34,7 @@ class AdaBN(TTAMethod):
 
     def __init__(self, model: torch.nn.Module, context: MethodContext, **params):
         super().__init__(model, context, **params)
+        check_params(self, fractions=("bn_momentum",))  # `--param bn_momentum=abc`: one line, not a traceback in the forward
         self.model.eval()
         self.model.requires_grad_(False)
         bns = configure_batchnorm(self.model, self.params["source_stats"], self.params["bn_momentum"])

@@ -13,9 +13,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import register
-from ._augment import MethodRNG, cmf_augment, random_resized_crop_flip
-from ._common import TRACKED_BN_STATISTICS, GradientMethod, auxiliary_view_statistics, is_vit
+from .augment import MethodRNG, cmf_augment, random_resized_crop_flip
 from .base import Departure, MethodContext, MethodError, named_norm_affine_params
+from .gradient import TRACKED_BN_STATISTICS, GradientMethod, auxiliary_view_statistics, is_vit
 
 #: Log offset of the soft likelihood ratio (the authors' constant).
 SLR_EPS = 1e-5

@@ -12,9 +12,9 @@ import torch
 import torch.nn as nn
 
 from . import register
-from ._augment import MethodRNG, patch_shuffle
-from ._common import TRACKED_BN_STATISTICS, GradientMethod, auxiliary_view_statistics, reference_top_layer, selected
+from .augment import MethodRNG, patch_shuffle
 from .base import MethodContext, MethodError, entropy_margin, named_norm_affine_params, softmax_entropy
+from .gradient import TRACKED_BN_STATISTICS, GradientMethod, auxiliary_view_statistics, reference_top_layer, selected
 
 #: DeYO leaves the top of the network untouched, as the authors' code does: ResNet ``layer4``,
 #: ViT-B blocks 9–11 and the final ``norm``. Matched on whole name components so the rule also

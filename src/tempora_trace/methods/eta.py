@@ -27,8 +27,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import register
-from ._common import TRACKED_BN_STATISTICS, GradientMethod, selected
 from .base import MethodContext, entropy_margin, softmax_entropy
+from .gradient import TRACKED_BN_STATISTICS, GradientMethod, selected
 
 
 def redundancy_margin(context: MethodContext) -> float:

@@ -23,8 +23,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import register
-from ._common import check_params
 from .base import Departure, MethodContext, TTAMethod, classifier_head
+from .gradient import check_params
 
 
 def knn_affinity(features: torch.Tensor, k: int, drop_first: bool = False) -> torch.Tensor:

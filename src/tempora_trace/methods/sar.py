@@ -34,9 +34,9 @@ import torch
 import torch.nn as nn
 
 from . import register
-from ._common import TRACKED_BN_STATISTICS, GradientMethod, auxiliary_view_statistics, reference_top_layer, selected
 from ._sam import SAM
 from .base import AS_DEFAULT, Departure, MethodContext, MethodError, entropy_margin, named_norm_affine_params, softmax_entropy
+from .gradient import TRACKED_BN_STATISTICS, GradientMethod, auxiliary_view_statistics, reference_top_layer, selected
 
 
 def sar_excluded_modules(model: nn.Module) -> list[str]:

@@ -23,8 +23,8 @@ import torch
 import torch.nn as nn
 
 from . import register
-from ._common import GradientMethod
 from .base import Departure, MethodContext, classifier_head, softmax_entropy
+from .gradient import GradientMethod
 
 #: The Tempora reference's classifier rule: a parameter is frozen when its name contains one of
 #: these substrings. On timm's ViT it also matches every ``blocks.N.mlp.fc1``/``fc2``.

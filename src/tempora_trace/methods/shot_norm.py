@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch.nn as nn
 
 from . import register
-from ._common import TRACKED_BN_STATISTICS
 from .base import named_norm_affine_params
+from .gradient import TRACKED_BN_STATISTICS
 from .shot_im import SHOTIM
 
 

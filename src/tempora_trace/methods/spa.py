@@ -13,9 +13,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import register
-from ._augment import DetachedTargetMethod, MethodRNG, PatchNoise, ProjectorView, low_frequency_amplitude_mask
-from ._common import is_vit, selected
+from .augment import DetachedTargetMethod, MethodRNG, PatchNoise, ProjectorView, low_frequency_amplitude_mask
 from .base import Departure, MethodContext, MethodError
+from .gradient import is_vit, selected
 
 
 def confident_kl(weak_logits: torch.Tensor, clean_logits: torch.Tensor) -> torch.Tensor:

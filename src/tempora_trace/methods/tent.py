@@ -15,8 +15,8 @@ from __future__ import annotations
 import torch
 
 from . import register
-from ._common import TRACKED_BN_STATISTICS, GradientMethod
 from .base import softmax_entropy
+from .gradient import TRACKED_BN_STATISTICS, GradientMethod
 
 
 @register

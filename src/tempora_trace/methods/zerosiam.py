@@ -13,9 +13,9 @@ import torch
 import torch.nn as nn
 
 from . import register
-from ._augment import DetachedTargetMethod, ProjectorView
-from ._common import is_vit
+from .augment import DetachedTargetMethod, ProjectorView
 from .base import AS_DEFAULT, Departure, MethodContext, softmax_entropy
+from .gradient import is_vit
 
 
 def symmetric_kl(clean_logits: torch.Tensor, view_logits: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,100 @@
+"""The optional ``timing_variability`` metadata of a trace (docs/trace-schema.md, "Timing variability").
+
+After its main pass the tracer times a sample of the stream again, outside every row of the
+trace: ``passes`` back-to-back repeat passes, then one *idle pass* in which some events follow
+an idle wait of a given length. A repeat event runs the same computation as the main-pass
+event of the same (episode, step) — the method is reset and reseeded exactly as the main pass
+started the episode — so the ratio of the two times is pure timing variability of the device.
+The simulator turns those ratios into timing replicates (``tempora_sim.timing_noise``).
+
+The key is optional: a trace without it reads as before, and the answers drawn from it say
+that their timing uncertainty is unknown. Its value::
+
+    {"sample": [{"episode": "gaussian_noise", "steps": [0, 1, 2, 3]}, ...],
+     "passes_ms": [[δ, ...], ...],     # one list per repeat pass, δ (ms) per sample event
+     "idle_gaps_ms": [0, 50, 0, 500, ...],  # idle wait before each idle-pass event (0: back to back)
+     "idle_ms": [δ, ...],              # δ of the idle pass's events (empty: no idle pass)
+     "seconds": 3.1}                   # wall time the whole measurement took
+
+Sample events are in sample order (episodes as listed, steps ascending), the same order in
+every list. Nothing here imports torch or pyarrow.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+#: Metadata key of the timing-variability measurement (optional in schema v2).
+VARIABILITY_KEY = "timing_variability"
+_KEYS = {"sample", "passes_ms", "idle_gaps_ms", "idle_ms", "seconds"}
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_time(v: Any, positive: bool) -> bool:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    return ok and (v > 0 if positive else v >= 0)
+
+
+def sample_size(tv: Mapping[str, Any]) -> int:
+    """Number of sample events (Σ len(steps))."""
+    return sum(len(item["steps"]) for item in tv["sample"])
+
+
+def validate_variability(tv: Any, path: object = "<trace>") -> None:
+    """Raise ``TraceSchemaError`` unless ``tv`` is a well-formed ``timing_variability`` value."""
+    from . import TraceSchemaError
+
+    def bad(rule: str) -> None:
+        raise TraceSchemaError(path, f"metadata '{VARIABILITY_KEY}': {rule}")
+
+    if not isinstance(tv, dict):
+        bad("must be a JSON object")
+    if set(tv) != _KEYS:
+        bad(f"must have exactly the keys {', '.join(sorted(_KEYS))}")
+    sample = tv["sample"]
+    if not isinstance(sample, list) or not sample:
+        bad("'sample' must be a non-empty list")
+    seen = set()
+    for i, item in enumerate(sample):
+        if not isinstance(item, dict) or set(item) != {"episode", "steps"}:
+            bad(f"sample item {i} must be an object with keys episode, steps")
+        if not isinstance(item["episode"], str) or not item["episode"]:
+            bad(f"sample item {i}: 'episode' must be a non-empty string")
+        if item["episode"] in seen:
+            bad(f"sample item {i}: episode {item['episode']!r} listed twice")
+        seen.add(item["episode"])
+        steps = item["steps"]
+        if not isinstance(steps, list) or not steps or not all(_is_int(s) and s >= 0 for s in steps):
+            bad(f"sample item {i}: 'steps' must be a non-empty list of integers >= 0")
+        if any(b <= a for a, b in zip(steps, steps[1:])):
+            bad(f"sample item {i}: 'steps' must be strictly increasing")
+    k = sum(len(item["steps"]) for item in sample)
+    passes = tv["passes_ms"]
+    if not isinstance(passes, list) or not passes:
+        bad("'passes_ms' must be a non-empty list of passes")
+    for p, times in enumerate(passes):
+        if not isinstance(times, list) or len(times) != k or not all(_is_time(t, True) for t in times):
+            bad(f"pass {p} must list {k} finite times > 0 (one per sample event)")
+    gaps, idle = tv["idle_gaps_ms"], tv["idle_ms"]
+    if not isinstance(gaps, list) or not isinstance(idle, list) or len(gaps) != len(idle) or len(idle) not in (0, k):
+        bad(f"'idle_gaps_ms' and 'idle_ms' must both be empty or both list {k} values")
+    if not all(_is_time(g, False) for g in gaps) or not all(_is_time(t, True) for t in idle):
+        bad("idle gaps must be finite and >= 0, idle-pass times finite and > 0")
+    if not _is_time(tv["seconds"], False):
+        bad("'seconds' must be a finite number >= 0")
+
+
+def check_variability_rows(tv: Mapping[str, Any], episode_lengths: Mapping[str, int], path: object = "<trace>") -> None:
+    """Every sample (episode, step) names an adapt row of the trace."""
+    from . import TraceSchemaError
+
+    for i, item in enumerate(tv["sample"]):
+        n = episode_lengths.get(item["episode"])
+        if n is None:
+            raise TraceSchemaError(path, f"metadata '{VARIABILITY_KEY}' sample item {i} names episode {item['episode']!r}, not in the rows")
+        if item["steps"][-1] >= n:
+            raise TraceSchemaError(path, f"metadata '{VARIABILITY_KEY}' sample item {i}: step {item['steps'][-1]} is beyond its episode")

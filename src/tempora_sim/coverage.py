@@ -1,0 +1,145 @@
+"""Do the replay's timing intervals cover what live runs see? (``tempora-sim validate``)
+
+A live run replays nothing: it serves the same batches as the trace (same seed, same
+episodes) on the real clock, so what separates it from the replay is timing alone. For each
+validated setting this module replays the trace's measured timing variability
+(:mod:`tempora_sim.timing_noise`, ``replicates`` timing replicates of the trace cut to the
+live run's episodes and batches, the model measured on the whole trace) and takes the
+percentile interval of α and U over the replicates: the replay's *timing interval*. The
+coverage of a setting is the share of its live runs whose α (and U) lie inside it; its width
+says how wide the interval had to be. A trace without the measurement has no timing interval
+(``timing_uncertainty = unknown``).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import polars as pl
+
+from . import timing_noise as tn
+
+#: Timing replicates behind a validation interval (one replay of one cut trace each: cheap).
+DEFAULT_REPLICATES = 200
+DEFAULT_LEVEL = 0.95
+#: Columns added to each validated setting.
+COLUMNS = (
+    "timing_uncertainty",
+    "alpha_timing_lo",
+    "alpha_timing_hi",
+    "utility_timing_lo",
+    "utility_timing_hi",
+    "covered_alpha",
+    "covered_utility",
+    "coverage_alpha_pct",
+    "coverage_utility_pct",
+    "width_alpha_pp",
+    "width_utility_pp",
+)
+
+
+def timing_interval(
+    trace, restricted, run: dict, lam: float, replicates: int = DEFAULT_REPLICATES, level: float = DEFAULT_LEVEL, seed: int = 0
+):
+    """(α lo, α hi, U lo, U hi) of ``restricted`` (``trace`` cut to a live run's batches) under
+    the live run's setting ``run``, over ``replicates`` timing replicates drawn from the model
+    measured on the whole ``trace``; None when the trace measured no variability. α is None
+    for an amortised setting."""
+    from .replay import ALL_EPISODES, run_sweep
+    from .replicates import replicates_of
+    from .traces import TraceSet
+
+    model = tn.timing_model(trace)
+    if model is None:
+        return None
+    if run["protocol"] == "discrete":
+        res = run_sweep(
+            TraceSet([restricted]), protocols="discrete", rho=[lam / float(run["gamma_ms"])], lambda_ms=lam, queue=int(run["queue"])
+        )
+    else:
+        res = run_sweep(
+            TraceSet([restricted]), protocols="amortised", B_ms=[float(run["budget_ms"])], lambda_ms=lam, budget_rule=run["budget_rule"]
+        )
+    reps = replicates_of(res, replicates, seed, models=[model])
+    pooled = [r.filter(pl.col("episode") == ALL_EPISODES).row(0, named=True) for r in reps.reps]
+    q = [(1 - level) / 2, 1 - (1 - level) / 2]
+    u_lo, u_hi = np.quantile([p["utility"] for p in pooled], q)
+    if run["protocol"] != "discrete":
+        return None, None, float(u_lo), float(u_hi)
+    a_lo, a_hi = np.quantile([p["alpha"] for p in pooled], q)
+    return float(a_lo), float(a_hi), float(u_lo), float(u_hi)
+
+
+def coverage_row(interval, alphas: Sequence[float | None], utilities: Sequence[float]) -> dict:
+    """The coverage columns of one setting from its timing interval and its live runs' α and U."""
+    if interval is None:
+        return {c: (tn.UNKNOWN if c == "timing_uncertainty" else None) for c in COLUMNS}
+    a_lo, a_hi, u_lo, u_hi = interval
+    eps = 1e-12
+    cov_u = sum(u_lo - eps <= u <= u_hi + eps for u in utilities)
+    out = {
+        "timing_uncertainty": tn.MEASURED,
+        "alpha_timing_lo": a_lo,
+        "alpha_timing_hi": a_hi,
+        "utility_timing_lo": u_lo,
+        "utility_timing_hi": u_hi,
+        "covered_alpha": None,
+        "covered_utility": int(cov_u),
+        "coverage_alpha_pct": None,
+        "coverage_utility_pct": 100.0 * cov_u / len(utilities),
+        "width_alpha_pp": None,
+        "width_utility_pp": 100.0 * (u_hi - u_lo),
+    }
+    if a_lo is not None:
+        cov_a = sum(a is not None and a_lo - eps <= a <= a_hi + eps for a in alphas)
+        out.update(covered_alpha=int(cov_a), coverage_alpha_pct=100.0 * cov_a / len(alphas), width_alpha_pp=100.0 * (a_hi - a_lo))
+    return out
+
+
+def overall(settings: pl.DataFrame) -> dict | None:
+    """Coverage over every setting with a timing interval: live runs inside / live runs, and
+    the median interval width (pp); None when no setting has one."""
+    if "timing_uncertainty" not in settings.columns:
+        return None
+    s = settings.filter(pl.col("timing_uncertainty") == tn.MEASURED)
+    if not s.height:
+        return None
+    d = s.filter(pl.col("covered_alpha").is_not_null())
+    out = {
+        "settings": s.height,
+        "runs": int(s["runs"].sum()),
+        "covered_utility": int(s["covered_utility"].sum()),
+        "median_width_utility_pp": float(s["width_utility_pp"].median()),
+        "lowest_setting_utility_pct": float(s["coverage_utility_pct"].min()),
+    }
+    out["coverage_utility_pct"] = 100.0 * out["covered_utility"] / out["runs"]
+    if d.height:
+        out.update(
+            alpha_runs=int(d["runs"].sum()),
+            covered_alpha=int(d["covered_alpha"].sum()),
+            median_width_alpha_pp=float(d["width_alpha_pp"].median()),
+            lowest_setting_alpha_pct=float(d["coverage_alpha_pct"].min()),
+        )
+        out["coverage_alpha_pct"] = 100.0 * out["covered_alpha"] / out["alpha_runs"]
+    return out
+
+
+def describe(summary: dict | None, level: float = DEFAULT_LEVEL) -> str:
+    """One line for ``validate``'s output."""
+    if summary is None:
+        return "timing coverage: unknown (no trace measured its timing variability)"
+    text = (
+        f"timing coverage ({summary['settings']} settings, {summary['runs']} live runs inside the replay's {level:.0%} timing interval): "
+    )
+    parts = []
+    if "coverage_alpha_pct" in summary:
+        parts.append(
+            f"α {summary['covered_alpha']}/{summary['alpha_runs']} = {summary['coverage_alpha_pct']:.0f} % "
+            f"(lowest setting {summary['lowest_setting_alpha_pct']:.0f} %, median width {summary['median_width_alpha_pp']:.1f} pp)"
+        )
+    parts.append(
+        f"U {summary['covered_utility']}/{summary['runs']} = {summary['coverage_utility_pct']:.0f} % "
+        f"(lowest setting {summary['lowest_setting_utility_pct']:.0f} %, median width {summary['median_width_utility_pp']:.1f} pp)"
+    )
+    return text + "; ".join(parts)

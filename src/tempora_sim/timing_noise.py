@@ -1,0 +1,353 @@
+"""Timing variability in the replay: timing replicates and the idle effect (docs/statistics.md).
+
+A trace holds one timed pass. When the tracer also measured how much its event times move
+(the optional ``timing_variability`` metadata, :mod:`tempora_schema.variability`), the
+simulator replays that variability:
+
+**The model.** For each repeat pass ``p`` of the sample and each sample event ``i`` the log
+ratio ``L[p, i] = log(δ_repeat / δ_main)`` (same computation, same device, another pass) is
+split into a *pass shift* ``s_p = median_i L[p, i]`` (the whole pass ran faster or slower: the
+machine's state) and *event residuals* ``L[p, i] − s_p``. The idle pass's back-to-back events
+count as one more pass. A timing replicate of a trace draws one pass shift and, for every
+batch, one residual, and scales that batch's ``e``, ``ℓ`` and ``δ`` by
+``exp(shift + residual)``; λ (a property of the deployment, fixed by the standard trace)
+stays as it is.
+
+A few passes estimate the pass shift's spread poorly, and all of them share the traced pass,
+so a new pass's shift is drawn from a predictive normal: centred on the measured shifts' mean,
+with their standard deviation widened by √(1 + 1/K) and Student's t_{K−1} (:func:`shift_spread`).
+The residuals (tens of events) are resampled as measured.
+
+**Common random numbers.** Replicate ``r`` draws one uniform ``u_r`` per comparison group and
+one uniform ``v_{r,j}`` per (group, episode, step); every method of the group maps the same
+uniforms through its own measured distribution (the predictive normal's ``u``-quantile; the
+``⌊v·M⌋``-th smallest of its M residuals).
+A slow pass of the machine is slow for every method, so paired differences stay sharp.
+
+**The idle effect.** In the idle pass every other event follows an idle wait. A gap's effect is
+*systematic* when every event after it is slower (or every one faster) than three quarters of
+the pass's back-to-back events; its factor is then ``exp(median L_after − median L_control)``,
+else 1. The discrete replay scales an event that starts after an idle time ``g`` by ``F(g)``,
+linear between the measured gaps (F(0) = 1) and constant beyond the largest
+(:func:`discrete_idle_kernel`); ``no_idle_effect`` turns it off.
+
+A trace without the metadata has no model: its replicates repeat its traced times, and the
+answers say that its timing uncertainty is unknown.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+import polars as pl
+
+from tempora_schema import VARIABILITY_KEY
+
+#: Default number of timing replicates behind an interval (``--timing-replicates``).
+DEFAULT_REPLICATES = 20
+#: What the answers say about their timing uncertainty.
+MEASURED = "measured"
+UNKNOWN = "unknown"
+
+
+#: Two-sided 97.5 % quantiles of Student's t with 1 … 30 degrees of freedom: the predictive
+#: spread of a pass shift estimated from K passes is widened by t_{K−1} / z (matched at 95 %).
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
+_Z975 = 1.959964
+
+
+def shift_spread(shifts: np.ndarray) -> tuple[float, float] | None:
+    """(centre, scale) of the predictive distribution of a new pass's shift from K measured
+    shifts: centre = their mean; scale = their standard deviation (ddof 1) × √(1 + 1/K) ×
+    t_{K−1, 97.5 %}/z_{97.5 %} (a normal that matches Student's t prediction interval at 95 %:
+    few passes, wide spread). None for K < 2."""
+    k = shifts.size
+    if k < 2:
+        return None
+    t = _T975[k - 2] if k - 1 <= len(_T975) else _Z975
+    return float(np.mean(shifts)), float(np.std(shifts, ddof=1) * math.sqrt(1.0 + 1.0 / k) * t / _Z975)
+
+
+@dataclass(frozen=True)
+class TimingModel:
+    """One trace's measured timing variability, as the replay uses it (sorted samples)."""
+
+    shifts: np.ndarray  # log pass shifts, sorted
+    residuals: np.ndarray  # log event residuals, sorted
+    idle_gaps_ms: np.ndarray  # measured idle gaps, ascending
+    idle_factors: np.ndarray  # factor per gap (1 where the effect is not systematic)
+    events: int
+    seconds: float
+
+    def shift(self, u: float) -> float:
+        """The pass shift of uniform ``u``: the predictive normal of :func:`shift_spread` at
+        ``u`` (clipped to [0.1 %, 99.9 %]), or the single measured shift when K = 1."""
+        spread = shift_spread(self.shifts)
+        if spread is None:
+            return float(self.shifts[0])
+        from statistics import NormalDist
+
+        return spread[0] + spread[1] * NormalDist().inv_cdf(min(max(u, 1e-3), 1 - 1e-3))
+
+    @property
+    def has_idle_effect(self) -> bool:
+        return bool(np.any(self.idle_factors != 1.0))
+
+    def spread(self) -> tuple[float, float]:
+        """(largest |pass shift|, median |event residual|) as fractions, for the summaries."""
+        s = float(np.max(np.abs(np.expm1(self.shifts)))) if self.shifts.size else 0.0
+        r = float(np.median(np.abs(np.expm1(self.residuals)))) if self.residuals.size else 0.0
+        return s, r
+
+
+def _main_delta(trace, sample: list[dict]) -> np.ndarray:
+    """δ of the main pass at the sample's (episode, step), in sample order; NaN for an event
+    the trace's rows no longer hold (a trace cut to fewer episodes or batches)."""
+    ra = trace.replay_arrays
+    offsets = np.concatenate(([0], np.cumsum(ra.lengths))).tolist()
+    where = {ep: (offsets[i], int(ra.lengths[i])) for i, ep in enumerate(ra.episodes)}
+    delta = np.asarray(ra.delta, np.float64)
+    out = []
+    for item in sample:
+        start, n = where.get(item["episode"], (0, 0))
+        out.extend(float(delta[start + s]) if s < n else math.nan for s in item["steps"])
+    return np.asarray(out, np.float64)
+
+
+def model_from_measurement(tv: dict, main: np.ndarray) -> TimingModel | None:
+    """The :class:`TimingModel` of a ``timing_variability`` value and the main-pass δ of its
+    sample events (a sample event whose main δ is 0 carries no ratio and is left out)."""
+    ok = np.isfinite(main) & (main > 0)
+    if not ok.any():
+        return None
+    log_main = np.log(np.where(ok, main, 1.0))
+    if ok.sum() < 2:
+        return None
+    shifts, residuals = [], []
+    for times in tv["passes_ms"]:
+        L = (np.log(np.asarray(times, np.float64)) - log_main)[ok]
+        s = float(np.median(L))
+        shifts.append(s)
+        residuals.append(L - s)
+    gaps_ms, factors = [], []
+    if tv["idle_ms"]:
+        gaps = np.asarray(tv["idle_gaps_ms"], np.float64)
+        L = np.log(np.asarray(tv["idle_ms"], np.float64)) - log_main
+        control = ok & (gaps == 0)
+        if control.sum() >= 2:
+            Lc = L[control]
+            s = float(np.median(Lc))
+            shifts.append(s)
+            residuals.append(Lc - s)
+            q1, q3 = np.quantile(Lc, [0.25, 0.75])
+            for g in np.unique(gaps[gaps > 0]):
+                La = L[ok & (gaps == g)]
+                systematic = La.size >= 3 and (bool((La > q3).all()) or bool((La < q1).all()))
+                gaps_ms.append(float(g))
+                factors.append(math.exp(float(np.median(La)) - s) if systematic else 1.0)
+    return TimingModel(
+        shifts=np.sort(np.asarray(shifts, np.float64)),
+        residuals=np.sort(np.concatenate(residuals)),
+        idle_gaps_ms=np.asarray(gaps_ms, np.float64),
+        idle_factors=np.asarray(factors, np.float64),
+        events=int(ok.sum()),
+        seconds=float(tv["seconds"]),
+    )
+
+
+def timing_model(trace) -> TimingModel | None:
+    """The trace's :class:`TimingModel`, or None when it carries no timing-variability data."""
+    tv = trace.meta.get(VARIABILITY_KEY)
+    if not tv:
+        return None
+    return model_from_measurement(tv, _main_delta(trace, tv["sample"]))
+
+
+def timing_status(traces: Sequence) -> str:
+    """``measured`` when every trace carries timing-variability data, else ``unknown``."""
+    return MEASURED if traces and all(t.meta.get(VARIABILITY_KEY) for t in traces) else UNKNOWN
+
+
+# ----------------------------------------------------------------------------- draws
+def _pick(sorted_values: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """The ⌊u·K⌋-th smallest of K values (u in [0, 1)): the same u, the same rank, any method."""
+    k = sorted_values.size
+    return sorted_values[np.minimum((u * k).astype(np.int64), k - 1)]
+
+
+def _stream(seed: int, replicate: int, label: str) -> np.random.Generator:
+    return np.random.default_rng([int(seed), int(replicate), zlib.crc32(label.encode("utf-8"))])
+
+
+def replicate_factors(series, models: list[TimingModel | None], replicate: int, seed: int) -> np.ndarray:
+    """Per-batch speed factor of every batch of ``series`` in timing replicate ``replicate``.
+
+    ``models[t]`` belongs to ``series.traces[t]`` (None: factor 1). Uniforms come from streams
+    keyed by (seed, replicate, group) and (seed, replicate, group, episode), so every method of
+    a group — whatever its position in the series — gets the same draws."""
+    out = np.ones(series.a.shape[0], np.float64)
+    u_group: dict[str, float] = {}
+    for s_idx, ep in enumerate(series.episode):
+        t = int(series.trace_of[s_idx])
+        model = models[t]
+        if model is None:
+            continue
+        label = series.traces[t].group.label()
+        if label not in u_group:
+            u_group[label] = float(_stream(seed, replicate, label).random())
+        lo, hi = int(series.offsets[s_idx]), int(series.offsets[s_idx + 1])
+        v = _stream(seed, replicate, f"{label}\x00{ep}").random(hi - lo)
+        shift = model.shift(u_group[label])
+        out[lo:hi] = np.exp(shift + _pick(model.residuals, v))
+    return out
+
+
+def scaled(series, factors: np.ndarray):
+    """A copy of ``series`` whose e, ℓ and δ are multiplied by ``factors``."""
+    import dataclasses
+
+    return dataclasses.replace(series, e=series.e * factors, l=series.l * factors, delta=series.delta * factors)
+
+
+# ----------------------------------------------------------------------------- idle effect
+def idle_curves(series, models: list[TimingModel | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Per series, the idle curve of its trace: (offsets [S+1], gaps, factors); None when no
+    trace shows a systematic idle effect."""
+    if not any(m is not None and m.has_idle_effect for m in models):
+        return None
+    gaps, factors, counts = [], [], []
+    for s_idx in range(len(series.episode)):
+        m = models[int(series.trace_of[s_idx])]
+        if m is not None and m.has_idle_effect:
+            gaps.append(m.idle_gaps_ms)
+            factors.append(m.idle_factors)
+            counts.append(m.idle_gaps_ms.size)
+        else:
+            counts.append(0)
+    offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    cat = lambda xs: np.concatenate(xs).astype(np.float64) if xs else np.zeros(0)  # noqa: E731
+    return offsets, cat(gaps), cat(factors)
+
+
+def idle_factor(gap: float, gaps: np.ndarray, factors: np.ndarray) -> float:
+    """F(gap): 1 at 0, linear between the measured gaps, constant beyond the largest."""
+    return _idle_factor(float(gap), np.asarray(gaps, np.float64), np.asarray(factors, np.float64))
+
+
+def _idle_factor(gap, gaps, factors):
+    k = gaps.shape[0]
+    if k == 0 or gap <= 0.0:
+        return 1.0
+    if gap >= gaps[k - 1]:
+        return factors[k - 1]
+    x0, y0 = 0.0, 1.0
+    for i in range(k):
+        if gap <= gaps[i]:
+            return y0 + (factors[i] - y0) * (gap - x0) / (gaps[i] - x0)
+        x0, y0 = gaps[i], factors[i]
+    return factors[k - 1]  # pragma: no cover
+
+
+def discrete_idle_kernel(series, curves, rho, opts) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Discrete replay with the idle effect, for the series whose trace shows one.
+
+    Returns (series indices, served, served_sum, score_sum) for those series × ``rho``."""
+    from . import kernels as K
+
+    c_off, c_gaps, c_factors = curves
+    which = np.flatnonzero(np.diff(c_off) > 0).astype(np.int64)
+    kernel = K.discrete_idle_kernel
+    mode = K.SKIP_FALLBACK if opts["fallback"] else (K.SKIP_RANDOM if opts["skipped"] == "random" else K.SKIP_NULL)
+    served, ssum, score = kernel(
+        series.a,
+        series.delta,
+        series.offsets,
+        series.lam,
+        np.asarray(rho, np.float64),
+        int(opts["queue"]),
+        opts["sync"] == "strict",
+        mode,
+        series.skip_value,
+        c_off,
+        c_gaps,
+        c_factors,
+        which,
+    )
+    return which, served, ssum, score
+
+
+def apply_idle_effect(series, raw: dict, rho, opts, curves) -> None:
+    """Replace the discrete sums of the series that show an idle effect (in place)."""
+    if curves is None or "discrete" not in raw or not np.any(np.diff(curves[0]) > 0):
+        return
+    which, served, ssum, score = discrete_idle_kernel(series, curves, rho, opts)
+    d = raw["discrete"]
+    d["served"], d["served_sum"], d["score_sum"] = (np.array(d[k]) for k in ("served", "served_sum", "score_sum"))
+    d["served"][which], d["served_sum"][which], d["score_sum"][which] = served, ssum, score
+
+
+# ----------------------------------------------------------------------------- replicates
+@dataclass
+class TimingReplicates:
+    """The sweep's rows replayed with the trace's own times (``base``, the point estimates) and
+    under ``R`` timing replicates (``reps``), in the same row order; ``status`` per trace
+    label: ``measured`` or ``unknown``."""
+
+    base: pl.DataFrame
+    reps: list[pl.DataFrame]
+    status: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def count(self) -> int:
+        return len(self.reps)
+
+    def map(self, fn: Callable[[pl.DataFrame], pl.DataFrame]) -> "TimingReplicates":
+        """The same transformation (a relabelling, a filter) applied to every frame."""
+        return TimingReplicates(fn(self.base), [fn(r) for r in self.reps], dict(self.status))
+
+    def shifts(self, index: pl.DataFrame, keys: Sequence[str], column: str = "utility", pool: Callable | None = None) -> np.ndarray:
+        """[index.height, R]: ``column`` of each replicate minus the base value, for the rows of
+        ``index`` (matched on ``keys``; 0 where a row has no match or a value is missing).
+        ``pool`` (e.g. pooling over seeds) is applied to every frame first."""
+        out = np.zeros((index.height, self.count))
+        if not self.count or not index.height:
+            return out
+        cast = [pl.col("value").cast(pl.Float64)] if "value" in keys else []
+        look = index.select(list(keys)).with_columns(cast).with_row_index("_i")
+        frames = [self.base, *self.reps]
+        if pool is not None:
+            frames = [pool(f) for f in frames]
+        cols = []
+        for f in frames:
+            sel = f.select([*keys, column]).with_columns(cast).unique(subset=list(keys), keep="first", maintain_order=True)
+            j = look.join(sel, on=list(keys), how="left", nulls_equal=True).sort("_i")
+            cols.append(j.get_column(column).cast(pl.Float64).fill_null(np.nan).to_numpy())
+        base = cols[0]
+        reps = np.stack(cols[1:], axis=1)
+        diff = reps - base[:, None]
+        return np.where(np.isfinite(diff), diff, 0.0)
+
+
+def trace_label(trace) -> str:
+    return f"{trace.group.label()} · {trace.method}"
+
+
+def describe(timing: TimingReplicates | None, count: int) -> str:
+    """What the intervals include about time, in one sentence."""
+    if timing is None:
+        return "timing uncertainty: unknown (results read without their traces): intervals cover batches and episodes only"
+    measured = [k for k, v in timing.status.items() if v == MEASURED]
+    unknown = [k for k, v in timing.status.items() if v == UNKNOWN]
+    if not measured:
+        return "timing uncertainty: unknown (no trace measured its timing variability): intervals are conditional on the traced times"
+    if count <= 0:
+        return "timing uncertainty: not included (--timing-replicates 0): intervals are conditional on the traced times"
+    text = f"timing uncertainty: included ({timing.count} timing replicates from the variability measured on the device"
+    if unknown:
+        text += f"; unknown for {len(unknown)} of {len(timing.status)} traces, replayed at their traced times"
+    return text + ")"

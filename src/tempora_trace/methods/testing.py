@@ -1,0 +1,705 @@
+"""Conformance kit: does a method keep the promises every built-in method keeps to the tracer?
+
+The tracer times ``predict`` and ``adapt`` separately, resets the method between episodes,
+and evaluates frozen copies on the side by snapshot and restore (docs/design.md §2, §5). A
+method that breaks one of those promises produces a trace that looks fine and is wrong. This
+kit runs a method on a few batches of the demo data, around a committed demo model, and checks:
+
+- ``build``: it builds with its defaults and records them as JSON-ready hyperparameters;
+- ``options``: an unknown option and a wrong-typed one are refused with a one-line
+  :class:`MethodError`; every option given is recorded as given;
+- ``reset``: after ``reset()`` the same stream gives bit-identical outputs;
+- ``snapshot-restore``: snapshot, a frozen detour, restore: the continuation is bit-identical;
+- ``frozen``: frozen ``predict``/``adapt`` change no parameter, buffer or method state;
+- ``predict-adapt``: ``predict`` returns detached ``[N, C]`` outputs and learns nothing
+  (no backward pass, no parameter or optimiser change); a gradient-free method does no tensor
+  work in ``adapt``;
+- ``no-sync``: neither phase synchronises the device or reads a clock (detected by watching
+  the calls: ``torch.*.synchronize``, CUDA stream/event waits, ``time.*``, ``datetime.now``);
+  the implicit host reads (``.item()``, ``bool(tensor)``, …) are counted and reported;
+- ``warm-up``: every input shape a stream meets was met by the tracer's untimed warm-up
+  (its noisy copies of the first batch and :meth:`~TTAMethod.warm_up_shapes`), and the
+  warm-up leaves no trace in what follows.
+
+Use it from a test::
+
+    from tempora_trace.methods.testing import assert_conforms
+    def test_my_method_conforms():
+        assert_conforms(MyMethod)             # AssertionError naming every failed check
+
+or from the shell: ``tempora-trace check-method my-method`` (a name, ``module:CLASS`` or
+``PATH.py:CLASS``): one line per check, exit status 1 when one fails. The primitives
+(:func:`check_reset_bit_identical` and friends) take any method and list of batches, for tests
+on models and data of one's own. Nothing here imports pytest; a failed check raises
+:class:`AssertionError` (never an ``assert`` statement, so ``python -O`` checks the same).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import json
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+import torch.nn as nn
+from torch.overrides import TorchFunctionMode
+
+from .base import MethodContext, MethodError, TTAMethod
+
+__all__ = [
+    "CHECKS",
+    "CheckResult",
+    "assert_conforms",
+    "assert_outputs_equal",
+    "assert_same_state",
+    "check_frozen_changes_nothing",
+    "check_gradient_free",
+    "check_hparams",
+    "check_method",
+    "check_no_sync",
+    "check_options",
+    "check_predict_adapt_split",
+    "check_reset_bit_identical",
+    "check_snapshot_restore",
+    "check_warm_up",
+    "demo_batches",
+    "demo_model",
+    "forbid_backward",
+    "run_stream",
+    "state_of",
+    "torch_calls",
+]
+
+
+def _require(condition: Any, message: str) -> None:
+    if not condition:
+        raise AssertionError(message)
+
+
+# ---------------------------------------------------------------------- stream driver
+def run_stream(method: TTAMethod, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """What the tracer does per batch: ``predict`` then ``adapt``; returns the outputs."""
+    outs = []
+    for x in xs:
+        out = method.predict(x)
+        _require(isinstance(out, torch.Tensor), f"{method.name}.predict returned {type(out).__name__}, not a tensor")
+        _require(not out.requires_grad, f"{method.name}.predict returned a tensor attached to the graph (return logits.detach())")
+        outs.append(out.clone())
+        method.adapt()
+    return outs
+
+
+def state_of(method: TTAMethod) -> dict[str, Any]:
+    """Every parameter, buffer and method-owned state, deep-copied for comparison."""
+    return {
+        "model": {k: v.detach().clone() for k, v in method.model.state_dict().items()},
+        "extra": copy.deepcopy(method.extra_state()),
+    }
+
+
+def assert_same_state(a: Any, b: Any, path: str = "") -> None:
+    """Recursive bit-equality of nested dicts/lists/tensors/scalars."""
+    if isinstance(a, torch.Tensor):
+        _require(isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b), f"state differs at {path or '<root>'}")
+    elif isinstance(a, dict):
+        _require(isinstance(b, dict) and a.keys() == b.keys(), f"state keys differ at {path or '<root>'}")
+        for k in a:
+            assert_same_state(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, (list, tuple)):
+        _require(isinstance(b, (list, tuple)) and len(a) == len(b), f"state length differs at {path}")
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same_state(x, y, f"{path}[{i}]")
+    else:
+        _require(a == b, f"state differs at {path}: {a!r} != {b!r}")
+
+
+def assert_outputs_equal(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> None:
+    _require(len(a) == len(b), f"{len(a)} outputs against {len(b)}")
+    for i, (x, y) in enumerate(zip(a, b)):
+        _require(x.shape == y.shape, f"batch {i}: output shapes differ ({tuple(x.shape)} vs {tuple(y.shape)})")
+        _require(torch.equal(x, y), f"batch {i}: outputs differ (max |Δ| = {(x - y).abs().max().item():.3g})")
+
+
+# ---------------------------------------------------------------------- contract checks
+def check_reset_bit_identical(method: TTAMethod, xs: Sequence[torch.Tensor]) -> None:
+    """Adapting over ``xs``, resetting and adapting again reproduces every output exactly."""
+    first = run_stream(method, xs)
+    method.reset()
+    second = run_stream(method, xs)
+    try:
+        assert_outputs_equal(first, second)
+    except AssertionError as exc:
+        raise AssertionError(f"after reset(), {exc} (is some state outside the model, optimiser and extra_state()?)") from None
+
+
+def check_snapshot_restore(method: TTAMethod, xs: Sequence[torch.Tensor], split: int = 2) -> None:
+    """The tracer's frozen-evaluation detour: snapshot mid-stream, evaluate frozen, restore
+    and continue; the continuation is bit-identical to never having left."""
+    run_stream(method, xs[:split])
+    snap = method.snapshot()
+    straight = run_stream(method, xs[split:])
+    method.restore(snap)
+    method.freeze()
+    run_stream(method, xs)
+    method.unfreeze()
+    method.restore(snap)
+    resumed = run_stream(method, xs[split:])
+    try:
+        assert_outputs_equal(straight, resumed)
+    except AssertionError as exc:
+        raise AssertionError(f"continuing after snapshot/freeze/restore: {exc}") from None
+
+
+def check_frozen_changes_nothing(method: TTAMethod, xs: Sequence[torch.Tensor], warmup: int = 2) -> list[torch.Tensor]:
+    """After some adaptation, frozen predict/adapt change no parameter, buffer or extra state,
+    report no update, and the same batch gives the same frozen output twice. Returns the
+    frozen outputs."""
+    run_stream(method, xs[:warmup])
+    method.freeze()
+    before = state_of(method)
+    outs = []
+    for x in xs:
+        outs.append(method.predict(x).clone())
+        method.adapt()
+        _require(method.last_updated is False, f"frozen {method.name} reports last_updated = {method.last_updated!r}")
+    again = run_stream(method, xs[:1])
+    try:
+        assert_same_state(before, state_of(method))
+    except AssertionError as exc:
+        raise AssertionError(f"frozen mode changed the {exc}") from None
+    _require(torch.equal(outs[0], again[0]), "frozen output of the same batch changed")
+    method.unfreeze()
+    return outs
+
+
+@contextlib.contextmanager
+def forbid_backward(why: str = "backward called by a gradient-free method") -> Iterator[None]:
+    """Fail if anything runs autograd's backward inside the block."""
+    original = torch.autograd.backward
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError(why)
+
+    torch.autograd.backward = refuse
+    try:
+        yield
+    finally:
+        torch.autograd.backward = original
+
+
+class _CountTorchCalls(TorchFunctionMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        self.calls.append(getattr(func, "__name__", str(func)))
+        return func(*args, **(kwargs or {}))
+
+
+def torch_calls(fn: Callable[[], Any]) -> list[str]:
+    """Names of the torch functions ``fn`` calls (an oracle for "no work here")."""
+    with _CountTorchCalls() as mode:
+        fn()
+    return mode.calls
+
+
+def check_gradient_free(method: TTAMethod, xs: Sequence[torch.Tensor], adapt_reports_no_update: bool = True) -> None:
+    """No backward, no parameter requiring grad is touched, and ``adapt`` does no tensor work:
+    the method's extrinsic time ℓ is ≈ 0 by construction. ``adapt_reports_no_update``: also
+    require ``last_updated`` False after ``adapt`` (a method whose ``predict`` moves statistics,
+    like AdaBN, reports that update)."""
+    before = state_of(method)["model"]
+    with forbid_backward():
+        for x in xs:
+            out = method.predict(x)
+            _require(not out.requires_grad, f"{method.name}.predict returned a tensor attached to the graph")
+            calls = torch_calls(method.adapt)
+            _require(calls == [], f"{method.name}.adapt did tensor work: {calls[:5]}")
+            if adapt_reports_no_update:
+                _require(method.last_updated is False, f"gradient-free {method.name}.adapt reports an update")
+    after = state_of(method)["model"]
+    for k, v in before.items():
+        if v.is_floating_point() and "running" not in k:
+            _require(torch.equal(v, after[k]), f"gradient-free {method.name} changed parameter {k}")
+
+
+def check_hparams(method: TTAMethod, required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Hyperparameters are JSON-ready and name every ``required`` key."""
+    hp = method.hparams()
+    _require(isinstance(hp, dict), f"{method.name}.hparams() returned {type(hp).__name__}, not a dict")
+    try:
+        json.dumps(hp, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise AssertionError(f"{method.name}.hparams() is not JSON-ready: {exc}") from None
+    missing = [k for k in required if k not in hp]
+    _require(not missing, f"{method.name}.hparams() lacks {missing}")
+    return hp
+
+
+def _wrong_type(value: Any) -> Any:
+    """A value no option with this default may accept."""
+    if isinstance(value, str):
+        return 12345
+    return "not-a-number" if not isinstance(value, bool) else "maybe"
+
+
+def check_options(make: Callable[..., TTAMethod], context: MethodContext) -> None:
+    """Options are validated and recorded: ``make(**params)`` builds the method. Every option
+    given explicitly (at its default) is recorded as given; an unknown option and a
+    wrong-typed value of each option are refused with a :class:`MethodError`."""
+    method = make()
+    cls = type(method)
+    options = cls.all_params(context)
+    hp = check_hparams(method, tuple(options))
+    again = make(**options)
+    recorded = check_hparams(again, tuple(options))
+    for key, value in options.items():
+        want = json.loads(json.dumps(value, default=str))
+        _require(json.loads(json.dumps(recorded[key], default=str)) == want, f"option {key}={value!r} given, recorded as {recorded[key]!r}")
+        _require(json.loads(json.dumps(hp[key], default=str)) == want, f"default {key}={value!r} recorded as {hp[key]!r}")
+    try:
+        make(no_such_option_xyz=1)
+    except MethodError:
+        pass
+    else:
+        raise AssertionError("an unknown option was accepted (call super().__init__(model, context, **params))")
+    for key, value in options.items():
+        if value is None or isinstance(value, (list, dict)):
+            continue
+        bad = _wrong_type(value)
+        try:
+            make(**{key: bad})
+        except MethodError:
+            continue
+        except Exception as exc:
+            raise AssertionError(
+                f"option {key}={bad!r} raised {type(exc).__name__}, not a one-line MethodError (tempora_trace.methods.check_params)"
+            ) from None
+        raise AssertionError(f"option {key}={bad!r} was accepted (default {value!r}; validate it: tempora_trace.methods.check_params)")
+
+
+def _parameters(method: TTAMethod) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in method.model.named_parameters()}
+
+
+def check_predict_adapt_split(method: TTAMethod, xs: Sequence[torch.Tensor], num_classes: int) -> None:
+    """``predict`` returns detached ``[N, num_classes]`` outputs and learns nothing from its
+    batch (no backward pass, no parameter or optimiser change: that is ``adapt``'s work, timed
+    apart); a gradient-free method (``family = "gradient-free"``) does no work in ``adapt``."""
+    for i, x in enumerate(xs):
+        before = _parameters(method)
+        opt = copy.deepcopy(method.optimizer.state_dict()) if method.optimizer is not None else None
+        with forbid_backward(f"{method.name}.predict ran a backward pass: learning from the batch belongs in adapt()"):
+            out = method.predict(x)
+        _require(not out.requires_grad, f"{method.name}.predict returned a tensor attached to the graph")
+        _require(
+            tuple(out.shape) == (x.shape[0], num_classes),
+            f"{method.name}.predict returned shape {tuple(out.shape)}, not {(x.shape[0], num_classes)}",
+        )
+        changed = [n for n, p in method.model.named_parameters() if not torch.equal(p.detach(), before[n])]
+        _require(not changed, f"batch {i}: predict changed parameters {changed[:3]}: an update belongs in adapt()")
+        if opt is not None:
+            try:
+                assert_same_state(opt, method.optimizer.state_dict())  # type: ignore[union-attr]
+            except AssertionError:
+                raise AssertionError(f"batch {i}: predict changed the optimiser state: the step belongs in adapt()") from None
+        method.adapt()
+    if method.family == "gradient-free":
+        method.reset()
+        check_gradient_free(method, xs, adapt_reports_no_update=False)
+
+
+# ---------------------------------------------------------------------- synchronisation
+def _sync_functions() -> tuple[set[Any], dict[Any, str]]:
+    """(C functions that read a clock or wait, Python code objects that synchronise → name)."""
+    import datetime
+
+    clocks = {
+        getattr(time, n)
+        for n in (
+            "perf_counter",
+            "perf_counter_ns",
+            "time",
+            "time_ns",
+            "monotonic",
+            "monotonic_ns",
+            "process_time",
+            "process_time_ns",
+            "thread_time",
+            "thread_time_ns",
+            "sleep",
+        )
+        if hasattr(time, n)
+    }
+    clocks |= {datetime.datetime.now, datetime.datetime.utcnow, datetime.datetime.today}
+    codes: dict[Any, str] = {}
+    for owner, names in (
+        ("cuda", ("synchronize",)),
+        ("cpu", ("synchronize",)),
+        ("mps", ("synchronize",)),
+        ("xpu", ("synchronize",)),
+        ("accelerator", ("synchronize",)),
+    ):
+        mod = getattr(torch, owner, None)
+        for n in names:
+            fn = getattr(mod, n, None) if mod is not None else None
+            code = getattr(fn, "__code__", None)
+            if code is not None:
+                codes[code] = f"torch.{owner}.{n}"
+    for cls_name in ("Stream", "Event"):
+        cls = getattr(torch.cuda, cls_name, None)
+        for n in ("synchronize", "wait", "elapsed_time", "query"):
+            code = getattr(getattr(cls, n, None), "__code__", None)
+            if code is not None:
+                codes[code] = f"torch.cuda.{cls_name}.{n}"
+    return clocks, codes
+
+
+#: Tensor methods that copy a value to the host (an implicit synchronisation on a GPU).
+HOST_READS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero", "cpu", "numpy"})
+
+
+class _HostReads(TorchFunctionMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        if getattr(func, "__name__", "") in HOST_READS:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _qualified(fn: Any) -> str:
+    owner = getattr(fn, "__self__", None)
+    prefix = getattr(owner, "__name__", None) or getattr(fn, "__module__", None) or ""
+    return f"{prefix}.{getattr(fn, '__name__', repr(fn))}".lstrip(".")
+
+
+@contextlib.contextmanager
+def _watch_calls(found: list[str]) -> Iterator[None]:
+    clocks, codes = _sync_functions()
+    previous = sys.getprofile()
+
+    def profile(frame, event, arg):  # noqa: ANN001
+        if event == "c_call" and arg in clocks:
+            found.append(_qualified(arg))
+        elif event == "call" and frame.f_code in codes:
+            found.append(codes[frame.f_code])
+
+    sys.setprofile(profile)
+    try:
+        yield
+    finally:
+        sys.setprofile(previous)
+
+
+def check_no_sync(method: TTAMethod, xs: Sequence[torch.Tensor]) -> dict[str, float]:
+    """Neither ``predict`` nor ``adapt`` synchronises the device or reads a clock (the tracer
+    owns the clock: a wait inside the method would move time between the two phases, a clock
+    read would time the method by itself). Returns the implicit host reads per batch
+    (``{"predict": …, "adapt": …}``), which a data-dependent method may need."""
+    found: dict[str, list[str]] = {"predict": [], "adapt": []}
+    reads = {"predict": 0, "adapt": 0}
+    for x in xs:
+        with _HostReads() as mode, _watch_calls(found["predict"]):
+            method.predict(x)
+        reads["predict"] += mode.count
+        with _HostReads() as mode, _watch_calls(found["adapt"]):
+            method.adapt()
+        reads["adapt"] += mode.count
+    bad = [f"{phase} calls {', '.join(sorted(set(calls)))}" for phase, calls in found.items() if calls]
+    _require(not bad, "; ".join(bad) + " (the tracer owns the clock and the synchronisation)")
+    return {phase: n / max(1, len(xs)) for phase, n in reads.items()}
+
+
+# ---------------------------------------------------------------------- warm-up
+def _record_shapes(model: nn.Module, into: list[set]) -> Callable[[], None]:
+    def hook(module: nn.Module, args: tuple[Any, ...], name: str) -> None:
+        if args and isinstance(args[0], torch.Tensor):
+            into[-1].add((name, tuple(args[0].shape)))
+
+    handles = [m.register_forward_pre_hook(functools.partial(hook, name=n)) for n, m in model.named_modules()]
+
+    def remove() -> None:
+        for h in handles:
+            h.remove()
+
+    return remove
+
+
+def tracer_warm_up(method: TTAMethod, x: torch.Tensor, copies: int = 5, seed: int = 0) -> None:
+    """What the tracer runs before its clock starts: ``copies`` noise-perturbed copies of the
+    first batch through predict and adapt, :meth:`~TTAMethod.warm_up_shapes`, one frozen
+    predict, then ``reset()``."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    for _ in range(copies):
+        noisy = (x.cpu() + 0.25 * torch.randn(x.shape, generator=gen)).to(x.device)
+        method.predict(noisy)
+        method.adapt()
+    method.warm_up_shapes(x)
+    method.freeze()
+    method.predict(x)
+    method.adapt()
+    method.unfreeze()
+    method.reset()
+
+
+def check_warm_up(make: Callable[[], TTAMethod], xs: Sequence[torch.Tensor], copies: int = 1) -> None:
+    """Every input shape the model meets over the stream (its own or a submodule's: a subset
+    of the batch the method selects, an augmented view) was met during the tracer's warm-up,
+    so a library's first pass at a new shape never lands in a timed event; and the warm-up
+    leaves no trace (after it, the stream replays a fresh method's outputs bit for bit).
+    ``copies``: noisy copies of the first batch (the tracer runs five; one is stricter, as a
+    shape met only by chance in a copy is not counted on)."""
+    fresh = run_stream(make(), xs)
+    method = make()
+    shapes: list[set] = [set()]  # [warm-up, batch 0, batch 1, …]: (module name, input shape)
+    remove = _record_shapes(method.model, shapes)
+    try:
+        tracer_warm_up(method, xs[0], copies)
+        for x in xs:
+            shapes.append(set())
+            method.predict(x)
+            method.adapt()
+    finally:
+        remove()
+    warm, seen = shapes[0], shapes[1:]
+    missing = [(i, shape) for i, batch in enumerate(seen) for shape in sorted(batch - warm)]
+    if missing:
+        i, (name, shape) = missing[0]
+        where = f"module '{name}'" if name else "the model"
+        raise AssertionError(
+            f"batch {i}: {where} met input shape {list(shape)} that the warm-up never ran "
+            f"({len(missing)} such shape(s) over the stream); override warm_up_shapes() to run it untimed"
+        )
+    grads = [n for n, p in method.model.named_parameters() if p.grad is not None]
+    _require(not grads, f"gradients left on {grads[:3]} after the warm-up")
+    method.reset()
+    try:
+        assert_outputs_equal(fresh, run_stream(method, xs))
+    except AssertionError as exc:
+        raise AssertionError(f"after the warm-up and reset(), {exc}") from None
+
+
+# ---------------------------------------------------------------------- demo data and models
+@functools.lru_cache(maxsize=4)
+def _demo_arrays(n: int, corruption: str, severity: int) -> tuple[Any, Any]:
+    from ..data.cifar import to_float_nchw
+    from ..data.demo import corrupt_images, generate_clean
+
+    clean, labels = generate_clean("test", n, workers=1)
+    images = corrupt_images(clean, corruption, severity, workers=1)
+    return to_float_nchw(images), torch.from_numpy(labels)
+
+
+def demo_batches(
+    n_batches: int = 6, batch_size: int = 16, corruption: str = "gaussian_noise", severity: int = 5, device: str = "cpu"
+) -> list[torch.Tensor]:
+    """The first ``n_batches · batch_size`` demo test images with ``corruption`` applied, as
+    float [0, 1] NCHW batches (generated in memory, no files; cached per process)."""
+    x, _ = _demo_arrays(n_batches * batch_size, corruption, severity)
+    return [b.to(device) for b in x.split(batch_size)]
+
+
+#: The demo model per normalisation family (LayerNorm: the kit's own small network).
+DEMO_MODELS = {"bn": "demo-resnet", "gn": "demo-resnet-gn", "ln": "tiny-layernorm"}
+
+
+class TinyLayerNormNet(nn.Module):
+    """A small patch-MLP classifier with LayerNorm (for methods that need LayerNorm layers;
+    no demo model has them): 4×4 patches embedded, two LayerNorm-MLP blocks over the tokens,
+    mean-pooled, a linear head. Random weights (seeded): conformance needs no accuracy."""
+
+    def __init__(self, num_classes: int = 10, dim: int = 32, patch: int = 4):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = nn.Conv2d(3, dim, patch, patch)
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim)) for _ in range(2)
+        )
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.embed(x - 0.5).flatten(2).transpose(1, 2)
+        for block in self.blocks:
+            h = h + block(h)
+        return self.head(self.norm(h).mean(1))
+
+
+@functools.lru_cache(maxsize=3)
+def _demo_model_cached(norm: str) -> nn.Module:
+    if norm == "ln":
+        return TinyLayerNormNet().eval()
+    from ..models import get_model
+
+    model, _ = get_model(DEMO_MODELS[norm])
+    return model.eval()
+
+
+def demo_model(norm: str = "bn", device: str = "cpu") -> nn.Module:
+    """A fresh copy of the demo model of normalisation family ``norm`` (``bn``, ``gn``, ``ln``)."""
+    return copy.deepcopy(_demo_model_cached(norm)).to(device)
+
+
+def _pick_norm(cls: type[TTAMethod]) -> str:
+    for norm in ("bn", "gn", "ln"):
+        if norm in cls.compatible_norms:
+            return norm
+    raise MethodError(f"method '{cls.name}' declares no normalisation family it runs on (compatible_norms is empty)")
+
+
+# ---------------------------------------------------------------------- the kit
+@dataclass
+class CheckResult:
+    """One check's outcome: ``ok``, or the one-line reason it failed; ``note``: what it found."""
+
+    name: str
+    ok: bool
+    message: str = ""
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        return f"{'ok  ' if self.ok else 'FAIL'} {self.name}" + (f": {self.message}" if self.message else "")
+
+
+#: The checks, in the order they run.
+CHECKS = ("build", "options", "reset", "snapshot-restore", "frozen", "predict-adapt", "no-sync", "warm-up")
+
+
+def _resolve(method: str | type[TTAMethod]) -> type[TTAMethod]:
+    if isinstance(method, str):
+        from . import get_method
+
+        return get_method(method)
+    from ._registry import check_method_class
+
+    check_method_class(method, getattr(method, "__name__", repr(method)))
+    return method
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if isinstance(exc, AssertionError) and text else f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def check_method(
+    method: str | type[TTAMethod],
+    params: dict[str, Any] | None = None,
+    *,
+    batches: int = 6,
+    batch_size: int = 16,
+    norm: str | None = None,
+    device: str = "cpu",
+    checks: Sequence[str] = CHECKS,
+    threads: int | None = 1,
+    on_result: Callable[[CheckResult], None] | None = None,
+) -> list[CheckResult]:
+    """Run the conformance checks on ``method`` (a class, a registry name, ``module:CLASS`` or
+    ``PATH.py:CLASS``) with options ``params``, on ``batches`` demo batches of ``batch_size``
+    around the demo model of ``norm`` (default: the first of bn, gn, ln the method supports).
+    Returns one :class:`CheckResult` per check (``on_result`` sees each as it finishes); a
+    method that does not build fails ``build`` and the rest are not run. ``threads``: torch
+    intra-op threads while checking (one by default: fast on a shared machine, and the
+    replays compare bit for bit whatever the thread count); ``None`` leaves torch's setting."""
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        return _check_method(method, params, batches, batch_size, norm, device, checks, on_result)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _check_method(
+    method: str | type[TTAMethod],
+    params: dict[str, Any] | None,
+    batches: int,
+    batch_size: int,
+    norm: str | None,
+    device: str,
+    checks: Sequence[str],
+    on_result: Callable[[CheckResult], None] | None,
+) -> list[CheckResult]:
+    cls = _resolve(method)
+    params = dict(params or {})
+    norm = norm or _pick_norm(cls)
+    if norm not in cls.compatible_norms:
+        raise MethodError(f"method '{cls.name}' does not run on {norm} models (compatible_norms: {sorted(cls.compatible_norms)})")
+    unknown = [c for c in checks if c not in CHECKS]
+    if unknown:
+        raise MethodError(f"unknown check(s) {unknown}; known: {', '.join(CHECKS)}")
+    xs = demo_batches(batches, batch_size, device=device)
+    context = MethodContext(
+        num_classes=10, dataset_family="cifar", batch_size=batch_size, device=str(device), model_name=DEMO_MODELS[norm], norm_kind=norm
+    )
+
+    def make(**override: Any) -> TTAMethod:
+        torch.manual_seed(0)  # a method seeding from torch's generator starts alike every time
+        return cls(demo_model(norm, device), context, **{**params, **override})
+
+    tasks: dict[str, Callable[[], str]] = {
+        "build": lambda: (check_hparams(make()), "")[1],
+        "options": lambda: (check_options(make, context), "")[1],
+        "reset": lambda: (check_reset_bit_identical(make(), xs), "")[1],
+        "snapshot-restore": lambda: (check_snapshot_restore(make(), xs, split=max(1, len(xs) // 2)), "")[1],
+        "frozen": lambda: (check_frozen_changes_nothing(make(), xs, warmup=max(1, len(xs) // 2)), "")[1],
+        "predict-adapt": lambda: (check_predict_adapt_split(make(), xs, context.num_classes), "")[1],
+        "no-sync": lambda: _host_note(check_no_sync(make(), xs)),
+        "warm-up": lambda: (check_warm_up(make, xs), "")[1],
+    }
+    results: list[CheckResult] = []
+    built = True
+    for name in ("build", *[c for c in CHECKS if c in checks and c != "build"]):
+        t0 = time.perf_counter()
+        if not built:
+            result = CheckResult(name, False, "not run: the method does not build")
+        else:
+            try:
+                result = CheckResult(name, True, tasks[name]())
+            except Exception as exc:  # a failed check, or the method raising inside it
+                where = "" if isinstance(exc, AssertionError) else _raised_where(exc)
+                result = CheckResult(name, False, where + _one_line(exc))
+            if name == "build" and not result.ok:
+                built = False
+        result.seconds = time.perf_counter() - t0
+        if name in checks:
+            results.append(result)
+            if on_result is not None:
+                on_result(result)
+    return results
+
+
+def _raised_where(exc: BaseException) -> str:
+    """``raised in predict: `` when the traceback passes through a method's predict/adapt."""
+    tb = exc.__traceback__
+    phase = ""
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name in ("predict", "adapt", "__init__", "warm_up_shapes", "reset", "restore", "snapshot") and isinstance(
+            frame.f_locals.get("self"), TTAMethod
+        ):
+            phase = frame.f_code.co_name
+            break
+        tb = tb.tb_next
+    return f"raised in {phase}: " if phase else "raised: "
+
+
+def _host_note(reads: dict[str, float]) -> str:
+    return f"host reads per batch (.item(), bool(tensor), …): predict {reads['predict']:g}, adapt {reads['adapt']:g}"
+
+
+def assert_conforms(method: str | type[TTAMethod], params: dict[str, Any] | None = None, **kwargs: Any) -> list[CheckResult]:
+    """:func:`check_method`, raising one AssertionError that lists every failed check."""
+    results = check_method(method, params, **kwargs)
+    failed = [r.line() for r in results if not r.ok]
+    if failed:
+        raise AssertionError("\n".join(failed))
+    return results

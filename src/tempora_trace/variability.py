@@ -1,0 +1,168 @@
+"""Timing variability, measured on the device after the main pass (docs/tracer.md, docs/timing.md).
+
+A trace records one timed pass. How much would the times move on the next pass, and after the
+pipeline sat idle? After every episode of the main pass is on disk, the tracer times a
+*sample* of the stream again — outside every row of the trace, which is already written:
+
+* the sample: the first steps of up to :data:`MAX_EPISODES` episodes spread over the stream,
+  ``sample`` events in all;
+* ``passes`` back-to-back repeat passes over the sample. Each episode's part starts as the
+  main pass started that episode (``reset()`` where the stream resets, RNGs seeded from
+  ``(seed, episode)``), so every repeat event runs the same computation as the main-pass event
+  of the same step, and the ratio of their times is the device's pass-to-pass variability;
+* one idle pass: the same events, every other one after an idle wait cycling through
+  ``idle_gaps`` (multiples of the sample's median δ, or fixed times; the others back to back, as the control), so the simulator can tell
+  whether events after an idle gap are systematically slower.
+
+The events are timed by :func:`~tempora_trace.timing.timed_event`, staged and re-warmed like
+the main pass's (:meth:`~tempora_trace.runner.MethodRun._staged`). Cost: ``(passes + 1) ×
+sample`` extra events plus the idle waits (defaults: 3 × 16 events, and idle waits of 4 × 1 and 4 × 4 median δ: about 68 δ in all),
+a few seconds per trace; ``--timing-sample 0`` turns it off.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import tempora_schema as schema
+
+from .timing import collect_between_events, now_ns, timed_event, wait_until
+
+#: Default number of sample events per pass (0 turns the measurement off).
+DEFAULT_SAMPLE = 16
+#: Default number of back-to-back repeat passes.
+DEFAULT_PASSES = 2
+#: Default idle waits of the idle pass, as multiples of the sample's median δ (``"1x,4x"``):
+#: the idle a pipeline sees between events at ρ = 50 % and 20 %, whatever the device's speed.
+DEFAULT_IDLE_GAPS = ((1.0, True), (4.0, True))
+#: The sample spreads over at most this many episodes.
+MAX_EPISODES = 4
+
+
+@dataclass(frozen=True)
+class VariabilityPlan:
+    """What to measure: ``sample`` events per pass, ``passes`` repeat passes, idle waits."""
+
+    sample: int = DEFAULT_SAMPLE
+    passes: int = DEFAULT_PASSES
+    #: ``(value, relative)``: ``relative`` gaps are multiples of the first repeat pass's median δ
+    idle_gaps: tuple[tuple[float, bool], ...] = DEFAULT_IDLE_GAPS
+
+    @property
+    def enabled(self) -> bool:
+        return self.sample > 0 and self.passes > 0
+
+
+def sample_plan(episode_lengths: list[int], sample: int) -> list[tuple[int, int]]:
+    """``(episode index, k)`` pairs: the first ``k`` steps of each chosen episode.
+
+    Up to :data:`MAX_EPISODES` episodes evenly spread over the stream (first and last
+    included), ``sample`` steps shared out as evenly as they go (earlier episodes take the
+    remainder), each capped at its episode's length."""
+    n = len(episode_lengths)
+    if n == 0 or sample <= 0:
+        return []
+    count = min(MAX_EPISODES, n, sample)
+    chosen = sorted({int(round(x)) for x in np.linspace(0, n - 1, count)})
+    base, extra = divmod(sample, len(chosen))
+    plan = []
+    for j, i in enumerate(chosen):
+        k = min(base + (1 if j < extra else 0), episode_lengths[i])
+        if k > 0:
+            plan.append((i, k))
+    return plan
+
+
+def parse_idle_gaps(text: str) -> tuple[tuple[float, bool], ...]:
+    """``--idle-gaps``: ``none``, or comma-separated ``<k>x`` (multiples of the sample's median
+    δ) and times (ms, or with ``ms``/``s``), each > 0 and at most 60 s (ValueError otherwise)."""
+    from tempora_schema.command import parse_time_ms
+
+    text = text.strip()
+    if text == "none":
+        return ()
+    out = []
+    for item in (t.strip() for t in text.split(",")):
+        if item.endswith("x"):
+            try:
+                k = float(item[:-1])
+            except ValueError:
+                raise ValueError(f"'{item}' is neither <k>x nor a time") from None
+            if not (np.isfinite(k) and 0 < k <= 1000):
+                raise ValueError(f"'{item}': a multiple must be > 0 and at most 1000")
+            out.append((k, True))
+        else:
+            ms = parse_time_ms(item, "--idle-gaps")
+            if not 0 < ms <= 60_000:
+                raise ValueError(f"'{item}': a gap must be > 0 and at most 60 s")
+            out.append((float(ms), False))
+    if not out:
+        raise ValueError("empty list")
+    return tuple(out)
+
+
+def format_idle_gaps(gaps: tuple[tuple[float, bool], ...]) -> str:
+    return ",".join(f"{v:g}x" if rel else f"{v:g}ms" for v, rel in gaps) if gaps else "none"
+
+
+def idle_gap(event: int, gaps_ms: tuple[float, ...]) -> float:
+    """Idle wait (ms) before idle-pass event ``event``: every odd event waits, cycling through
+    ``gaps_ms``; even events run back to back (the control)."""
+    if not gaps_ms or event % 2 == 0:
+        return 0.0
+    return float(gaps_ms[(event // 2) % len(gaps_ms)])
+
+
+def measure(run: Any, plan: VariabilityPlan) -> dict[str, Any] | None:
+    """Time the sample again (``plan.passes`` back-to-back passes, then the idle pass) and
+    return the ``timing_variability`` metadata value, or None when there is nothing to time.
+    ``run`` is the :class:`~tempora_trace.runner.MethodRun` whose main pass is done (its
+    episodes, method, stager and clock).
+
+    Leaves the method in whatever state the last sample event left it: call it after the main
+    pass, whose rows are already written."""
+    if not plan.enabled:
+        return None
+    t_start = time.perf_counter()
+    parts = sample_plan([ep.num_batches for ep in run.episodes], plan.sample)
+    if not parts:
+        return None
+
+    def one_pass(gaps: tuple[float, ...] | None) -> tuple[list[float], list[float]]:
+        times: list[float] = []
+        waits: list[float] = []
+        for index, k in parts:
+            episode = run.episodes[index]
+            run.start_episode(index, episode)
+            for chunk in run._staged(episode, range(k)):
+                for b in chunk:
+                    gap = idle_gap(len(times), gaps) if gaps is not None else 0.0
+                    if gap > 0:
+                        wait_until(now_ns() + int(gap * 1e6))
+                    x = b.x.to(run.device, non_blocking=True)
+                    ev = timed_event(run.method, x, run.clock, gate=getattr(run, "gate", None))  # a policy decides as in the main pass
+                    run._last_event_end = time.perf_counter()
+                    times.append(round(ev.e_ms + ev.l_ms, 6))
+                    waits.append(gap)
+                    del ev, x
+                    collect_between_events()
+        return times, waits
+
+    passes = [one_pass(None)[0] for _ in range(plan.passes)]
+    typical = float(np.median(passes[0]))
+    gaps_ms = tuple(v * typical if rel else v for v, rel in plan.idle_gaps)
+    idle_ms, idle_gaps = one_pass(gaps_ms) if gaps_ms else ([], [])
+    # an event measured as exactly 0 ms (a coarse clock) carries no ratio: floor it at 1 ns
+    tv = {
+        "sample": [{"episode": run.episodes[i].name, "steps": list(range(k))} for i, k in parts],
+        "passes_ms": [[max(t, 1e-6) for t in p] for p in passes],
+        "idle_gaps_ms": idle_gaps,
+        "idle_ms": [max(t, 1e-6) for t in idle_ms],
+        "seconds": round(time.perf_counter() - t_start, 3),
+    }
+    schema.validate_variability(tv, "timing variability")
+    return tv
