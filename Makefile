@@ -43,7 +43,6 @@ test: install
 bench: install
 	$(PY) bench/bench_sim.py
 	$(PY) bench/bench_trace.py
-	$(PY) bench/bench_folder.py
 	$(PY) bench/bench_stats.py
 	$(PY) bench/bench_timing.py
 	$(PY) bench/bench_arrivals.py
