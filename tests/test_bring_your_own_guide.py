@@ -29,7 +29,7 @@ def blocks() -> list[tuple[str, str | None, str]]:
 
 def test_the_guide_names_its_files_and_runs_something():
     found = blocks()
-    assert {t for _, t, _ in found if t} == {"my_models.py", "my-study.toml"}
+    assert {t for _, t, _ in found if t} == {"my_models.py", "my-study.toml", "my_method.py"}
     assert sum(lang == "bash" and t is None for lang, t, _ in found) >= 6
 
 
@@ -64,5 +64,7 @@ def test_the_guide_runs_from_an_empty_folder_to_a_report(tmp_path):
     assert outputs[0].strip() == shown.strip()
     assert (work / "report" / "report.md").is_file()
     traces = sorted(p.relative_to(work / "traces") for p in (work / "traces").rglob("*.parquet"))
-    assert len(traces) == 2 + 2 + 1 + 1  # own model x2, timm x2, class map, corruptions
+    assert len(traces) == 2 + 2 + 1 + 1 + 1  # own model x2, timm x2, class map, corruptions, own method
+    assert (work / "report-with-my-method" / "report.md").is_file()
+    assert "pseudo-label" in (work / "report-with-my-method" / "report.md").read_text(encoding="utf-8")
     assert {p.parts[1] for p in traces} == {"my_models.py-build", "timm-mobilenetv3_small_100", "torchvision-mobilenet_v3_small"}
