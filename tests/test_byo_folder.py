@@ -232,9 +232,9 @@ def test_no_decoding_or_corrupting_overlaps_a_timed_event(flat, tmp_path, monkey
             loads.append((t0, time.perf_counter_ns()))
         return out
 
-    def timed_event(method, x, clock, adapt=True, **kw):  # gate= (a sparse-adaptation policy) passes through
+    def timed_event(method, x, clock, adapt=True, **options):
         t0 = time.perf_counter_ns()
-        ev = original_event(method, x, clock, adapt=adapt, **kw)
+        ev = original_event(method, x, clock, adapt=adapt, **options)
         events.append((t0, time.perf_counter_ns(), adapt))
         return ev
 

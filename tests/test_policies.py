@@ -318,21 +318,21 @@ def test_report_groups_policies_and_names_the_best_per_scenario(policy_traces, t
 
 
 def _synthetic_policy_set(folder):
-    """standard, tent and a synthetic tent@every:4 (a quarter of tent's ℓ, its accuracy)."""
-    from dataclasses import replace
-
-    from tempora_sim.synthetic import PROFILES, make_trace
+    """standard, tent, and tent@every:4: tent's rows with ℓ = 0 and no update on the steps the
+    policy skips (a synthetic trace, as the tracer would write it)."""
+    from tempora_sim.synthetic import make_trace
 
     folder.mkdir(parents=True, exist_ok=True)
-    tent = PROFILES["tent"]
-    for name, method, profile, policy in (
-        ("standard", "standard", None, None),
-        ("tent", "tent", None, None),
-        ("tent@every4", "tent", replace(tent, l_ms=tent.l_ms / 4), "every:4"),
-    ):
-        meta, table = make_trace(method, profile=profile, num_batches=60, rng_seed=1 if policy else None)
+    for name, method, policy in (("standard", "standard", None), ("tent", "tent", None), ("tent@every4", "tent", "every:4")):
+        meta, table = make_trace(method, num_batches=60, rng_seed=1 if policy else None)
         if policy:
             meta["policy"] = policy
+            d = table.to_pydict()
+            skip = [p == "adapt" and s % 4 != 0 for p, s in zip(d["phase"], d["step"])]
+            d["l_ms"] = [0.0 if k else lm for k, lm in zip(skip, d["l_ms"])]
+            d["delta_ms"] = [e + lm for e, lm in zip(d["e_ms"], d["l_ms"])]
+            d["updated"] = [u and not k for k, u in zip(skip, d["updated"])]
+            table = pa_table(d, meta)
         pq.write_table(table.replace_schema_metadata(schema.encode_metadata(meta)), folder / f"{name}.parquet")
     return folder
 

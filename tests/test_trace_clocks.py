@@ -73,9 +73,9 @@ def recorder(monkeypatch):
             rec.loads.append((t0, time.perf_counter_ns()))
         return x, y
 
-    def recorded_event(method, x, clock, adapt=True):
+    def recorded_event(method, x, clock, adapt=True, **options):
         t0 = time.perf_counter_ns()
-        ev = original_event(method, x, clock, adapt=adapt)
+        ev = original_event(method, x, clock, adapt=adapt, **options)
         rec.events.append((t0, time.perf_counter_ns(), adapt))
         return ev
 
@@ -143,10 +143,10 @@ def test_the_collector_never_runs_inside_an_event(cifar_c_root, tmp_path, monkey
     inside = {"now": False, "hits": 0}
     original_event = runner_mod.timed_event
 
-    def recorded_event(method, x, clock, adapt=True):
+    def recorded_event(method, x, clock, adapt=True, **options):
         inside["now"] = True
         try:
-            return original_event(method, x, clock, adapt=adapt)
+            return original_event(method, x, clock, adapt=adapt, **options)
         finally:
             inside["now"] = False
 

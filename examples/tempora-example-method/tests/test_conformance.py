@@ -4,10 +4,10 @@ conformance kit), and is found through its entry point once the distribution is 
 from __future__ import annotations
 
 import torch
-
-from tempora_example_method import PseudoLabel
 from tempora_trace.methods import MethodContext, resolve_method
 from tempora_trace.methods.testing import assert_conforms, demo_batches, demo_model
+
+from tempora_example_method import PseudoLabel
 
 
 def test_conforms_to_the_tracer_contract():
