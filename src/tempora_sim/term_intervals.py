@@ -27,6 +27,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from tempora_schema.vocabulary import PROTOCOLS
+
 from . import stats as st
 
 #: The terms of each protocol (besides ``utility``).
@@ -41,7 +43,7 @@ ALL_TERMS = ("utility", "alpha", "served_acc", "acc", "kappa", "cov", "m", "beta
 FRACTIONS = frozenset({"utility", "alpha", "served_acc", "acc", "kappa", "beta", "acc_adapt", "acc_frozen"})
 #: Per-episode terms that another draw of batches does not move (timing variability only).
 SCHEDULE_TERMS = frozenset({"alpha", "m", "beta", "acc_frozen"})
-PAPER = ("offline", "discrete", "continuous", "amortised")
+PAPER = PROTOCOLS
 ALL = "__all__"
 
 
