@@ -64,7 +64,8 @@ def test_metadata_carries_the_identity(cifar_c_root, tmp_path, tiny_with_weights
     table = pq.read_table(path)
     meta = schema.decode_metadata(table.schema)
     schema.validate_table(table, meta, path)
-    assert meta["schema_version"] == 2 and set(meta) == set(schema.METADATA_FIELDS)
+    # plus the optional timing-variability measurement the tracer takes by default
+    assert meta["schema_version"] == 2 and set(meta) == set(schema.METADATA_FIELDS) | {schema.VARIABILITY_KEY}
     assert meta["weights"] == schema.weights_identity(w) and meta["threads"] == 1
     assert meta["severity"] == 3 and meta["domains"] == ["gaussian_noise", "fog"] and meta["max_batches"] == 3
     assert meta["speed_probe_kind"] == "none" or meta["speed_probe"]
