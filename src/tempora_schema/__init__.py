@@ -161,7 +161,7 @@ METADATA_FIELDS = (
 #: Keys a trace carries only when they apply (docs/trace-schema.md): the sparse-adaptation
 #: policy, where a plugin method, a model by spec and a folder dataset came from, and the
 #: timing-variability measurement. A reader that does not know one ignores it.
-OPTIONAL_METADATA_FIELDS = ("policy", "method_source", "model_source", "dataset_source", "timing_variability")
+OPTIONAL_METADATA_FIELDS = ("policy", METHOD_SOURCE_KEY, "model_source", "dataset_source", VARIABILITY_KEY)
 #: The v1 subset (what a v1 file must carry to be readable).
 METADATA_FIELDS_V1 = METADATA_FIELDS[:15]
 #: ``speed_probe_kind`` of a trace whose machine speed was not measured (empty probe list).
