@@ -35,14 +35,7 @@ MODEL_NORMS: dict[str, str] = {
 
 def norm_kind(model: nn.Module) -> str | None:
     """The normalisation family a model is built on (``bn`` > ``gn`` > ``ln``), or None."""
-    kinds = set()
-    for m in model.modules():
-        if isinstance(m, BN_TYPES):
-            kinds.add("bn")
-        elif isinstance(m, nn.GroupNorm):
-            kinds.add("gn")
-        elif isinstance(m, nn.LayerNorm):
-            kinds.add("ln")
+    kinds = norm_kinds(model)
     for k in NORM_KINDS:
         if k in kinds:
             return k
