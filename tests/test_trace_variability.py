@@ -14,26 +14,11 @@ from click.testing import CliRunner
 import tempora_schema as schema
 from tempora_trace import variability as tv_mod
 from tempora_trace.cli import cli
-from tempora_trace.config import TraceConfig
 from tempora_trace.errors import ConfigError
 from tempora_trace.runner import trace_run
+from test_trace_runner import make_cfg  # the tiny cifar10-c / tiny-bn tent config the runner tests use
 
 pytestmark = pytest.mark.usefixtures("one_thread", "tiny_models")
-
-
-def make_cfg(root, out, **kw) -> TraceConfig:
-    base = dict(
-        method="tent",
-        dataset="cifar10-c",
-        model="tiny-bn",
-        data_root=str(root),
-        domains=["gaussian_noise", "fog"],
-        batch_size=8,
-        out=str(out),
-        quiet=True,
-    )
-    base.update(kw)
-    return TraceConfig(**base)
 
 
 def read(path):
