@@ -94,10 +94,11 @@ DEMO_TRACES  ?= $(DEMO_OUT)/traces
 # Traces of one comparison group are never taken concurrently: one trace at a time, whatever
 # -j the caller gives (two traces on two cores would time each other).
 DEMO_TRACE_OPTS ?= --max-batches 50 --frozen-sample 4 --threads 1
-# The committed set (`make demo-traces`): all methods, all 15 corruptions, severity 5.
+# The committed set (`make demo-traces`): all methods, all 15 corruptions, severity 5, the first
+# 80 batches (5,120 images) of each; about 30 minutes on an idle 2-core CPU, one trace at a time.
 DEMO_SET            ?= $(TRACES)/demo
 DEMO_SET_DOMAINS    ?= all
-DEMO_SET_TRACE_OPTS ?= --frozen-sample 8 --threads 1
+DEMO_SET_TRACE_OPTS ?= --max-batches 80 --frozen-sample 8 --threads 1
 # Where `make demo-models` writes the retrained weights (the committed ones by default).
 DEMO_MODELS_OUT     ?= src/tempora_trace/models/weights
 DEMO_MODELS_OPTS    ?=
@@ -150,24 +151,29 @@ endef
 $(foreach s,$(SEEDS),$(eval $(call demo_seed_rule,$(s))))
 
 # ------------------------------------------------------------------ validate (how faithful is the replay?)
-# `make validate`: play four methods on the demo benchmark live against a real clock
-# (discrete ρ = 100 %, 50 %, b = 1; amortised at two budgets; every setting twice) and trace
-# each in the same process, episode by episode beside its live runs (--trace-alongside), then
-# `tempora-sim validate` puts replay and live side by side and exits 1 when a target is missed
-# (docs/validation.md). VALIDATE_ALONGSIDE=no traces every method first instead (the replay of a
-# trace taken minutes earlier: what a machine drifting in speed does to it). One thing at a
-# time: a live run beside another job would time that job.
-VALIDATE_METHODS ?= standard tent eta cmf
+# `make validate`: play four adapting methods and the baseline on the demo benchmark live
+# against a real clock (discrete ρ = 100, 70, 50 and 25 %, b = 1, and one amortised budget;
+# every setting VALIDATE_REPEATS times) and trace each in the same process, episode by episode
+# beside its live runs (--trace-alongside), then `tempora-sim validate` puts replay and live side
+# by side, reports how many live outcomes fall inside the replay's timing interval (coverage),
+# and exits 1 when a target is missed (docs/validation.md). VALIDATE_ALONGSIDE=no traces every
+# method first instead (the replay of a trace taken minutes earlier: what a machine drifting in
+# speed does to it). One thing at a time: a live run beside another job would time that job.
+# The defaults take about 20 minutes on an idle 2-core CPU.
+VALIDATE_METHODS ?= standard tent eta sar cmf
 # One sparse-adaptation policy (docs/design.md §11) played live beside its trace, too: the method
 # and the policy (empty VALIDATE_POLICY: none).
 VALIDATE_POLICY_METHOD ?= tent
 VALIDATE_POLICY  ?= every:2
-VALIDATE_DOMAINS ?= gaussian_noise,motion_blur,fog,contrast
-VALIDATE_BATCHES ?= 40
+VALIDATE_DOMAINS ?= gaussian_noise,fog
+VALIDATE_BATCHES ?= 25
 VALIDATE_PROTOCOL ?= discrete,amortised
-VALIDATE_RHO     ?= 1,0.5
-VALIDATE_B       ?= 250ms,1s
-VALIDATE_REPEATS ?= 2
+VALIDATE_RHO     ?= 1,0.7,0.5,0.25
+VALIDATE_B       ?= 1s
+VALIDATE_REPEATS ?= 10
+# The baseline and the policy are played fewer times: the coverage check is about the four methods.
+VALIDATE_BASELINE_REPEATS ?= 2
+VALIDATE_POLICY_REPEATS ?= 2
 VALIDATE_LAMBDA_RULE ?= paper
 VALIDATE_DEVICE  ?= cpu
 VALIDATE_ALONGSIDE ?= yes
@@ -193,7 +199,8 @@ validate: install
 	    echo "live $$m"; \
 	    $(TRACE) live --method $$m $(VALIDATE_OPTS) --out $(VALIDATE_OUT)/live --standard $(VALIDATE_OUT)/traces \
 	        --protocol $(VALIDATE_PROTOCOL) --rho $(VALIDATE_RHO) --queue 1 $(if $(findstring amortised,$(VALIDATE_PROTOCOL)),--B $(VALIDATE_B)) \
-	        --lambda-rule $(VALIDATE_LAMBDA_RULE) --repeats $(VALIDATE_REPEATS) $$pair || exit 2; \
+	        --lambda-rule $(VALIDATE_LAMBDA_RULE) --repeats $$( [ $$m = standard ] && echo $(VALIDATE_BASELINE_REPEATS) || echo $(VALIDATE_REPEATS) ) \
+	        $$pair || exit 2; \
 	done
 	@if [ -n "$(VALIDATE_POLICY)" ]; then \
 	    pair=$$( [ "$(VALIDATE_ALONGSIDE)" = yes ] && echo --trace-alongside $(VALIDATE_OUT)/traces $(VALIDATE_TRACE_OPTS) ); \
@@ -206,7 +213,7 @@ validate: install
 	    $(TRACE) live --method $(VALIDATE_POLICY_METHOD) --policy $(VALIDATE_POLICY) $(VALIDATE_OPTS) --out $(VALIDATE_OUT)/live \
 	        --standard $(VALIDATE_OUT)/traces --protocol $(VALIDATE_PROTOCOL) --rho $(VALIDATE_RHO) --queue 1 \
 	        $(if $(findstring amortised,$(VALIDATE_PROTOCOL)),--B $(VALIDATE_B)) --lambda-rule $(VALIDATE_LAMBDA_RULE) \
-	        --repeats $(VALIDATE_REPEATS) $$pair || exit 2; \
+	        --repeats $(VALIDATE_POLICY_REPEATS) $$pair || exit 2; \
 	fi
 	$(SIM) validate $(VALIDATE_OUT)/live --traces $(VALIDATE_OUT)/traces --out $(VALIDATE_OUT)/report $(VALIDATE_CHECK_OPTS)
 
