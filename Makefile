@@ -1,6 +1,6 @@
 # Tempora — every entry point a user needs. `make install` builds .venv/ (editable install);
 # every other target depends on it, so `make demo` and `make test` work on a fresh clone.
-# Each target is run end to end by tests/test_make_targets.py with tiny inputs, through the
+# Each target is run end to end by tests/product/test_make_targets.py with tiny inputs, through the
 # variables below (defaults: the full study). docs/install.md lists targets and variables.
 PYTHON ?= python3
 VENV   ?= .venv

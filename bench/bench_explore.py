@@ -31,7 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "sim"))
 DEMO = ROOT / "traces" / "demo"
 SIM = [sys.executable, "-m", "tempora_sim.cli"]
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 # The suite never reaches for the network: a missing weights file is the offline refusal
-# (tests/test_weights_download.py covers downloads with a local stand-in for the server).
+# (tests/trace/models/test_weights_download.py covers downloads with a local stand-in for the server).
 os.environ["TEMPORA_OFFLINE"] = "1"
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from tempora_schema import vocabulary
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
 PAGE = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
 PACKAGES = ("tempora_schema", "tempora_sim", "tempora_trace")

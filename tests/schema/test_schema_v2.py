@@ -26,7 +26,7 @@ from tempora_sim.replay import build_series, run_sweep, sweep
 from tempora_sim.synthetic import make_trace, write_trace
 from tempora_sim.traces import group_lambdas, load_traces, read_trace
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EPISODES = ("fog", "snow")
 SMALL = dict(num_batches=30, episodes=EPISODES, checkpoints=(0, 3, 10), frozen_eval=5)
 

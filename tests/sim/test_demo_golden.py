@@ -19,8 +19,8 @@ from polars.testing import assert_frame_equal
 
 from tempora_sim.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
-GOLDEN = Path(__file__).parent / "golden" / "demo"
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "golden" / "demo"
 DEMO = ROOT / "traces" / "demo"
 
 

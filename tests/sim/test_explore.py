@@ -1,7 +1,7 @@
 """``tempora-sim explore``: the page's data against the library it comes from, the page file,
 and bad input (refused as ``sweep`` refuses it: one line, exit 2, nothing written).
 
-The browser half (the page opened and driven in headless Chromium) is tests/test_explore_browser.py.
+The browser half (the page opened and driven in headless Chromium) is tests/sim/test_explore_browser.py.
 """
 
 from __future__ import annotations

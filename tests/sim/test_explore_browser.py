@@ -24,7 +24,7 @@ import pytest
 
 from headless import INSTALL_HINT, Browser, find_chromium
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "traces" / "demo"
 SIM = [sys.executable, "-m", "tempora_sim.cli"]
 ONE_D = ("discrete", "continuous", "amortised")

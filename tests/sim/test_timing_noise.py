@@ -415,7 +415,7 @@ def test_bad_timing_replicates_is_one_line(tmp_path, args):
 
 
 def test_demo_traces_say_their_timing_uncertainty_is_unknown():
-    demo = Path(__file__).resolve().parents[1] / "traces" / "demo"
+    demo = Path(__file__).resolve().parents[2] / "traces" / "demo"
     first = next(demo.rglob("*.parquet"))
     assert schema.VARIABILITY_KEY not in schema.decode_metadata(pq.read_schema(first), first)
     res = CliRunner().invoke(main, ["advise", str(first.parent), "--rho", "0.6"])

@@ -92,7 +92,7 @@ def test_bad_input_is_one_line_and_exit_2(case, cifar_c_root, tmp_path, capsys, 
 
 
 def test_entry_point_reports_errors_without_traceback(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
     proc = subprocess.run(
         [sys.executable, "-m", "tempora_trace.cli", "--method", "nope"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
     )

@@ -1,6 +1,6 @@
 """Hostile campaigns: every value ``tempora-trace run`` would refuse is refused when the campaign
 is loaded, before any work, in one line (exit status 2, no traceback, the workspace byte for
-byte as it was; tests/hostile.py); a complete trace of another identity is never counted as
+byte as it was; tests/product/hostile/hostile.py); a complete trace of another identity is never counted as
 done; two campaigns never trace on the same out folder or device at once; an unreachable Ray
 cluster is a bounded wait and one line. Device locks live in a folder of the test
 (``$TEMPORA_DEVICE_LOCKS``), so concurrent test runs on one machine do not meet."""

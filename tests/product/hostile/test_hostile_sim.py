@@ -1,5 +1,5 @@
 """Hostile input to ``tempora-sim``: every case is one stderr line, exit status 2, no traceback,
-and the workspace exactly as it was (see tests/hostile.py). In-process, on tiny synthetic traces."""
+and the workspace exactly as it was (see tests/product/hostile/hostile.py). In-process, on tiny synthetic traces."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Hostile input to the newer ``tempora-sim`` surfaces: grids, arrival processes, ``validate``
 and its live files, ``advise``, ``migrate``, the report's staging folder and the environment
 the tools run in. Every refused case is one stderr line, exit status 2, no traceback and the
-workspace byte for byte as it was (tests/hostile.py); the rest check that nothing is lost or
+workspace byte for byte as it was (tests/product/hostile/hostile.py); the rest check that nothing is lost or
 left behind. In-process on tiny synthetic traces, except the environment cases (a process
 whose standard streams are set up hostile)."""
 
@@ -28,7 +28,7 @@ from tempora_sim.cli import main
 from tempora_sim.synthetic import make_trace, write_trace_set
 
 PROG = "tempora-sim"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 SMALL = dict(num_batches=6, episodes=("fog", "snow"), checkpoints=(0, 2), frozen_eval=2, batch_size=8, num_classes=10)
 LAMBDA_MS = 400.0  # above every synthetic δ: a discrete run at ρ = 0.5 serves every batch at its arrival
 

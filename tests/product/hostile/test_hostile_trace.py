@@ -1,5 +1,5 @@
 """Hostile input to ``tempora-trace``: one stderr line, exit status 2, no traceback, and the
-workspace exactly as it was (see tests/hostile.py). In-process on the tiny CIFAR-C layout and
+workspace exactly as it was (see tests/product/hostile/hostile.py). In-process on the tiny CIFAR-C layout and
 the tiny BN model (4 batches of 8 per domain), so a case that runs costs about a second."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from tempora_sim.synthetic import write_trace
 from tempora_trace.cli import cli
 
 PROG = "tempora-trace"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 pytestmark = pytest.mark.usefixtures("one_thread", "tiny_models")
 

@@ -15,7 +15,7 @@ from tempora_sim import report as rp
 from tempora_sim.cli import main
 from test_analysis_tables import WIN, grid, utility_frame
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 DEMO_TRACES = ROOT / "traces" / "demo"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 EPISODES = ("gaussian_noise", "defocus_blur", "snow", "contrast", "fog")

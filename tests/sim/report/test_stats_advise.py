@@ -395,7 +395,7 @@ def test_committed_seed_study_pools_into_one_group_of_five_seeds():
     from tempora_sim import sweep
     from tempora_sim.traces import load_traces
 
-    root = Path(__file__).resolve().parents[1] / "traces" / "demo-seeds"
+    root = Path(__file__).resolve().parents[3] / "traces" / "demo-seeds"
     ts = load_traces(root)
     assert len(ts) == 20 and {t.method for t in ts.traces} == {"standard", "adabn", "tent", "eta"}
     u = sweep(ts, protocols="offline,discrete", rho="1,0.5")

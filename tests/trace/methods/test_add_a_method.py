@@ -19,7 +19,7 @@ from tempora_trace.runner import trace_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 GUIDE = ROOT / "docs" / "add-a-method.md"
 EXAMPLE = ROOT / "examples" / "tempora-example-method" / "src" / "tempora_example_method" / "pseudo_label.py"
 

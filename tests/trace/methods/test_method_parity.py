@@ -67,7 +67,7 @@ def test_committed_parity_page_is_the_generated_one():
 
     from tempora_trace.methods._parity import splice
 
-    page = (Path(__file__).resolve().parents[1] / "docs" / "methods-parity.md").read_text(encoding="utf-8")
+    page = (Path(__file__).resolve().parents[3] / "docs" / "methods-parity.md").read_text(encoding="utf-8")
     assert splice(page) == page, "regenerate: python -m tempora_trace.methods._parity --write docs/methods-parity.md"
 
 

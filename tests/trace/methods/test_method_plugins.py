@@ -23,7 +23,7 @@ from tempora_trace.cli import main
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "tempora-example-method"
 EXAMPLE_FILE = EXAMPLE / "src" / "tempora_example_method" / "pseudo_label.py"
 

@@ -15,7 +15,7 @@ from tempora_trace.data import demo as D
 from tempora_trace.models.demo import build_demo_resnet
 from tempora_trace.models.train_demo import WEIGHT_FILES, evaluate, to_tensor, train_one
 
-WEIGHTS = Path(__file__).resolve().parents[1] / "src" / "tempora_trace" / "models" / "weights"
+WEIGHTS = Path(__file__).resolve().parents[3] / "src" / "tempora_trace" / "models" / "weights"
 N_EVAL = 1000
 
 
