@@ -1,7 +1,7 @@
 # Tempora — every entry point a user needs. `make install` builds .venv/ (editable install);
 # every other target depends on it, so `make demo` and `make test` work on a fresh clone.
 # Each target is run end to end by tests/product/test_make_targets.py with tiny inputs, through the
-# variables below (defaults: the full study). docs/install.md lists targets and variables.
+# variables below (defaults: the full study). docs/guide/install.md lists targets and variables.
 PYTHON ?= python3
 VENV   ?= .venv
 STAMP  := $(VENV)/.installed
@@ -26,7 +26,7 @@ RESULTS ?= results
         paper paper-vit paper-cifar paper-traces paper-vit-traces paper-cifar-traces
 
 # Never two recipes at once, whatever -j says: two traces on one machine would time each other
-# (several devices: `tempora-trace campaign`, docs/cluster.md).
+# (several devices: `tempora-trace campaign`, docs/guide/cluster.md).
 .NOTPARALLEL:
 
 install: $(INSTALL)
@@ -83,7 +83,7 @@ docs: $(if $(INSTALL),$(DOCS_STAMP))
 # caller gave): traces of one comparison group are compared with each other, so none may be
 # measured while another runs beside it. Trace files are Make targets, so an interrupted demo
 # resumes (`--resume` picks up the last complete episode) and finished traces are kept.
-# The workload (3 corruptions × 50 batches, one thread; docs/timing.md) fits ~10 minutes on 2 cores.
+# The workload (3 corruptions × 50 batches, one thread; docs/design/timing.md) fits ~10 minutes on 2 cores.
 DEMO_DOMAINS ?= gaussian_noise fog contrast
 DEMO_MODELS  ?= demo-resnet demo-resnet-gn
 # Empty: every method that fits each demo model (asked of the tracer). A list: just those.
@@ -156,12 +156,12 @@ $(foreach s,$(SEEDS),$(eval $(call demo_seed_rule,$(s))))
 # every setting VALIDATE_REPEATS times) and trace each in the same process, episode by episode
 # beside its live runs (--trace-alongside), then `tempora-sim validate` puts replay and live side
 # by side, reports how many live outcomes fall inside the replay's timing interval (coverage),
-# and exits 1 when a target is missed (docs/validation.md). VALIDATE_ALONGSIDE=no traces every
+# and exits 1 when a target is missed (docs/guide/validation.md). VALIDATE_ALONGSIDE=no traces every
 # method first instead (the replay of a trace taken minutes earlier: what a machine drifting in
 # speed does to it). One thing at a time: a live run beside another job would time that job.
 # The defaults take about 20 minutes on an idle 2-core CPU.
 VALIDATE_METHODS ?= standard tent eta sar cmf
-# One sparse-adaptation policy (docs/design.md §11) played live beside its trace, too: the method
+# One sparse-adaptation policy (docs/design/design.md §11) played live beside its trace, too: the method
 # and the policy (empty VALIDATE_POLICY: none).
 VALIDATE_POLICY_METHOD ?= tent
 VALIDATE_POLICY  ?= every:2
@@ -182,7 +182,7 @@ VALIDATE_OPTS    ?= --dataset demo --model demo-resnet --device $(VALIDATE_DEVIC
                     --max-batches $(VALIDATE_BATCHES) --threads 1 --force
 # Checkpoints scored on 16 later batches each (the amortised replay reads them).
 VALIDATE_TRACE_OPTS ?= --frozen-sample 16
-# Options of `tempora-sim validate` (its tolerances: docs/validation.md).
+# Options of `tempora-sim validate` (its tolerances: docs/guide/validation.md).
 VALIDATE_CHECK_OPTS ?=
 
 validate: install

@@ -1,7 +1,7 @@
 """Benchmark of the interactive page (``make bench``): ``tempora-sim explore`` on the committed
 demo set, then the page in headless Chromium (the distribution's package).
 
-Measures, against the targets of docs/performance.md:
+Measures, against the targets of docs/results/performance.md:
 
 (a) build: ``tempora-sim explore traces/demo`` in a fresh process, wall and CPU (target ≤ 10 s
     on two cores);

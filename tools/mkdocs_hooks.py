@@ -1,6 +1,6 @@
 """mkdocs hooks: the parts of the documentation that are generated, so they cannot go stale.
 
-* The methods reference (``docs/methods.md``) is written from what each registered method
+* The methods reference (``docs/reference/methods.md``) is written from what each registered method
   declares about itself (``name``, ``family``, ``compatible_norms``, ``updates``,
   ``overhead``, ``paper`` and, where present, ``departures``), its module docstring and its
   ``default_params``. A page asks for a generated block with a marker line
@@ -91,7 +91,7 @@ def methods_table() -> str:
 def _optional_cell(cls: type, attr: str) -> str:
     value = getattr(cls, attr, "")
     if attr == "departures":  # declared as data; the full table is on the method-parity page
-        return f"[{len(value)}](methods-parity.md#parity-{cls.name})" if value else "–"
+        return f"[{len(value)}](../results/methods-parity.md#parity-{cls.name})" if value else "–"
     return _cell(value or "–")
 
 

@@ -1,6 +1,6 @@
 """Trace schema v2: the only contract shared by ``tempora_trace`` and ``tempora_sim``.
 
-Defined in ``docs/trace-schema.md``. It lives in its own tiny package so the simulator can
+Defined in ``docs/reference/trace-schema.md``. It lives in its own tiny package so the simulator can
 import it without pulling in torch, and the tracer checks what it writes against the same
 rules the reader enforces. Nothing here imports torch; pyarrow is imported only by the
 functions that build or take Arrow objects, so a reader that uses polars never loads it.
@@ -132,7 +132,7 @@ IDENTITY_KEYS = ("method", "policy") + GROUP_KEYS
 METHOD_SOURCE_KEY = "method_source"
 METHOD_SOURCE_KINDS = {"distribution": ("distribution", "version", "object"), "file": ("path", "sha256", "object")}
 
-#: Keys every v2 trace's metadata must carry (docs/trace-schema.md).
+#: Keys every v2 trace's metadata must carry (docs/reference/trace-schema.md).
 METADATA_FIELDS = (
     "schema_version",
     "method",
@@ -158,7 +158,7 @@ METADATA_FIELDS = (
     "speed_probe",
     "speed_probe_kind",
 )
-#: Keys a trace carries only when they apply (docs/trace-schema.md): the sparse-adaptation
+#: Keys a trace carries only when they apply (docs/reference/trace-schema.md): the sparse-adaptation
 #: policy, where a plugin method, a model by spec and a folder dataset came from, and the
 #: timing-variability measurement. A reader that does not know one ignores it.
 OPTIONAL_METADATA_FIELDS = ("policy", METHOD_SOURCE_KEY, "model_source", "dataset_source", VARIABILITY_KEY)
@@ -232,7 +232,7 @@ class GroupKey:
 @dataclass(frozen=True)
 class TraceIdentity:
     """One trace's identity: its method, its sparse-adaptation policy (None: adapt on every
-    batch; :mod:`.policies`) and its group (docs/trace-schema.md, "Identity").
+    batch; :mod:`.policies`) and its group (docs/reference/trace-schema.md, "Identity").
 
     ``method_source`` is the provenance of a method that is not built in (metadata key
     ``method_source``: the distribution's name and version, or the file's path and SHA-256), as
@@ -270,7 +270,7 @@ class TraceIdentity:
 
 def method_label(method: str, method_params: Mapping[str, Any] | None, policy: str | None = None) -> str:
     """The method as traces of one group tell it apart: ``tent``, ``tent-paper`` for a trace
-    taken with ``profile=paper`` (the reference code's behaviour, docs/methods-parity.md), so a
+    taken with ``profile=paper`` (the reference code's behaviour, docs/results/methods-parity.md), so a
     default and a paper-profile trace of one method can sit side by side, and ``tent@every:4``
     for a trace taken under a sparse-adaptation policy (:mod:`.policies`)."""
     profile = (method_params or {}).get("profile", "default") if isinstance(method_params, Mapping) else "default"
@@ -550,7 +550,7 @@ def _first(mask: np.ndarray) -> int:
 
 
 def validate_rows(cols: RowArrays, path: object = "<trace>") -> RowLayout:
-    """The row rules of docs/trace-schema.md ("Rows"); raise TraceSchemaError on the first broken.
+    """The row rules of docs/reference/trace-schema.md ("Rows"); raise TraceSchemaError on the first broken.
 
     Vectorised, and linear in the rows for files in the tracer's order (a sort only for
     files in another order)."""
@@ -714,7 +714,7 @@ def rows_from_arrow(table: "pa.Table", path: object = "<trace>") -> RowArrays:
 def validate_table(table: "pa.Table", meta: Mapping[str, Any], path: object = "<trace>") -> RowLayout:
     """Raise :class:`TraceSchemaError` unless ``table`` + ``meta`` form a valid trace (v1 or v2).
 
-    Rules (docs/trace-schema.md): known schema version and complete metadata; every column
+    Rules (docs/reference/trace-schema.md): known schema version and complete metadata; every column
     present with the right kind; no nulls outside ``NULLABLE_COLUMNS``; ``phase`` in
     adapt/frozen; adapt rows have ``checkpoint = -1`` and steps 0..N-1 per episode with no
     gaps or repeats; frozen rows have ``0 <= checkpoint <= step < N`` for an episode that has
@@ -737,7 +737,7 @@ def validate_table(table: "pa.Table", meta: Mapping[str, Any], path: object = "<
 
 def check_policy_rows(meta: Mapping[str, Any], cols: RowArrays, path: object = "<trace>") -> None:
     """A trace under a policy decided before each event (every, fraction, warmup) has
-    ``l_ms = 0`` on every adapt row the policy does not adapt (docs/design.md §11): its
+    ``l_ms = 0`` on every adapt row the policy does not adapt (docs/design/design.md §11): its
     metadata and its rows tell one story. (An entropy policy decides from the prediction,
     which the trace does not keep.)"""
     from .policies import parse_policy

@@ -2,7 +2,7 @@
 
 Batch ``i`` (0-based) arrives at ``i·γ``. At equal times a completion frees the pipeline, then
 arrivals are enqueued (the oldest evicted from a full queue of ``b``), then a free pipeline
-takes the oldest queued batch (docs/design.md §4). Two functions say it all:
+takes the oldest queued batch (docs/design/design.md §4). Two functions say it all:
 
 * :func:`last_arrival`: has batch ``i`` arrived by instant ``f``?
 * :func:`next_pick`: after the event serving batch ``p`` frees the pipeline at ``f``, which batch

@@ -34,7 +34,7 @@ peak_mem_bytes     int64 null null: not read live (it would hold the pipeline)
 =================  =========  ==========================================================
 
 Times are ms since the episode's start ``t0`` on the episode clock (monotonic; staging
-pauses between chunks are excluded, see ``docs/validation.md``).
+pauses between chunks are excluded, see ``docs/guide/validation.md``).
 """
 
 from __future__ import annotations

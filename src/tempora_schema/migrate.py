@@ -4,7 +4,7 @@ A v1 file shows its domains and severity in its rows, but not the weights, the t
 ``max_batches`` or the machine speed. :func:`migrate_file` takes the first three from the
 caller (who knows how the traces were made), leaves the speed probe empty ("not measured"),
 checks the result against the v2 rules and replaces the file atomically. The rows are kept
-exactly. Command line: ``tempora-sim migrate`` (docs/trace-schema.md, "Migrating v1 files").
+exactly. Command line: ``tempora-sim migrate`` (docs/reference/trace-schema.md, "Migrating v1 files").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Sparse-adaptation policies: on which batches a method runs its adapt step (docs/design.md §11).
+"""Sparse-adaptation policies: on which batches a method runs its adapt step (docs/design/design.md §11).
 
 A policy is a method modifier. On a batch the policy adapts, the event is the method's usual
 ``predict`` then ``adapt``; on any other batch it is ``predict`` alone, so the batch costs only

@@ -1,6 +1,6 @@
 """λ, the latency provision of a comparison group, computed in one place for both tools.
 
-The tracer's ``calibrate`` and the simulator both call :func:`lambda_ms` (docs/trace-schema.md,
+The tracer's ``calibrate`` and the simulator both call :func:`lambda_ms` (docs/reference/trace-schema.md,
 "λ rules"): ``paper`` = mean(δ) + 6·σ(δ) over the adapt rows of the group's ``standard``
 trace (paper §4: a 6σ provision; the default), ``robust`` = median + 6 × 1.4826 × MAD.
 Torch-free and pyarrow-free: numpy only.

@@ -1,4 +1,4 @@
-"""The optional ``timing_variability`` metadata of a trace (docs/trace-schema.md, "Timing variability").
+"""The optional ``timing_variability`` metadata of a trace (docs/reference/trace-schema.md, "Timing variability").
 
 After its main pass the tracer times a sample of the stream again, outside every row of the
 trace: ``passes`` back-to-back repeat passes, then one *idle pass* in which some events follow

@@ -2,14 +2,14 @@
 baseline method, the corruptions and their categories.
 
 Both the simulator and the tracer import these; a name spelled as a literal elsewhere is a
-second declaration that can drift (docs/architecture.md lists who owns which rule).
+second declaration that can drift (docs/design/architecture.md lists who owns which rule).
 """
 
 from __future__ import annotations
 
-#: The paper's four protocols (docs/design.md §3), in the order tables list them.
+#: The paper's four protocols (docs/design/design.md §3), in the order tables list them.
 PROTOCOLS = ("offline", "discrete", "continuous", "amortised")
-#: Two pressures at once (docs/design.md §9): opt-in, never part of ``all``.
+#: Two pressures at once (docs/design/design.md §9): opt-in, never part of ``all``.
 COMBINED_PROTOCOLS = ("discrete-continuous", "discrete-amortised")
 #: The protocols a live run plays against a real clock (``tempora-trace live``).
 LIVE_PROTOCOLS = ("discrete", "amortised")

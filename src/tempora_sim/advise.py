@@ -4,7 +4,7 @@ For each comparison group (seeds pooled, like episodes) the traces are replayed 
 the given constraint (``--rho``, ``--gamma-ms``, ``--T`` or ``--B``; one at a time: the
 protocols do not combine) and the answer is a few lines: the method with the highest pooled
 utility, its bootstrap interval, its lead over the runner-up with the paired interval and
-whether that lead is certain (docs/statistics.md), the terms that decide it (α and ā_served,
+whether that lead is certain (docs/design/statistics.md), the terms that decide it (α and ā_served,
 ā and κ̄, or β and ā_frozen), and how far the constraint can move before another method wins:
 the kernels replay a fine grid on both sides of the constraint and the switch points are
 refined on a second, finer grid between the last grid value where the recommendation holds
@@ -39,7 +39,7 @@ class Constraint:
     protocol: str  # discrete | continuous | amortised | discrete-continuous | discrete-amortised
     kind: str  # rho | gamma_ms | T_ms | B_ms
     value: float
-    #: combined protocols: the T or B that holds together with ρ (docs/design.md §9)
+    #: combined protocols: the T or B that holds together with ρ (docs/design/design.md §9)
     second: "Constraint | None" = None
 
     @property
@@ -271,7 +271,7 @@ def advise(source, constraint: Constraint, bootstrap=None, sweep_opts: dict | No
                 "lambda_ms": lams,
                 "constraint": {"protocol": c.protocol, **{a.kind: a.value for a in c.axes}},
                 "recommended": rec["method"],
-                # the method and sparse-adaptation policy it stands for (docs/design.md §11)
+                # the method and sparse-adaptation policy it stands for (docs/design/design.md §11)
                 **an.policy_advice(frame, intervals, rec["method"]),
                 "tied_with": [m for m in pw["winners"] if m != rec["method"]],
                 "utility": rec["utility"],

@@ -1,6 +1,6 @@
 """Analyses over a sweep's ``utility.parquet``: who wins where, and why the others lose.
 
-Every public function takes the sweep's utility table (docs/design.md §6 columns) and returns one
+Every public function takes the sweep's utility table (docs/design/design.md §6 columns) and returns one
 polars table. They answer the practitioner's questions behind the paper's findings:
 which method wins each (episode, scenario) cell (Table 15 / Figure 1), how far the offline
 ranking predicts the temporal one (Table 25), what losing costs (Table 23), how often a
@@ -100,7 +100,7 @@ def pool_seeds(df: pl.DataFrame) -> pl.DataFrame:
     stays the sweep's output (``utility.parquet``)."""
     if SEED not in df.columns:
         return df
-    scenario = ["param2", "value2", "arrivals", "arrival_seed"]  # docs/design.md §9 columns, where present
+    scenario = ["param2", "value2", "arrivals", "arrival_seed"]  # docs/design/design.md §9 columns, where present
     keys = [c for c in group_columns(df) + ["method", "episode", "protocol", "param", "value"] + scenario if c in df.columns]
     n = pl.col("num_batches").cast(pl.Float64) if "num_batches" in df.columns else pl.lit(1.0)
     beta = pl.col("beta") if "beta" in df.columns else pl.lit(0.0)
@@ -139,7 +139,7 @@ def pool_seeds(df: pl.DataFrame) -> pl.DataFrame:
 def check_utility_table(df: pl.DataFrame) -> None:
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
-        raise AnalysisError(f"utility table lacks column(s) {', '.join(missing)} (docs/design.md §6)")
+        raise AnalysisError(f"utility table lacks column(s) {', '.join(missing)} (docs/design/design.md §6)")
     unknown = set(df.get_column("protocol").unique().to_list()) - set(PROTOCOLS)
     if unknown:
         raise AnalysisError(f"unknown protocol(s) {sorted(unknown)}; expected {PROTOCOLS}")
@@ -243,7 +243,7 @@ def method_order(df: pl.DataFrame, baseline: str = BASELINE) -> list[str]:
         for m, a in disc.filter(pl.col("value") == strict).group_by("method").agg(pl.col("alpha").mean()).iter_rows():
             if a is not None:
                 alpha[m] = a
-    # a method's policy traces (tent@every:4, docs/design.md §11) follow the method itself
+    # a method's policy traces (tent@every:4, docs/design/design.md §11) follow the method itself
     base_alpha: dict[str, float] = {}
     for m in methods:
         b = split_label(m)[0]
@@ -326,7 +326,7 @@ def _winners(df: pl.DataFrame, tol: float) -> pl.DataFrame:
 def with_certainty(w: pl.DataFrame, rows: pl.DataFrame, keys: list[str], intervals: st.Intervals | None) -> pl.DataFrame:
     """Add ``runner_up``, ``lead_lo``/``lead_hi`` and ``certain`` to one-row-per-cell ``w``.
 
-    The uncertainty rule (docs/statistics.md): a cell's winner is *certain* when the paired
+    The uncertainty rule (docs/design/statistics.md): a cell's winner is *certain* when the paired
     bootstrap interval of (winner − runner-up) utility lies entirely above 0; otherwise, or
     when methods tie, it is *uncertain*. The runner-up is the best method that is not a
     winner. ``certain`` is null when the cell has a single method or no interval could be
@@ -673,7 +673,7 @@ def insolvency(df: pl.DataFrame) -> pl.DataFrame:
 # ----------------------------------------------------------------------------- Pareto
 def budget_spent(trace_rows: pl.DataFrame, utility: pl.DataFrame) -> pl.DataFrame:
     """Overhead actually spent per amortised cell: Σ_{i≤m} c_i with c_i = max(0, δ_i − λ)
-    (docs/design.md §4), from the traces' adapt rows and the cell's cut-off m; pooled rows get the
+    (docs/design/design.md §4), from the traces' adapt rows and the cell's cut-off m; pooled rows get the
     mean over episodes (the budget is per episode)."""
     g = _seed_keys(utility, trace_rows)
     lam = utility.select(g + ["lambda_ms"]).unique(subset=g) if g else utility.select("lambda_ms").head(1)
@@ -1047,7 +1047,7 @@ def policy_gains(
     df: pl.DataFrame, intervals: st.Intervals | None = None, trace_rows: pl.DataFrame | None = None, tol: float = DEFAULT_TOL
 ) -> pl.DataFrame:
     """The best sparse-adaptation policy of each method in each pooled scenario
-    (docs/design.md §11): per (group, method with at least one policy trace, scenario), the
+    (docs/design/design.md §11): per (group, method with at least one policy trace, scenario), the
     variant with the highest pooled utility among the method without a policy and its policy
     traces (``best``: the policy, or ``every batch``; ties go to adapting on every batch, then
     to the lower adaptation rate), its utility and interval, the utility of adapting on every

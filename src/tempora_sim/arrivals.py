@@ -1,4 +1,4 @@
-"""Arrival processes for the discrete protocols (docs/design.md §9).
+"""Arrival processes for the discrete protocols (docs/design/design.md §9).
 
 The paper's discrete protocol assumes perfectly periodic arrivals, batch ``i`` at ``i·γ``.
 Real sources are bursty or recorded; here an arrival process is a *generator* of arrival

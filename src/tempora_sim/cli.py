@@ -1,7 +1,7 @@
 """``tempora-sim``: the simulator's command group. Subcommands live in their own modules.
 
 Every failure is one ``tempora-sim: error: …`` line on stderr with exit status 2 (click's usage
-errors included; see :class:`tempora_schema.command.OneLineGroup` and ``docs/errors.md``).
+errors included; see :class:`tempora_schema.command.OneLineGroup` and ``docs/reference/errors.md``).
 A new subcommand is a module with ``@main.command("name")`` listed in :data:`SUBCOMMAND_MODULES`;
 a command's module is imported when the command is asked for, so ``sweep`` does not load what
 ``report`` or ``validate`` need.

@@ -127,7 +127,7 @@ def _arrivals_multiple(fn):
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @_arrivals_multiple
 @sweep_options
-@bootstrap_options(timing=False)  # the page's intervals replay the traced times (docs/statistics.md)
+@bootstrap_options(timing=False)  # the page's intervals replay the traced times (docs/design/statistics.md)
 def explore_command(traces, out, quiet, ci_level, resamples, ci_seed, **options):
     """Write one self-contained HTML page to move ρ, T and B over TRACES and watch the winners.
 

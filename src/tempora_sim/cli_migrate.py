@@ -1,4 +1,4 @@
-"""``tempora-sim migrate``: rewrite schema-v1 traces as v2 (docs/trace-schema.md)."""
+"""``tempora-sim migrate``: rewrite schema-v1 traces as v2 (docs/reference/trace-schema.md)."""
 
 from __future__ import annotations
 

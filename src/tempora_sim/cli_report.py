@@ -16,7 +16,7 @@ from tempora_sim.cli import main
 from tempora_sim.options import click_options as sweep_options
 from tempora_sim.options import from_click
 
-# bootstrap intervals (docs/statistics.md): the same options as `tempora-sim advise`
+# bootstrap intervals (docs/design/statistics.md): the same options as `tempora-sim advise`
 from tempora_sim.stats import bootstrap_options, make_bootstrap
 
 
@@ -52,7 +52,7 @@ _SOURCE = click.argument("source", nargs=-1, required=True, type=click.Path(path
     "--scenarios",
     is_flag=True,
     help="Also replay the traces under bursty arrivals (burst:1,4, 5 seeds) and the combined "
-    "deadline+patience / deadline+budget protocols, in a section of their own (docs/design.md §9).",
+    "deadline+patience / deadline+budget protocols, in a section of their own (docs/design/design.md §9).",
 )
 @click.option(
     "--no-explore",

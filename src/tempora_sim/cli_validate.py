@@ -1,4 +1,4 @@
-"""``tempora-sim validate``: live runs beside the replay of their traces (``docs/validation.md``).
+"""``tempora-sim validate``: live runs beside the replay of their traces (``docs/guide/validation.md``).
 
 Prints one table (one row per live setting: live vs replay α, |Q|, served accuracy, utility,
 the differences in pp, the run-to-run spread and the self-consistency of each run), lists the

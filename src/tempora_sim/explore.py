@@ -18,7 +18,7 @@ Per method and cell (each corruption and all corruptions pooled): the utility, i
 interval (pooled: corruptions resampled, every method; per corruption: batches resampled, as
 ``report``, for the cell's winner and runner-up, which decide its certainty) and the decomposition (α, |Q|, ā_served; ā, κ̄, Cov; m, β, ā_adapt, ā_frozen). Per cell: the
 winner, the runner-up, the paired interval of the lead and whether the winner is certain
-(docs/statistics.md). Per pooled cell of a one-parameter protocol: the nearest values on each
+(docs/design/statistics.md). Per pooled cell of a one-parameter protocol: the nearest values on each
 side where the recommendation changes, searched and refined as ``advise`` does.
 
 The result is a plain dict, columnar and rounded (fractions as integers in units of 10⁻⁴,
@@ -236,7 +236,7 @@ def _row_lookup(intervals) -> dict[tuple, int]:
 
 def _leads(intervals, lookup, episodes, methods, xvals, win, ru, tie, only_pooled: bool):
     """Per [episode, x]: the paired interval of the winner's lead over the runner-up and
-    whether the winner is certain (docs/statistics.md: the interval lies above 0; a tie is
+    whether the winner is certain (docs/design/statistics.md: the interval lies above 0; a tie is
     uncertain with lead 0), from the bootstrap distributions in ``intervals``: the rule of
     :func:`tempora_sim.analyses.with_certainty`, read off the same resamples."""
     E, X = win.shape

@@ -385,7 +385,7 @@ def pareto_plot(frontier: pl.DataFrame, title: str = ""):
 def policy_rates(points: pl.DataFrame, best: pl.DataFrame, title: str = ""):
     """Utility against the adaptation rate, one panel per scenario (offline, then each
     protocol strict → relaxed), one line per method through its variants in rate order
-    (docs/design.md §11); the method's best variant in the panel is ringed."""
+    (docs/design/design.md §11); the method's best variant in the panel is ringed."""
     from tempora_schema.policies import split_label
 
     scen = points.select("scenario", "scenario_order").unique().sort("scenario_order").get_column("scenario").to_list()

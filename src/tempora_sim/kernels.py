@@ -1,4 +1,4 @@
-"""Numba kernels: one call per protocol replays every episode × grid value (docs/design.md §4).
+"""Numba kernels: one call per protocol replays every episode × grid value (docs/design/design.md §4).
 
 Layout: all episodes ("series") of all traces are concatenated into flat float64 arrays
 (``a``, ``e``, ``l``, ``delta``) with ``offsets[s]:offsets[s+1]`` delimiting series ``s``; λ is
@@ -323,7 +323,7 @@ def offline_kernel(a, offsets):
 
 
 # --------------------------------------------------------------------------------------
-# General arrivals and combined pressures (docs/design.md §9)
+# General arrivals and combined pressures (docs/design/design.md §9)
 # --------------------------------------------------------------------------------------
 
 

@@ -83,7 +83,7 @@ class SweepOptions:
     )
     lambda_rule: str = _opt(
         "paper",
-        "λ from the standard trace's δ: paper = mean + 6σ, robust = median + 6·1.4826·MAD (docs/trace-schema.md); recorded in every row.",
+        "λ from the standard trace's δ: paper = mean + 6σ, robust = median + 6·1.4826·MAD (docs/reference/trace-schema.md); recorded in every row.",
         "--lambda-rule",
         LAMBDA_RULES,
     )
@@ -111,7 +111,7 @@ class SweepOptions:
     no_idle_effect: bool = _opt(
         False,
         "Replay every event at its traced time even where the trace measured that events after an idle gap run "
-        "slower or faster (the idle effect, docs/statistics.md).",
+        "slower or faster (the idle effect, docs/design/statistics.md).",
         "--no-idle-effect",
     )
     engine: str = _opt("numba", "numba kernels, or the plain-Python oracle (slow; for tests).", None, ENGINES)

@@ -2,7 +2,7 @@
 
 Written independently of :mod:`tempora_sim.kernels` and on purpose in the most literal form:
 the discrete protocol is a discrete-event simulation with an explicit clock, a heap of
-arrival/completion events and a FIFO queue with eviction (docs/design.md §4, paper Appendix B.2);
+arrival/completion events and a FIFO queue with eviction (docs/design/design.md §4, paper Appendix B.2);
 the other protocols are direct loops over the formulas of paper §3. Slow, obvious, and the
 baseline the benchmark measures the kernels against.
 
@@ -49,7 +49,7 @@ def discrete_reference(
     """Simulate one episode: batches arrive at ``i * gamma``; one pipeline; FIFO queue of ``queue``.
 
     ``arrivals`` (a list of nondecreasing times) replaces the periodic ``i * gamma``. Combined
-    pressures (docs/design.md §9): for each threshold in ``T`` a served event also scores
+    pressures (docs/design/design.md §9): for each threshold in ``T`` a served event also scores
     ``a_j · κ(r_j)``, r_j = (pickup − arrival of its batch) + e_j, κ(r) = 1/(1 + max(0, r − λ)/(T − λ));
     events ``j >= n_adapt`` are the frozen model's, taking ``f_delta`` and scoring ``f_acc``.
 

@@ -1,6 +1,6 @@
-"""The sweep: replay every trace under every requested ρ / T / B value (docs/design.md §4, §6).
+"""The sweep: replay every trace under every requested ρ / T / B value (docs/design/design.md §4, §6).
 
-``sweep(...)`` is the notebook API (a polars DataFrame with the docs/design.md §6 columns);
+``sweep(...)`` is the notebook API (a polars DataFrame with the docs/design/design.md §6 columns);
 ``run_sweep(...)`` also returns timings, warnings and λ per group, which the CLI prints.
 
 Aggregation and meaning of the columns, per protocol (fractions in [0, 1], times in ms):
@@ -40,8 +40,8 @@ from .traces import Trace, TraceSet, group_lambdas, group_warnings, load_traces
 
 ALL_EPISODES = "__all__"
 
-#: Output columns, in order (docs/design.md §6 plus seed, stream, severity, group, lambda_rule,
-#: num_batches), then the scenario columns of docs/design.md §9 (``param2``/``value2`` of a 2-D
+#: Output columns, in order (docs/design/design.md §6 plus seed, stream, severity, group, lambda_rule,
+#: num_batches), then the scenario columns of docs/design/design.md §9 (``param2``/``value2`` of a 2-D
 #: grid, the arrival process). ``group`` is the comparison group's label without its seed
 #: (tempora_schema.GroupKey.label): rows of two groups that differ only in severity, domains,
 #: weights or threads stay apart, and the seeds of one setting share it (they pool).
@@ -689,6 +689,6 @@ def sweep(source, options: SweepOptions | None = None, /, **changes) -> pl.DataF
     (``periodic`` | ``poisson[:SEED]`` | ``burst:ON,OFF[:SEED]`` | ``file:PATH``), ``arrival_seeds``
     (seeds SEED … SEED+k−1, pooled like episodes) and ``arrivals_absolute`` (recorded times as
     they are) choose the arrival process; ``protocols`` may also name the combined
-    ``discrete-continuous`` (ρ × T) and ``discrete-amortised`` (ρ × B) grids (docs/design.md §9).
+    ``discrete-continuous`` (ρ × T) and ``discrete-amortised`` (ρ × B) grids (docs/design/design.md §9).
     """
     return run_sweep(source, options, **changes).frame

@@ -40,7 +40,7 @@ class ReportInputs:
     source: str = ""
     from_traces: bool = False
     bootstrap: st.BootstrapOptions = field(default_factory=st.BootstrapOptions)
-    #: rows of scenarios beyond the paper's (docs/design.md §9): their own report section
+    #: rows of scenarios beyond the paper's (docs/design/design.md §9): their own report section
     scenarios: pl.DataFrame | None = None
     #: the sweep behind ``utility`` when it came from traces (timing replicates replay it again)
     sweep_result: object = field(default=None, repr=False)
@@ -100,7 +100,7 @@ class ReportInputs:
         return attach_bounds(t, self.term_bounds())
 
     def timing_line(self) -> str:
-        """One sentence on what the intervals include about time (docs/statistics.md)."""
+        """One sentence on what the intervals include about time (docs/design/statistics.md)."""
         from . import timing_noise
 
         return timing_noise.describe(self.timing(), self.bootstrap.timing_replicates)
@@ -127,7 +127,7 @@ def load_inputs(
     :class:`~tempora_sim.options.SweepOptions` or a dict of its fields). ``out``, the report
     directory to be written, must not lie inside a trace directory. ``bootstrap`` sets the
     intervals' level, resamples and seed. ``scenarios`` also replays the traces under bursty
-    arrivals and the combined protocols (docs/design.md §9) for their own section."""
+    arrivals and the combined protocols (docs/design/design.md §9) for their own section."""
     from . import report_scenarios as rs
 
     inp = _load_inputs(sources, sweep_options, out, scenarios)
@@ -423,7 +423,7 @@ _register(
         "relaxed value of each protocol; the cell names the method with the highest utility. "
         "Methods within 1e-12 of each other share the cell (joined by ' = '). A name ending in '?' is an "
         "*uncertain* win: the paired bootstrap interval of its lead over the runner-up contains 0 "
-        "(docs/statistics.md); the CSV has the lead's interval (lead_lo, lead_hi).",
+        "(docs/design/statistics.md); the CSV has the lead's interval (lead_lo, lead_hi).",
         _cached("winners", _winners),
         (
             Column("episode", "episode"),
@@ -707,7 +707,7 @@ _register(
         "Best sparse-adaptation policy of each method",
         "beyond the paper",
         "For every method traced under sparse-adaptation policies (`tempora-trace run --policy`, "
-        "docs/design.md §11), the variant with the highest pooled utility in each scenario: a policy "
+        "docs/design/design.md §11), the variant with the highest pooled utility in each scenario: a policy "
         "(`every:4` adapts on every 4th batch …) or `every batch` (the method as published), its U (%), "
         "and in brackets its gain over adapting on every batch in pp, with '?' when the paired bootstrap "
         "interval of that gain contains 0. The CSV adds the intervals, the adaptation rate of the best "
@@ -1027,7 +1027,7 @@ def _pressure_sentence(w: pl.DataFrame, temporal: pl.DataFrame, fav: str | None)
     """Whether time pressure changes the winners, said only as far as the cells show it.
 
     A change is a temporal cell whose winner differs from its episode's offline winner; a
-    change is *certain* when the temporal winner's lead is certain (docs/statistics.md)."""
+    change is *certain* when the temporal winner's lead is certain (docs/design/statistics.md)."""
     changed = _changed_cells(w)
     n_t = temporal.height
     tc = temporal.explode("winners").group_by("winners").len().sort(["len", "winners"], descending=[True, False])

@@ -1,4 +1,4 @@
-"""The report's section on scenarios beyond the paper's three (docs/design.md §9).
+"""The report's section on scenarios beyond the paper's three (docs/design/design.md §9).
 
 Rows of the combined protocols (``discrete-continuous``, ``discrete-amortised``) and of the
 discrete protocol under non-periodic arrivals are kept apart from the paper's analyses (which
@@ -113,7 +113,7 @@ def markdown(paper: pl.DataFrame, scen: pl.DataFrame, hx: str) -> list[str]:
     md = [
         f"{hx} Beyond the paper's scenarios",
         "",
-        "Replays of the same traces under arrival processes and combined pressures the paper does not evaluate (docs/design.md §9).",
+        "Replays of the same traces under arrival processes and combined pressures the paper does not evaluate (docs/design/design.md §9).",
         "",
     ]
     comp = burst_comparison(paper, scen)

@@ -1,4 +1,4 @@
-"""Terminal tables of the combined protocols (docs/design.md §9): 2-D winners maps.
+"""Terminal tables of the combined protocols (docs/design/design.md §9): 2-D winners maps.
 
 A combined protocol has two grid parameters (ρ × T or ρ × B), so one utility table per
 method would be a wall of numbers. The map answers the question a user asks of it — which

@@ -1,4 +1,4 @@
-"""Scenarios beyond the paper's three (docs/design.md §9): non-periodic arrivals and two
+"""Scenarios beyond the paper's three (docs/design/design.md §9): non-periodic arrivals and two
 pressures at once, replayed from the same traces with the general discrete kernel.
 
 * ``discrete`` under ``poisson``/``burst``/``file`` arrivals (periodic stays on the O(1) kernel);

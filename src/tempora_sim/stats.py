@@ -7,7 +7,7 @@ same batches (or episodes) for every method of a cell turns "is A better than B?
 interval for the mean of A − B on common data, which is much tighter than two overlapping
 marginal intervals.
 
-What is resampled (docs/statistics.md has the reading guide):
+What is resampled (docs/design/statistics.md has the reading guide):
 
 * **per-episode rows** (one cell of the winners grid): the episode's batches. Each utility is
   the mean of a per-batch score vector s (see :func:`batch_scores`); with several seeds the

@@ -1,10 +1,10 @@
 """``sweep --intervals``: bounds of U and of every decomposition term, per output row.
 
 Columns ``<term>_lo`` / ``<term>_hi`` for ``utility`` and the terms of each protocol
-(docs/design.md §6) — ``alpha``, ``served_acc`` (discrete); ``acc``, ``kappa``, ``cov``
+(docs/design/design.md §6) — ``alpha``, ``served_acc`` (discrete); ``acc``, ``kappa``, ``cov``
 (continuous); ``m``, ``beta``, ``acc_adapt``, ``acc_frozen`` (amortised) — and
 ``timing_uncertainty`` (``measured`` or ``unknown``: did the trace measure its timing
-variability?). What is resampled (docs/statistics.md):
+variability?). What is resampled (docs/design/statistics.md):
 
 * **pooled rows** (``episode = "__all__"``): the trace's episodes. Every term is a ratio of
   sums over episodes, as the sweep pools it (α = Σ|Q| / ΣN, ā_served = Σ served accuracy /

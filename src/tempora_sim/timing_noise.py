@@ -1,4 +1,4 @@
-"""Timing variability in the replay: timing replicates and the idle effect (docs/statistics.md).
+"""Timing variability in the replay: timing replicates and the idle effect (docs/design/statistics.md).
 
 A trace holds one timed pass. When the tracer also measured how much its event times move
 (the optional ``timing_variability`` metadata, :mod:`tempora_schema.variability`), the

@@ -600,7 +600,7 @@ def group_lambdas(traceset: TraceSet, lambda_ms: float | None = None, rule: str 
 
 
 def group_warnings(traceset: TraceSet, lambdas: dict[GroupKey, float]) -> list[str]:
-    """One line per group whose measurements look unfair (docs/trace-schema.md, "Speed probe"):
+    """One line per group whose measurements look unfair (docs/reference/trace-schema.md, "Speed probe"):
     traces taken at machine speeds more than 10 % apart (median probe time per trace), or λ
     above 1.5 × the median δ of ``standard`` (a noisy calibration inflates λ)."""
     lines = []

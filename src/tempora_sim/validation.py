@@ -34,7 +34,7 @@ from .errors import GroupError, SimError, TraceFileError
 from .replay import ALL_EPISODES, run_sweep
 from .traces import Trace, TraceSet, load_traces
 
-#: The targets of the validation (``docs/validation.md``), as defaults of the CLI options.
+#: The targets of the validation (``docs/guide/validation.md``), as defaults of the CLI options.
 DEFAULT_ABS_TOL_PP = 2.0
 DEFAULT_SPREAD_SLACK_PP = 0.5
 DEFAULT_AMORTISED_TOL_PP = 0.5

@@ -1,6 +1,6 @@
-"""tempora_trace: run one TTA method once on the target device and write a trace (schema v2, docs/trace-schema.md).
+"""tempora_trace: run one TTA method once on the target device and write a trace (schema v2, docs/reference/trace-schema.md).
 
-Everything that touches torch lives here; no utility is ever computed here (docs/design.md §1).
+Everything that touches torch lives here; no utility is ever computed here (docs/design/design.md §1).
 """
 
 from importlib.util import find_spec

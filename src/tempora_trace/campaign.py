@@ -104,7 +104,7 @@ class TraceTask:
     options: tuple[tuple[str, Any], ...] = ()
     params: tuple[tuple[str, Any], ...] = ()
     budgets_ms: tuple[float, ...] = ()
-    #: sparse-adaptation policy (docs/design.md §11); None: adapt on every batch
+    #: sparse-adaptation policy (docs/design/design.md §11); None: adapt on every batch
     policy: str | None = None
 
     @property

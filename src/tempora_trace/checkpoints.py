@@ -1,6 +1,6 @@
 """Frozen-mode checkpoints: which steps to freeze at, and which later batches to score.
 
-A checkpoint ``m`` is the model after its first ``m`` adaptation steps (docs/design.md §3). The default
+A checkpoint ``m`` is the model after its first ``m`` adaptation steps (docs/design/design.md §3). The default
 schedule is dense early — {0, 1, …, 16} — then √2-geometric, ⌈16·√2^k⌉, below the episode
 length N, so the simulator's amortised replay finds an exact checkpoint or a near one for any
 budget. Budget checkpoints add the exact cut-off steps of given budgets, found online.
@@ -40,7 +40,7 @@ def sample_steps(m: int, num_batches: int, sample: int | None) -> list[int]:
 
 
 class BudgetCutoffs:
-    """Online cut-off steps of overhead budgets under both rules (docs/design.md §4, amortised).
+    """Online cut-off steps of overhead budgets under both rules (docs/design/design.md §4, amortised).
 
     With ``c_j = max(0, δ_j − λ)`` and ``S_j = Σ_{i≤j} c_i`` (1-based j):
     ``strict`` m = max{j : S_j ≤ B} — known only when step m+1 overshoots, so the runner keeps

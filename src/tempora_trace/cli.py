@@ -9,7 +9,7 @@
     tempora-trace synthesize data/synthetic                    # random JPEGs, ImageNet-C layout
 
 Bad input is one ``tempora-trace: error: …`` line on stderr with exit status 2 (see
-``docs/errors.md``). A subcommand is one ``@cli.command(...)`` function; the options of the
+``docs/reference/errors.md``). A subcommand is one ``@cli.command(...)`` function; the options of the
 commands that trace are declared once, in :mod:`tempora_trace.options`.
 """
 
@@ -350,7 +350,7 @@ def check_method_command(
     built-in method keeps with the tracer: reset and snapshot/restore replay bit for bit, frozen
     mode changes nothing, options are validated and recorded, predict learns nothing that
     belongs in adapt, no synchronisation or clock read inside the method, and the warm-up
-    meets every input shape a stream does (docs/add-a-method.md). Runs on the demo data in
+    meets every input shape a stream does (docs/guide/add-a-method.md). Runs on the demo data in
     well under a minute; one line per check, exit status 1 when one fails."""
     from .methods import resolve_method
     from .methods.testing import check_method

@@ -126,10 +126,10 @@ class TraceConfig:
     workers: int | None = None
     #: torch intra-op threads; None = torch's choice, resolved to the actual count (identity).
     threads: int | None = None
-    #: host-memory cap of one staged chunk of batches, MiB (docs/timing.md).
+    #: host-memory cap of one staged chunk of batches, MiB (docs/design/timing.md).
     stage_mb: float = DEFAULT_STAGE_MB
     warmup_batches: int = WARMUP_BATCHES
-    #: timing variability after the main pass (docs/tracer.md): sample events per pass (0: off),
+    #: timing variability after the main pass (docs/guide/tracer.md): sample events per pass (0: off),
     #: back-to-back repeat passes, idle waits of the idle pass (``<k>x`` multiples of the median δ
     #: and/or times; ``none``: no idle pass)
     timing_sample: int = DEFAULT_TIMING_SAMPLE

@@ -1,7 +1,7 @@
 """Live protocol runs: the method against a real clock, to check what the replay claims.
 
 ``tempora-sim`` replays traces; this module plays the same protocols for real, so
-``tempora-sim validate`` can put a replay and a live run side by side (``docs/validation.md``).
+``tempora-sim validate`` can put a replay and a live run side by side (``docs/guide/validation.md``).
 
 **Discrete** (ρ or γ, queue b): batch i becomes available at ``t0 + i·γ`` on the tracer's
 monotonic clock (:data:`~tempora_trace.timing.now_ns`). Whenever the pipeline is free it
@@ -105,7 +105,7 @@ class LiveSettings:
     repeats: int = 1
     spin_us: float = SPIN_NS / 1000
     #: a folder: also trace the method in this run, each episode's trace pass beside its live
-    #: runs, into this folder (the paired comparison of docs/validation.md)
+    #: runs, into this folder (the paired comparison of docs/guide/validation.md)
     trace_alongside: str | None = None
     #: the trace taken alongside also holds the exact cut-off checkpoints of ``budgets_ms``
     #: (at its own cut-offs, under the live λ), so its amortised replay needs no nearest one

@@ -47,9 +47,9 @@ from .errors import ConfigError
 DEFAULT_FROZEN_SAMPLE = 32
 #: Untimed warm-up copies of the first batch (``--warmup-batches``).
 WARMUP_BATCHES = 5
-#: Host memory of one staged chunk, MiB (``--stage-mb``; docs/timing.md).
+#: Host memory of one staged chunk, MiB (``--stage-mb``; docs/design/timing.md).
 DEFAULT_STAGE_MB = 1024.0
-#: Timing variability after the main pass (tempora_trace.variability, docs/tracer.md): sample
+#: Timing variability after the main pass (tempora_trace.variability, docs/guide/tracer.md): sample
 #: events per pass (``--timing-sample``, 0 = off), repeat passes, idle waits of the idle pass.
 DEFAULT_TIMING_SAMPLE = 16
 DEFAULT_TIMING_PASSES = 2
@@ -232,7 +232,7 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
     TraceOption(
         "--profile",
         "paper: behave as the Tempora reference code wherever the default departs from it "
-        "(docs/methods-parity.md); the trace is named <method>-paper. Same as --param profile=paper.",
+        "(docs/results/methods-parity.md); the trace is named <method>-paper. Same as --param profile=paper.",
         _RL,
         type=click.Choice(list(PROFILES)),
         config=None,
@@ -240,9 +240,9 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
     TraceOption(
         "--policy",
         {
-            RUN: "Sparse adaptation: every:K, fraction:P[:SEED], entropy:T or warmup:N (docs/design.md §11); "
+            RUN: "Sparse adaptation: every:K, fraction:P[:SEED], entropy:T or warmup:N (docs/design/design.md §11); "
             "a comma list (every:1,2,4,8) traces one file per policy, one after the other [default: every batch].",
-            LIVE: "Sparse adaptation: every:K, fraction:P[:SEED], entropy:T or warmup:N (docs/design.md §11), "
+            LIVE: "Sparse adaptation: every:K, fraction:P[:SEED], entropy:T or warmup:N (docs/design/design.md §11), "
             "decided per processing event as the replay assumes [default: every batch].",
         },
         _RL,
@@ -355,7 +355,7 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
     TraceOption(
         "--trace-alongside",
         "Also trace the method in this run into DIR, each episode's trace pass beside its live runs "
-        "(a replay that shares the machine's state; docs/validation.md). Checkpoint options apply to it.",
+        "(a replay that shares the machine's state; docs/guide/validation.md). Checkpoint options apply to it.",
         _L,
         type=click.Path(path_type=str, file_okay=False),
         metavar="DIR",
@@ -398,7 +398,7 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
         convert=lambda flag: not flag,
         campaign=bool,
     ),
-    # timing variability measured after the main pass (run, and live --trace-alongside; docs/tracer.md)
+    # timing variability measured after the main pass (run, and live --trace-alongside; docs/guide/tracer.md)
     TraceOption(
         "--timing-sample",
         "Events timed again after the main pass, per repeat pass (timing variability; 0 turns it off).",
@@ -511,7 +511,7 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
     ),
     TraceOption(
         "--stage-mb",
-        "Host memory for one staged chunk of batches, MiB (docs/timing.md).",
+        "Host memory for one staged chunk of batches, MiB (docs/design/timing.md).",
         _ALL,
         default=DEFAULT_STAGE_MB,
         type=click.FloatRange(0, None, min_open=True),

@@ -1,5 +1,5 @@
 """A sparse-adaptation policy at run time: the gate the tracer and the live runner share
-(docs/design.md §11).
+(docs/design/design.md §11).
 
 The rule itself is pure and lives in :mod:`tempora_schema.policies`; this module keeps the
 per-episode event counter and computes the one data-dependent input, the prediction's entropy.

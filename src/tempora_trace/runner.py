@@ -1,5 +1,5 @@
 """One trace run: warm up, stream every episode through the method under the clock, score
-frozen checkpoints on the side, write the trace (docs/design.md §2, §3, §5).
+frozen checkpoints on the side, write the trace (docs/design/design.md §2, §3, §5).
 
 The adapt path is the same whether or not checkpoints are evaluated: each frozen evaluation
 snapshots the method (model, optimiser, extra state) and the RNG states, evaluates, then
@@ -7,7 +7,7 @@ restores them, so the rows of the online stream are bit-identical on CPU to a ru
 checkpoints. Each episode starts from ``reset()`` and an RNG seeded from ``(seed, episode)``,
 which is what makes ``--resume`` and domain subsets reproduce the same rows.
 
-Nothing but the method runs inside a timed event (docs/timing.md): batches are staged a chunk
+Nothing but the method runs inside a timed event (docs/design/timing.md): batches are staged a chunk
 at a time (:mod:`.staging`) and that chunk's events — adapt and frozen alike — run with every
 decode thread idle; the garbage collector runs only between events; after a long staging pause
 the device is warmed by one untimed frozen forward; and a machine-speed probe runs at each
@@ -123,7 +123,7 @@ def check_model_fits(cfg: TraceConfig, dataset, model_spec, method_cls) -> None:
 #: A machine-speed probe runs before steps 0, PROBE_EVERY, 2·PROBE_EVERY, … of every episode.
 PROBE_EVERY = 50
 #: A staging pass at least this long (s) is followed by one untimed frozen forward before
-#: the next timed event, so no event pays for caches the decoding evicted (docs/timing.md).
+#: the next timed event, so no event pays for caches the decoding evicted (docs/design/timing.md).
 REWARM_AFTER_S = 0.05
 
 
@@ -237,7 +237,7 @@ class MethodRun:
         self.identity = cfg.trace_identity(
             self.model_spec.weights_identity, describe_device(self.device), self.method_ref.source.metadata()
         )
-        #: machine-speed probe written to the metadata (docs/trace-schema.md); empty = not measured
+        #: machine-speed probe written to the metadata (docs/reference/trace-schema.md); empty = not measured
         self.speed_probe: list[dict] = []
         self.speed_probe_kind = schema.PROBE_NOT_MEASURED
         root = self.dataset.root(cfg.data_root)

@@ -1,11 +1,11 @@
-"""The clock: one batch event split at the prediction boundary (docs/design.md §2).
+"""The clock: one batch event split at the prediction boundary (docs/design/design.md §2).
 
 ``e`` runs from pickup (device idle, batch already on the device) to the logits being
 available; ``ℓ`` from there until the method is ready for the next batch. The device is
 synchronised at each boundary so queued kernels are charged to the phase that issued them.
 Accuracy counting, transfers and everything else happen outside these two regions.
 
-Two more things keep the clock honest (docs/timing.md): Python's cyclic garbage collector
+Two more things keep the clock honest (docs/design/timing.md): Python's cyclic garbage collector
 never runs inside an event (:func:`collector_paused`; collections happen between events),
 and a fixed reference computation (:class:`SpeedProbe`) measures the machine's speed at
 fixed points outside the events, so traces taken on a slowed-down machine can be spotted.
@@ -155,7 +155,7 @@ def timed_event(
     reading the allocator's statistics costs hundreds of µs, which a live run cannot spend
     between an event's end and its next decision (the trace keeps the reading).
 
-    ``gate`` (an adapting event under a sparse-adaptation policy, docs/design.md §11) decides
+    ``gate`` (an adapting event under a sparse-adaptation policy, docs/design/design.md §11) decides
     whether this event adapts: a decision known beforehand is taken before the clock starts;
     an entropy policy's check runs after the prediction and is timed inside ℓ. An event the
     policy does not adapt records ℓ = 0 (entropy: the check's time) and ``updated = False``;

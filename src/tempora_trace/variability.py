@@ -1,4 +1,4 @@
-"""Timing variability, measured on the device after the main pass (docs/tracer.md, docs/timing.md).
+"""Timing variability, measured on the device after the main pass (docs/guide/tracer.md, docs/design/timing.md).
 
 A trace records one timed pass. How much would the times move on the next pass, and after the
 pipeline sat idle? After every episode of the main pass is on disk, the tracer times a

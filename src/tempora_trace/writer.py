@@ -186,7 +186,7 @@ class TraceWriter:
             return []
 
     def write_episode(self, episode_index: int, rows: RowBuffer, probes: list[dict] | None = None) -> None:
-        """The episode's rows, with its speed probes (docs/timing.md) in the same file, so an
+        """The episode's rows, with its speed probes (docs/design/timing.md) in the same file, so an
         episode is complete — rows and probes — exactly when its one file landed."""
         path = self.partial_dir / f"episode-{episode_index:04d}.rows"
         table = rows.table()

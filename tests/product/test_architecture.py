@@ -1,4 +1,4 @@
-"""docs/architecture.md against the code: every module it names exists (and imports, where its
+"""docs/design/architecture.md against the code: every module it names exists (and imports, where its
 stack is installed), and the shared words it assigns to tempora_schema.vocabulary are spelled
 out nowhere else."""
 
@@ -15,7 +15,7 @@ from tempora_schema import vocabulary
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
-PAGE = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+PAGE = (ROOT / "docs" / "design" / "architecture.md").read_text(encoding="utf-8")
 PACKAGES = ("tempora_schema", "tempora_sim", "tempora_trace")
 
 MODULES = sorted(set(re.findall(r"`((?:%s)(?:\.[a-z_]+)*)`" % "|".join(PACKAGES), PAGE)))
@@ -54,7 +54,7 @@ def test_the_page_names_modules_and_files():
 
 @pytest.mark.parametrize("name", MODULES)
 def test_named_module_exists_and_imports(name):
-    assert _module_file(name) is not None, f"docs/architecture.md names {name}, which is not a module under src/"
+    assert _module_file(name) is not None, f"docs/design/architecture.md names {name}, which is not a module under src/"
     if name.startswith("tempora_trace") and importlib.util.find_spec("torch") is None:
         pytest.skip("the tracer's stack is not installed")
     importlib.import_module(name)
@@ -62,14 +62,14 @@ def test_named_module_exists_and_imports(name):
 
 @pytest.mark.parametrize("path", FILES)
 def test_named_file_exists(path):
-    assert (SRC / path).is_file(), f"docs/architecture.md names {path}, which is not under src/"
+    assert (SRC / path).is_file(), f"docs/design/architecture.md names {path}, which is not under src/"
 
 
 @pytest.mark.parametrize("package, pattern", DIAGRAM)
 def test_drawn_module_exists(package, pattern):
     folder = SRC / package
     found = list(folder.glob(f"{pattern}.py")) + [d for d in folder.glob(pattern) if (d / "__init__.py").is_file()]
-    assert found, f"docs/architecture.md draws {package}.{pattern}, which matches no module"
+    assert found, f"docs/design/architecture.md draws {package}.{pattern}, which matches no module"
 
 
 def _literal(words: tuple[str, ...]) -> re.Pattern:

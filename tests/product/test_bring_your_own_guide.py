@@ -1,4 +1,4 @@
-"""docs/bring-your-own.md runs as written: its blocks, in order, in an empty folder. A block
+"""docs/guide/bring-your-own.md runs as written: its blocks, in order, in an empty folder. A block
 with a ``title="FILE"`` is written to FILE; every other ``bash`` and ``python`` block is run
 (``console``, ``text`` and ``toml`` blocks without a title are shown, not run). The
 generated images are small and the model tiny, so the guide runs in about a minute on two
@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-GUIDE = ROOT / "docs" / "bring-your-own.md"
+GUIDE = ROOT / "docs" / "guide" / "bring-your-own.md"
 FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 

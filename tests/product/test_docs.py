@@ -78,7 +78,7 @@ def test_every_page_in_the_site_navigation_exists():
     config = _mkdocs_config()
     assert config["docs_dir"] == "docs"
     pages = _hooks().nav_files(config["nav"])
-    assert "index.md" in pages and "design.md" in pages
+    assert "index.md" in pages and "design/design.md" in pages
     missing = [p for p in pages if not (DOCS / p).is_file()]
     assert not missing, f"mkdocs.yml nav names missing page(s): {missing}"
     for hook in config.get("hooks", []):
@@ -151,7 +151,7 @@ def test_methods_reference_covers_every_registered_method():
         for key in cls.default_params(MethodContext(num_classes=1000)):
             assert f"`{key}`" in details
     # the page asks for both blocks
-    page = (DOCS / "methods.md").read_text(encoding="utf-8")
+    page = (DOCS / "reference" / "methods.md").read_text(encoding="utf-8")
     assert "<!-- generated: methods-table -->" in page and "<!-- generated: method-details -->" in page
 
 
@@ -202,5 +202,13 @@ def test_readme_is_a_front_door():
     readme = (ROOT / "README.md").read_bytes()
     assert len(readme) <= 12 * 1024, f"README.md is {len(readme)} bytes; reference material belongs in docs/"
     text = readme.decode("utf-8")
-    for needed in ("make install", "make demo", "make test", "tempora-trace", "tempora-sim", "docs/design.md", "docs/img/demo-winners.png"):
+    for needed in (
+        "make install",
+        "make demo",
+        "make test",
+        "tempora-trace",
+        "tempora-sim",
+        "docs/design/design.md",
+        "docs/img/demo-winners.png",
+    ):
         assert needed in text, needed

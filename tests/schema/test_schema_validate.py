@@ -1,4 +1,4 @@
-"""Schema validation: every docs/trace-schema.md row and metadata rule is enforced with a message naming file and rule."""
+"""Schema validation: every docs/reference/trace-schema.md row and metadata rule is enforced with a message naming file and rule."""
 
 from __future__ import annotations
 

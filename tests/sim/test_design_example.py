@@ -1,4 +1,4 @@
-"""The worked example of docs/design.md §4, replayed by the simulator.
+"""The worked example of docs/design/design.md §4, replayed by the simulator.
 
 The design document promises that every number can be checked by hand; this test keeps its
 worked example (one episode, N = 4, λ = 40 ms) true for the Numba kernels and the reference

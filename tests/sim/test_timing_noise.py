@@ -86,7 +86,7 @@ def test_idle_factor_is_linear_between_the_measured_gaps(gap, expected):
 
 # ----------------------------------------------------------------------------- the idle-aware walk
 def event_oracle(a, delta, gamma, queue, strict, gaps, factors):
-    """Plain-Python event simulation of the discrete protocol (docs/design.md §4) in which an
+    """Plain-Python event simulation of the discrete protocol (docs/design/design.md §4) in which an
     event that starts after the pipeline idled for g ms takes δ·F(g); returns (served, Σa)."""
     n = len(a)
     arrivals = [i * gamma for i in range(n)]

@@ -1,4 +1,4 @@
-"""Sparse-adaptation policies (docs/design.md §11): the pure rule, and the tracer on the demo
+"""Sparse-adaptation policies (docs/design/design.md §11): the pure rule, and the tracer on the demo
 set with every adapting method, checked against decisions and entropies recomputed here."""
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ def test_trace_is_schema_valid_and_complete(cifar_c_root, tmp_path, method):
         if p == "frozen":
             assert d["l_ms"][i] == 0.0 and d["updated"][i] is False
     assert not list(path.parent.glob("*.partial")), "partial folder must be removed after completion"
-    # every method records its parity profile (docs/methods-parity.md) with its hyperparameters
+    # every method records its parity profile (docs/results/methods-parity.md) with its hyperparameters
     assert meta["method_params"] == {
         "standard": {},
         "adabn": {"bn_momentum": 0.1, "source_stats": "discard"},

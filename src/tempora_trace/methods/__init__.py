@@ -1,7 +1,7 @@
 """TTA methods: the public API for writing one, and the registry that finds them by name.
 
 A method is one :class:`TTAMethod` subclass (usually a :class:`GradientMethod`). Tempora finds
-it in one of three ways (docs/add-a-method.md):
+it in one of three ways (docs/guide/add-a-method.md):
 
 - built in: a module of this package whose class is decorated with :func:`register`;
 - installed: a distribution declares an entry point in the group ``tempora.methods``

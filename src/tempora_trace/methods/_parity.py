@@ -1,7 +1,7 @@
 """The departures table, rendered from the methods' own ``departures`` attributes.
 
-``docs/methods-parity.md`` holds the rendered table between two marker lines; regenerate it
-with ``python -m tempora_trace.methods._parity --write docs/methods-parity.md`` (a test checks
+``docs/results/methods-parity.md`` holds the rendered table between two marker lines; regenerate it
+with ``python -m tempora_trace.methods._parity --write docs/results/methods-parity.md`` (a test checks
 that the committed page equals the rendering, so it cannot drift from the code).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-BEGIN = "<!-- BEGIN GENERATED: departures (python -m tempora_trace.methods._parity --write docs/methods-parity.md) -->"
+BEGIN = "<!-- BEGIN GENERATED: departures (python -m tempora_trace.methods._parity --write docs/results/methods-parity.md) -->"
 END = "<!-- END GENERATED: departures -->"
 
 

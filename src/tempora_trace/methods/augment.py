@@ -2,7 +2,7 @@
 
 Every random draw goes through a method-owned :class:`MethodRNG` whose state is part of the
 method's snapshot, so ``reset()``/``restore()`` replay the adapt path bit-identically even if
-the tracer consumed global randomness in between (docs/design.md §2). All views take and return float
+the tracer consumed global randomness in between (docs/design/design.md §2). All views take and return float
 CHW batches in the Tempora convention ([0, 1], the model normalises internally).
 """
 

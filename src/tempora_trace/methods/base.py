@@ -1,4 +1,4 @@
-"""The method interface every TTA method implements (docs/design.md §2).
+"""The method interface every TTA method implements (docs/design/design.md §2).
 
 The tracer owns the clock. It calls ``predict(x)`` and stops the intrinsic timer ``e_i`` when
 logits come back, then calls ``adapt()`` and stops the extrinsic timer ``ℓ_i``. So a method puts
@@ -6,7 +6,7 @@ into ``predict`` exactly what must precede its output (forward pass, BN statisti
 filters that change the prediction) and into ``adapt`` everything after (backward, optimiser
 step, EMA/Kalman updates, resets). Methods never synchronise the device or read the clock.
 
-Frozen mode (docs/design.md §5) means: the adapted parameters, BatchNorm in eval mode on *valid*
+Frozen mode (docs/design/design.md §5) means: the adapted parameters, BatchNorm in eval mode on *valid*
 running statistics, no parameter or buffer changes. Methods that discard source statistics
 keep ``track_running_stats`` on after resetting the buffers, so PyTorch's own momentum update
 (0.1 by default) tracks target-stream statistics during adaptation and frozen inference has
@@ -130,7 +130,7 @@ class TTAMethod(metaclass=_MethodMeta):
     #: True for a method that adapts no normalisation layer (it runs on any network, also one
     #: without normalisation layers or with several families of them).
     norm_free: ClassVar[bool] = False
-    #: one-line citation of the source paper, shown in the methods reference (docs/methods.md).
+    #: one-line citation of the source paper, shown in the methods reference (docs/reference/methods.md).
     paper: ClassVar[str] = ""
     #: what the method updates, and where its overhead falls (the methods reference table).
     updates: ClassVar[str] = ""
@@ -190,7 +190,7 @@ class TTAMethod(metaclass=_MethodMeta):
         return None
 
     def skip_adapt(self) -> None:
-        """A sparse-adaptation policy leaves this batch unadapted (docs/design.md §11): let go
+        """A sparse-adaptation policy leaves this batch unadapted (docs/design/design.md §11): let go
         of whatever ``predict`` kept for ``adapt`` (an autograd graph), learn nothing. Called
         outside the timed regions; the batch's ℓ is 0 and ``updated`` false."""
         self.last_updated = False
@@ -263,7 +263,7 @@ class TTAMethod(metaclass=_MethodMeta):
 # ---------------------------------------------------------------------- helpers
 def configure_batchnorm(model: nn.Module, source_stats: str = "discard", momentum: float = 0.1) -> list[nn.Module]:
     """Put every BatchNorm layer into train mode (batch statistics) with running-statistic
-    tracking at ``momentum``; ``discard`` resets the source buffers first (docs/design.md §5).
+    tracking at ``momentum``; ``discard`` resets the source buffers first (docs/design/design.md §5).
     Returns the BN modules so the method can toggle them on freeze/unfreeze."""
     if source_stats not in ("discard", "keep"):
         raise MethodError(f"source_stats must be 'discard' or 'keep', not {source_stats!r}")

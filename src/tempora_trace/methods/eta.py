@@ -14,7 +14,7 @@ Niu et al., "Efficient Test-Time Model Adaptation without Forgetting", ICML 2022
 
 The filters do not change the prediction, so everything after the forward pass is ``adapt``.
 BatchNorm normalises with batch statistics; by default (the authors' code) source running
-statistics are discarded and target statistics are tracked for frozen mode (docs/design.md §5);
+statistics are discarded and target statistics are tracked for frozen mode (docs/design/design.md §5);
 ``source_stats="keep"`` is the Table 16 ablation, registered as ``eta-no-reset``.
 """
 

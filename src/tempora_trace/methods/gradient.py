@@ -50,7 +50,7 @@ TRACKED_BN_STATISTICS = Departure(
     default="tracked over the target stream (momentum 0.1) while normalising with batch statistics",
     reference=AS_DEFAULT,
     authors="stop tracking and delete the buffers (batch statistics only)",
-    reason="frozen inference (docs/design.md §5) needs valid running statistics at every checkpoint",
+    reason="frozen inference (docs/design/design.md §5) needs valid running statistics at every checkpoint",
 )
 
 
@@ -183,7 +183,7 @@ class GradientMethod(TTAMethod):
     2. the model must have a compatible normalisation kind (``compatible_norms``);
     3. ``prepare(model)``: build method-owned modules (projectors, learnable augmentations);
     4. ``configure_norms(model)``: BatchNorm on batch statistics, source buffers discarded or
-       kept (option ``source_stats``), target statistics tracked for frozen mode (docs/design.md §5);
+       kept (option ``source_stats``), target statistics tracked for frozen mode (docs/design/design.md §5);
     5. ``choose_parameters(model)``: the ``(name, parameter)`` pairs to adapt (default: the
        affine parameters of every normalisation layer); only they require gradients;
     6. ``build_optimizer(params)``: SGD with the options ``lr`` and ``momentum``.
@@ -193,7 +193,7 @@ class GradientMethod(TTAMethod):
     ``loss(x, logits)`` and steps (``None`` means "nothing to learn from this batch"). Nothing
     learnt from a batch can influence that batch's prediction, the predict-then-adapt order
     the papers evaluate. ``frozen`` predictions run under ``no_grad`` with BatchNorm in eval
-    mode on its running buffers (docs/design.md §5).
+    mode on its running buffers (docs/design/design.md §5).
     """
 
     family = "gradient-based"
@@ -316,7 +316,7 @@ class GradientMethod(TTAMethod):
         """A forward pass that is not the prediction (an augmented, shuffled or perturbed view).
 
         By default it leaves the tracked BatchNorm running statistics alone: frozen inference
-        should see statistics of the clean stream only (docs/design.md §5). ``profile=paper``
+        should see statistics of the clean stream only (docs/design/design.md §5). ``profile=paper``
         reproduces the Tempora reference quirk: the view runs in train mode like the clean
         pass, so it moves the BN buffers (a second update per adapted batch)."""
         if self.paper_profile or not self.bn_layers:

@@ -7,7 +7,7 @@ on the mean softmax entropy updates only the affine parameters of the normalisat
 Learning rate 0.00025 (the paper's ImageNet setting at batch 64; the Tempora reference uses it
 for every dataset and batch size) and 0.001 for ViT-B/16, as in the Tempora reference.
 BatchNorm running statistics are reset (``source_stats='discard'``) and tracked over the target
-stream with momentum 0.1 so frozen inference has valid buffers (docs/design.md §5).
+stream with momentum 0.1 so frozen inference has valid buffers (docs/design/design.md §5).
 """
 
 from __future__ import annotations

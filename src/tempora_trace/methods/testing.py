@@ -1,7 +1,7 @@
 """Conformance kit: does a method keep the promises every built-in method keeps to the tracer?
 
 The tracer times ``predict`` and ``adapt`` separately, resets the method between episodes,
-and evaluates frozen copies on the side by snapshot and restore (docs/design.md §2, §5). A
+and evaluates frozen copies on the side by snapshot and restore (docs/design/design.md §2, §5). A
 method that breaks one of those promises produces a trace that looks fine and is wrong. This
 kit runs a method on a few batches of the demo data, around a committed demo model, and checks:
 

@@ -186,7 +186,7 @@ def _cifar_resnet18(weights, num_classes: int | None):
     default = tempora_home() / "weights" / fname
     hint = (
         f"no weights for 'cifar-resnet18' ({classes} classes): put a torchvision-keyed state_dict at "
-        f"{default} or pass --weights FILE (no public download exists; see the CIFAR-10-C section of docs/datasets.md)"
+        f"{default} or pass --weights FILE (no public download exists; see the CIFAR-10-C section of docs/guide/datasets.md)"
     )
     path = _resolve(weights, _existing(default, hint))
     net = build_cifar_resnet18(classes)

@@ -98,7 +98,7 @@ DAMAGE = {
 }
 
 
-#: Cases this module adds to the hostile-input suite (docs/errors.md counts them).
+#: Cases this module adds to the hostile-input suite (docs/reference/errors.md counts them).
 CASE_COUNT = len(DAMAGE)
 
 

@@ -106,7 +106,7 @@ CASES = {
 EXTRA_ARGS = {"ray cluster unreachable": ["--engine", "ray", "--address", "127.0.0.1:1"]}
 
 
-#: Cases this module adds to the hostile-input suite (docs/errors.md counts them): the table, a
+#: Cases this module adds to the hostile-input suite (docs/reference/errors.md counts them): the table, a
 #: read-only out, no cluster at auto, two stale identities, a stale partial, two second campaigns,
 #: the locks held.
 CASE_COUNT = len(CASES) + 8

@@ -72,7 +72,7 @@ OUTS = {
 }
 
 
-#: Cases this module adds to the hostile-input suite (docs/errors.md counts them): the table,
+#: Cases this module adds to the hostile-input suite (docs/reference/errors.md counts them): the table,
 #: a read-only --trace-alongside folder and Ctrl-C with a trace alongside.
 CASE_COUNT = len(CASES) + 2
 

@@ -208,7 +208,7 @@ CASES = {
 }
 
 
-#: Cases this module adds to the hostile-input suite (docs/errors.md counts them): the table
+#: Cases this module adds to the hostile-input suite (docs/reference/errors.md counts them): the table
 #: above, a failed write, a full and a closed standard output (the closed one for each tool).
 SIM_CASE_COUNT = len(CASES) + 3
 TRACE_CASE_COUNT = 1

@@ -352,7 +352,7 @@ def test_ctrl_c_during_start_up_is_one_line(argv, prog, tmp_path):
 
 
 def test_the_documented_case_count_is_the_suite():
-    """docs/errors.md states how many hostile cases the suite covers; keep it true."""
+    """docs/reference/errors.md states how many hostile cases the suite covers; keep it true."""
     import test_hostile_cache as cache
     import test_hostile_campaign as campaign
     import test_hostile_live as live
@@ -363,5 +363,5 @@ def test_the_documented_case_count_is_the_suite():
     sim_cases += cache.CASE_COUNT + surfaces.SIM_CASE_COUNT
     trace_cases = len(CASES) + len(FAULTS) + len(IN_USE) + 1 + len(START_UP)  # + full disk mid-run
     trace_cases += live.CASE_COUNT + campaign.CASE_COUNT + surfaces.TRACE_CASE_COUNT
-    text = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "reference" / "errors.md").read_text(encoding="utf-8")
     assert f"**{sim_cases + trace_cases} cases**: {sim_cases}" in text and f"and {trace_cases} against" in text

@@ -1,6 +1,6 @@
 """Analyses on small hand-built utility tables whose answers are worked out by hand.
 
-The tables follow docs/design.md §6 exactly (one group; pooled ``__all__`` rows where the analysis
+The tables follow docs/design/design.md §6 exactly (one group; pooled ``__all__`` rows where the analysis
 reads them), so the same builder also feeds the report tests.
 """
 

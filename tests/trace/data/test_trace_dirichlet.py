@@ -1,4 +1,4 @@
-"""The Dirichlet label-shift stream order (docs/design.md §9 and the tracer docs)."""
+"""The Dirichlet label-shift stream order (docs/design/design.md §9 and the tracer docs)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared checks of the method contract (docs/design.md §2, §5) for the per-method test files.
+"""Shared checks of the method contract (docs/design/design.md §2, §5) for the per-method test files.
 
 Every TTA method must honour the same promises to the tracer, whatever its algorithm:
 

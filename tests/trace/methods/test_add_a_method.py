@@ -1,4 +1,4 @@
-"""docs/add-a-method.md works as written: its example method is the one the example package in
+"""docs/guide/add-a-method.md works as written: its example method is the one the example package in
 examples/ ships; saved as a file from the page, it passes the method contract and traces two
 batches of the demo data through the real tracer as ``PATH.py:CLASS`` under both profiles."""
 
@@ -20,7 +20,7 @@ from tempora_trace.runner import trace_run
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 ROOT = Path(__file__).resolve().parents[3]
-GUIDE = ROOT / "docs" / "add-a-method.md"
+GUIDE = ROOT / "docs" / "guide" / "add-a-method.md"
 EXAMPLE = ROOT / "examples" / "tempora-example-method" / "src" / "tempora_example_method" / "pseudo_label.py"
 
 

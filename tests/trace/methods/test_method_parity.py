@@ -67,8 +67,8 @@ def test_committed_parity_page_is_the_generated_one():
 
     from tempora_trace.methods._parity import splice
 
-    page = (Path(__file__).resolve().parents[3] / "docs" / "methods-parity.md").read_text(encoding="utf-8")
-    assert splice(page) == page, "regenerate: python -m tempora_trace.methods._parity --write docs/methods-parity.md"
+    page = (Path(__file__).resolve().parents[3] / "docs" / "results" / "methods-parity.md").read_text(encoding="utf-8")
+    assert splice(page) == page, "regenerate: python -m tempora_trace.methods._parity --write docs/results/methods-parity.md"
 
 
 # ------------------------------------------------------------------ SHOT-IM
