@@ -97,14 +97,8 @@ def coverage_row(interval, alphas: Sequence[float | None], utilities: Sequence[f
     return out
 
 
-def overall(settings: pl.DataFrame) -> dict | None:
-    """Coverage over every setting with a timing interval: live runs inside / live runs, and
-    the median interval width (pp); None when no setting has one."""
-    if "timing_uncertainty" not in settings.columns:
-        return None
-    s = settings.filter(pl.col("timing_uncertainty") == tn.MEASURED)
-    if not s.height:
-        return None
+def _summary(s: pl.DataFrame) -> dict:
+    """Live runs inside / live runs, the lowest setting and the median width (pp) over ``s``."""
     d = s.filter(pl.col("covered_alpha").is_not_null())
     out = {
         "settings": s.height,
@@ -125,13 +119,27 @@ def overall(settings: pl.DataFrame) -> dict | None:
     return out
 
 
-def describe(summary: dict | None, level: float = DEFAULT_LEVEL) -> str:
-    """One line for ``validate``'s output."""
-    if summary is None:
-        return "timing coverage: unknown (no trace measured its timing variability)"
-    text = (
-        f"timing coverage ({summary['settings']} settings, {summary['runs']} live runs inside the replay's {level:.0%} timing interval): "
-    )
+def overall(settings: pl.DataFrame) -> dict | None:
+    """Coverage over every setting with a timing interval: live runs inside / live runs, and
+    the median interval width (pp); None when no setting has one. A setting whose interval has
+    no width (every replicate serves the same batches: a light load, say) covers its runs
+    trivially, so the same figures over the settings with a width are under ``"informative"``
+    (None when there are none): a coverage rate padded with certain settings would claim more
+    than the intervals earned."""
+    if "timing_uncertainty" not in settings.columns:
+        return None
+    s = settings.filter(pl.col("timing_uncertainty") == tn.MEASURED)
+    if not s.height:
+        return None
+    out = _summary(s)
+    width = pl.col("width_utility_pp").fill_null(0.0) + pl.col("width_alpha_pp").fill_null(0.0)
+    informative = s.filter(width > 0)
+    out["zero_width_settings"] = s.height - informative.height
+    out["informative"] = _summary(informative) if informative.height else None
+    return out
+
+
+def _figures(summary: dict) -> str:
     parts = []
     if "coverage_alpha_pct" in summary:
         parts.append(
@@ -142,4 +150,26 @@ def describe(summary: dict | None, level: float = DEFAULT_LEVEL) -> str:
         f"U {summary['covered_utility']}/{summary['runs']} = {summary['coverage_utility_pct']:.0f} % "
         f"(lowest setting {summary['lowest_setting_utility_pct']:.0f} %, median width {summary['median_width_utility_pp']:.1f} pp)"
     )
-    return text + "; ".join(parts)
+    return "; ".join(parts)
+
+
+def describe(summary: dict | None, level: float = DEFAULT_LEVEL) -> str:
+    """``validate``'s coverage lines: every setting, then those whose interval has a width."""
+    if summary is None:
+        return "timing coverage: unknown (no trace measured its timing variability)"
+    text = (
+        f"timing coverage ({summary['settings']} settings, {summary['runs']} live runs inside the replay's {level:.0%} timing interval): "
+        + _figures(summary)
+    )
+    zero = summary.get("zero_width_settings", 0)
+    if zero:
+        inf = summary.get("informative")
+        text += (
+            f"\n  {zero} of {summary['settings']} settings have an interval of zero width (every replicate serves the same batches), "
+            + (
+                f"covered trivially; over the other {inf['settings']} ({inf['runs']} live runs): {_figures(inf)}"
+                if inf
+                else "covered trivially; no setting tests the interval"
+            )
+        )
+    return text

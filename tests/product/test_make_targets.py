@@ -149,6 +149,8 @@ def test_demo_and_demo_traces_run_end_to_end(tmp_path, demo_env):
                 VALIDATE_RHO="1",
                 VALIDATE_B="0ms",
                 VALIDATE_REPEATS="1",
+                VALIDATE_BASELINE_REPEATS="1",
+                VALIDATE_POLICY_REPEATS="1",
                 VALIDATE_TRACE_OPTS="--frozen-sample 1",
                 VALIDATE_CHECK_OPTS="--tol-pp 100 --amortised-tol-pp 100 --min-agreement 0 --tie-us 1e9",
                 VALIDATE_OUT=str(tmp_path / "validate"),
@@ -167,6 +169,8 @@ def test_demo_and_demo_traces_run_end_to_end(tmp_path, demo_env):
                 VALIDATE_METHODS="standard tent",
                 VALIDATE_RHO="1",
                 VALIDATE_REPEATS="1",
+                VALIDATE_BASELINE_REPEATS="1",
+                VALIDATE_POLICY_REPEATS="1",
                 VALIDATE_CHECK_OPTS="--tol-pp 100 --amortised-tol-pp 100 --min-agreement 0 --tie-us 1e9",
             ),
         ]

@@ -267,15 +267,32 @@ def test_migration_round_trip(tmp_path):
 
 
 def test_committed_demo_traces_are_v2_with_their_identity():
+    """traces/demo: the current tracer's set (80 batches per corruption, a speed probe and the
+    timing-variability measurement in every trace)."""
     weights = ROOT / "src" / "tempora_trace" / "models" / "weights"
     traces = load_traces(ROOT / "traces" / "demo")
     assert len(traces) == 23
     for t in traces.traces:
         m = t.meta
         assert t.version == 2 and m["severity"] == 5 and len(m["domains"]) == 15 and m["threads"] == 1
-        assert m["batch_size"] == 64 and m["seed"] == 2025 and m["frozen_eval"] == 8 and m["max_batches"] is None
+        assert m["batch_size"] == 64 and m["seed"] == 2025 and m["frozen_eval"] == 8 and m["max_batches"] == 80
         assert m["weights"] == schema.weights_identity(weights / f"{m['model']}.pt")
-        assert m["speed_probe"] == [] and m["speed_probe_kind"] == "none"
+        assert m["speed_probe"] and m["speed_probe_kind"] != "none"
+        assert schema.VARIABILITY_KEY in m
+    assert len(traces.groups()) == 2
+
+
+def test_demo_traces_from_the_first_tracer_still_read():
+    """The set the first tracer wrote (no speed probe, no timing data, whole corruptions): kept in
+    tests/golden/demo-traces so that old traces stay readable."""
+    weights = ROOT / "src" / "tempora_trace" / "models" / "weights"
+    traces = load_traces(ROOT / "tests" / "golden" / "demo-traces")
+    assert len(traces) == 23
+    for t in traces.traces:
+        m = t.meta
+        assert t.version == 2 and len(m["domains"]) == 15 and m["max_batches"] is None
+        assert m["weights"] == schema.weights_identity(weights / f"{m['model']}.pt")
+        assert m["speed_probe"] == [] and m["speed_probe_kind"] == "none" and schema.VARIABILITY_KEY not in m
     assert len(traces.groups()) == 2
 
 

@@ -1,11 +1,14 @@
-"""The committed demo traces sweep and report to the same numbers as before any restructuring.
+"""A fixed set of traces sweeps and reports to the same numbers as before any restructuring.
 
-``tests/golden/demo`` holds what ``tempora-sim sweep traces/demo --protocol all`` (default grids)
-and ``tempora-sim report`` of that sweep wrote before the code was reorganised: the sweep's
-Parquet and every report table (CSV, stored as Parquet). A refactor, a new protocol, a new
-method source or a new trace column may add columns or rows; it may not change a number that
-was there. To accept an intended change, regenerate the files with the two commands above and
-say why in the commit.
+``tests/golden/demo-traces`` is the demo set as the first tracer wrote it (schema v2 without
+timing-variability metadata, two traces at a time): the golden test's frozen input, and the
+proof that traces written before the timing measurement existed still read, sweep and report.
+``tests/golden/demo`` holds what ``tempora-sim sweep tests/golden/demo-traces --protocol all``
+(default grids) and ``tempora-sim report`` of that sweep wrote before the code was reorganised:
+the sweep's Parquet and every report table (CSV, stored as Parquet). A refactor, a new protocol,
+a new method source or a new trace column may add columns or rows; it may not change a number
+that was there. To accept an intended change, regenerate the files with the two commands above
+and say why in the commit.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from tempora_sim.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden" / "demo"
-DEMO = ROOT / "traces" / "demo"
+DEMO = ROOT / "tests" / "golden" / "demo-traces"
 
 
 def _same_rows(new: pl.DataFrame, old: pl.DataFrame, what: str) -> None:

@@ -414,10 +414,23 @@ def test_bad_timing_replicates_is_one_line(tmp_path, args):
     assert "--timing-replicates" in res.output and "Traceback" not in res.output
 
 
-def test_demo_traces_say_their_timing_uncertainty_is_unknown():
-    demo = Path(__file__).resolve().parents[2] / "traces" / "demo"
-    first = next(demo.rglob("*.parquet"))
+def test_traces_from_before_the_measurement_say_their_timing_uncertainty_is_unknown():
+    """The demo set as the first tracer wrote it (tests/golden/demo-traces) has no timing data."""
+    legacy = Path(__file__).resolve().parents[2] / "tests" / "golden" / "demo-traces"
+    first = next(legacy.rglob("*.parquet"))
     assert schema.VARIABILITY_KEY not in schema.decode_metadata(pq.read_schema(first), first)
     res = CliRunner().invoke(main, ["advise", str(first.parent), "--rho", "0.6"])
     assert res.exit_code == 0, res.output
     assert "timing uncertainty: unknown" in res.output
+
+
+def test_the_committed_demo_traces_carry_their_timing_variability():
+    """traces/demo was taken with the measurement: every trace has it, and advise uses it."""
+    demo = Path(__file__).resolve().parents[2] / "traces" / "demo"
+    files = sorted(demo.rglob("*.parquet"))
+    assert len(files) == 23
+    for f in files:
+        assert schema.VARIABILITY_KEY in schema.decode_metadata(pq.read_schema(f), f), f
+    res = CliRunner().invoke(main, ["advise", str(files[0].parent), "--rho", "0.6"])
+    assert res.exit_code == 0, res.output
+    assert "timing uncertainty: unknown" not in res.output

@@ -92,3 +92,89 @@ def test_no_variability_measured_as_none_gives_a_zero_width_interval(tmp_path):
     s = validate([live_dir], traces).settings
     assert (s["width_alpha_pp"] == 0).all() and (s["alpha_timing_lo"] == s["alpha_replay"]).all()
     assert (s["coverage_alpha_pct"] == 100).all() and (s["coverage_utility_pct"] == 100).all()
+
+
+def _setting(covered_a, covered_u, runs, width_a, width_u):
+    return {
+        "timing_uncertainty": "measured",
+        "runs": runs,
+        "covered_alpha": covered_a,
+        "covered_utility": covered_u,
+        "coverage_alpha_pct": None if covered_a is None else 100.0 * covered_a / runs,
+        "coverage_utility_pct": 100.0 * covered_u / runs,
+        "width_alpha_pp": width_a,
+        "width_utility_pp": width_u,
+    }
+
+
+def test_zero_width_settings_are_counted_apart_so_trivial_coverage_cannot_pad_the_rate():
+    """Worked example: a light-load setting where every replicate and every run serve every
+    batch (zero width, 10/10), a discrete setting with a width (α 9/10, U 10/10) and an
+    amortised one (no α; U 7/10). Over all three: α (10 + 9)/20, U 27/30; over the two with a
+    width: α 9/10, U 17/20, the lowest setting 70 % of U, median widths 4 pp (α) and 3 pp (U)."""
+    s = pl.DataFrame(
+        [_setting(10, 10, 10, 0.0, 0.0), _setting(9, 10, 10, 4.0, 2.0), _setting(None, 7, 10, None, 4.0)],
+        schema_overrides={"coverage_alpha_pct": pl.Float64, "width_alpha_pp": pl.Float64, "covered_alpha": pl.Int64},
+    )
+    summary = overall(s)
+    assert (summary["covered_alpha"], summary["alpha_runs"]) == (19, 20)
+    assert (summary["covered_utility"], summary["runs"]) == (27, 30)
+    assert summary["zero_width_settings"] == 1
+    inf = summary["informative"]
+    assert (inf["settings"], inf["covered_alpha"], inf["alpha_runs"]) == (2, 9, 10)
+    assert (inf["covered_utility"], inf["runs"]) == (17, 20)
+    assert inf["lowest_setting_utility_pct"] == pytest.approx(70.0)
+    assert (inf["median_width_alpha_pp"], inf["median_width_utility_pp"]) == (4.0, 3.0)
+    text = describe(summary)
+    assert "1 of 3 settings have an interval of zero width" in text
+    assert "over the other 2 (20 live runs): α 9/10 = 90 %" in text and "U 17/20 = 85 % (lowest setting 70 %" in text
+
+
+def test_every_setting_zero_width_says_no_setting_tests_the_interval():
+    s = pl.DataFrame([_setting(10, 10, 10, 0.0, 0.0)] * 2)
+    summary = overall(s)
+    assert summary["informative"] is None and summary["zero_width_settings"] == 2
+    assert "no setting tests the interval" in describe(summary)
+
+
+def test_coverage_of_several_validate_runs_adds_them_up_per_setting(tmp_path):
+    """tools/coverage_runs.py (the docs' coverage tables): two runs of two settings, added up."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("coverage_runs", Path(__file__).resolve().parents[2] / "tools" / "coverage_runs.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    base = {"method": "tent", "timing_uncertainty": "measured", "budget_ms": None}
+    for i, (a1, u1, a2, u2) in enumerate(((10, 10, None, 9), (8, 9, None, 10)), 1):
+        (tmp_path / f"v{i}" / "report").mkdir(parents=True)
+        pl.DataFrame(
+            [
+                {
+                    **base,
+                    "protocol": "discrete",
+                    "rho": 0.5,
+                    "runs": 10,
+                    "covered_alpha": a1,
+                    "covered_utility": u1,
+                    "width_alpha_pp": 4.0,
+                    "width_utility_pp": 2.0,
+                },
+                {
+                    **base,
+                    "protocol": "amortised",
+                    "rho": None,
+                    "budget_ms": 1000.0,
+                    "runs": 10,
+                    "covered_alpha": a2,
+                    "covered_utility": u2,
+                    "width_alpha_pp": None,
+                    "width_utility_pp": 0.0,
+                },
+            ],
+            schema_overrides={"covered_alpha": pl.Int64, "width_alpha_pp": pl.Float64, "budget_ms": pl.Float64, "rho": pl.Float64},
+        ).write_csv(tmp_path / f"v{i}" / "report" / "validation.csv")
+    text = tool.markdown([tmp_path / "v1", tmp_path / "v2"])
+    assert "| tent | ρ = 50 % | 20 | 18/20 = 90.0 % | 19/20 = 95.0 % | 4.0 / 2.0 |" in text
+    assert "| tent | B = 1000 ms | 20 | – | 19/20 = 95.0 % | – / 0.0 |" in text
+    assert "every setting (2 settings, 2 runs): α 18/20 = 90.0 %" in text and "U 38/40 = 95.0 %" in text
+    assert "settings whose interval has a width (1 settings, 2 runs): α 18/20 = 90.0 %" in text
