@@ -620,7 +620,7 @@ def build_data(
         if bar:
             bar.stop()
     from . import __version__
-    from .figures import method_colour
+    from .palette import method_colour
 
     all_methods = sorted({m for g in groups_out for m in g["methods"]})
     return {

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from . import analyses as an
-from .report_scenarios import best_per_cell
+from .. import analyses as an
+from .scenarios import best_per_cell
 
 SETTING = ("dataset", "model", "batch_size", "stream")
 

@@ -1,14 +1,21 @@
-"""Terminal tables of a sweep: corruption-aggregated utilities and strict-pressure decompositions.
+"""Terminal tables of a sweep (what ``tempora-sim sweep`` prints): corruption-aggregated
+utilities, strict-pressure decompositions and the combined protocols' winners maps.
 
 The layouts follow the paper: Tables 11–13 (utility per method × parameter value, aggregated
 over episodes, best in bold) and Tables 3–5 (the decomposition at the strictest value of each
 protocol). Rows are the pooled ``episode = "__all__"`` rows of the sweep; methods are listed by
 mean per-batch latency, so the non-adaptive baseline comes first and the slowest method last.
+
+A combined protocol (docs/design.md §9) has two grid parameters (ρ × T or ρ × B), so one
+utility table per method would be a wall of numbers. Its map answers the question a user asks
+of it — which method wins where — with one cell per (second parameter, ρ): the winner and its
+utility.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from typing import Iterable
 
 import polars as pl
@@ -16,9 +23,11 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from . import analyses as an
-from .replay import ALL_EPISODES, SweepResult
-from .stats import BootstrapOptions
+from .. import analyses as an
+from .. import grids
+from ..replay import ALL_EPISODES, SweepResult
+from ..stats import BootstrapOptions
+from .scenarios import best_per_cell
 
 _TITLES = {
     "offline": "Offline utility (%): mean accuracy, no time pressure",
@@ -74,8 +83,6 @@ def shown_values(values: list) -> list:
 def _latency_of(latency: dict[str, dict[str, float]], group: pl.DataFrame) -> dict[str, float]:
     """Mean δ per method over the seeds of this group: the sweep keys latency by the group's
     label with its seed (``…/bs64/seed2025/episodic/…``); the seed-pooled rows carry it without."""
-    import re
-
     name = group["group"][0] if "group" in group.columns else None
     merged: dict[str, list[float]] = {}
     for label, per in latency.items():
@@ -295,7 +302,51 @@ def print_report(result: SweepResult, console: Console | None = None, bootstrap:
         latency = _latency_of(result.latency, group)
         gk = tuple(group.row(0, named=True)[c] for c in an.group_columns(group))
         mine = {(p, v): c for (k, p, v), c in certain.items() if k == gk}
-        from .scenario_tables import scenario_tables
-
         for table in utility_tables(group, latency, intervals, mine, view) + decomposition_tables(group, latency) + scenario_tables(group):
             console.print(table)
+
+
+# ----------------------------------------------------------------------------- combined protocols
+_MAP_TITLES = {
+    "discrete-continuous": "Deadline + patience: winner (utility %) per ρ × T",
+    "discrete-amortised": "Deadline + budget: winner (utility %) per ρ × B",
+}
+
+
+def _map_label(param: str, value: float) -> str:
+    if param == "rho":
+        return f"ρ={value * 100:g}%"
+    if value >= 1000:
+        return f"{'T' if param == 'T_ms' else 'B'}={value / 1000:g}s"
+    return f"{'T' if param == 'T_ms' else 'B'}={value:g}ms"
+
+
+def winners_map(group: pl.DataFrame) -> pl.DataFrame:
+    """Per (protocol, value, value2): the best method (``winner``) and its utility."""
+    return best_per_cell(group.filter(pl.col("protocol").is_in(list(_MAP_TITLES))), ["protocol", "value", "value2"])
+
+
+def scenario_tables(group: pl.DataFrame) -> list[Table]:
+    """One winners map per combined protocol present in ``group`` (pooled rows)."""
+    tables = []
+    wins = winners_map(group)
+    for protocol, title in _MAP_TITLES.items():
+        part = wins.filter(pl.col("protocol") == protocol)
+        if part.height == 0:
+            continue
+        rhos = sorted(part["value"].unique().to_list(), reverse=True)
+        seconds = sorted(part["value2"].unique().to_list())
+        param2 = grids.PARAM2_OF[protocol]
+        table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", min_width=60)
+        table.add_column("")
+        for r in rhos:
+            table.add_column(_map_label("rho", r) if not math.isnan(r) else "recorded", justify="right")
+        cells = {(row["value"], row["value2"]): row for row in part.iter_rows(named=True)}
+        for v2 in seconds:
+            row = [_map_label(param2, v2)]
+            for r in rhos:
+                hit = cells.get((r, v2))
+                row.append("–" if hit is None else f"{hit['winner']} {hit['utility'] * 100:.1f}")
+            table.add_row(*row)
+        tables.append(table)
+    return tables

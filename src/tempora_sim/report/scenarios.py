@@ -13,10 +13,14 @@ seeds, both combined grids); rows of them already in sweep results are reported 
 
 from __future__ import annotations
 
+import warnings
+
 import polars as pl
 
-from . import analyses as an
-from .grids import COMBINED_PROTOCOLS
+from .. import analyses as an
+from ..grids import COMBINED_PROTOCOLS
+from ..options import SweepOptions
+from ..replay import SimWarning, sweep
 
 #: ``--scenarios``: the on/off source compared with periodic arrivals, and its seeds.
 DEFAULT_BURST = "1,4"
@@ -41,11 +45,6 @@ def split(frame: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 def scenario_sweeps(traces, options, burst: str = DEFAULT_BURST, seeds: int = DEFAULT_BURST_SEEDS) -> pl.DataFrame:
     """The bursty discrete protocol and both combined grids over ``traces``, with the report's
     other sweep options (grids, queue, λ rule …)."""
-    import warnings
-
-    from .options import SweepOptions
-    from .replay import SimWarning, sweep
-
     base = options if isinstance(options, SweepOptions) else SweepOptions.build(**(options or {}))
     with warnings.catch_warnings():  # the report's own sweep of these traces already said them
         warnings.simplefilter("ignore", SimWarning)
