@@ -24,6 +24,7 @@ from tempora_schema.outputs import to_bytes, write_file
 from tempora_schema.policies import split_label
 
 from .. import analyses as an
+from .. import protocols as P
 from ..analyses import episode_order
 from ..palette import method_colour
 from .groups import filter_group, group_label
@@ -161,21 +162,15 @@ def winners_grid(winners: pl.DataFrame, counts: pl.DataFrame, title: str = ""):
 
 # ----------------------------------------------------------------------------- utility curves
 def _x_of(protocol: str, values: Sequence[float]) -> list[float]:
-    if protocol == "discrete":
-        return [v * 100 for v in values]
-    if protocol == "amortised":
-        return [v / 1000 for v in values]
-    return list(values)
-
-
-_XLABEL = {"discrete": "utilisation ρ (%)", "continuous": "threshold T (ms)", "amortised": "budget B (s)"}
+    """Grid values as the axis draws them (ρ in %, B in s)."""
+    return [P.get(protocol).grids[0].axis(v) for v in values]
 
 
 def utility_curves(df: pl.DataFrame, episodes: Sequence[str], order: Sequence[str], title: str = ""):
     """Utility vs ρ, T, B (rows) for each episode (columns), one group (paper Figure 3).
     Green band: between standard inference and the best method (the winner's lead); grey band:
     below standard inference, where methods are drawn grey; winners are named along the top."""
-    protos = [p for p in an.TEMPORAL_PROTOCOLS if df.filter(pl.col("protocol") == p).height]
+    protos = [p for p in P.temporal() if df.filter(pl.col("protocol") == p).height]
     fig, axes = _subplots(len(protos), len(episodes), figsize=(3.1 * len(episodes) + 0.4, 2.5 * len(protos) + 0.9), squeeze=False)
     for i, proto in enumerate(protos):
         for j, ep in enumerate(episodes):
@@ -186,7 +181,7 @@ def utility_curves(df: pl.DataFrame, episodes: Sequence[str], order: Sequence[st
                 ax.set_title(ep, fontsize=9, pad=14)
             if j == 0:
                 ax.set_ylabel(f"{proto}\nutility (%)", fontsize=8)
-            ax.set_xlabel(_XLABEL[proto], fontsize=7)
+            ax.set_xlabel(P.get(proto).grids[0].axis_label, fontsize=7)
     handles = [Line2D([], [], color=method_colour(m), lw=2, ls="--" if m == an.BASELINE else "-", label=m) for m in order]
     handles += [
         Patch(facecolor=WIN_GREEN, alpha=0.15, label="lead of the best method"),
@@ -243,7 +238,7 @@ def _panel(ax, part: pl.DataFrame, proto: str, order: Sequence[str]) -> None:
             color="black" if len(win) > 1 else method_colour(win[0]),
             rotation=45,
         )
-    if proto == "discrete":
+    if P.get(proto).strictest == "max":
         ax.invert_xaxis()  # strict (high ρ) on the left, like the other rows
     if all(x > 0 for x in xs) and max(xs) / min(xs) >= 3:
         ax.set_xscale("log")  # the paper's grids are geometric (√2 in ρ, ×2 in B)

@@ -12,6 +12,7 @@ from typing import Callable, Sequence
 import polars as pl
 
 from .. import analyses as an
+from .. import protocols as P
 from .inputs import ReportError, ReportInputs
 from .markdown import Column, offline_pivot, policies_pivot, spearman_pivot, sweep_pivot, winners_pivot
 
@@ -40,7 +41,8 @@ def _cached(name: str, fn: Callable[[ReportInputs], pl.DataFrame]) -> Callable[[
     return run
 
 
-_SHORT = {"": "", "discrete_": "disc. ", "continuous_": "cont. ", "amortised_": "amort. "}
+#: column prefix -> header prefix: overall, then each temporal protocol ("disc. ")
+_SHORT = {"": ""} | {f"{p}_": P.get(p).short for p in P.temporal()}
 
 
 def _protocol_columns(stats: Sequence[tuple[str, str, str]]) -> tuple[Column, ...]:
@@ -143,11 +145,8 @@ _register(
             Column("uncertain", "uncertain", "int"),
             Column("cells", "cells", "int"),
             Column("share", "share (%)", "pct"),
-            Column("offline", "offline", "int"),
-            Column("discrete", "discrete", "int"),
-            Column("continuous", "continuous", "int"),
-            Column("amortised", "amortised", "int"),
-        ),
+        )
+        + tuple(Column(p, p, "int") for p in P.single()),
     )
 )
 _register(
@@ -229,10 +228,8 @@ _register(
             Column("method", "method"),
             Column("below", "below", "int"),
             Column("cells", "of cells", "int"),
-            Column("discrete_share", "discrete (%)", "pct"),
-            Column("continuous_share", "continuous (%)", "pct"),
-            Column("amortised_share", "amortised (%)", "pct"),
-        ),
+        )
+        + tuple(Column(f"{p}_share", f"{p} (%)", "pct") for p in P.temporal()),
     )
 )
 _register(
@@ -361,10 +358,9 @@ _register(
             Column("method", "method"),
             Column("insolvent", "insolvent", "int"),
             Column("cells", "cells", "int"),
-            Column("discrete_insolvent", "discrete", "int"),
-            Column("continuous_insolvent", "continuous", "int"),
-            Column("max_required", "max needed (%)", "pct"),
-        ),
+        )
+        + tuple(Column(f"{p}_insolvent", p, "int") for p in P.temporal() if P.get(p).insolvency_factor)
+        + (Column("max_required", "max needed (%)", "pct"),),
     )
 )
 _register(

@@ -6,10 +6,11 @@ from __future__ import annotations
 import polars as pl
 
 from .. import analyses as an
+from .. import protocols as P
 from .groups import filter_group
 from .inputs import ReportInputs
 from .markdown import FORMATS, pct
-from .registry import compute_table
+from .registry import TABLES, compute_table
 
 
 def _row(t: pl.DataFrame | None, **eq) -> dict | None:
@@ -73,7 +74,7 @@ def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
     rs = g("rank_correlation_summary")
     if rs is not None and rs.height:
         parts = []
-        for proto in an.TEMPORAL_PROTOCOLS:
+        for proto in P.temporal():
             sub = rs.filter(pl.col("protocol") == proto).sort("scenario_order")
             if sub.height >= 1 and sub.get_column("mean").drop_nulls().len():
                 a, b = sub.row(0, named=True), sub.row(-1, named=True)
@@ -91,7 +92,7 @@ def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
         worst = bs.sort(["below", "method"], descending=[True, False]).row(0, named=True)
         never = bs.filter(pl.col("below") == 0).get_column("method").to_list()
         if worst["below"] > 0:
-            shares = {p: worst.get(f"{p}_share") or 0 for p in an.TEMPORAL_PROTOCOLS}
+            shares = {p: worst.get(f"{p}_share") or 0 for p in P.temporal()}
             where = max(shares, key=shares.get)
             sent = (
                 f"**Worse than not adapting**: {worst['method']} falls below standard inference in "
@@ -208,8 +209,11 @@ def _cell_wins(w: pl.DataFrame, protocol: str) -> tuple[str, str, list[tuple[str
 
 def _strict_sentences(inp: ReportInputs, group: dict, w: pl.DataFrame, n_ep: int, fav: str | None) -> list[str]:
     out = []
-    tables = {p: compute_table(f"{p}_decomposition", inp) for p in an.TEMPORAL_PROTOCOLS}
-    for proto in an.TEMPORAL_PROTOCOLS:
+    # one sentence per protocol with a decomposition table; the sentence itself is written for
+    # each protocol's terms below
+    decomposed = [p for p in P.temporal() if f"{p}_decomposition" in TABLES]
+    tables = {p: compute_table(f"{p}_decomposition", inp) for p in decomposed}
+    for proto in decomposed:
         cw, t = _cell_wins(w, proto), tables[proto]
         if cw is None or t is None:
             continue
@@ -241,7 +245,7 @@ def _strict_sentences(inp: ReportInputs, group: dict, w: pl.DataFrame, n_ep: int
                     f"{_pc(o['kappa'])}); it would need {_pc(o['required_acc'])} accuracy to match"
                     + (" — insolvent." if o["insolvent"] else ".")
                 )
-        else:
+        elif proto == "amortised":
             frozen = "" if r["acc_frozen"] is None else f", then ā_frozen = {_pc(r['acc_frozen'])} frozen"
             s = f"{head}: it adapts on β = {_pc(r['beta'])} of the stream{frozen}, U = {_pc(r['utility'])}."
             below = t.filter(pl.col("below_standard").fill_null(False)) if "below_standard" in t.columns else t.clear()
@@ -259,5 +263,7 @@ def _strict_sentences(inp: ReportInputs, group: dict, w: pl.DataFrame, n_ep: int
                 names = rest.get_column("method").to_list()
                 too = " too" if frozen_worse.height else ""
                 s += f" {_count_phrase(names)} {'is' if len(names) == 1 else 'are'} below standard inference{too}."
+        else:
+            continue
         out.append(s)
     return out
