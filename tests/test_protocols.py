@@ -100,6 +100,16 @@ def test_a_registered_protocol_is_parsed_and_listed(toy):
         P.register(EveryKth())  # one name, one protocol
 
 
+def test_a_protocol_fills_only_columns_the_sweep_has():
+    class Stray(EveryKth):
+        name = "stray"
+        terms = ("alpha", "latency_budget")
+
+    with pytest.raises(ValueError, match="latency_budget"):
+        P.register(Stray())
+    assert "stray" not in P.names()
+
+
 @pytest.mark.parametrize("engine", ["numba", "python"])
 def test_a_registered_protocol_is_replayed_and_framed(toy, traceset, engine):
     result = run_sweep(traceset, protocols="offline,every-kth", engine=engine)

@@ -19,7 +19,7 @@ from tempora_schema.vocabulary import COMBINED_PROTOCOLS, PROTOCOLS
 
 from ..errors import GridError
 from ..grids import Grid
-from .base import ALL_EPISODES, BASE_COLUMNS, COLUMNS, SCENARIO_COLUMNS, Protocol, Rows, frame
+from .base import ALL_EPISODES, BASE_COLUMNS, COLUMNS, MEASURES, SCENARIO_COLUMNS, Protocol, Rows, frame
 
 __all__ = [
     "ALL_EPISODES",
@@ -49,6 +49,9 @@ def register(protocol: Protocol) -> Protocol:
     """Add ``protocol`` (after the ones already registered); its name must be new."""
     if not protocol.name or protocol.name in _REGISTRY or protocol.name == "all":
         raise ValueError(f"protocol name '{protocol.name}' is empty, reserved or taken")
+    unknown = sorted(set(protocol.terms) - set(MEASURES))
+    if unknown:
+        raise ValueError(f"protocol '{protocol.name}' fills {unknown}, which the sweep has no column for (protocols.base.BASE_COLUMNS)")
     _REGISTRY[protocol.name] = protocol
     return protocol
 

@@ -279,6 +279,9 @@ def frame(series, protocol: Protocol, values, stats: dict, pooled: bool) -> pl.D
     NN = np.repeat(N[:, None], n_vals, axis=1)
     nan = np.full((rows, n_vals), np.nan)
     cols = protocol.columns(Rows(pooled, n, n_vals, NN, starts, nep, agg), stats)
+    stray = sorted(set(cols) - {"utility", *protocol.terms})
+    if stray:
+        raise ValueError(f"protocol '{protocol.name}' fills {stray}, which are not among its terms")
 
     # identity columns: one small frame per row owner, gathered once per grid value
     ident_cols = ("dataset", "model", "device", "batch_size", "seed", "stream", "severity", "group", "method")
