@@ -61,8 +61,10 @@ class Constraint:
 
 
 def parse_constraint(rho, gamma_ms, T, B) -> Constraint:
-    """Exactly one constraint, parsed with the sweep's units and checked for range."""
+    """Exactly one constraint, parsed with the sweep's units and checked for range; the
+    protocol is the one whose grid parameters are the constraint's (γ moves ρ's)."""
     from tempora_sim import grids
+    from tempora_sim import protocols as P
 
     given = [(k, v) for k, v in (("rho", rho), ("gamma-ms", gamma_ms), ("T", T), ("B", B)) if v is not None]
     names = [k for k, _ in given]
@@ -70,8 +72,7 @@ def parse_constraint(rho, gamma_ms, T, B) -> Constraint:
         # a combined protocol: deadline + patience (ρ × T) or deadline + budget (ρ × B)
         first = parse_constraint(rho, None, None, None)
         second = parse_constraint(None, None, T, None) if T is not None else parse_constraint(None, None, None, B)
-        proto = "discrete-continuous" if T is not None else "discrete-amortised"
-        return Constraint(proto, first.kind, first.value, second)
+        return Constraint(P.with_grids((first.kind, second.kind)), first.kind, first.value, second)
     if len(given) != 1:
         listed = ", ".join(f"--{k}" for k in names) or "none"
         raise AdviseError(
@@ -82,19 +83,19 @@ def parse_constraint(rho, gamma_ms, T, B) -> Constraint:
         v = grids.parse_ratio(raw, "rho")
         if not 0 < v <= 1:
             raise AdviseError(f"--rho: utilisation must be in (0, 100%] (got {raw}); ρ = λ/γ")
-        return Constraint("discrete", "rho", v)
+        return Constraint(P.with_grids(("rho",)), "rho", v)
     v = grids.parse_time_ms(raw, name)
     if name == "gamma-ms":
         if v <= 0:
             raise AdviseError(f"--gamma-ms: inter-arrival time must be > 0 ms (got {raw})")
-        return Constraint("discrete", "gamma_ms", v)
+        return Constraint(P.with_grids(("rho",)), "gamma_ms", v)
     if name == "T":
         if v <= 0:
             raise AdviseError(f"--T: threshold must be > 0 ms (got {raw})")
-        return Constraint("continuous", "T_ms", v)
+        return Constraint(P.with_grids(("T_ms",)), "T_ms", v)
     if v < 0:
         raise AdviseError(f"--B: budget must be >= 0 ms (got {raw})")
-    return Constraint("amortised", "B_ms", v)
+    return Constraint(P.with_grids(("B_ms",)), "B_ms", v)
 
 
 # ----------------------------------------------------------------------------- replay
@@ -116,23 +117,18 @@ def _sweep(traceset, c: Constraint, values, sweep_opts: dict, axis: int = 0, kee
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if c.second is not None:
-            fixed = {"T_ms": "T_ms", "B_ms": "B_ms"}[c.second.kind]
+            fixed = c.second.kind
             if axis == 0:
-                frame = run_sweep(traceset, protocols=c.protocol, rho=values, **{fixed: [c.second.value]}, **sweep_opts).frame
+                frame = run_sweep(traceset, protocols=c.protocol, **{c.kind: values, fixed: [c.second.value]}, **sweep_opts).frame
                 return frame.with_columns(pl.col("value").alias("_x"))
-            frame = run_sweep(traceset, protocols=c.protocol, rho=[c.value], **{fixed: values}, **sweep_opts).frame
+            frame = run_sweep(traceset, protocols=c.protocol, **{c.kind: [c.value], fixed: values}, **sweep_opts).frame
             return frame.with_columns(pl.col("value2").alias("_x"))
-        if c.kind == "rho":
-            frame = run_sweep(traceset, protocols="discrete", rho=values, **sweep_opts).frame
-        elif c.kind == "gamma_ms":
+        if c.kind == "gamma_ms":
             # γ itself: λ := γ0 and ρ = γ0/γ make every inter-arrival time λ/ρ = γ
             g0 = c.value
-            frame = run_sweep(traceset, protocols="discrete", rho=[g0 / v for v in values], lambda_ms=g0, **sweep_opts).frame
+            frame = run_sweep(traceset, protocols=c.protocol, rho=[g0 / v for v in values], lambda_ms=g0, **sweep_opts).frame
             return frame.with_columns((g0 / pl.col("value")).alias("_x"))
-        elif c.kind == "T_ms":
-            frame = run_sweep(traceset, protocols="continuous", T_ms=values, **sweep_opts).frame
-        else:
-            frame = run_sweep(traceset, protocols="amortised", B_ms=values, **sweep_opts).frame
+        frame = run_sweep(traceset, protocols=c.protocol, **{c.kind: values}, **sweep_opts).frame
         return frame.with_columns(pl.col("value").alias("_x"))
 
 
@@ -308,15 +304,10 @@ def _search_range(c: Constraint, members, lams) -> tuple[float, float]:
 
 
 def _mechanism(c: Constraint, r: dict) -> dict:
-    if c.protocol == "discrete-continuous":
-        return {"alpha": r["alpha"], "served_acc": r["served_acc"], "kappa": r.get("kappa")}
-    if c.protocol == "discrete-amortised":
-        return {"alpha": r["alpha"], "served_acc": r["served_acc"], "beta": r.get("beta"), "acc_frozen": r.get("acc_frozen")}
-    if c.protocol == "discrete":
-        return {"alpha": r["alpha"], "served_acc": r["served_acc"]}
-    if c.protocol == "continuous":
-        return {"acc": r["acc"], "kappa": r["kappa"], "cov": r["cov"]}
-    return {"beta": r["beta"], "acc_adapt": r["acc_adapt"], "acc_frozen": r["acc_frozen"]}
+    """The terms that decide the protocol's utility, as the answer states them."""
+    from tempora_sim import protocols as P
+
+    return {k: r.get(k) for k in P.get(c.protocol).advise_terms}
 
 
 # ----------------------------------------------------------------------------- text
@@ -329,18 +320,9 @@ def _pp(x) -> str:
 
 
 def _why(c: Constraint, m: str, mech: dict) -> str:
-    if c.protocol == "discrete-continuous":
-        return f"{m} serves α = {_pc(mech['alpha'])} at ā_served = {_pc(mech['served_acc'])}, responsiveness κ̃ = {_pc(mech['kappa'])}"
-    if c.protocol == "discrete-amortised":
-        frozen = "" if mech["acc_frozen"] is None else f", then ā_frozen = {_pc(mech['acc_frozen'])}"
-        return f"{m} serves α = {_pc(mech['alpha'])} at ā_served = {_pc(mech['served_acc'])}, adapting on β = {_pc(mech['beta'])}{frozen}"
-    if c.protocol == "discrete":
-        return f"{m} serves α = {_pc(mech['alpha'])} of batches at ā_served = {_pc(mech['served_acc'])}"
-    if c.protocol == "continuous":
-        return f"{m}: ā = {_pc(mech['acc'])} discounted by κ̄ = {_pc(mech['kappa'])}"
-    frozen = "" if mech["acc_frozen"] is None else f", then ā_frozen = {_pc(mech['acc_frozen'])}"
-    adapt = "" if mech["acc_adapt"] is None else f" (ā_adapt = {_pc(mech['acc_adapt'])})"
-    return f"{m} adapts on β = {_pc(mech['beta'])} of the stream{adapt}{frozen}"
+    from tempora_sim import protocols as P
+
+    return P.get(c.protocol).advise_why(m, mech, _pc)
 
 
 def text_lines(advice: list[dict], c: Constraint) -> list[str]:

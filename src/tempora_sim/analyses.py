@@ -38,9 +38,10 @@ import polars as pl
 
 from tempora_schema.policies import parse_policy, split_label
 from tempora_schema.vocabulary import BASELINE_METHOD as BASELINE
-from tempora_schema.vocabulary import CORRUPTION_CATEGORIES, PROTOCOLS
+from tempora_schema.vocabulary import CORRUPTION_CATEGORIES
 from tempora_sim import stats as st
 
+from . import protocols as P
 from .errors import SimError
 
 #: Columns that identify a comparison group: the readable keys plus ``group``, the label of the
@@ -53,7 +54,6 @@ SEED = "seed"
 #: Seed-pooled tables list the seeds they pooled here (e.g. "2025, 2026, 2027").
 SEEDS = "seeds"
 POOLED = "__all__"
-TEMPORAL_PROTOCOLS = PROTOCOLS[1:]
 DEFAULT_TOL = 1e-12
 
 #: ImageNet-C / CIFAR-10-C corruption categories (Hendrycks & Dietterich, 2019): episodes are
@@ -140,35 +140,24 @@ def check_utility_table(df: pl.DataFrame) -> None:
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
         raise AnalysisError(f"utility table lacks column(s) {', '.join(missing)} (docs/design/design.md §6)")
-    unknown = set(df.get_column("protocol").unique().to_list()) - set(PROTOCOLS)
+    known = P.single()
+    unknown = set(df.get_column("protocol").unique().to_list()) - set(known)
     if unknown:
-        raise AnalysisError(f"unknown protocol(s) {sorted(unknown)}; expected {PROTOCOLS}")
+        raise AnalysisError(f"unknown protocol(s) {sorted(unknown)}; expected {known}")
 
 
 def format_value(protocol: str, value: float | None) -> str:
     """Human label of a scenario parameter: ρ in %, T in ms, B in s (or ms below 1 s)."""
-    if protocol == "offline" or value is None:
-        return "offline"
-    if protocol == "discrete":
-        return f"ρ={_g(value * 100)}%"
-    if protocol == "continuous":
-        return f"T={_g(value)}ms"
-    if value >= 1000:
-        return f"B={_g(value / 1000)}s"
-    return f"B={_g(value)}ms"
-
-
-def _g(x: float) -> str:
-    return f"{x:.4g}"
+    return P.get(protocol).scenario_label(value)
 
 
 def pressure_order(protocol: str, value: float | None) -> tuple[int, float]:
     """Sort key: offline first, then each protocol from its strictest value to its most relaxed
-    (ρ descending, T ascending, B ascending), in the paper's column order."""
-    p = PROTOCOLS.index(protocol)
+    (ρ descending, T ascending, B ascending), in the registry's order."""
+    p = P.single().index(protocol)
     if value is None:
         return (p, 0.0)
-    return (p, -value if protocol == "discrete" else value)
+    return (p, P.get(protocol).pressure_key(value))
 
 
 def with_scenario(df: pl.DataFrame) -> pl.DataFrame:
@@ -384,14 +373,14 @@ def win_counts(
         pl.len().alias("wins"),
         pl.col("certain").fill_null(False).sum().alias("certain"),
         pl.col("certain").is_null().all().alias("_unassessed"),
-    ] + [(pl.col("protocol") == p).sum().alias(p) for p in PROTOCOLS]
+    ] + [(pl.col("protocol") == p).sum().alias(p) for p in P.single()]
     counts = exploded.group_by(g + ["method"]).agg(aggs) if exploded.height else None
     out = methods
     if counts is not None:
         out = out.join(counts, on=g + ["method"], how="left")
     else:
-        out = out.with_columns([pl.lit(0, pl.UInt32).alias(c) for c in ("wins", "certain") + PROTOCOLS], pl.lit(True).alias("_unassessed"))
-    out = out.with_columns([pl.col(c).fill_null(0) for c in ("wins", "certain") + PROTOCOLS])
+        out = out.with_columns([pl.lit(0, pl.UInt32).alias(c) for c in ("wins", "certain") + P.single()], pl.lit(True).alias("_unassessed"))
+    out = out.with_columns([pl.col(c).fill_null(0) for c in ("wins", "certain") + P.single()])
     assessed = w.get_column("certain").is_not_null().any() if "certain" in w.columns else False
     out = (
         out.with_columns(
@@ -403,7 +392,7 @@ def win_counts(
     out = out.join(n_cells, on=g, how="left") if g else out.with_columns(pl.lit(w.height).alias("cells"))
     out = out.with_columns((pl.col("wins") / pl.col("cells")).alias("share"))
     return out.sort(g + ["wins", "method"], descending=[False] * len(g) + [True, False]).select(
-        g + ["method", "wins", "certain", "uncertain", "cells", "share", *PROTOCOLS]
+        g + ["method", "wins", "certain", "uncertain", "cells", "share", *P.single()]
     )
 
 
@@ -470,7 +459,7 @@ def summarise_rank_correlation(per: pl.DataFrame, opts: st.BootstrapOptions | No
 def _per_protocol_columns(frame: pl.DataFrame, by: list[str], aggs: dict[str, pl.Expr]) -> pl.DataFrame:
     """Aggregate ``aggs`` overall and per temporal protocol, side by side (``<protocol>_<name>``)."""
     out = frame.group_by(by).agg([e.alias(n) for n, e in aggs.items()])
-    for p in TEMPORAL_PROTOCOLS:
+    for p in P.temporal():
         part = frame.filter(pl.col("protocol") == p)
         if part.height == 0:
             continue
@@ -513,7 +502,7 @@ def below_standard(df: pl.DataFrame, baseline: str = BASELINE) -> pl.DataFrame:
     below = pl.col("utility") < pl.col("_base")
     g = group_columns(c)
     out = _per_protocol_columns(c, g + ["method"], {"cells": pl.len(), "below": below.sum()})
-    for p in TEMPORAL_PROTOCOLS:
+    for p in P.temporal():
         if f"{p}_below" in out.columns:
             out = out.with_columns(
                 pl.when(pl.col("below") > 0).then(pl.col(f"{p}_below").fill_null(0) / pl.col("below")).otherwise(None).alias(f"{p}_share")
@@ -534,7 +523,7 @@ def strictest_value(df: pl.DataFrame, protocol: str) -> pl.DataFrame:
     """Per group, the strictest parameter value of ``protocol`` (max ρ, min T, min B)."""
     part = pool_seeds(df).filter((pl.col("protocol") == protocol) & pl.col("value").is_not_null())
     g = group_columns(part)
-    agg = pl.col("value").max() if protocol == "discrete" else pl.col("value").min()
+    agg = pl.col("value").max() if P.get(protocol).strictest == "max" else pl.col("value").min()
     if not g:
         return pl.DataFrame({"value": [part.select(agg).item()]})
     return part.group_by(g).agg(agg)
@@ -617,7 +606,7 @@ def strict_terms(df: pl.DataFrame) -> pl.DataFrame:
     pooled α at max ρ, pooled κ̄ at min T, and the per-episode cut-off m at min B (mean, min,
     max over episodes; ``exhausted`` = the budget ran out before the end in some episode)."""
     parts = []
-    for proto, col in (("discrete", "alpha"), ("continuous", "kappa")):
+    for proto, col in _insolvency_factors():
         try:
             p = _at(df, proto, None)
         except AnalysisError:
@@ -647,19 +636,28 @@ def strict_terms(df: pl.DataFrame) -> pl.DataFrame:
     return _sort_methods(out, method_order(df), g)
 
 
+def _insolvency_factors() -> list[tuple[str, str]]:
+    """(protocol, factor column) of the protocols whose utility is capped by a timing factor
+    (α, κ̄): at accuracy 1 they reach only the factor, so a larger gap is insolvency."""
+    return [(p, P.get(p).insolvency_factor) for p in P.temporal() if P.get(p).insolvency_factor]
+
+
 def insolvency(df: pl.DataFrame) -> pl.DataFrame:
     """Across every per-episode discrete and continuous cell: how often each method is
     insolvent (needs > 100 % served accuracy / accuracy to match the best competitor)."""
-    c = cells(df, temporal_only=True).filter(pl.col("protocol").is_in(["discrete", "continuous"]))
+    factors = _insolvency_factors()
+    c = cells(df, temporal_only=True).filter(pl.col("protocol").is_in([p for p, _ in factors]))
     keys = cell_keys(c)
     c = _with_best_other(c, keys)
-    factor = pl.when(pl.col("protocol") == "discrete").then(pl.col("alpha")).otherwise(pl.col("kappa"))
+    factor = pl.lit(None, pl.Float64)
+    for p, col in reversed(factors):
+        factor = pl.when(pl.col("protocol") == p).then(pl.col(col)).otherwise(factor)
     c = c.with_columns(factor.alias("_factor")).with_columns(_required("best_other", "_factor").alias("required"))
     c = c.with_columns((pl.col("required") > 1).alias("insolvent"))
     g = group_columns(c)
     aggs = {"cells": pl.len(), "insolvent": pl.col("insolvent").sum(), "max_required": pl.col("required").max()}
     out = c.group_by(g + ["method"]).agg([e.alias(n) for n, e in aggs.items()])
-    for p in ("discrete", "continuous"):
+    for p, _ in factors:
         part = c.filter(pl.col("protocol") == p)
         if part.height:
             out = out.join(

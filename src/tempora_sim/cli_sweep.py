@@ -115,7 +115,7 @@ def sweep_command(traces, out, fmt, intervals, ci_level, resamples, ci_seed, tim
         return
     from rich.console import Console
 
-    from .tables import print_report
+    from .report.terminal import print_report
 
     console = Console()
     print_report(result, console)

@@ -38,6 +38,7 @@ import polars as pl
 
 from . import analyses as an
 from . import grids
+from . import protocols as P
 
 #: the boundary refinement of ``advise``: REFINE_POINTS values between the last grid value where
 #: the recommendation holds and the first where it does not, spaced by its ``_span``
@@ -58,27 +59,6 @@ POINTS_2D = 20
 SCALE = 10_000
 DATA_VERSION = 1
 
-#: Decomposition terms per protocol: (column, what it is, kind) — kind "frac" (×SCALE), "count"
-#: (integer) or "real" (one decimal).
-TERMS = {
-    "offline": (("acc", "accuracy ā", "frac"),),
-    "discrete": (("alpha", "availability α", "frac"), ("served", "served batches |Q|", "count"), ("served_acc", "ā_served", "frac")),
-    "continuous": (("acc", "accuracy ā", "frac"), ("kappa", "responsiveness κ̄", "frac"), ("cov", "Cov(a, κ)", "frac")),
-    "amortised": (
-        ("m", "adapted batches m", "real"),
-        ("beta", "adapted share β", "frac"),
-        ("acc_adapt", "ā_adapt", "frac"),
-        ("acc_frozen", "ā_frozen", "frac"),
-    ),
-    "discrete-continuous": (("alpha", "availability α", "frac"), ("served_acc", "ā_served", "frac"), ("kappa", "responsiveness κ̃", "frac")),
-    "discrete-amortised": (
-        ("alpha", "availability α", "frac"),
-        ("served_acc", "ā_served", "frac"),
-        ("beta", "adapted share β", "frac"),
-        ("acc_frozen", "ā_frozen", "frac"),
-    ),
-}
-
 
 class ExploreError(SimError, ValueError):
     """Bad explore input (message is the whole story, shown as one line)."""
@@ -92,6 +72,14 @@ class GroupGrids:
     rho2: tuple[float, ...]
     T2_ms: tuple[float, ...]
     B2_ms: tuple[float, ...]
+
+    def dense(self, param: str) -> tuple[float, ...]:
+        """The dense grid of one parameter (a one-parameter view's x axis)."""
+        return {"rho": self.rho, "T_ms": self.T_ms, "B_ms": self.B_ms}[param]
+
+    def dense_2d(self, param: str) -> tuple[float, ...]:
+        """The second axis of a combined view (its first is ``rho2``)."""
+        return {"T_ms": self.T2_ms, "B_ms": self.B2_ms}[param]
 
 
 # ----------------------------------------------------------------------------- grids
@@ -401,12 +389,12 @@ def _view_1d(members, protocol, x, opts_for, methods, episodes, rows, boot, refi
     """A one-parameter protocol over grid ``x``: every array the page reads."""
     from .replay import run_sweep
 
-    param = grids.PARAM_OF[protocol]
+    param = P.get(protocol).param
     kw = {"rho": list(x)} if param == "rho" else {param: list(x)}
     frame = run_sweep(members, opts_for(protocols=protocol, **kw)).frame
     pooled = an.pool_seeds(frame)
     xkeys = [(round(float(v), 9),) for v in x]
-    terms = [t[0] for t in TERMS[protocol]]
+    terms = [t[0] for t in P.get(protocol).page_terms]
     cube = _cube(pooled, episodes, methods, xkeys, ["utility", *terms], ["value"])
     U = cube["utility"]
     win, ru, tie = _winners(U)
@@ -440,11 +428,11 @@ def _view_2d(members, protocol, x, y, opts_for, methods, episodes, boot) -> dict
     """A combined protocol over ``x`` (ρ) × ``y`` (T or B), cells flattened x-major."""
     from .replay import run_sweep
 
-    p2 = grids.PARAM2_OF[protocol]
+    p2 = P.get(protocol).param2
     frame = run_sweep(members, opts_for(protocols=protocol, rho=list(x), **{p2: list(y)})).frame
     pooled = an.pool_seeds(frame)
     xkeys = [(round(float(a), 9), round(float(b), 9)) for a in x for b in y]
-    terms = [t[0] for t in TERMS[protocol]]
+    terms = [t[0] for t in P.get(protocol).page_terms]
     cube = _cube(pooled, episodes, methods, xkeys, ["utility", *terms], ["value", "value2"])
     U = cube["utility"]
     # the interval machinery reads one-parameter scenarios: each (ρ, second) cell becomes one
@@ -501,7 +489,7 @@ def _lead(U: np.ndarray, win: np.ndarray, ru: np.ndarray) -> np.ndarray:
 
 def _pack(protocol, params, axes, U, lo, hi, cube, terms, win, ru, tie, lead_lo, lead_hi, cert) -> dict:
     E = U.shape[0]
-    kinds = {t[0]: t[2] for t in TERMS[protocol]}
+    kinds = {t[0]: t[2] for t in P.get(protocol).page_terms}
     return {
         "protocol": protocol,
         "params": params,
@@ -565,11 +553,11 @@ def build_data(
         by_group.setdefault(t.group.label(seed=False), []).append(t)
     t0 = time.perf_counter()
     groups_out = []
-    one_d = [p for p in protocols if p in ("discrete", "continuous", "amortised")]
-    two_d = [p for p in protocols if p in grids.COMBINED_PROTOCOLS]
+    one_d = [p for p in protocols if p in P.temporal()]
+    two_d = [p for p in protocols if p in P.combined()]
     if not one_d and not two_d:
         raise ExploreError("--protocol: the page moves a temporal constraint; give discrete, continuous, amortised or a combined protocol")
-    arrival_bound = {"discrete", *grids.COMBINED_PROTOCOLS}
+    arrival_bound = {p for p in one_d + two_d if P.get(p).arrival_bound}
     steps = len(by_group) * (1 + sum(len(arrivals) if p in arrival_bound else 1 for p in one_d + two_d))
     bar = _progress() if progress else None
     task = bar.add_task("explore: replaying", total=steps) if bar else None
@@ -604,12 +592,12 @@ def build_data(
                         if bar:
                             bar.update(task, description=f"explore: {_short(label)} · {p}" + (f" · {arr}" if p in arrival_bound else ""))
                         if p in one_d:
-                            x = {"discrete": gg.rho, "continuous": gg.T_ms, "amortised": gg.B_ms}[p]
+                            x = gg.dense(P.get(p).param)
                             # per-corruption intervals resample batches (report's rule): periodic arrivals only
-                            cell_rows = rows if (p != "discrete" or resolved[ai].arrivals.periodic) else None
+                            cell_rows = rows if (not P.get(p).arrival_bound or resolved[ai].arrivals.periodic) else None
                             views[key] = _view_1d(ts, p, x, opts_for, methods, episodes, cell_rows, boot, refine_ok=True)
                         else:
-                            y = gg.T2_ms if p == "discrete-continuous" else gg.B2_ms
+                            y = gg.dense_2d(P.get(p).param2)
                             views[key] = _view_2d(ts, p, gg.rho2, y, opts_for, methods, episodes, boot)
                         views[key]["arrivals"] = arr if p in arrival_bound else None
                         if bar:
@@ -620,7 +608,7 @@ def build_data(
         if bar:
             bar.stop()
     from . import __version__
-    from .figures import method_colour
+    from .palette import method_colour
 
     all_methods = sorted({m for g in groups_out for m in g["methods"]})
     return {
@@ -632,7 +620,7 @@ def build_data(
         "resamples": boot.resamples,
         "protocols": [p for p in ("offline", *one_d, *two_d) if p == "offline" or p in protocols],
         "arrivals": arrivals,
-        "terms": {p: [[c, name, kind] for c, name, kind in TERMS[p]] for p in TERMS},
+        "terms": {p: [[c, name, kind] for c, name, kind in P.get(p).page_terms] for p in P.names() if P.get(p).page_terms},
         "colours": {m: method_colour(m) for m in all_methods},
         "groups": groups_out,
         "seconds": round(time.perf_counter() - t0, 2),
@@ -641,10 +629,11 @@ def build_data(
 
 def check_grid_sizes(ropts) -> None:
     """Refuse given grids larger than a page holds (:data:`MAX_GIVEN` values each)."""
-    for flag, values, given in (("--rho", ropts.rho, True), ("--T", ropts.T_ms, ropts.explicit_T), ("--B", ropts.B_ms, True)):
+    for grid, given in ((grids.RHO, True), (grids.T, ropts.explicit_T), (grids.B, True)):
+        values = ropts.grid(grid)
         if given and len(values) > MAX_GIVEN:
             raise ExploreError(
-                f"{flag}: {len(values):,} values; the page adds at most {MAX_GIVEN:,} given values to its own grid of "
+                f"{grid.flag}: {len(values):,} values; the page adds at most {MAX_GIVEN:,} given values to its own grid of "
                 f"{POINTS} (use tempora-sim sweep for larger grids)"
             )
 

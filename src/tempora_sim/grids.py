@@ -8,28 +8,17 @@ grids: ρ ∈ {100, 70, 50, 35, 25} %, T ∈ {50, 100, 200, 400, 1000} ms, B ∈
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Callable
 
 from tempora_schema import command
 from tempora_schema.errors import OptionError
-from tempora_schema.vocabulary import COMBINED_PROTOCOLS, PROTOCOLS  # noqa: F401  (re-exported)
 
 from .errors import GridError
 
 DEFAULT_RHO = (1.0, 0.7, 0.5, 0.35, 0.25)
 DEFAULT_T_MS = (50.0, 100.0, 200.0, 400.0, 1000.0)
 DEFAULT_B_MS = (1000.0, 2000.0, 4000.0, 8000.0, 16000.0, 32000.0)
-
-#: ``param`` column value of each protocol's grid (combined ones add ``param2``).
-PARAM_OF = {
-    "offline": None,
-    "discrete": "rho",
-    "continuous": "T_ms",
-    "amortised": "B_ms",
-    "discrete-continuous": "rho",
-    "discrete-amortised": "rho",
-}
-PARAM2_OF = {"discrete-continuous": "T_ms", "discrete-amortised": "B_ms"}
 
 
 def _grid(spec, name: str, parse) -> tuple[float, ...]:
@@ -80,16 +69,64 @@ def parse_B(spec) -> tuple[float, ...]:
     return values
 
 
-def parse_protocols(spec: str | Sequence[str]) -> tuple[str, ...]:
-    items = [p.strip() for p in spec.split(",")] if isinstance(spec, str) else list(spec)
-    if not items or not all(items):
-        raise GridError(f"--protocol: empty item in '{spec}'")
-    out: list[str] = []
-    for p in items:
-        if p == "all":
-            out += PROTOCOLS
-        elif p in PROTOCOLS or p in COMBINED_PROTOCOLS:
-            out.append(p)
-        else:
-            raise GridError(f"--protocol: unknown protocol '{p}' (choose from all, {', '.join(PROTOCOLS + COMBINED_PROTOCOLS)})")
-    return tuple(dict.fromkeys(out))
+def _g(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def _time_label(letter: str, value: float) -> str:
+    return f"{letter}={value / 1000:g}s" if value >= 1000 else f"{letter}={value:g}ms"
+
+
+@dataclass(frozen=True)
+class Grid:
+    """One grid parameter of a protocol: its word (the ``param`` / ``param2`` column and the
+    :class:`~tempora_sim.options.ResolvedOptions` field holding its values), its command-line
+    flag, default values (in the unit the replay uses: ρ a fraction, T and B in ms), parser
+    and labels."""
+
+    param: str
+    flag: str
+    default: tuple[float, ...]
+    parse: Callable[[object], tuple[float, ...]]
+    #: compact column label (terminal tables, maps): ``ρ=70%``, ``T=50ms``, ``B=1s``
+    label: Callable[[float], str]
+    #: scenario label of the report's tables (four significant digits): ``ρ=70%``, ``T=50ms``, ``B=1s``
+    scenario_label: Callable[[float], str]
+    #: only values above the group's λ are defined (continuous utility needs T > λ)
+    above_lambda: bool = False
+    #: the figures' axis: its label and the value as drawn (ρ in %, B in s)
+    axis_label: str = ""
+    axis: Callable[[float], float] = float
+
+
+RHO = Grid(
+    "rho",
+    "--rho",
+    DEFAULT_RHO,
+    parse_rho,
+    lambda v: f"ρ={v * 100:g}%",
+    lambda v: f"ρ={_g(v * 100)}%",
+    axis_label="utilisation ρ (%)",
+    axis=lambda v: v * 100,
+)
+T = Grid(
+    "T_ms",
+    "--T",
+    DEFAULT_T_MS,
+    parse_T,
+    lambda v: _time_label("T", v),
+    lambda v: f"T={_g(v)}ms",
+    above_lambda=True,
+    axis_label="threshold T (ms)",
+    axis=lambda v: v,
+)
+B = Grid(
+    "B_ms",
+    "--B",
+    DEFAULT_B_MS,
+    parse_B,
+    lambda v: _time_label("B", v),
+    lambda v: f"B={_g(v / 1000)}s" if v >= 1000 else f"B={_g(v)}ms",
+    axis_label="budget B (s)",
+    axis=lambda v: v / 1000,
+)

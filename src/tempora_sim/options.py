@@ -155,9 +155,10 @@ class SweepOptions:
             if lam <= 0:
                 raise GridError(f"--lambda-ms: λ must be > 0 ms (got {lam:g})")
         from .arrivals import parse_arrivals
+        from .protocols import parse_protocols
         from .scenarios import check_scenario_options
 
-        protocols = grids.parse_protocols(self.protocols)
+        protocols = parse_protocols(self.protocols)
         spec = parse_arrivals(self.arrivals)
         n_seeds = self.arrival_seeds
         if isinstance(n_seeds, bool) or not hasattr(n_seeds, "__index__") or not 1 <= int(n_seeds) <= 10_000:
@@ -170,9 +171,9 @@ class SweepOptions:
         check_scenario_options(protocols, spec, seeds, bool(self.arrivals_absolute), self.rho is not None)
         return ResolvedOptions(
             protocols=protocols,
-            rho=grids.parse_rho(self.rho) if self.rho is not None else grids.DEFAULT_RHO,
-            T_ms=grids.parse_T(self.T_ms) if self.T_ms is not None else grids.DEFAULT_T_MS,
-            B_ms=grids.parse_B(self.B_ms) if self.B_ms is not None else grids.DEFAULT_B_MS,
+            rho=grids.RHO.parse(self.rho) if self.rho is not None else grids.RHO.default,
+            T_ms=grids.T.parse(self.T_ms) if self.T_ms is not None else grids.T.default,
+            B_ms=grids.B.parse(self.B_ms) if self.B_ms is not None else grids.B.default,
             explicit_T=self.T_ms is not None,
             lambda_ms=lam,
             lambda_rule=self.lambda_rule,
@@ -210,6 +211,11 @@ class ResolvedOptions:
     arrival_seeds: tuple[int, ...] = (0,)
     arrivals_absolute: bool = False
     no_idle_effect: bool = False
+
+    def grid(self, grid: grids.Grid) -> tuple[float, ...]:
+        """The values of one grid parameter: the sweep option of that name (``rho``, ``T_ms``,
+        ``B_ms``), or the grid's default for a protocol whose grid has no option of its own."""
+        return getattr(self, grid.param, grid.default)
 
 
 def click_options(fn: Callable) -> Callable:

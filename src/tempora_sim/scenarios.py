@@ -16,13 +16,18 @@ Each arrival seed is replayed like another episode: per-(episode, seed) rows car
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import polars as pl
 
-from . import grids
+from . import protocols as P
 from .arrivals import ArrivalSpec, arrival_times
 from .errors import GridError
+from .grids import Grid
+from .oracle import discrete_reference
+from .protocols.base import skip_mode
 
 
 def expand_seeds(series, n_seeds: int):
@@ -71,11 +76,10 @@ def frozen_latency(series, amortised: dict) -> np.ndarray:
 
 def _replay(series, u, scale, opts, h, n_adapt, f_delta, f_acc, engine):
     """Every series × cell once: (served, served_sum, score_sum, ak[S, K, H], frozen_served)."""
-    from . import kernels as K
-
-    mode = K.SKIP_FALLBACK if opts["fallback"] else (K.SKIP_RANDOM if opts["skipped"] == "random" else K.SKIP_NULL)
     strict = opts["sync"] == "strict"
     if engine == "numba":
+        from . import kernels as K  # Numba loads only when a kernel runs
+
         K.use_threads(int(series.a.shape[0]) * scale.shape[1] * max(1, h.shape[1]))
         return K.discrete_general_kernel(
             series.a,
@@ -87,15 +91,13 @@ def _replay(series, u, scale, opts, h, n_adapt, f_delta, f_acc, engine):
             series.lam,
             int(opts["queue"]),
             strict,
-            mode,
+            skip_mode(K, opts),
             series.skip_value,
             h,
             n_adapt,
             f_delta,
             f_acc,
         )
-    from .oracle import discrete_reference
-
     S, C = scale.shape
     served = np.zeros((S, C), np.int64)
     ssum = np.zeros((S, C))
@@ -128,13 +130,37 @@ def _replay(series, u, scale, opts, h, n_adapt, f_delta, f_acc, engine):
     return served, ssum, score, ak, frozen
 
 
-def replay_scenarios(series, protos, rho_v, T_v, B_v, opts, spec: ArrivalSpec, seeds, absolute, engine, amortised=None) -> dict:
-    """Raw per-(series·seed, grid cell) sums of the scenario protocols in ``protos``.
+@dataclass
+class ArrivalReplay:
+    """What a protocol replayed under arrivals works with: the series, the ρ grid and the
+    periods it sets, the other grids, and ``run``, the general kernel over every arrival seed."""
 
-    Keys: ``discrete`` (only for non-periodic arrivals), ``discrete-continuous``,
-    ``discrete-amortised``; values hold arrays shaped [S·n_seeds, cells] plus ``values`` /
-    ``values2`` (the grid cells, flattened ρ-major).
-    """
+    series: object
+    S: int
+    ns: int
+    rho_v: tuple
+    rho_a: np.ndarray
+    gamma: np.ndarray
+    grids: dict[str, tuple]
+    amortised: dict | None
+    run: Callable
+
+    def grid(self, grid: Grid) -> tuple:
+        return self.grids[grid.param]
+
+    def unlimited(self, cells: int) -> tuple[np.ndarray, np.ndarray]:
+        """Every batch adapts (no freeze): n_adapt = N and no frozen latency or accuracy."""
+        return np.repeat(self.series.n.astype(np.int64)[:, None], cells, axis=1), np.full((self.S, cells), np.nan)
+
+    def frozen_latency(self) -> np.ndarray:
+        return frozen_latency(self.series, self.amortised)
+
+
+def replay_scenarios(series, protos, rho_v, T_v, B_v, opts, spec: ArrivalSpec, seeds, absolute, engine, amortised=None) -> dict:
+    """Raw per-(series·seed, grid cell) sums of the protocols in ``protos`` replayed under
+    arrivals: the arrival-bound ones (discrete) when arrivals are not periodic, and the
+    combined ones; values hold arrays shaped [S·n_seeds, cells] plus ``values`` / ``values2``
+    (the grid cells, flattened ρ-major)."""
     S = len(series.episode)
     ns = len(seeds)
     units = unit_arrivals(series, spec, seeds, absolute)
@@ -142,87 +168,32 @@ def replay_scenarios(series, protos, rho_v, T_v, B_v, opts, spec: ArrivalSpec, s
         rho_v = (float("nan"),)
     rho_a = np.asarray(rho_v, np.float64)
     gamma = np.ones((S, len(rho_a))) if absolute else series.lam[:, None] / rho_a[None, :]
-    out = {}
 
     def run(scale, h, n_adapt, f_delta, f_acc):
         """Stack the seeds' results into rows s·ns + k."""
         parts = [_replay(series, u, scale, opts, h, n_adapt, f_delta, f_acc, engine) for u in units]
         return [np.stack(p, axis=1).reshape((S * ns,) + p[0].shape[1:]) for p in zip(*parts)]
 
-    def unlimited(cells):
-        return np.repeat(series.n.astype(np.int64)[:, None], cells, axis=1), np.full((S, cells), np.nan)
-
-    if "discrete" in protos and not spec.periodic:
-        n_adapt, nan = unlimited(len(rho_a))
-        served, ssum, score, _, _ = run(gamma, np.zeros((S, 0)), n_adapt, nan, nan)
-        out["discrete"] = {"served": served, "served_sum": ssum, "score_sum": score, "values": tuple(rho_v), "values2": None}
-
-    if "discrete-continuous" in protos:
-        h = np.asarray(T_v, np.float64)[None, :] - series.lam[:, None]
-        h = np.where(h > 0, h, 1.0)  # cells with T <= λ are dropped from the output
-        n_adapt, nan = unlimited(len(rho_a))
-        served, ssum, score, ak, _ = run(gamma, h, n_adapt, nan, nan)
-        nT = len(T_v)
-        # cells flattened ρ-major: (ρ_i, T_k) -> i·nT + k
-        out["discrete-continuous"] = {
-            "served": np.repeat(served, nT, axis=1),
-            "served_sum": np.repeat(ssum, nT, axis=1),
-            "score_sum": np.repeat(score - ssum, nT, axis=1) + ak.reshape(S * ns, -1),
-            "ak_sum": ak.reshape(S * ns, -1),
-            "values": tuple(r for r in rho_v for _ in T_v),
-            "values2": tuple(t for _ in rho_v for t in T_v),
-        }
-
-    if "discrete-amortised" in protos:
-        m, facc = amortised["m"], amortised["frozen_acc"]
-        fdelta = frozen_latency(series, amortised)
-        nB = len(B_v)
-        scale = np.repeat(gamma, nB, axis=1)  # (ρ_i, B_b) -> i·nB + b
-        tile = (1, len(rho_a))
-        served, ssum, score, _, frozen = run(
-            scale, np.zeros((S, 0)), np.tile(m.astype(np.int64), tile), np.tile(fdelta, tile), np.tile(facc, tile)
-        )
-        out["discrete-amortised"] = {
-            "served": served,
-            "served_sum": ssum,
-            "score_sum": score,
-            "frozen_served": frozen,
-            "values": tuple(r for r in rho_v for _ in B_v),
-            "values2": tuple(b for _ in rho_v for b in B_v),
-            "frozen_acc": np.repeat(np.tile(facc, tile), ns, axis=0),
-        }
+    ctx = ArrivalReplay(series, S, ns, tuple(rho_v), rho_a, gamma, {"rho": rho_v, "T_ms": T_v, "B_ms": B_v}, amortised, run)
+    out = {}
+    for name in protos:
+        proto = P.get(name)
+        if proto.combined or (proto.arrival_bound and not spec.periodic):
+            out[name] = proto.replay_arrivals(ctx)
     return out
 
 
-def scenario_frame(series, protocol: str, raw: dict, pooled: bool, spec: ArrivalSpec, seeds, absolute, frame_fn) -> pl.DataFrame:
-    """Output rows of one scenario protocol, in the sweep's columns (``frame_fn`` = replay._frame)."""
+def scenario_frame(series, protocol: str, raw: dict, pooled: bool, spec: ArrivalSpec, seeds, absolute) -> pl.DataFrame:
+    """Output rows of one protocol replayed under arrivals, in the sweep's columns."""
+    proto = P.get(protocol)
     ns = len(seeds)
     xs = expand_seeds(series, ns)
     values = list(raw["values"])
-    frame = frame_fn(xs, "discrete", values, raw, pooled)
-    extra = []
-    if protocol == "discrete-continuous":
-        # κ̃ = Σ a·κ / Σ a over served events, so U = α · served_acc · κ̃ (+ skipped scores)
-        ak = _reduce(xs, raw["ak_sum"], pooled)
-        ssum = _reduce(xs, raw["served_sum"], pooled)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            extra.append(pl.Series("kappa", np.where(ssum > 0, ak / np.where(ssum > 0, ssum, 1.0), np.nan), nan_to_null=True))
-    if protocol == "discrete-amortised":
-        served = _reduce(xs, raw["served"], pooled)
-        frozen = _reduce(xs, raw["frozen_served"], pooled)
-        N = frame["num_batches"].to_numpy().astype(np.float64)
-        adapted = served - frozen
-        facc = raw["frozen_acc"]
-        fsum = _reduce(xs, np.where(raw["frozen_served"] > 0, np.nan_to_num(facc) * raw["frozen_served"], 0.0), pooled)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            extra += [
-                pl.Series("m", adapted, nan_to_null=True),
-                pl.Series("beta", adapted / N, nan_to_null=True),
-                pl.Series("acc_frozen", np.where(frozen > 0, fsum / np.maximum(frozen, 1), np.nan), nan_to_null=True),
-            ]
+    frame = P.frame(xs, proto, values, raw, pooled)
+    extra = proto.scenario_columns(xs, raw, frame, pooled)
     frame = frame.with_columns(
         pl.lit(protocol).alias("protocol"),
-        pl.lit(grids.PARAM2_OF.get(protocol), pl.Utf8).alias("param2"),
+        pl.lit(proto.param2, pl.Utf8).alias("param2"),
         pl.Series(
             "value2",
             np.tile(np.asarray(raw["values2"] or [np.nan] * len(values), np.float64), frame.height // max(1, len(values))),
@@ -237,18 +208,9 @@ def scenario_frame(series, protocol: str, raw: dict, pooled: bool, spec: Arrival
         pl.lit(None, pl.Int64) if pooled else pl.Series("arrival_seed", np.tile(np.asarray(seeds, np.int64), frame.height // ns), pl.Int64)
     )
     frame = frame.with_columns(pl.lit(spec.label()).alias("arrivals"), seed_col.alias("arrival_seed"))
-    if protocol == "discrete-continuous":
+    if len(proto.grids) > 1 and proto.grids[1].above_lambda:
         frame = frame.filter(pl.col("value2") > pl.col("lambda_ms"))
     return frame
-
-
-def _reduce(xs, x, pooled):
-    """Rows of ``x`` [S·ns, K] flattened as the frame orders them (pooled per trace if asked)."""
-    x = np.asarray(x, np.float64)
-    if pooled:
-        starts = np.flatnonzero(np.r_[True, xs.trace_of[1:] != xs.trace_of[:-1]])
-        x = np.add.reduceat(x, starts, axis=0)
-    return x.reshape(-1)
 
 
 def check_scenario_options(protos, spec: ArrivalSpec, seeds, absolute: bool, rho_given: bool) -> None:

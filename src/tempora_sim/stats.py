@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from . import protocols as P
 from .errors import SimError
 
 DEFAULT_LEVEL = 0.95
@@ -195,24 +196,17 @@ def batch_scores(rows: pl.DataFrame, utility_rows: pl.DataFrame) -> list[np.ndar
     j = np.arange(n)
     out = []
     d_cache: dict[float, np.ndarray] = {}
+
+    def delays(lam: float) -> np.ndarray:
+        if lam not in d_cache:
+            d_cache[lam] = _response_delays(e, l_, lam)
+        return d_cache[lam]
+
     for r in utility_rows.iter_rows(named=True):
         proto, u = r["protocol"], r["utility"]
-        if proto == "offline":
-            s = a.copy()
-        elif proto == "discrete":
-            s = np.where(j < int(r["served"]), a, 0.0)
-        elif proto == "continuous":
-            lam = float(r["lambda_ms"])
-            if lam not in d_cache:
-                d_cache[lam] = _response_delays(e, l_, lam)
-            h = float(r["value"]) - lam
-            s = a * (h / (h + d_cache[lam]))
-        elif proto == "amortised":
-            m = int(round(r["m"]))
-            frozen = r["acc_frozen"]
-            s = np.where(j < m, a, 0.0 if frozen is None else float(frozen))
-        else:  # pragma: no cover - check_utility_table rejects unknown protocols
+        if proto not in P.single():  # pragma: no cover - check_utility_table rejects unknown protocols
             raise StatsError(f"unknown protocol {proto}")
+        s = P.get(proto).batch_scores(r, a, j, delays)
         if u is not None and n:
             s = s + (u - s.mean())
         out.append(s)

@@ -24,26 +24,19 @@ sweep equal the report's intervals of the same rows.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import polars as pl
 
-from tempora_schema.vocabulary import PROTOCOLS
-
+from . import protocols as P
 from . import stats as st
 
-#: The terms of each protocol (besides ``utility``).
-TERMS = {
-    "offline": (),
-    "discrete": ("alpha", "served_acc"),
-    "continuous": ("acc", "kappa", "cov"),
-    "amortised": ("m", "beta", "acc_adapt", "acc_frozen"),
-}
 ALL_TERMS = ("utility", "alpha", "served_acc", "acc", "kappa", "cov", "m", "beta", "acc_adapt", "acc_frozen")
 #: Terms that are fractions in [0, 1] (a draw with a timing shift is clipped to that range).
 FRACTIONS = frozenset({"utility", "alpha", "served_acc", "acc", "kappa", "beta", "acc_adapt", "acc_frozen"})
 #: Per-episode terms that another draw of batches does not move (timing variability only).
 SCHEDULE_TERMS = frozenset({"alpha", "m", "beta", "acc_frozen"})
-PAPER = PROTOCOLS
 ALL = "__all__"
 
 
@@ -159,7 +152,7 @@ def _pooled(f: pl.DataFrame, boot: dict, has: dict, opts: st.BootstrapOptions) -
         for term in ALL_TERMS:
             if term == "cov":
                 continue
-            sel = [i for i, p in enumerate(proto) if term == "utility" or term in TERMS.get(_base(p, members[i]), ())]
+            sel = [i for i, p in enumerate(proto) if term == "utility" or term in _terms(p)]
             sel = [i for i in sel if frames[i].get_column(term).null_count() < n or term == "utility"]
             if not sel:
                 continue
@@ -167,18 +160,17 @@ def _pooled(f: pl.DataFrame, boot: dict, has: dict, opts: st.BootstrapOptions) -
             b = _ratio_boot(np.stack([x[0] for x in nd]), np.stack([x[1] for x in nd]), counts)
             boot[term][out_rows[sel]] = b
             has[term][out_rows[sel]] = True
-        cov_rows = [i for i, p in enumerate(proto) if "cov" in TERMS.get(_base(p, members[i]), ())]
+        cov_rows = [i for i, p in enumerate(proto) if "cov" in _terms(p)]
         if cov_rows:
             r_ = out_rows[cov_rows]
             boot["cov"][r_] = boot["utility"][r_] - boot["acc"][r_] * boot["kappa"][r_]
             has["cov"][r_] = True
 
 
-def _base(protocol: str, row: dict) -> str:
-    """The paper protocol whose terms a row carries (combined protocols: none beyond U, α, ā_served)."""
-    if protocol in TERMS:
-        return protocol
-    return "discrete" if protocol.startswith("discrete-") else protocol
+def _terms(protocol: str) -> tuple[str, ...]:
+    """The terms besides ``utility`` whose bounds a protocol's rows carry (a combined protocol:
+    its discrete ones, U, α and ā_served)."""
+    return P.get(protocol).interval_terms
 
 
 def _episodes(result, f: pl.DataFrame, boot: dict, has: dict, opts: st.BootstrapOptions) -> None:
@@ -186,7 +178,7 @@ def _episodes(result, f: pl.DataFrame, boot: dict, has: dict, opts: st.Bootstrap
     s = result.series
     rows = f.filter(
         (pl.col("episode") != ALL)
-        & pl.col("protocol").is_in(PAPER)
+        & pl.col("protocol").is_in(P.single())
         & (pl.col("arrivals").is_null() | (pl.col("arrivals") == "periodic"))
         & pl.col("param2").is_null()
     )
@@ -214,30 +206,21 @@ def _episodes(result, f: pl.DataFrame, boot: dict, has: dict, opts: st.Bootstrap
         j = np.arange(n)
         out_rows = urows.get_column("_row").to_numpy()
         ones = np.ones(n)
+        delays = partial(st._response_delays, s.e[lo:hi], s.l[lo:hi])  # d(λ) of these batches
         for k, r in enumerate(urows.iter_rows(named=True)):
             row = int(out_rows[k])
             proto = r["protocol"]
             terms = {"utility": (scores[k], ones)}
-            if proto == "discrete":
-                served = (j < int(r["served"])).astype(np.float64)
-                terms["served_acc"] = (a * served, served)
-            elif proto == "continuous":
-                h = float(r["value"]) - float(r["lambda_ms"])
-                d = st._response_delays(s.e[lo:hi], s.l[lo:hi], float(r["lambda_ms"]))
-                terms["acc"] = (a, ones)
-                terms["kappa"] = (h / (h + d), ones)
-            elif proto == "amortised":
-                adapt = (j < int(round(r["m"]))).astype(np.float64)
-                terms["acc_adapt"] = (a * adapt, adapt)
+            terms.update(P.get(proto).batch_ratios(r, a, j, delays))
             for term, (num, den) in terms.items():
                 if term != "utility" and r[term] is None:
                     continue
                 boot[term][row] = _ratio_boot(num[None, :], den[None, :], counts)[0]
                 has[term][row] = True
-            if proto == "continuous":
+            if "cov" in _terms(proto):
                 boot["cov"][row] = boot["utility"][row] - boot["acc"][row] * boot["kappa"][row]
                 has["cov"][row] = True
-            for term in SCHEDULE_TERMS & set(TERMS[proto]):
+            for term in SCHEDULE_TERMS & set(_terms(proto)):
                 if r[term] is not None:
                     boot[term][row] = float(r[term])
                     has[term][row] = True
@@ -271,15 +254,15 @@ def pooled_bounds(frame: pl.DataFrame, opts: st.BootstrapOptions | None = None, 
         p = pl.DataFrame(r)
         n = p.height
         counts = st.resample_counts(n, R, opts.seed) if n > 1 else np.ones((R, 1))
-        proto = _base(grouped.get_column("protocol")[i], {})
-        for term in ("utility",) + tuple(t for t in TERMS.get(proto, ()) if t != "cov"):
+        proto = grouped.get_column("protocol")[i]
+        for term in ("utility",) + tuple(t for t in _terms(proto) if t != "cov"):
             needs = {"alpha": "served", "beta": "m"}.get(term, term)
             if term != "utility" and (needs not in p.columns or term not in p.columns or p.get_column(term).null_count() == n):
                 continue
             num, den = _nums(p, term)
             boot[term][i] = _ratio_boot(num[None, :], den[None, :], counts)[0]
             has[term][i] = True
-        if "cov" in TERMS.get(proto, ()) and has["acc"][i] and has["kappa"][i]:
+        if "cov" in _terms(proto) and has["acc"][i] and has["kappa"][i]:
             boot["cov"][i] = boot["utility"][i] - boot["acc"][i] * boot["kappa"][i]
             has["cov"][i] = True
     out = grouped.select(keys).with_columns(pl.lit(ALL).alias("episode"))

@@ -390,7 +390,7 @@ def test_report_scenarios_section(traces, tmp_path):
     from click.testing import CliRunner
 
     from tempora_sim.cli import main
-    from tempora_sim.report_scenarios import burst_comparison, split
+    from tempora_sim.report.scenarios import burst_comparison, split
 
     out = tmp_path / "rep"
     r = CliRunner().invoke(

@@ -277,7 +277,7 @@ def test_loader_errors_are_sim_errors(tmp_path):
 def test_simulator_never_imports_torch():
     code = (
         "import sys, tempora_sim, tempora_sim.replay, tempora_sim.traces, tempora_sim.kernels, "
-        "tempora_sim.tables, tempora_sim.cli, tempora_sim.synthetic, tempora_sim.oracle, tempora_schema; "
+        "tempora_sim.report.terminal, tempora_sim.cli, tempora_sim.synthetic, tempora_sim.oracle, tempora_schema; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     # The child sees the same import path as this process (installed or only on PYTHONPATH).

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tempora_sim.report import build_report, load_inputs
-from tempora_sim.report_devices import device_winners
+from tempora_sim.report.devices import device_winners
 from tempora_sim.synthetic import write_trace
 
 METHODS = ("standard", "tent", "eta", "shot-im")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from matplotlib.colors import to_rgb
 
 from tempora_sim import analyses as an
-from tempora_sim import figures as fg
+from tempora_sim import palette
+from tempora_sim.report import figures as fg
 from test_analysis_tables import WIN, grid, utility_frame
 
 
@@ -17,7 +18,7 @@ def test_method_colours_are_fixed_and_stable():
     # unknown names: deterministic across calls and processes (crc32, not hash())
     import zlib
 
-    assert fg.method_colour("my-new-method") == fg._FALLBACK[zlib.crc32(b"mynewmethod") % len(fg._FALLBACK)]
+    assert fg.method_colour("my-new-method") == palette.FALLBACK[zlib.crc32(b"mynewmethod") % len(palette.FALLBACK)]
 
 
 def test_winners_grid_marks_ties_and_writes_png_and_pdf(tmp_path):
@@ -56,7 +57,7 @@ def test_report_modules_never_import_torch():
 
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))  # the same import path as this process
     code = (
-        "import sys, tempora_sim.analyses, tempora_sim.figures, tempora_sim.report, tempora_sim.cli_report; "
+        "import sys, tempora_sim.analyses, tempora_sim.report.figures, tempora_sim.report, tempora_sim.cli_report; "
         "sys.exit('torch' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0

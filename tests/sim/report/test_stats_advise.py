@@ -16,6 +16,7 @@ from tempora_sim import analyses as an
 from tempora_sim import report as rp
 from tempora_sim import stats as st
 from tempora_sim.cli import main
+from tempora_sim.report.sentences import root_cause_sentence
 from test_analysis_tables import utility_frame
 
 
@@ -268,11 +269,11 @@ def _latency(e_minus, slowdown, l_mean=20.0):
 
 
 def test_root_cause_never_reports_a_negative_overhead():
-    s = rp._root_cause_sentence(_latency(-138.4, 1.86, 70.0))
+    s = root_cause_sentence(_latency(-138.4, 1.86, 70.0))
     assert "-138" not in s and "−138" not in s and "no intrinsic overhead" in s and "70.0 ms" in s
-    s = rp._root_cause_sentence(_latency(-5.0, 0.9, 1.0))
+    s = root_cause_sentence(_latency(-5.0, 0.9, 1.0))
     assert "no method takes longer than λ" in s and "-5" not in s
-    s = rp._root_cause_sentence(_latency(12.0, 2.5))
+    s = root_cause_sentence(_latency(12.0, 2.5))
     assert "12.0 ms before it (intrinsic ē − λ)" in s
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from . import analyses as an
-from .report_scenarios import best_per_cell
+from .. import analyses as an
+from .. import protocols as P
+from .scenarios import best_per_cell
 
 SETTING = ("dataset", "model", "batch_size", "stream")
 
@@ -30,7 +31,7 @@ def device_winners(utility: pl.DataFrame) -> dict[tuple, pl.DataFrame]:
             continue
         best = best_per_cell(part, ["device", "protocol", "value"])
         table = best.pivot(on="device", index=["protocol", "value"], values="winner")
-        order = {p: i for i, p in enumerate(an.PROTOCOLS)}
+        order = {p: i for i, p in enumerate(P.single())}
         table = (
             table.with_columns(pl.col("protocol").replace_strict(order, default=99).alias("_o"))
             .sort("_o", "value", nulls_last=True)

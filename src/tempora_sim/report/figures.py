@@ -3,16 +3,13 @@
 Figures are plain ``matplotlib.figure.Figure`` objects rendered by the Agg/PDF canvases, never
 through pyplot: no global backend switch, no display needed, nothing left open.
 
-Each method keeps one colour in every figure (a fixed palette keyed by the method's name,
-with a stable hash-based fallback for unknown names), so a reader who learns "ETA is red"
-in the winners grid can find ETA in every other plot.
+Each method keeps one colour in every figure (:mod:`tempora_sim.palette`).
 """
 
 from __future__ import annotations
 
 import math
 import textwrap
-import zlib
 from pathlib import Path
 from typing import Sequence
 
@@ -23,65 +20,20 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
-from tempora_sim import analyses as an
-from tempora_sim.analyses import episode_order
+from tempora_schema.outputs import to_bytes, write_file
+from tempora_schema.policies import split_label
+
+from .. import analyses as an
+from .. import protocols as P
+from ..analyses import episode_order
+from ..palette import method_colour
+from .groups import filter_group, group_label
+from .inputs import ReportError
 
 DPI = 150
-_PALETTE = {
-    "standard": "#4d4d4d",
-    "source": "#4d4d4d",
-    "adabn": "#1f77b4",
-    "bn": "#1f77b4",
-    "lame": "#17becf",
-    "neo": "#2ca02c",
-    "tent": "#ff7f0e",
-    "eta": "#d62728",
-    "eata": "#ad494a",
-    "shotim": "#9467bd",
-    "shot": "#9467bd",
-    "deyo": "#8c564b",
-    "cmf": "#e377c2",
-    "sar": "#bcbd22",
-    "etanoreset": "#ff9896",
-    "shotnorm": "#c5b0d5",  # the paper's ETA* / SHOT-IM* ablation variants
-    "spa": "#393b79",
-    "zerosiam": "#637939",
-    "memo": "#843c39",
-    "cotta": "#7b4173",
-    "rotta": "#e7969c",
-}
-_FALLBACK = [
-    "#3182bd",
-    "#e6550d",
-    "#31a354",
-    "#756bb1",
-    "#636363",
-    "#6baed6",
-    "#fd8d3c",
-    "#74c476",
-    "#9e9ac8",
-    "#969696",
-    "#a55194",
-    "#de9ed6",
-    "#8ca252",
-    "#bd9e39",
-    "#e7ba52",
-]
 TIE_COLOUR = "#ffffff"
 BELOW_GREY = "#c8c8c8"
 WIN_GREEN = "#2ca02c"
-
-
-def _norm(name: str) -> str:
-    return "".join(ch for ch in name.lower() if ch.isalnum())
-
-
-def method_colour(method: str) -> str:
-    """The method's colour: fixed for known methods, stable (crc32) for others."""
-    key = _norm(method)
-    if key in _PALETTE:
-        return _PALETTE[key]
-    return _FALLBACK[zlib.crc32(key.encode()) % len(_FALLBACK)]
 
 
 def method_label(method: str, width: int = 8) -> str:
@@ -96,8 +48,6 @@ def _subplots(*args, figsize, **kwargs):
 
 def save(fig, out_dir: Path, name: str) -> list[Path]:
     """Write ``name``.png (dpi 150) and ``name``.pdf without timestamps (reproducible bytes)."""
-    from tempora_schema.outputs import to_bytes, write_file
-
     out_dir.mkdir(parents=True, exist_ok=True)
     png, pdf = out_dir / f"{name}.png", out_dir / f"{name}.pdf"
     # Layouts are fixed by tight_layout when the figure is built; bbox_inches="tight" would
@@ -212,21 +162,15 @@ def winners_grid(winners: pl.DataFrame, counts: pl.DataFrame, title: str = ""):
 
 # ----------------------------------------------------------------------------- utility curves
 def _x_of(protocol: str, values: Sequence[float]) -> list[float]:
-    if protocol == "discrete":
-        return [v * 100 for v in values]
-    if protocol == "amortised":
-        return [v / 1000 for v in values]
-    return list(values)
-
-
-_XLABEL = {"discrete": "utilisation ρ (%)", "continuous": "threshold T (ms)", "amortised": "budget B (s)"}
+    """Grid values as the axis draws them (ρ in %, B in s)."""
+    return [P.get(protocol).grids[0].axis(v) for v in values]
 
 
 def utility_curves(df: pl.DataFrame, episodes: Sequence[str], order: Sequence[str], title: str = ""):
     """Utility vs ρ, T, B (rows) for each episode (columns), one group (paper Figure 3).
     Green band: between standard inference and the best method (the winner's lead); grey band:
     below standard inference, where methods are drawn grey; winners are named along the top."""
-    protos = [p for p in an.TEMPORAL_PROTOCOLS if df.filter(pl.col("protocol") == p).height]
+    protos = [p for p in P.temporal() if df.filter(pl.col("protocol") == p).height]
     fig, axes = _subplots(len(protos), len(episodes), figsize=(3.1 * len(episodes) + 0.4, 2.5 * len(protos) + 0.9), squeeze=False)
     for i, proto in enumerate(protos):
         for j, ep in enumerate(episodes):
@@ -237,7 +181,7 @@ def utility_curves(df: pl.DataFrame, episodes: Sequence[str], order: Sequence[st
                 ax.set_title(ep, fontsize=9, pad=14)
             if j == 0:
                 ax.set_ylabel(f"{proto}\nutility (%)", fontsize=8)
-            ax.set_xlabel(_XLABEL[proto], fontsize=7)
+            ax.set_xlabel(P.get(proto).grids[0].axis_label, fontsize=7)
     handles = [Line2D([], [], color=method_colour(m), lw=2, ls="--" if m == an.BASELINE else "-", label=m) for m in order]
     handles += [
         Patch(facecolor=WIN_GREEN, alpha=0.15, label="lead of the best method"),
@@ -294,7 +238,7 @@ def _panel(ax, part: pl.DataFrame, proto: str, order: Sequence[str]) -> None:
             color="black" if len(win) > 1 else method_colour(win[0]),
             rotation=45,
         )
-    if proto == "discrete":
+    if P.get(proto).strictest == "max":
         ax.invert_xaxis()  # strict (high ρ) on the left, like the other rows
     if all(x > 0 for x in xs) and max(xs) / min(xs) >= 3:
         ax.set_xscale("log")  # the paper's grids are geometric (√2 in ρ, ×2 in B)
@@ -386,8 +330,6 @@ def policy_rates(points: pl.DataFrame, best: pl.DataFrame, title: str = ""):
     """Utility against the adaptation rate, one panel per scenario (offline, then each
     protocol strict → relaxed), one line per method through its variants in rate order
     (docs/design/design.md §11); the method's best variant in the panel is ringed."""
-    from tempora_schema.policies import split_label
-
     scen = points.select("scenario", "scenario_order").unique().sort("scenario_order").get_column("scenario").to_list()
     cols = min(len(scen), 4)
     rows = math.ceil(len(scen) / cols)
@@ -428,3 +370,35 @@ def policy_rates(points: pl.DataFrame, best: pl.DataFrame, title: str = ""):
         fig.suptitle(_wrap(title, 100), fontsize=7)
     fig.tight_layout(rect=(0, 0, 0.88, 1))
     return fig
+
+
+# ----------------------------------------------------------------------------- one group
+def group_figures(inp, group, computed, fig_dir, prefix, all_episodes, episodes) -> dict[str, tuple[Path, Path]]:
+    """The figures of one group, by name (PNG and PDF paths), from the tables already computed."""
+    u = filter_group(inp.pooled, group)
+    label = group_label(group)
+    made: dict[str, tuple[Path, Path]] = {}
+    w, wc = computed["winners"], computed["win_counts"]
+    if w is not None and filter_group(w, group).height:
+        made["winners"] = tuple(save(winners_grid(filter_group(w, group), filter_group(wc, group), label), fig_dir, prefix + "winners"))
+    eps_all = an.episode_order(u.get_column("episode").unique().to_list())
+    if episodes:
+        missing = [e for e in episodes if e not in eps_all]
+        if missing:
+            raise ReportError(f"episode(s) {', '.join(missing)} not in the results; episodes: {', '.join(eps_all)}")
+        chosen = list(episodes)
+    else:
+        chosen = eps_all if all_episodes else an.representative_episodes(eps_all)
+    if chosen and u.filter(pl.col("protocol") != "offline").height:
+        made["curves"] = tuple(save(utility_curves(u, chosen, an.method_order(u), label), fig_dir, prefix + "curves"))
+    lat = computed["latency"]
+    if lat is not None and filter_group(lat, group).height:
+        made["latency"] = tuple(save(latency_bars(filter_group(lat, group), label), fig_dir, prefix + "latency"))
+    par = computed["pareto"]
+    if par is not None and filter_group(par, group).height:
+        made["pareto"] = tuple(save(pareto_plot(filter_group(par, group), label), fig_dir, prefix + "pareto"))
+    pol = computed["policies"]
+    if pol is not None and filter_group(pol, group).height:
+        points = filter_group(an.policy_points(inp.pooled, inp.trace_rows), group)
+        made["policy_rates"] = tuple(save(policy_rates(points, filter_group(pol, group), label), fig_dir, prefix + "policy-rates"))
+    return made

@@ -13,10 +13,15 @@ seeds, both combined grids); rows of them already in sweep results are reported 
 
 from __future__ import annotations
 
+import warnings
+
 import polars as pl
 
-from . import analyses as an
-from .grids import COMBINED_PROTOCOLS
+from .. import analyses as an
+from .. import protocols as P
+from ..grids import RHO
+from ..options import SweepOptions
+from ..replay import SimWarning, sweep
 
 #: ``--scenarios``: the on/off source compared with periodic arrivals, and its seeds.
 DEFAULT_BURST = "1,4"
@@ -25,11 +30,16 @@ DEFAULT_BURST_SEEDS = 5
 
 def is_scenario(frame: pl.DataFrame) -> pl.Series:
     """Rows that belong to this section rather than to the paper's analyses."""
-    combined = frame["protocol"].is_in(list(COMBINED_PROTOCOLS))
+    combined = frame["protocol"].is_in(list(P.combined()))
     if "arrivals" not in frame.columns:
         return combined
-    bursty = (frame["protocol"] == "discrete") & frame["arrivals"].is_not_null() & (frame["arrivals"] != "periodic")
+    bursty = frame["protocol"].is_in(_arrival_bound()) & frame["arrivals"].is_not_null() & (frame["arrivals"] != "periodic")
     return combined | bursty
+
+
+def _arrival_bound() -> list[str]:
+    """The single-pressure protocols replayed under an arrival process (discrete)."""
+    return [p for p in P.single() if P.get(p).arrival_bound]
 
 
 def split(frame: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -41,16 +51,13 @@ def split(frame: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 def scenario_sweeps(traces, options, burst: str = DEFAULT_BURST, seeds: int = DEFAULT_BURST_SEEDS) -> pl.DataFrame:
     """The bursty discrete protocol and both combined grids over ``traces``, with the report's
     other sweep options (grids, queue, λ rule …)."""
-    import warnings
-
-    from .options import SweepOptions
-    from .replay import SimWarning, sweep
-
     base = options if isinstance(options, SweepOptions) else SweepOptions.build(**(options or {}))
     with warnings.catch_warnings():  # the report's own sweep of these traces already said them
         warnings.simplefilter("ignore", SimWarning)
-        bursty = sweep(traces, SweepOptions.build(base, protocols="discrete", arrivals=f"burst:{burst}", arrival_seeds=seeds))
-        combined = sweep(traces, SweepOptions.build(base, protocols=",".join(COMBINED_PROTOCOLS), arrivals="periodic", arrival_seeds=1))
+        bursty = sweep(
+            traces, SweepOptions.build(base, protocols=",".join(_arrival_bound()), arrivals=f"burst:{burst}", arrival_seeds=seeds)
+        )
+        combined = sweep(traces, SweepOptions.build(base, protocols=",".join(P.combined()), arrivals="periodic", arrival_seeds=1))
     return pl.concat([bursty, combined], how="diagonal_relaxed")
 
 
@@ -90,7 +97,7 @@ def winners_maps(scen: pl.DataFrame) -> dict[str, pl.DataFrame]:
     """Per combined protocol: the winner of every (ρ, second parameter) cell."""
     out = {}
     pooled = _pooled(scen)
-    for protocol in COMBINED_PROTOCOLS:
+    for protocol in P.combined():
         part = pooled.filter(pl.col("protocol") == protocol)
         if part.height:
             out[protocol] = best_per_cell(part, ["value", "value2"]).sort("value2", "value", descending=[False, True])
@@ -98,12 +105,7 @@ def winners_maps(scen: pl.DataFrame) -> dict[str, pl.DataFrame]:
 
 
 def _rho(v: float) -> str:
-    return f"ρ={v * 100:g}%"
-
-
-def _second(protocol: str, v: float) -> str:
-    name = "T" if protocol == "discrete-continuous" else "B"
-    return f"{name}={v / 1000:g}s" if v >= 1000 else f"{name}={v:g}ms"
+    return RHO.label(v)
 
 
 def markdown(paper: pl.DataFrame, scen: pl.DataFrame, hx: str) -> list[str]:
@@ -135,17 +137,18 @@ def markdown(paper: pl.DataFrame, scen: pl.DataFrame, hx: str) -> list[str]:
             )
         md.append("")
     for protocol, table in winners_maps(scen).items():
-        title = "Deadline + patience" if protocol == "discrete-continuous" else "Deadline + budget"
+        proto = P.get(protocol)
+        title, first, second = proto.heading, proto.grids[0], proto.grids[1]
         rhos = sorted(table["value"].unique().to_list(), reverse=True)
         cells = {(r["value"], r["value2"]): r for r in table.iter_rows(named=True)}
         md += [
             f"**{title}** (`{protocol}`): winner (utility %) of every cell",
             "",
-            "| | " + " | ".join(_rho(r) for r in rhos) + " |",
+            "| | " + " | ".join(first.label(r) for r in rhos) + " |",
             "|---" * (len(rhos) + 1) + "|",
         ]
         for v2 in sorted(table["value2"].unique().to_list()):
-            row = [_second(protocol, v2)]
+            row = [second.label(v2)]
             for r in rhos:
                 hit = cells.get((r, v2))
                 row.append("–" if hit is None else f"{hit['winner']} ({hit['utility'] * 100:.1f})")

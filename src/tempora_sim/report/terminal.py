@@ -1,14 +1,21 @@
-"""Terminal tables of a sweep: corruption-aggregated utilities and strict-pressure decompositions.
+"""Terminal tables of a sweep (what ``tempora-sim sweep`` prints): corruption-aggregated
+utilities, strict-pressure decompositions and the combined protocols' winners maps.
 
 The layouts follow the paper: Tables 11–13 (utility per method × parameter value, aggregated
 over episodes, best in bold) and Tables 3–5 (the decomposition at the strictest value of each
 protocol). Rows are the pooled ``episode = "__all__"`` rows of the sweep; methods are listed by
 mean per-batch latency, so the non-adaptive baseline comes first and the slowest method last.
+
+A combined protocol (docs/design/design.md §9) has two grid parameters (ρ × T or ρ × B), so one
+utility table per method would be a wall of numbers. Its map answers the question a user asks
+of it — which method wins where — with one cell per (second parameter, ρ): the winner and its
+utility.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from typing import Iterable
 
 import polars as pl
@@ -16,27 +23,18 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from . import analyses as an
-from .replay import ALL_EPISODES, SweepResult
-from .stats import BootstrapOptions
-
-_TITLES = {
-    "offline": "Offline utility (%): mean accuracy, no time pressure",
-    "discrete": "Discrete utility (%) across utilisation ρ",  # + the arrival process, if not periodic
-    "continuous": "Continuous utility (%) across HCI threshold T",
-    "amortised": "Amortised utility (%) across overhead budget B",
-}
+from .. import analyses as an
+from .. import protocols as P
+from ..replay import ALL_EPISODES, SweepResult
+from ..stats import BootstrapOptions
+from .scenarios import best_per_cell
 
 
 def value_label(param: str | None, value: float | None) -> str:
     """Column header of one grid value: ``ρ=70%``, ``T=50ms``, ``B=1s``."""
     if param is None or value is None:
         return "offline"
-    if param == "rho":
-        return f"ρ={value * 100:g}%"
-    if param == "T_ms":
-        return f"T={value:g}ms" if value < 1000 else f"T={value / 1000:g}s"
-    return f"B={value:g}ms" if value < 1000 else f"B={value / 1000:g}s"
+    return P.grid_of(param).label(value)
 
 
 def _pct(x: float | None, digits: int = 2) -> str:
@@ -74,8 +72,6 @@ def shown_values(values: list) -> list:
 def _latency_of(latency: dict[str, dict[str, float]], group: pl.DataFrame) -> dict[str, float]:
     """Mean δ per method over the seeds of this group: the sweep keys latency by the group's
     label with its seed (``…/bs64/seed2025/episodic/…``); the seed-pooled rows carry it without."""
-    import re
-
     name = group["group"][0] if "group" in group.columns else None
     merged: dict[str, list[float]] = {}
     for label, per in latency.items():
@@ -116,7 +112,7 @@ def _table_rows(frame: pl.DataFrame, view: dict[str, tuple[int, list]]) -> pl.Da
     keep = []
     for protocol, (count, shown) in view.items():
         part = frame.filter(pl.col("protocol") == protocol)
-        if len(shown) < count and protocol in an.PROTOCOLS:  # the combined grids' own tables show every row
+        if len(shown) < count and protocol in P.single():  # the combined grids' own tables show every row
             values = part.get_column("value")
             wanted = [v for v in shown if v is not None] + [values.min(), values.max()]
             part = part.filter(pl.col("value").is_in([v for v in wanted if v is not None]))
@@ -139,7 +135,7 @@ def utility_tables(
             ci[(r["method"], r["protocol"], _key(r["value"]))] = r
     tables = []
     if True:
-        for protocol in an.PROTOCOLS:
+        for protocol in P.single():
             part = group.filter(pl.col("protocol") == protocol)
             if part.height == 0:
                 continue
@@ -170,7 +166,12 @@ def utility_tables(
                     f"; {len(values)} of {len(all_values):,} grid values shown, evenly spaced (every value is in --out or --format json)"
                 )
             table = Table(
-                title=_TITLES[protocol], box=box.SIMPLE_HEAD, title_justify="left", min_width=60, caption=caption, caption_justify="left"
+                title=P.get(protocol).title,
+                box=box.SIMPLE_HEAD,
+                title_justify="left",
+                min_width=60,
+                caption=caption,
+                caption_justify="left",
             )
             table.add_column("Method")
             for v in values:
@@ -217,38 +218,13 @@ def decomposition_tables(group: pl.DataFrame, latency: dict[str, float]) -> list
     """Tables 3–5 for one group: each protocol's decomposition at its strictest value."""
     tables = []
     if True:
-        specs = (
-            (
-                "discrete",
-                "max",
-                ["α (%)", "|Q|", "ā_served (%)", "U_discrete (%)"],
-                lambda r: [_pct(r["alpha"], 1), f"{int(r['served']):,}", _pct(r["served_acc"]), _pct(r["utility"])],
-            ),
-            (
-                "continuous",
-                "min",
-                ["ā (%)", "κ̄ (%)", "Cov(a, κ)", "U_continuous (%)"],
-                lambda r: [_pct(r["acc"]), _pct(r["kappa"], 1), f"{r['cov']:+.4f}", _pct(r["utility"])],
-            ),
-            (
-                "amortised",
-                "min",
-                ["β (%)", "m", "ā_adapt (%)", "ā_frozen (%)", "gap", "U_amortised (%)"],
-                lambda r: [
-                    _pct(r["beta"], 1),
-                    f"{r['m']:.1f}",
-                    _pct(r["acc_adapt"]),
-                    _pct(r["acc_frozen"]),
-                    "–" if r["frozen_gap"] is None else str(r["frozen_gap"]),
-                    _pct(r["utility"]),
-                ],
-            ),
-        )
-        for protocol, pick, headers, cells in specs:
+        specs = [P.get(p) for p in P.temporal() if P.get(p).decomposition_headers]
+        for proto in specs:
+            protocol, headers = proto.name, proto.decomposition_headers
             part = group.filter(pl.col("protocol") == protocol)
             if part.height == 0:
                 continue
-            value = part["value"].max() if pick == "max" else part["value"].min()
+            value = part["value"].max() if proto.strictest == "max" else part["value"].min()
             part = part.filter(pl.col("value") == value)
             param = part["param"][0]
             table = Table(
@@ -263,7 +239,7 @@ def decomposition_tables(group: pl.DataFrame, latency: dict[str, float]) -> list
             rows = {r["method"]: r for r in part.iter_rows(named=True)}
             best = max((r["utility"] for r in rows.values() if r["utility"] is not None), default=None)
             for method in _method_order(part, latency):
-                row = cells(rows[method])
+                row = proto.decomposition_cells(rows[method], _pct)
                 if best is not None and rows[method]["utility"] == best:
                     row[-1] = f"[bold]{row[-1]}*[/bold]"
                 table.add_row(method, *row)
@@ -277,7 +253,7 @@ def print_report(result: SweepResult, console: Console | None = None, bootstrap:
     frame = result.frame
     # intervals and certainty for the single-parameter protocols (the combined ρ × T / ρ × B
     # grids have their own winners maps)
-    single = _shown_rows(frame.filter(pl.col("protocol").is_in(an.PROTOCOLS)))
+    single = _shown_rows(frame.filter(pl.col("protocol").is_in(P.single())))
     intervals = an.utility_intervals(single, None, bootstrap) if single.height else None
     certain = {}
     if intervals is not None and single.filter(pl.col("episode") == ALL_EPISODES).height:
@@ -295,7 +271,39 @@ def print_report(result: SweepResult, console: Console | None = None, bootstrap:
         latency = _latency_of(result.latency, group)
         gk = tuple(group.row(0, named=True)[c] for c in an.group_columns(group))
         mine = {(p, v): c for (k, p, v), c in certain.items() if k == gk}
-        from .scenario_tables import scenario_tables
-
         for table in utility_tables(group, latency, intervals, mine, view) + decomposition_tables(group, latency) + scenario_tables(group):
             console.print(table)
+
+
+# ----------------------------------------------------------------------------- combined protocols
+def winners_map(group: pl.DataFrame) -> pl.DataFrame:
+    """Per (protocol, value, value2): the best method (``winner``) and its utility."""
+    return best_per_cell(group.filter(pl.col("protocol").is_in(list(P.combined()))), ["protocol", "value", "value2"])
+
+
+def scenario_tables(group: pl.DataFrame) -> list[Table]:
+    """One winners map per combined protocol present in ``group`` (pooled rows)."""
+    tables = []
+    wins = winners_map(group)
+    for protocol in P.combined():
+        proto = P.get(protocol)
+        title = proto.title
+        part = wins.filter(pl.col("protocol") == protocol)
+        if part.height == 0:
+            continue
+        rhos = sorted(part["value"].unique().to_list(), reverse=True)
+        seconds = sorted(part["value2"].unique().to_list())
+        first, second = proto.grids
+        table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", min_width=60)
+        table.add_column("")
+        for r in rhos:
+            table.add_column(first.label(r) if not math.isnan(r) else "recorded", justify="right")
+        cells = {(row["value"], row["value2"]): row for row in part.iter_rows(named=True)}
+        for v2 in seconds:
+            row = [second.label(v2)]
+            for r in rhos:
+                hit = cells.get((r, v2))
+                row.append("–" if hit is None else f"{hit['winner']} {hit['utility'] * 100:.1f}")
+            table.add_row(*row)
+        tables.append(table)
+    return tables

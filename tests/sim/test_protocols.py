@@ -1,0 +1,146 @@
+"""The protocol registry: the built-in protocols are the vocabulary's words, and a protocol
+registered from outside the product (a toy, here in the test) reaches grid parsing, the replay
+with both engines, the output rows, the analyses' labels and orders, the win counts and the
+terminal tables without an edit anywhere else."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+from rich.console import Console
+
+from tempora_schema.vocabulary import COMBINED_PROTOCOLS, PROTOCOLS
+from tempora_sim import analyses as an
+from tempora_sim import protocols as P
+from tempora_sim.errors import GridError
+from tempora_sim.grids import Grid, parse_rho
+from tempora_sim.protocols.base import Protocol, Rows, div, series_slices
+from tempora_sim.replay import ALL_EPISODES, run_sweep
+from tempora_sim.report.terminal import print_report
+from tempora_sim.synthetic import write_trace_set
+from tempora_sim.traces import load_traces
+
+#: The toy's own grid parameter: it has no sweep option, so its default grid is replayed.
+EVERY = Grid(
+    "every",
+    "--every",
+    (1.0, 2.0, 4.0),
+    parse_rho,
+    lambda v: f"k={v:g}",
+    lambda v: f"k={v:g}",
+    axis_label="k",
+    axis=lambda v: v,
+)
+
+
+class EveryKth(Protocol):
+    """Only every k-th batch is served (k = 1 serves all): U = α · ā_served."""
+
+    name = "every-kth"
+    grids = (EVERY,)
+    strictest = "max"
+    terms = ("alpha", "served", "served_acc")
+    title = "Every-k-th utility (%) across k"
+
+    def _sums(self, series, values) -> dict:
+        sl = series_slices(series)
+        served = np.zeros((len(sl), len(values)), np.int64)
+        ssum = np.zeros((len(sl), len(values)))
+        for i, x in enumerate(sl):
+            a = series.a[x]
+            for k, v in enumerate(values):
+                pick = a[:: int(v)]
+                served[i, k], ssum[i, k] = pick.size, pick.sum()
+        return {"served": served, "served_sum": ssum}
+
+    def replay_numba(self, series, values, opts):
+        return self._sums(series, values)
+
+    def replay_python(self, series, values, opts):
+        return self._sums(series, values)
+
+    def batch_scores(self, row, a, j, delays):
+        return np.where(j % int(row["value"]) == 0, a, 0.0)
+
+    def columns(self, rows: Rows, stats: dict) -> dict:
+        served = rows.reduce(stats["served"])
+        ssum = rows.reduce(stats["served_sum"])
+        return {"served": served, "alpha": served / rows.NN, "served_acc": div(ssum, served), "utility": ssum / rows.NN}
+
+
+@pytest.fixture(scope="module")
+def traceset(tmp_path_factory):
+    d = tmp_path_factory.mktemp("traces")
+    write_trace_set(d, ("standard", "tent", "adabn"), num_batches=12, episodes=("fog", "snow"))
+    return load_traces(d)
+
+
+@pytest.fixture
+def toy():
+    with P.registered(EveryKth()) as proto:
+        yield proto
+    assert proto.name not in P.names()
+
+
+def test_the_built_in_protocols_are_the_vocabulary_words():
+    assert P.single() == PROTOCOLS and P.combined() == COMBINED_PROTOCOLS
+    assert P.temporal() == PROTOCOLS[1:]
+    assert [P.get(p).param for p in PROTOCOLS] == [None, "rho", "T_ms", "B_ms"]
+    assert [P.get(p).param2 for p in COMBINED_PROTOCOLS] == ["T_ms", "B_ms"]
+    assert P.with_grids(("rho", "B_ms")) == COMBINED_PROTOCOLS[1]
+
+
+def test_a_registered_protocol_is_parsed_and_listed(toy):
+    assert P.parse_protocols("offline,every-kth") == ("offline", "every-kth")
+    assert "every-kth" in P.parse_protocols("all")
+    with pytest.raises(GridError, match="every-kth"):
+        P.parse_protocols("nope")
+    with pytest.raises(ValueError):
+        P.register(EveryKth())  # one name, one protocol
+
+
+def test_a_protocol_fills_only_columns_the_sweep_has():
+    class Stray(EveryKth):
+        name = "stray"
+        terms = ("alpha", "latency_budget")
+
+    with pytest.raises(ValueError, match="latency_budget"):
+        P.register(Stray())
+    assert "stray" not in P.names()
+
+
+@pytest.mark.parametrize("engine", ["numba", "python"])
+def test_a_registered_protocol_is_replayed_and_framed(toy, traceset, engine):
+    result = run_sweep(traceset, protocols="offline,every-kth", engine=engine)
+    rows = result.frame.filter(pl.col("protocol") == "every-kth")
+    assert set(rows.get_column("param").to_list()) == {"every"}
+    assert sorted(set(rows.get_column("value").to_list())) == [1.0, 2.0, 4.0]
+    # k = 1 serves every batch: the offline utility, α = 1
+    off = result.frame.filter(pl.col("protocol") == "offline").select("method", "episode", pl.col("utility").alias("off"))
+    k1 = rows.filter(pl.col("value") == 1.0).join(off, on=["method", "episode"])
+    assert k1.height == 9 and np.allclose(k1["utility"], k1["off"]) and (k1["alpha"] == 1.0).all()
+    # k = 2 serves 6 of 12 batches per episode (12 of 24 pooled)
+    k2 = rows.filter(pl.col("value") == 2.0)
+    assert (k2.filter(pl.col("episode") != ALL_EPISODES)["served"] == 6).all()
+    assert (k2.filter(pl.col("episode") == ALL_EPISODES)["served"] == 12).all()
+
+
+def test_a_registered_protocol_reaches_the_analyses_and_the_tables(toy, traceset):
+    result = run_sweep(traceset, protocols="offline,every-kth")
+    u = result.frame
+    an.check_utility_table(u)
+    labelled = an.with_scenario(u).filter(pl.col("protocol") == "every-kth").sort("scenario_order")
+    # the strictest first: the largest k (strictest = "max")
+    assert labelled.get_column("scenario").unique(maintain_order=True).to_list() == ["k=4", "k=2", "k=1"]
+    counts = an.win_counts(an.pool_seeds(u))
+    assert "every-kth" in counts.columns and counts.get_column("every-kth").sum() >= 1
+    console = Console(record=True, width=200)
+    print_report(result, console)
+    text = console.export_text()
+    assert "Every-k-th utility (%) across k" in text and "k=4" in text
+
+
+def test_combined_protocols_are_replayed_under_arrivals_only():
+    with pytest.raises(NotImplementedError, match="arrivals"):
+        P.get(COMBINED_PROTOCOLS[0]).replay_python(None, (), {})
