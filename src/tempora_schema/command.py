@@ -26,6 +26,8 @@ import os
 import re
 import signal
 import sys
+import threading
+import traceback
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -139,8 +141,6 @@ class OneLineGroup(click.Group):
             if debug and getattr(exc, "debug_detail", ""):
                 click.echo(str(exc.debug_detail).rstrip(), err=True)  # type: ignore[attr-defined]
             elif debug:  # what lies behind the one line: the exception it was raised from
-                import traceback
-
                 traceback.print_exception(exc, file=sys.stderr)
             echo_error(prog, str(exc))
             return EXIT_USAGE
@@ -243,8 +243,6 @@ def _lower_first(text: str) -> str:
 
 
 def _in_main_thread() -> bool:
-    import threading
-
     return threading.current_thread() is threading.main_thread()
 
 

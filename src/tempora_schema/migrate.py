@@ -14,6 +14,10 @@ import stat
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
 from . import (
     _SHA256,
     SCHEMA_VERSION,
@@ -26,6 +30,7 @@ from . import (
     validate_table,
     weights_identity,
 )
+from .outputs import to_bytes, write_file
 
 
 def resolve_weights(weights: str) -> str:
@@ -50,10 +55,6 @@ def migrate_metadata(
 
 def migrate_file(path: str | os.PathLike, *, weights: str, threads: int, max_batches: int | None = None) -> bool:
     """Rewrite one v1 file as v2 in place; return False (and leave it alone) if it is v2 already."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
     path = Path(path)
     try:
         table = pq.read_table(path)
@@ -69,8 +70,6 @@ def migrate_file(path: str | os.PathLike, *, weights: str, threads: int, max_bat
     new_meta = migrate_metadata(meta, severities, domains, weights=resolve_weights(weights), threads=threads, max_batches=max_batches)
     new_table = table.cast(arrow_schema(new_meta))
     validate_table(new_table, new_meta, path)
-    from .outputs import to_bytes, write_file
-
     # in place means the file itself: a symbolic link's target is rewritten (the link stays a
     # link), and the file keeps its permissions (a read-only trace stays read-only)
     target = path.resolve()
