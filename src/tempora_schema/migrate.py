@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,6 +30,7 @@ from . import (
     validate_table,
     weights_identity,
 )
+from .errors import output_error
 from .outputs import to_bytes, write_file
 
 
@@ -76,3 +77,25 @@ def migrate_file(path: str | os.PathLike, *, weights: str, threads: int, max_bat
     mode = stat.S_IMODE(os.stat(target).st_mode)
     write_file(target, to_bytes(lambda f: pq.write_table(new_table, f)), mode=mode)  # atomic, fsynced, one-line errors
     return True
+
+
+def migrate_files(
+    paths: Iterable[str | os.PathLike],
+    *,
+    weights: str,
+    threads: int,
+    max_batches: int | None = None,
+    on_migrated: Callable[[str | os.PathLike], None] = lambda path: None,
+) -> int:
+    """:func:`migrate_file` on each of ``paths``; ``on_migrated`` hears of each file rewritten.
+    Returns how many were; a file that cannot be rewritten is one OutputError line."""
+    changed = 0
+    for path in paths:
+        try:
+            done = migrate_file(path, weights=weights, threads=threads, max_batches=max_batches)
+        except OSError as exc:
+            raise output_error(exc, path, "cannot rewrite") from None
+        if done:
+            changed += 1
+            on_migrated(path)
+    return changed
