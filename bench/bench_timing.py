@@ -26,9 +26,17 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+import pyarrow.parquet as pq
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import tempora_schema as schema  # noqa: E402
+from bench_stats import machine  # noqa: E402
+from tempora_sim.synthetic import SyntheticVariability  # noqa: E402
+
 DEMO = ROOT / "traces" / "demo"
 
 
@@ -57,12 +65,6 @@ def best(args: list[str], runs: int) -> tuple[float, float, float]:
 
 def measured_copy(target: Path) -> None:
     """The demo traces with a synthetic measurement of the default shape added to their metadata."""
-    import numpy as np
-    import pyarrow.parquet as pq
-
-    import tempora_schema as schema
-    from tempora_sim.synthetic import SyntheticVariability
-
     var = SyntheticVariability(
         pass_sd=0.05, event_sd=0.03, passes=2, per_episode=4, episodes=4, gaps_ms=(20.0, 80.0), idle_factor=(1.0, 1.1)
     )
@@ -85,8 +87,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="fresh processes per measurement (best and median reported)")
     args = parser.parse_args()
-    from bench_stats import machine
-
     print(machine())
     print(f"load average: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     tmp = Path(tempfile.mkdtemp(prefix="tempora-bench-timing-"))
