@@ -27,8 +27,6 @@ from tempora_sim.options import from_click
 from tempora_sim.stats import bootstrap_options, make_bootstrap
 
 from .options import SweepOptions
-from .replay import SimWarning, run_sweep
-from .traces import load_traces
 
 ASSETS = "explore_assets"
 #: Every protocol, the combined ones included (the page's point is to move them).
@@ -90,7 +88,10 @@ def write_page(data: dict, out: str | Path) -> Path:
 
 def build(traces, options, arrivals, bootstrap, progress: bool = True) -> dict:
     """Load ``traces`` and compute the page's data, echoing the simulator's warnings once."""
-    from .explore import build_data, check_grid_sizes  # lazy: the analyses load when the command runs, not with `tempora-sim --help`
+    # lazy: the replay and the analyses load when explore runs, not with `tempora-sim --help`
+    from .explore import build_data, check_grid_sizes
+    from .replay import SimWarning, run_sweep
+    from .traces import load_traces
 
     for arrival in arrivals or ("periodic",):
         # every option checked, each arrival process included, before any trace is read

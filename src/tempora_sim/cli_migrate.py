@@ -7,7 +7,6 @@ from pathlib import Path
 import click
 
 from .cli import main
-from .traces import find_trace_files
 
 
 @main.command("migrate")
@@ -33,7 +32,10 @@ def migrate_command(traces, weights, threads, max_batches):
     empty (not measured). v2 files are left alone. Each file is checked against the v2 rules
     and replaced atomically.
     """
-    from tempora_schema.migrate import migrate_files  # lazy: pyarrow loads when the command runs, not with `tempora-sim --help`
+    # lazy: pyarrow and the trace reader load when migrate runs, not with `tempora-sim --help`
+    from tempora_schema.migrate import migrate_files
+
+    from .traces import find_trace_files
 
     files = find_trace_files([str(p) for p in traces])  # errors are TemporaError: one line, exit 2
     changed = migrate_files(

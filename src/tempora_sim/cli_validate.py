@@ -17,14 +17,13 @@ import click
 from tempora_schema.errors import OptionError
 
 from .cli import main
-from .validation import (
+from .tolerances import (
     DEFAULT_ABS_TOL_PP,
     DEFAULT_AMORTISED_TOL_PP,
     DEFAULT_MIN_AGREEMENT_PCT,
     DEFAULT_SPREAD_SLACK_PP,
     DEFAULT_TIE_US,
     Tolerances,
-    validate_into,
 )
 
 #: Exit status when every input was fine but a tolerance is exceeded.
@@ -84,14 +83,16 @@ EXIT_TOLERANCE = 1
 def validate_command(live, traces, out, abs_pp, slack_pp, amortised_pp, min_agreement, tie_us):
     """Put every LIVE run (files/directories from `tempora-trace live`) beside the replay of
     its trace group; exit 1 when a tolerance is exceeded."""
+    # lazy: the replay and rich load when validate runs, not with `tempora-sim --help`
+    from .validation import validate_into
+    from .validation_view import print_validation, validation_console
+
     for name, value in (("--tol-pp", abs_pp), ("--spread-slack-pp", slack_pp), ("--amortised-tol-pp", amortised_pp), ("--tie-us", tie_us)):
         if not (math.isfinite(value) and value >= 0):
             raise OptionError(f"{name} must be ≥ 0, got {value:g}")
     if not 0 <= min_agreement <= 100:
         raise OptionError(f"--min-agreement must be a percentage in 0..100, got {min_agreement:g}")
     result, written = validate_into(live, traces, Tolerances(abs_pp, slack_pp, amortised_pp, min_agreement, tie_us), out)
-    from .validation_view import print_validation, validation_console  # lazy: rich loads only when validate runs
-
     console = validation_console()
     print_validation(result, console)
     if written:

@@ -33,14 +33,8 @@ from tempora_schema.outputs import check_output_dir, staged_dir, to_bytes, write
 from . import coverage
 from .errors import GroupError, SimError, TraceFileError
 from .replay import ALL_EPISODES, run_sweep
+from .tolerances import DEFAULT_TIE_US, Tolerances
 from .traces import Trace, TraceSet, check_out_outside, load_traces
-
-#: The targets of the validation (``docs/validation.md``), as defaults of the CLI options.
-DEFAULT_ABS_TOL_PP = 2.0
-DEFAULT_SPREAD_SLACK_PP = 0.5
-DEFAULT_AMORTISED_TOL_PP = 0.5
-DEFAULT_MIN_AGREEMENT_PCT = 99.5
-DEFAULT_TIE_US = 1.0
 
 
 @dataclass
@@ -315,15 +309,6 @@ def replay_setting(trace: Trace, first: LiveRunStats, speed: float = 1.0) -> dic
 
 
 # ------------------------------------------------------------------------ the comparison
-@dataclass
-class Tolerances:
-    abs_pp: float = DEFAULT_ABS_TOL_PP
-    spread_slack_pp: float = DEFAULT_SPREAD_SLACK_PP
-    amortised_pp: float = DEFAULT_AMORTISED_TOL_PP
-    min_agreement_pct: float = DEFAULT_MIN_AGREEMENT_PCT
-    tie_us: float = DEFAULT_TIE_US
-
-
 @dataclass
 class Validation:
     settings: pl.DataFrame
