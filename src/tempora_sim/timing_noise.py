@@ -255,7 +255,8 @@ def discrete_idle_kernel(series, curves, rho, opts) -> tuple[np.ndarray, np.ndar
     """Discrete replay with the idle effect, for the series whose trace shows one.
 
     Returns (series indices, served, served_sum, score_sum) for those series × ``rho``."""
-    from . import kernels as K  # lazy: Numba loads with the first replay, not with `tempora-sim --help`, which imports this module
+    # lazy: the replay imports Numba on a background thread while it reads the traces (replay._start_warm_up)
+    from . import kernels as K
 
     c_off, c_gaps, c_factors = curves
     which = np.flatnonzero(np.diff(c_off) > 0).astype(np.int64)

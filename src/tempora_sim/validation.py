@@ -26,8 +26,11 @@ from typing import Sequence
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from tempora_schema import PHASE_ADAPT, GroupKey, TraceSchemaError, method_label
+from tempora_schema.live import comparable_group, decode_live_metadata, validate_live_table
 from tempora_schema.outputs import check_output_dir, staged_dir, to_bytes, write_file
 
 from . import coverage
@@ -68,11 +71,6 @@ def find_live_files(sources: Sequence[str | os.PathLike]) -> list[Path]:
 
 def read_live(path: str | os.PathLike) -> LiveFile:
     """Read and validate one live-run file; any problem is a one-line TraceFileError."""
-    import pyarrow as pa  # lazy: pyarrow loads with the first live file, not with `tempora-sim --help`, which imports this module
-    import pyarrow.parquet as pq
-
-    from tempora_schema.live import decode_live_metadata, validate_live_table
-
     path = Path(path)
     try:
         table = pq.read_table(path, use_threads=False)
@@ -151,9 +149,8 @@ def run_stats(live: LiveFile) -> list[LiveRunStats]:
 
 
 def _walk(delta: np.ndarray, gamma: float, queue: int, n: int) -> np.ndarray:
-    from .kernels import (
-        discrete_served,  # lazy: Numba loads with the first replay, not with `tempora-sim --help`, which imports this module
-    )
+    # lazy: the replay imports Numba on a background thread while it reads the traces (replay._start_warm_up)
+    from .kernels import discrete_served
 
     padded = np.full(n, float(np.mean(delta)) if delta.size else gamma)
     padded[: delta.size] = delta
@@ -244,10 +241,6 @@ def _label(meta: dict) -> str:
 def _find_trace(traces: TraceSet, live: LiveFile) -> Trace:
     """The trace of the live run's method and group (a trace of exactly its group first, else
     one of the same comparable group, which is then cut to the live run's episodes)."""
-    from tempora_schema.live import (
-        comparable_group,  # lazy: pyarrow loads with the first live file, not with `tempora-sim --help`, which imports this module
-    )
-
     want = comparable_group(live.group)
     wanted = _label(live.meta)
     found = [t for t in traces.traces if t.method == wanted and comparable_group(t.group) == want]

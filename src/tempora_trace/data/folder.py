@@ -212,9 +212,8 @@ class FolderSource:
         return torch.from_numpy(np.ascontiguousarray(array)).permute(2, 0, 1).float().div_(255.0)
 
     def _corrupt(self, array: np.ndarray, i: int) -> np.ndarray:
-        from ._corruptions_compat import (
-            corrupt,
-        )  # optional stack (imagecorruptions, scikit-image): loaded only when images are corrupted on the fly
+        # optional stack (imagecorruptions, scikit-image): loaded only when images are corrupted on the fly
+        from ._corruptions_compat import corrupt
 
         code = CORRUPTIONS.index(self.corruption)
         seed = np.random.SeedSequence([int(self.seed), code, int(self.severity), int(i)]).generate_state(1)[0]
