@@ -36,7 +36,14 @@ from tempora_schema.outputs import check_output_dir, staged_dir, to_bytes, write
 from . import coverage
 from .errors import GroupError, SimError, TraceFileError
 from .replay import ALL_EPISODES, run_sweep
-from .tolerances import DEFAULT_TIE_US, Tolerances
+from .tolerances import (  # noqa: F401  (re-exported: the defaults' former home)
+    DEFAULT_ABS_TOL_PP,
+    DEFAULT_AMORTISED_TOL_PP,
+    DEFAULT_MIN_AGREEMENT_PCT,
+    DEFAULT_SPREAD_SLACK_PP,
+    DEFAULT_TIE_US,
+    Tolerances,
+)
 from .traces import Trace, TraceSet, check_out_outside, load_traces
 
 

@@ -306,8 +306,9 @@ def check_method_command(
 
 def __getattr__(name: str) -> Any:
     # Library names callers used to import from here, resolved on first use so that start-up
-    # does not load them: `methods_for` / `methods_for_model` (tempora_trace.methods) and
-    # `lambda_ms_of` (tempora_trace.calibration).
+    # does not load them: `methods_for` / `methods_for_model` (tempora_trace.methods),
+    # `lambda_ms_of` (tempora_trace.calibration) and `make_config`
+    # (tempora_trace.config.config_from_options).
     if name in ("methods_for", "methods_for_model"):
         from .methods import methods_for_model  # lazy: loads torch; `--help` and refused options do not
 
@@ -316,6 +317,10 @@ def __getattr__(name: str) -> Any:
         from .calibration import lambda_ms_of  # lazy: loads torch; `--help` and refused options do not
 
         return lambda_ms_of
+    if name == "make_config":
+        from .config import config_from_options  # lazy: loads torch; `--help` and refused options do not
+
+        return config_from_options
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
