@@ -27,7 +27,6 @@ import re
 import signal
 import sys
 import threading
-import traceback
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -141,6 +140,8 @@ class OneLineGroup(click.Group):
             if debug and getattr(exc, "debug_detail", ""):
                 click.echo(str(exc.debug_detail).rstrip(), err=True)  # type: ignore[attr-defined]
             elif debug:  # what lies behind the one line: the exception it was raised from
+                import traceback  # lazy: only --debug prints one, and both commands' start-up imports this module
+
                 traceback.print_exception(exc, file=sys.stderr)
             echo_error(prog, str(exc))
             return EXIT_USAGE
