@@ -32,6 +32,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests" / "sim"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_stats import machine as base  # noqa: E402
+from headless import Browser, chromium_version, find_chromium  # noqa: E402
+from tempora_sim.synthetic import CORRUPTIONS, PROFILES, write_trace  # noqa: E402
+
 DEMO = ROOT / "traces" / "demo"
 SIM = [sys.executable, "-m", "tempora_sim.cli"]
 
@@ -42,10 +48,6 @@ def children_cpu() -> float:
 
 
 def machine() -> str:
-    sys.path.insert(0, str(ROOT / "bench"))
-    from bench_stats import machine as base
-    from headless import chromium_version, find_chromium
-
     exe = find_chromium()
     return base() + (f"; {chromium_version(exe)}" if exe else "; no Chromium")
 
@@ -60,8 +62,6 @@ def build(traces: Path, out: Path, *extra: str) -> tuple[float, float]:
 
 
 def browse(page_path: Path, positions: int = 15) -> dict:
-    from headless import Browser
-
     opens, in_page = [], []
     with Browser() as b:
         for _ in range(3):
@@ -112,8 +112,6 @@ def tracer_schedule(num_batches: int, dense: int = 16) -> list[int]:
 def paper_study(root: Path) -> Path:
     """3 groups × 11 methods × 15 corruptions of synthetic traces (tempora_sim.synthetic), with
     ImageNet-C's 782 batches per corruption and the tracer's default checkpoints."""
-    from tempora_sim.synthetic import CORRUPTIONS, PROFILES, write_trace
-
     methods = dict(PROFILES)
     # an eleventh method: a slower variant of the slowest profile
     methods["sar-slow"] = dataclasses.replace(PROFILES["sar"], l_ms=PROFILES["sar"].l_ms * 1.5)

@@ -24,7 +24,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+import PIL
 import torch
+from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -46,8 +48,6 @@ def cpu_name() -> str:
 
 
 def write_photos(root: Path, classes: int, per_class: int) -> None:
-    from PIL import Image
-
     rng = np.random.default_rng(0)
     for k in range(classes):
         folder = root / f"class{k:02d}"
@@ -94,8 +94,7 @@ def main() -> None:
     parser.add_argument("--severity", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    import PIL
-    import timm
+    import timm  # optional stack: the preprocessing of a timm model
 
     # timm's mobilenetv3_small_100 preprocessing: 224 px, resize 256 (crop 0.875), bicubic
     cfg = timm.models.get_pretrained_cfg("mobilenetv3_small_100")

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq  # noqa: E402
 import torch  # noqa: E402
 
 from tempora_trace.config import TraceConfig  # noqa: E402
-from tempora_trace.methods import get_method  # noqa: E402
+from tempora_trace.methods import get_method, methods_for_model  # noqa: E402
 from tempora_trace.runner import trace_run  # noqa: E402
 
 
@@ -43,8 +43,6 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    from tempora_trace.methods import methods_for_model  # the same list `--methods-for` prints
-
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), platform.processor())
     print(
         f"Machine: {cpu}, {args.threads} thread(s); torch {torch.__version__}; {args.batches} adapt events of "

@@ -27,6 +27,10 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+import torchvision.models as tvm
+from torch.profiler import ProfilerActivity, profile
+
 ROOT = Path(__file__).resolve().parents[1]
 
 SYNC_OPS = {"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero"}
@@ -34,39 +38,32 @@ GRADIENT_METHODS = ["tent", "eta", "shot-im", "sar", "deyo", "cmf", "spa", "zero
 
 
 def build_model(name: str):
-    import torch
-
     torch.manual_seed(0)
     if name in ("demo-resnet", "demo-resnet-gn"):
-        from tempora_trace.models.demo import build_demo_resnet
+        from tempora_trace.models.demo import build_demo_resnet  # lazy: from the --src tree the command line chooses
 
         return build_demo_resnet(norm="gn" if name.endswith("gn") else "bn", num_classes=10), 32, 10, "cifar"
     if name == "resnet50":
-        import torchvision.models as tvm
-
         return tvm.resnet50(weights=None), 224, 1000, "imagenet"
     if name == "resnet50-gn":
-        import timm
+        import timm  # optional stack, for the timm models only
 
         return timm.create_model("resnet50_gn", pretrained=False), 224, 1000, "imagenet"
     if name == "vit":
-        import timm
+        import timm  # optional stack, for the timm models only
 
         return timm.create_model("vit_base_patch16_224", pretrained=False), 224, 1000, "imagenet"
     raise SystemExit(f"unknown model {name}")
 
 
 def norm_of(model) -> str:
-    from tempora_trace.methods.base import norm_kind
+    from tempora_trace.methods.base import norm_kind  # lazy: from the --src tree the command line chooses
 
     return norm_kind(model)
 
 
 def run(method_name: str, model_name: str, batch: int, events: int, warmup: int, device: str, params: dict):
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    from tempora_trace.methods import MethodContext, MethodError, get_method
+    from tempora_trace.methods import MethodContext, MethodError, get_method  # lazy: from the --src tree the command line chooses
 
     model, size, classes, family = build_model(model_name)
     model.to(device)
@@ -124,8 +121,6 @@ def main() -> int:
     ap.add_argument("--src", default=str(ROOT / "src"), help="the src/ folder whose methods to measure")
     args = ap.parse_args()
     sys.path.insert(0, args.src)
-    import torch
-
     importlib.import_module("tempora_trace.methods")
     torch.set_num_threads(args.threads)
     cpu = (

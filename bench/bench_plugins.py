@@ -21,6 +21,7 @@ On a shared machine every figure is an upper bound: other processes only ever ad
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import re
@@ -31,8 +32,17 @@ import tempfile
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
+import torch
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+
+from tempora_trace.config import TraceConfig  # noqa: E402
+from tempora_trace.methods import MethodContext, get_method  # noqa: E402
+from tempora_trace.methods.testing import demo_model  # noqa: E402
+from tempora_trace.runner import trace_run  # noqa: E402
+from tempora_trace.timing import DeviceClock, timed_event  # noqa: E402
 
 PLUGINS = 10
 HELP_TARGET_MS = 50.0
@@ -132,8 +142,6 @@ def lookup_ms(site: Path, repeats: int = 200) -> tuple[int, float, float]:
     top-level module ``--help`` imports (it reads no package metadata), with every import
     cache cleared, with and without the plugins' folder first on the path (medians of
     ``repeats`` alternating runs in one process: immune to start-up noise)."""
-    import json
-
     out = subprocess.run([sys.executable, "-c", LOOKUPS, str(site), str(repeats)], capture_output=True, text=True, check=True)
     n, a, b = json.loads(out.stdout.strip().splitlines()[-1])
     return int(n), float(a), float(b)
@@ -165,12 +173,6 @@ def plugin_copy_of_tent(folder: Path) -> Path:
 def paired_events(plugin_file: Path, batches: int, batch_size: int, device: str) -> dict[str, float]:
     """Built-in and plugin ``tent`` alternating event by event on the same batches (random
     images: the time of tent's events does not depend on their content)."""
-    import torch
-
-    from tempora_trace.methods import MethodContext, get_method
-    from tempora_trace.methods.testing import demo_model
-    from tempora_trace.timing import DeviceClock, timed_event
-
     torch.set_num_threads(1)
     gen = torch.Generator().manual_seed(0)
     xs = [torch.rand(batch_size, 3, 32, 32, generator=gen).to(device) for _ in range(8)]
@@ -205,12 +207,6 @@ def paired_events(plugin_file: Path, batches: int, batch_size: int, device: str)
 def calls_per_event(plugin_file: Path, batch_size: int = 16) -> dict[str, int]:
     """Python and C function calls inside one timed event (``sys.setprofile``), built-in
     against plugin: a deterministic count, where timings on a loaded machine are not."""
-    import torch
-
-    from tempora_trace.methods import MethodContext, get_method
-    from tempora_trace.methods.testing import demo_model
-    from tempora_trace.timing import DeviceClock, timed_event
-
     x = torch.rand(batch_size, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     context = MethodContext(num_classes=10, dataset_family="cifar", batch_size=batch_size, model_name="demo-resnet", norm_kind="bn")
     clock = DeviceClock(torch.device("cpu"))
@@ -235,11 +231,6 @@ def calls_per_event(plugin_file: Path, batch_size: int = 16) -> dict[str, int]:
 
 
 def whole_traces(plugin_file: Path, out: Path, repeats: int, max_batches: int) -> dict[str, list[float]]:
-    import pyarrow.parquet as pq
-
-    from tempora_trace.config import TraceConfig
-    from tempora_trace.runner import trace_run
-
     medians: dict[str, list[float]] = {"built-in": [], "plugin": []}
     for r in range(repeats):
         for label, method in (("built-in", "tent"), ("plugin", f"{plugin_file}:Tent"))[:: 1 if r % 2 == 0 else -1]:
@@ -271,8 +262,6 @@ def main() -> None:
     parser.add_argument("--skip-help", action="store_true", help="measure 3 only")
     parser.add_argument("--devices", default=None, help="devices of the paired events [default: cpu, and cuda when present]")
     args = parser.parse_args()
-
-    import torch
 
     cpu = platform.processor() or platform.machine()
     try:
@@ -328,7 +317,7 @@ def main() -> None:
         calls = calls_per_event(plugin_file)
         print(f"3c. function calls inside one tent event (sys.setprofile): built-in {calls['built-in']}, plugin {calls['plugin']}")
         try:
-            import imagecorruptions  # noqa: F401  (the demo data's corruptions)
+            import imagecorruptions  # noqa: F401  (optional stack, probed: the demo data's corruptions)
         except ImportError:
             if args.trace_repeats:
                 print("3b. skipped: the demo data needs the trace extra (imagecorruptions)")

@@ -24,6 +24,7 @@ time) with the median printed beside them. Run: ``python bench/bench_sim.py [--f
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import resource
@@ -34,7 +35,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import numba
 import numpy as np
+import polars
+import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -92,8 +96,6 @@ def write_exact_frozen_set(directory: Path) -> int:
     paths = write_trace_set(
         directory, tuple(PROFILES), num_batches=781, episodes=CORRUPTIONS, checkpoints=EXACT_CHECKPOINTS, frozen_eval="all"
     )
-    import pyarrow.parquet as pq
-
     return sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
 
 
@@ -123,11 +125,6 @@ def machine_line() -> str:
                 break
     except OSError:
         pass
-    import importlib.util
-
-    import numba
-    import polars
-
     # Numba's import loads scipy.linalg when scipy is installed (a BLAS check), ≈ 0.2 s of every
     # CLI run; a simulator-only install (`pip install tempora`) has no scipy
     scipy = "scipy installed: Numba's import loads scipy.linalg" if importlib.util.find_spec("scipy") else "no scipy"

@@ -21,8 +21,18 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy
+import polars
+import scipy
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+
+from tempora_sim import analyses as an  # noqa: E402
+from tempora_sim import sweep  # noqa: E402
+from tempora_sim.advise import advise, parse_constraint  # noqa: E402
+from tempora_sim.traces import load_traces  # noqa: E402
+
 DEMO = ROOT / "traces" / "demo"
 
 
@@ -32,10 +42,6 @@ def cpu_s(who=resource.RUSAGE_SELF) -> float:
 
 
 def machine() -> str:
-    import numpy
-    import polars
-    import scipy
-
     model = platform.processor() or "?"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -52,11 +58,6 @@ def machine() -> str:
 
 
 def main() -> int:
-    from tempora_sim import analyses as an
-    from tempora_sim import sweep
-    from tempora_sim.advise import advise, parse_constraint
-    from tempora_sim.traces import load_traces
-
     if not DEMO.is_dir():
         print(f"no demo traces at {DEMO}", file=sys.stderr)
         return 2

@@ -25,8 +25,10 @@ only ever add time.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import platform
+import random
 import statistics
 import sys
 import tempfile
@@ -49,7 +51,7 @@ from tempora_trace.errors import WeightsError  # noqa: E402
 from tempora_trace.methods import MethodContext, TTAMethod, get_method  # noqa: E402
 from tempora_trace.models import get_model  # noqa: E402
 from tempora_trace.runner import trace_run  # noqa: E402
-from tempora_trace.timing import DeviceClock, resolve_device, timed_event  # noqa: E402
+from tempora_trace.timing import DeviceClock, describe_device, resolve_device, timed_event  # noqa: E402
 
 
 def make_data(root: Path, batches: int, batch_size: int) -> None:
@@ -216,8 +218,6 @@ def jpeg_runs(args, device: torch.device, tmp: Path) -> None:
 
 
 def machine_line(device: torch.device) -> str:
-    from tempora_trace.timing import describe_device
-
     return (
         f"machine: {describe_device(device)}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, Python {platform.python_version()}"
     )
@@ -285,9 +285,6 @@ def main() -> None:
 
 def warm_device(args, weights, data: Path, device: torch.device) -> None:
     """Part 2: the first forward after a pause, relative to the steady forwards just before it."""
-    import gc
-    import random
-
     model, batches = _model_and_batches(args.model, weights, data, args.batch_size, device, 4)
     clock = DeviceClock(device)
 

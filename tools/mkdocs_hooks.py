@@ -24,6 +24,12 @@ import re
 from pathlib import Path
 from typing import Callable, Iterable
 
+import click
+
+from tempora_trace.methods import builtin_methods, get_method
+from tempora_trace.methods.base import MethodContext
+from tempora_trace.models import compatible_models
+
 MARKER = re.compile(r"^<!-- generated: ([a-z-]+)(?: ([^ ]+))? -->$", re.MULTILINE)
 MORE_SECTION = "More"
 
@@ -39,8 +45,6 @@ OPTIONAL_ATTRIBUTES = (("departures", "departures from the reference code"),)
 
 
 def _registry() -> list[type]:
-    from tempora_trace.methods import builtin_methods, get_method
-
     return [get_method(name) for name in builtin_methods()]
 
 
@@ -55,8 +59,6 @@ def _norms(cls: type) -> str:
 
 
 def _models(cls: type) -> str:
-    from tempora_trace.models import compatible_models
-
     return ", ".join(f"`{m}`" for m in compatible_models(cls.compatible_norms))
 
 
@@ -107,8 +109,6 @@ def _format_value(value: object) -> str:
 
 
 def _defaults(cls: type) -> str:
-    from tempora_trace.methods.base import MethodContext
-
     columns = [(title, cls.default_params(MethodContext(**kwargs))) for title, kwargs in DEFAULT_CONTEXTS]
     keys: list[str] = []
     for _, params in columns:
@@ -163,8 +163,6 @@ def _is_unset(value: object) -> bool:
 
 
 def _option_value(param, ctx) -> str:
-    import click
-
     if getattr(param, "is_flag", False):
         return "flag"
     if isinstance(param.type, click.Choice):
@@ -187,8 +185,6 @@ def _option_help(param, ctx) -> str:
 
 
 def _command_markdown(command, ctx, level: int) -> list[str]:
-    import click
-
     lines = [f"{'#' * level} `{ctx.command_path}`", ""]
     help_text = inspect.cleandoc(command.help or "")
     if help_text:
@@ -225,8 +221,6 @@ def cli_command(target: str):
 
 def cli_reference(target: str) -> str:
     """Every subcommand and option of the click command ``module:attribute``, as Markdown."""
-    import click
-
     command = cli_command(target)
     ctx = click.Context(command, info_name=command.name)
     note = ["Every command accepts `-h`/`--help`, which prints the same text.", ""]

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from .errors import TemporaError
+from .errors import TemporaError, TraceSchemaError  # noqa: F401  (re-exported: the package's own error)
 from .policies import file_part as policy_file_part
-from .policies import policy_label, validate_policy_metadata
+from .policies import parse_policy, policy_label, validate_policy_metadata
 from .provision import LAMBDA_RULES, LAMBDA_SIGMAS, MAD_TO_SIGMA, lambda_ms  # noqa: F401  (re-exported)
 from .variability import VARIABILITY_KEY, check_variability_rows, sample_size, validate_variability  # noqa: F401  (re-exported)
 from .vocabulary import CORRUPTIONS  # noqa: F401  (re-exported: the episodes of the paper's episodic stream)
@@ -168,15 +168,6 @@ METADATA_FIELDS_V1 = METADATA_FIELDS[:15]
 PROBE_NOT_MEASURED = "none"
 
 
-class TraceSchemaError(TemporaError, ValueError):
-    """A trace file breaks the schema; the message names the file and the rule."""
-
-    def __init__(self, path: object, rule: str):
-        self.path = str(path)
-        self.rule = rule
-        super().__init__(f"{self.path}: {rule}")
-
-
 @dataclass(frozen=True)
 class GroupKey:
     """What makes traces comparable: same data, model and weights, same machine settings.
@@ -315,7 +306,7 @@ def weights_identity(path: str | os.PathLike | None) -> str:
 # ------------------------------------------------------------------------------ Arrow
 def arrow_schema(metadata: Mapping[str, Any] | None = None) -> "pa.Schema":
     """The Arrow schema of a trace, with ``metadata`` encoded under :data:`METADATA_KEY`."""
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: both commands import this package at start-up; pyarrow loads with the first trace
 
     types = {
         "string": pa.string(),
@@ -661,7 +652,7 @@ def _is_canonical(code: np.ndarray, adapt: np.ndarray, ck: np.ndarray, step: np.
 
 
 def _arrow_kind_ok(typ: "pa.DataType", kind: str) -> bool:
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: both commands import this package at start-up; pyarrow loads with the first trace
 
     if pa.types.is_dictionary(typ):
         typ = typ.value_type
@@ -676,7 +667,7 @@ def _arrow_kind_ok(typ: "pa.DataType", kind: str) -> bool:
 
 def rows_from_arrow(table: "pa.Table", path: object = "<trace>") -> RowArrays:
     """Check columns, kinds and nulls of an Arrow table and return its :class:`RowArrays`."""
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: both commands import this package at start-up; pyarrow loads with the first trace
     import pyarrow.compute as pc
 
     names = set(table.column_names)
@@ -726,7 +717,7 @@ def validate_table(table: "pa.Table", meta: Mapping[str, Any], path: object = "<
     cols = rows_from_arrow(table, path)
     layout = validate_rows(cols, path)
     if meta["schema_version"] == 2:
-        import pyarrow.compute as pc
+        import pyarrow.compute as pc  # lazy: both commands import this package at start-up; pyarrow loads with the first trace
 
         domains = [str(v) for v in pc.unique(table.column("domain")).to_pylist()]
         severities = pc.unique(table.column("severity")).to_pylist()
@@ -740,8 +731,6 @@ def check_policy_rows(meta: Mapping[str, Any], cols: RowArrays, path: object = "
     ``l_ms = 0`` on every adapt row the policy does not adapt (docs/design/design.md §11): its
     metadata and its rows tell one story. (An entropy policy decides from the prediction,
     which the trace does not keep.)"""
-    from .policies import parse_policy
-
     policy = trace_policy(meta, path)
     parsed = None if policy is None else parse_policy(policy)
     if parsed is None or not parsed.decides_before():

@@ -26,6 +26,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -139,7 +140,7 @@ class OneLineGroup(click.Group):
             if debug and getattr(exc, "debug_detail", ""):
                 click.echo(str(exc.debug_detail).rstrip(), err=True)  # type: ignore[attr-defined]
             elif debug:  # what lies behind the one line: the exception it was raised from
-                import traceback
+                import traceback  # lazy: only --debug prints one, and both commands' start-up imports this module
 
                 traceback.print_exception(exc, file=sys.stderr)
             echo_error(prog, str(exc))
@@ -243,8 +244,6 @@ def _lower_first(text: str) -> str:
 
 
 def _in_main_thread() -> bool:
-    import threading
-
     return threading.current_thread() is threading.main_thread()
 
 

@@ -26,6 +26,15 @@ class OptionError(TemporaError, ValueError):
     """An option value is malformed, out of range or not finite."""
 
 
+class TraceSchemaError(TemporaError, ValueError):
+    """A trace file breaks the schema; the message names the file and the rule."""
+
+    def __init__(self, path: object, rule: str):
+        self.path = str(path)
+        self.rule = rule
+        super().__init__(f"{self.path}: {rule}")
+
+
 class OutputError(TemporaError):
     """An output cannot be written, or is in a state a run must not silently overwrite."""
 

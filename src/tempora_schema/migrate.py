@@ -12,7 +12,11 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from . import (
     _SHA256,
@@ -26,6 +30,8 @@ from . import (
     validate_table,
     weights_identity,
 )
+from .errors import output_error
+from .outputs import to_bytes, write_file
 
 
 def resolve_weights(weights: str) -> str:
@@ -50,10 +56,6 @@ def migrate_metadata(
 
 def migrate_file(path: str | os.PathLike, *, weights: str, threads: int, max_batches: int | None = None) -> bool:
     """Rewrite one v1 file as v2 in place; return False (and leave it alone) if it is v2 already."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
     path = Path(path)
     try:
         table = pq.read_table(path)
@@ -69,11 +71,31 @@ def migrate_file(path: str | os.PathLike, *, weights: str, threads: int, max_bat
     new_meta = migrate_metadata(meta, severities, domains, weights=resolve_weights(weights), threads=threads, max_batches=max_batches)
     new_table = table.cast(arrow_schema(new_meta))
     validate_table(new_table, new_meta, path)
-    from .outputs import to_bytes, write_file
-
     # in place means the file itself: a symbolic link's target is rewritten (the link stays a
     # link), and the file keeps its permissions (a read-only trace stays read-only)
     target = path.resolve()
     mode = stat.S_IMODE(os.stat(target).st_mode)
     write_file(target, to_bytes(lambda f: pq.write_table(new_table, f)), mode=mode)  # atomic, fsynced, one-line errors
     return True
+
+
+def migrate_files(
+    paths: Iterable[str | os.PathLike],
+    *,
+    weights: str,
+    threads: int,
+    max_batches: int | None = None,
+    on_migrated: Callable[[str | os.PathLike], None] = lambda path: None,
+) -> int:
+    """:func:`migrate_file` on each of ``paths``; ``on_migrated`` hears of each file rewritten.
+    Returns how many were; a file that cannot be rewritten is one OutputError line."""
+    changed = 0
+    for path in paths:
+        try:
+            done = migrate_file(path, weights=weights, threads=threads, max_batches=max_batches)
+        except OSError as exc:
+            raise output_error(exc, path, "cannot rewrite") from None
+        if done:
+            changed += 1
+            on_migrated(path)
+    return changed

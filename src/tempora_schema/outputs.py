@@ -28,6 +28,7 @@ import stat
 from pathlib import Path
 from typing import Callable, Iterator
 
+from . import METADATA_KEY
 from .errors import OutputError, OutputLockedError, describe_os_error
 
 #: Suffix of the staging/temporary names (never ``.parquet``, so no reader picks them up).
@@ -190,7 +191,7 @@ def output_lock(target: str | os.PathLike, what: str = "output") -> Iterator[Pat
     runs never interleave their files. The lock file ``.<name>.lock`` beside the target holds
     the PID and is removed on release; a crashed holder's lock is released by the kernel (its
     file stays, harmless, and is reused by the next run)."""
-    from filelock import FileLock, Timeout
+    from filelock import FileLock, Timeout  # lazy: both commands import this module at start-up; a lock is taken only to write
 
     target = Path(target)
     lock_path = _lock_path_for(target)
@@ -324,9 +325,7 @@ def trace_folder_above(out: str | os.PathLike) -> Path | None:
     """The nearest folder at or above ``out`` that directly holds a Tempora trace (a
     ``*.parquet`` with trace metadata), or ``None``. A file written there would be read as a
     trace by the next sweep of that folder."""
-    import pyarrow.parquet as pq
-
-    from . import METADATA_KEY
+    import pyarrow.parquet as pq  # lazy: both commands import this module at start-up; pyarrow loads with the first trace
 
     try:
         dest = Path(out).expanduser().resolve()

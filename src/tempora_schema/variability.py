@@ -25,6 +25,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
+from .errors import TraceSchemaError
+
 #: Metadata key of the timing-variability measurement (optional in schema v2).
 VARIABILITY_KEY = "timing_variability"
 _KEYS = {"sample", "passes_ms", "idle_gaps_ms", "idle_ms", "seconds"}
@@ -46,7 +48,6 @@ def sample_size(tv: Mapping[str, Any]) -> int:
 
 def validate_variability(tv: Any, path: object = "<trace>") -> None:
     """Raise ``TraceSchemaError`` unless ``tv`` is a well-formed ``timing_variability`` value."""
-    from . import TraceSchemaError
 
     def bad(rule: str) -> None:
         raise TraceSchemaError(path, f"metadata '{VARIABILITY_KEY}': {rule}")
@@ -90,8 +91,6 @@ def validate_variability(tv: Any, path: object = "<trace>") -> None:
 
 def check_variability_rows(tv: Mapping[str, Any], episode_lengths: Mapping[str, int], path: object = "<trace>") -> None:
     """Every sample (episode, step) names an adapt row of the trace."""
-    from . import TraceSchemaError
-
     for i, item in enumerate(tv["sample"]):
         n = episode_lengths.get(item["episode"])
         if n is None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 
 from .errors import GridError
 
@@ -125,8 +126,6 @@ def parse_arrivals(spec: str | ArrivalSpec | None) -> ArrivalSpec:
 
 def read_gaps(path: str | Path) -> np.ndarray:
     """Inter-arrival gaps (ms) of a recorded timestamp file: CSV or Parquet, see module doc."""
-    import polars as pl
-
     p = Path(path)
     try:
         frame = pl.read_parquet(p) if p.suffix.lower() in (".parquet", ".pq") else pl.read_csv(p)

@@ -38,7 +38,7 @@ def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> N
     asked for (reading the package metadata is a cost every sweep would pay otherwise)."""
     if not value or ctx.resilient_parsing:
         return
-    from . import __version__
+    from . import __version__  # lazy: the package metadata is read only for --version
 
     click.echo(f"{PROG}, version {__version__}", color=ctx.color)
     ctx.exit()
@@ -64,7 +64,7 @@ class _SimGroup(OneLineGroup):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands:
-            import importlib
+            import importlib  # lazy: only a subcommand's name loads its module (see SUBCOMMAND_MODULES)
 
             # an unknown name loads them all, so click's "did you mean" sees every command
             for name in [cmd_name] if cmd_name in SUBCOMMAND_MODULES else list(SUBCOMMAND_MODULES):

@@ -20,10 +20,13 @@ from pathlib import Path
 
 import click
 
+from tempora_schema.outputs import check_output_dir, write_file
 from tempora_sim.cli import main
 from tempora_sim.options import click_options as sweep_options
 from tempora_sim.options import from_click
 from tempora_sim.stats import bootstrap_options, make_bootstrap
+
+from .options import SweepOptions
 
 ASSETS = "explore_assets"
 #: Every protocol, the combined ones included (the page's point is to move them).
@@ -64,9 +67,7 @@ def _html(text: str) -> str:
 
 def check_out_file(out: str) -> Path:
     """Refuse an output file that can never be written, before anything is read or replayed."""
-    from tempora_schema.outputs import check_output_dir
-
-    from .explore import ExploreError
+    from .explore import ExploreError  # lazy: the analyses load when the command runs, not with `tempora-sim --help`
 
     text = os.fspath(out)
     if not text.strip():
@@ -82,13 +83,12 @@ def check_out_file(out: str) -> Path:
 
 def write_page(data: dict, out: str | Path) -> Path:
     """Write the page for ``data`` to ``out`` atomically (temporary file, fsync, rename)."""
-    from tempora_schema.outputs import write_file
-
     return write_file(Path(out), render_page(data))
 
 
 def build(traces, options, arrivals, bootstrap, progress: bool = True) -> dict:
     """Load ``traces`` and compute the page's data, echoing the simulator's warnings once."""
+    # lazy: the replay and the analyses load when explore runs, not with `tempora-sim --help`
     from .explore import build_data, check_grid_sizes
     from .replay import SimWarning, run_sweep
     from .traces import load_traces
@@ -133,8 +133,6 @@ def explore_command(traces, out, quiet, ci_level, resamples, ci_seed, **options)
 
     Every protocol is replayed on dense grids (≥ 100 values of ρ, T and B, the combined
     protocols on 2-D grids) with bootstrap intervals; the page opens from disk, offline."""
-    from .options import SweepOptions
-
     arrivals = tuple(options.pop("arrivals", ()) or ())
     opts = from_click(options)
     if "protocols" not in opts.given():

@@ -32,19 +32,13 @@ def migrate_command(traces, weights, threads, max_batches):
     empty (not measured). v2 files are left alone. Each file is checked against the v2 rules
     and replaced atomically.
     """
-    from tempora_schema.errors import output_error
-    from tempora_schema.migrate import migrate_file
+    # lazy: pyarrow and the trace reader load when migrate runs, not with `tempora-sim --help`
+    from tempora_schema.migrate import migrate_files
 
     from .traces import find_trace_files
 
     files = find_trace_files([str(p) for p in traces])  # errors are TemporaError: one line, exit 2
-    changed = 0
-    for path in files:
-        try:
-            done = migrate_file(path, weights=weights, threads=threads, max_batches=max_batches)
-        except OSError as exc:
-            raise output_error(exc, path, "cannot rewrite") from None
-        if done:
-            changed += 1
-            click.echo(f"migrated {path}")
+    changed = migrate_files(
+        files, weights=weights, threads=threads, max_batches=max_batches, on_migrated=lambda p: click.echo(f"migrated {p}")
+    )
     click.echo(f"{changed} of {len(files)} file(s) rewritten as schema v2")

@@ -7,11 +7,12 @@ DIR/figures/*.{png,pdf}; given traces it runs the sweep first and keeps its resu
 
 from __future__ import annotations
 
-import sys
 import time
+import warnings
 
 import click
 
+from tempora_schema.outputs import check_output_dir
 from tempora_sim.cli import main
 from tempora_sim.options import click_options as sweep_options
 from tempora_sim.options import from_click
@@ -22,15 +23,13 @@ from tempora_sim.stats import bootstrap_options, make_bootstrap
 
 def _fail(message: str) -> None:
     """One line on stderr and exit status 2, the same convention as every Tempora command."""
-    from tempora_sim.report import ReportError
+    from tempora_sim.report import ReportError  # lazy: the analyses load when the command runs, not with `tempora-sim --help`
 
     raise ReportError(message)
 
 
 def _load(rp, source, options, out=None, bootstrap=None, scenarios=False):
     """Load results, or sweep traces, echoing the simulator's warnings as one line each."""
-    import warnings
-
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         inputs = rp.load_inputs(list(source), options, out, bootstrap, scenarios)
@@ -67,8 +66,7 @@ def report_command(source, out, all_episodes, episodes, scenarios, no_explore, c
 
     SOURCE is a sweep's results (a directory holding utility.parquet) or trace files /
     directories, which are swept first with the paper's grid (or --protocol/--rho/--T/--B)."""
-    from tempora_schema.outputs import check_output_dir
-    from tempora_sim import report as rp
+    from tempora_sim import report as rp  # lazy: the analyses load when the command runs, not with `tempora-sim --help`
 
     check_output_dir(out, folders=rp.REPORT_FOLDERS, files=rp.REPORT_FILES)  # before anything is swept
     t0 = time.perf_counter()
@@ -92,52 +90,20 @@ def show_command(table, source, ci_level, resamples, ci_seed, timing_replicates,
     """Print TABLE computed from SOURCE (results, traces or a report directory).
 
     Without arguments, list the tables."""
-    from tempora_sim import report as rp
+    from tempora_sim import report as rp  # lazy: the analyses and rich load when the command runs, not with `--help`
+    from tempora_sim.show_view import print_table, print_table_list
 
     if table is None or not source:
         if table is not None and table not in rp.TABLES:
             _fail(f"unknown table '{table}'; tables: {', '.join(rp.TABLES)}")
-        _list_tables(rp, missing_source=table is not None)
+        print_table_list()
+        if table is not None:
+            _fail("give the results, traces or report directory to compute the table from")
         return
     if table not in rp.TABLES:
         _fail(f"unknown table '{table}'; tables: {', '.join(rp.TABLES)}")
     inputs = _load(rp, source, from_click(options), None, make_bootstrap(ci_level, resamples, ci_seed, timing_replicates))
     frame = rp.compute_table(table, inputs)
-    spec = rp.TABLES[table]
     if frame is None:
         _fail(f"table '{table}' {rp.why_missing(table, inputs)}")
-    _print_table(rp, spec, frame)
-
-
-def _list_tables(rp, missing_source: bool) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(title="tempora-sim show TABLE SOURCE", show_lines=False)
-    t.add_column("table")
-    t.add_column("what")
-    t.add_column("paper")
-    for spec in rp.TABLES.values():
-        t.add_row(spec.name, spec.title, spec.paper)
-    Console().print(t)
-    if missing_source:
-        _fail("give the results, traces or report directory to compute the table from")
-
-
-def _print_table(rp, spec, frame) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(width=None if sys.stdout.isatty() else 200)
-    for group in rp.groups_of(frame):
-        part = rp.filter_group(frame, group)
-        if not part.height:
-            continue
-        headers, rows = rp.formatted_rows(spec, part)
-        t = Table(title=f"{spec.title} ({spec.paper})", caption=rp.group_label(group))
-        for h in headers:
-            t.add_column(h, overflow="fold")
-        for r in rows:
-            t.add_row(*[c.replace("**", "") for c in r])
-        console.print(t)
-    console.print(spec.how_to_read, style="dim")
+    print_table(table, frame)

@@ -19,6 +19,9 @@ import numpy as np
 import polars as pl
 
 from . import timing_noise as tn
+from .replay import ALL_EPISODES, run_sweep
+from .replicates import replicates_of
+from .traces import TraceSet
 
 #: Timing replicates behind a validation interval (one replay of one cut trace each: cheap).
 DEFAULT_REPLICATES = 200
@@ -46,10 +49,6 @@ def timing_interval(
     the live run's setting ``run``, over ``replicates`` timing replicates drawn from the model
     measured on the whole ``trace``; None when the trace measured no variability. α is None
     for an amortised setting."""
-    from .replay import ALL_EPISODES, run_sweep
-    from .replicates import replicates_of
-    from .traces import TraceSet
-
     model = tn.timing_model(trace)
     if model is None:
         return None

@@ -18,6 +18,7 @@ as plain Python by the live runner.
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 from numba import njit, prange
 
@@ -36,8 +37,6 @@ SKIP_FALLBACK = 2
 
 def use_threads(work: int) -> int:
     """Set Numba's thread count for a kernel call doing ``work`` per-batch operations."""
-    import numba
-
     threads = numba.config.NUMBA_NUM_THREADS if work >= PARALLEL_MIN_WORK else 1
     numba.set_num_threads(threads)
     return threads

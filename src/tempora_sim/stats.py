@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import click
 import numpy as np
 import polars as pl
 
@@ -75,8 +76,6 @@ def bootstrap_options(fn=None, *, timing: bool = True):
     """The CLI options of every command that prints intervals (declared once, here).
     ``@bootstrap_options(timing=False)``: without ``--timing-replicates`` (a command whose
     intervals do not replay timing variability)."""
-    import click
-
     if fn is None:
         return lambda f: bootstrap_options(f, timing=timing)
 

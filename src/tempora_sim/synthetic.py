@@ -31,6 +31,8 @@ from tempora_schema import (
     WEIGHTS_RANDOM,
     arrow_schema,
 )
+from tempora_schema.discrete import last_arrival, next_pick
+from tempora_schema.live import LIVE_COLUMNS, LIVE_METADATA_KEY, LIVE_SCHEMA_VERSION, SHARED_FIELDS, live_arrow_schema
 
 
 @dataclass(frozen=True)
@@ -274,9 +276,6 @@ def make_live(
     takes row j's times and counts). ``lambda_ms`` defaults to mean + 6σ of the trace's own δ.
     What a live run of a device whose times vary like ``factors`` would record; for tests of
     ``tempora-sim validate``."""
-    from tempora_schema.discrete import last_arrival, next_pick
-    from tempora_schema.live import LIVE_COLUMNS, LIVE_METADATA_KEY, LIVE_SCHEMA_VERSION, SHARED_FIELDS, live_arrow_schema
-
     if queue < 1:
         raise ValueError("make_live replays a buffered queue (queue >= 1)")
 

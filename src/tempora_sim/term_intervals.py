@@ -24,13 +24,16 @@ sweep equal the report's intervals of the same rows.
 
 from __future__ import annotations
 
+import warnings
 from functools import partial
 
 import numpy as np
 import polars as pl
 
 from . import protocols as P
+from . import analyses as an
 from . import stats as st
+from .timing_noise import MEASURED, UNKNOWN, timing_model
 
 ALL_TERMS = ("utility", "alpha", "served_acc", "acc", "kappa", "cov", "m", "beta", "acc_adapt", "acc_frozen")
 #: Terms that are fractions in [0, 1] (a draw with a timing shift is clipped to that range).
@@ -81,8 +84,6 @@ class _quiet:
     """All-NaN rows (a term undefined in every draw) give NaN bounds without a warning."""
 
     def __enter__(self):
-        import warnings
-
         self._w = warnings.catch_warnings()
         self._w.__enter__()
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -92,8 +93,6 @@ class _quiet:
 
 
 def _status(result, timing) -> list[str]:
-    from .timing_noise import MEASURED, UNKNOWN, timing_model
-
     by = {}
     for t in result.series.traces:
         by[(t.group.label(seed=False), int(t.meta["seed"]), t.method)] = (
@@ -235,8 +234,6 @@ def pooled_bounds(frame: pl.DataFrame, opts: st.BootstrapOptions | None = None, 
     ``utility_lo``/``utility_hi`` equal its ``lo``/``hi``), each term a ratio of resampled sums
     as :func:`tempora_sim.analyses.pool_seeds` pools it, plus the timing replicates' shifts of
     the seed-pooled rows (``timing``: :class:`tempora_sim.timing_noise.TimingReplicates`)."""
-    from . import analyses as an
-
     opts = opts or st.BootstrapOptions()
     g = an.group_columns(frame)
     scen = [c for c in ("param2", "value2", "arrivals", "arrival_seed") if c in frame.columns]

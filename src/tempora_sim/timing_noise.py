@@ -37,9 +37,11 @@ answers say that its timing uncertainty is unknown.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import zlib
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Callable, Sequence
 
 import numpy as np
@@ -90,8 +92,6 @@ class TimingModel:
         spread = shift_spread(self.shifts)
         if spread is None:
             return float(self.shifts[0])
-        from statistics import NormalDist
-
         return spread[0] + spread[1] * NormalDist().inv_cdf(min(max(u, 1e-3), 1 - 1e-3))
 
     @property
@@ -209,8 +209,6 @@ def replicate_factors(series, models: list[TimingModel | None], replicate: int, 
 
 def scaled(series, factors: np.ndarray):
     """A copy of ``series`` whose e, ℓ and δ are multiplied by ``factors``."""
-    import dataclasses
-
     return dataclasses.replace(series, e=series.e * factors, l=series.l * factors, delta=series.delta * factors)
 
 
@@ -257,6 +255,7 @@ def discrete_idle_kernel(series, curves, rho, opts) -> tuple[np.ndarray, np.ndar
     """Discrete replay with the idle effect, for the series whose trace shows one.
 
     Returns (series indices, served, served_sum, score_sum) for those series × ``rho``."""
+    # lazy: the replay imports Numba on a background thread while it reads the traces (replay._start_warm_up)
     from . import kernels as K
 
     c_off, c_gaps, c_factors = curves

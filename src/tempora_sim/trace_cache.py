@@ -33,6 +33,13 @@ import struct
 from pathlib import Path
 
 import numpy as np
+import platformdirs
+import polars as pl
+
+import tempora_schema
+import tempora_sim
+from tempora_schema.errors import OutputError
+from tempora_schema.outputs import write_file
 
 #: Environment variable: the cache folder, or ``off`` to read every trace from its file.
 CACHE_ENV = "TEMPORA_TRACE_CACHE"
@@ -83,8 +90,6 @@ def cache_dir(setting: str | os.PathLike | bool | None = None) -> Path | None:
     home = os.environ.get("TEMPORA_HOME")
     if home:
         return Path(home).expanduser() / "trace-cache"
-    import platformdirs
-
     return platformdirs.user_cache_path("tempora", appauthor=False) / "trace-cache"
 
 
@@ -92,18 +97,12 @@ def cache_dir(setting: str | os.PathLike | bool | None = None) -> Path | None:
 def reader_fingerprint() -> str:
     """Digest of what turns a file into cached arrays: the reading, validating and
     flattening code, and the numpy and polars versions."""
-    import polars as pl
-
-    import tempora_schema
-
     digest = hashlib.sha256(f"format {_FORMAT}; numpy {np.__version__}; polars {pl.__version__}".encode())
     here = Path(__file__)
     for source in (Path(tempora_schema.__file__ or ""), here.with_name("traces.py"), here):
         try:
             digest.update(source.read_bytes())
         except OSError:  # no source on disk (a zip import): the code is what the version says
-            import tempora_sim
-
             digest.update(f"{source.name} {tempora_sim.__version__}".encode())
     return digest.hexdigest()[:16]
 
@@ -230,9 +229,6 @@ def load(entry: Path, trace_bytes: int) -> tuple[dict, int, bool, dict] | None:
 def store(entry: Path, data: bytes) -> None:
     """Write an entry atomically (:func:`tempora_schema.outputs.write_file`); any failure leaves
     no entry and is silent: the cache only ever saves time."""
-    from tempora_schema.errors import OutputError
-    from tempora_schema.outputs import write_file
-
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         write_file(entry, data)

@@ -14,9 +14,11 @@ loaded from the trace cache (:mod:`tempora_sim.trace_cache`) instead of being de
 from __future__ import annotations
 
 import errno
+import io
 import math
 import os
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -51,7 +53,9 @@ from tempora_schema import (
 from tempora_schema.provision import LAMBDA_RULES, LAMBDA_SIGMAS, inflated_lambda, lambda_provision  # noqa: F401  (re-exported)
 from tempora_schema.vocabulary import BASELINE_METHOD as STANDARD_METHOD  # noqa: F401  (re-exported)
 
+from . import trace_cache
 from .errors import GridError, GroupError, SimError, SimWarning, TraceFileError
+from .trace_cache import cache_dir
 
 #: Name of the non-adaptive baseline whose trace defines λ.
 #: Traces of a group whose median speed-probe times differ by more than this are flagged.
@@ -464,8 +468,6 @@ def _parquet_source(path: Path):
     try:
         str(path).encode("utf-8")
     except UnicodeEncodeError:
-        import io
-
         return io.BytesIO(path.read_bytes())
     return path
 
@@ -512,8 +514,6 @@ def _read_cached(path: Path, folder: Path | None) -> Trace:
     cache cannot help, the file is read as :func:`read_trace` reads it (same errors)."""
     if folder is None:
         return read_trace(path)
-    from . import trace_cache
-
     try:
         digest, before = trace_cache.file_digest(path)
         entry = trace_cache.entry_path(folder, digest)
@@ -541,8 +541,6 @@ def _read_all(files: list[Path], folder: Path | None) -> list[Trace]:
     workers = min(len(files), os.cpu_count() or 1)
     if workers < 2:
         return [_read_cached(p, folder) for p in files]
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(workers, thread_name_prefix="tempora-read") as pool:
         futures = [pool.submit(_read_cached, p, folder) for p in files]
         return [f.result() for f in futures]
@@ -557,8 +555,6 @@ def load_traces(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike], 
     if not isinstance(path_or_paths, (str, os.PathLike)):
         path_or_paths = list(path_or_paths)
     files = find_trace_files(path_or_paths)
-    from .trace_cache import cache_dir
-
     traces = TraceSet(_read_all(files, cache_dir(cache)))
     old = [t.path for t in traces.traces if t.version == 1]
     if len(old) == 1:

@@ -26,20 +26,25 @@ from typing import Sequence
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-from tempora_schema import PHASE_ADAPT, GroupKey, TraceSchemaError
+from tempora_schema import PHASE_ADAPT, GroupKey, TraceSchemaError, method_label
+from tempora_schema.live import comparable_group, decode_live_metadata, validate_live_table
+from tempora_schema.outputs import check_output_dir, staged_dir, to_bytes, write_file
 
 from . import coverage
 from .errors import GroupError, SimError, TraceFileError
 from .replay import ALL_EPISODES, run_sweep
-from .traces import Trace, TraceSet, load_traces
-
-#: The targets of the validation (``docs/guide/validation.md``), as defaults of the CLI options.
-DEFAULT_ABS_TOL_PP = 2.0
-DEFAULT_SPREAD_SLACK_PP = 0.5
-DEFAULT_AMORTISED_TOL_PP = 0.5
-DEFAULT_MIN_AGREEMENT_PCT = 99.5
-DEFAULT_TIE_US = 1.0
+from .tolerances import (  # noqa: F401  (re-exported: the defaults' former home)
+    DEFAULT_ABS_TOL_PP,
+    DEFAULT_AMORTISED_TOL_PP,
+    DEFAULT_MIN_AGREEMENT_PCT,
+    DEFAULT_SPREAD_SLACK_PP,
+    DEFAULT_TIE_US,
+    Tolerances,
+)
+from .traces import Trace, TraceSet, check_out_outside, load_traces
 
 
 @dataclass
@@ -73,13 +78,6 @@ def find_live_files(sources: Sequence[str | os.PathLike]) -> list[Path]:
 
 def read_live(path: str | os.PathLike) -> LiveFile:
     """Read and validate one live-run file; any problem is a one-line TraceFileError."""
-    # pyarrow (the live schema's reader) is imported here, not with the module: the command
-    # line imports this module to build its options, and a sweep should not pay for pyarrow
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from tempora_schema.live import decode_live_metadata, validate_live_table
-
     path = Path(path)
     try:
         table = pq.read_table(path, use_threads=False)
@@ -158,6 +156,7 @@ def run_stats(live: LiveFile) -> list[LiveRunStats]:
 
 
 def _walk(delta: np.ndarray, gamma: float, queue: int, n: int) -> np.ndarray:
+    # lazy: the replay imports Numba on a background thread while it reads the traces (replay._start_warm_up)
     from .kernels import discrete_served
 
     padded = np.full(n, float(np.mean(delta)) if delta.size else gamma)
@@ -243,16 +242,12 @@ def _restricted(trace: Trace, episodes: Sequence[str], sizes: dict[str, int]) ->
 def _label(meta: dict) -> str:
     """The live run's method as the simulator names its trace (``tent``, ``tent-paper``,
     ``tent@every:2``), so the runs of a method and of its policies never share a setting."""
-    from tempora_schema import method_label
-
     return method_label(str(meta["method"]), meta.get("method_params"), meta.get("policy"))
 
 
 def _find_trace(traces: TraceSet, live: LiveFile) -> Trace:
     """The trace of the live run's method and group (a trace of exactly its group first, else
     one of the same comparable group, which is then cut to the live run's episodes)."""
-    from tempora_schema.live import comparable_group
-
     want = comparable_group(live.group)
     wanted = _label(live.meta)
     found = [t for t in traces.traces if t.method == wanted and comparable_group(t.group) == want]
@@ -315,15 +310,6 @@ def replay_setting(trace: Trace, first: LiveRunStats, speed: float = 1.0) -> dic
 
 # ------------------------------------------------------------------------ the comparison
 @dataclass
-class Tolerances:
-    abs_pp: float = DEFAULT_ABS_TOL_PP
-    spread_slack_pp: float = DEFAULT_SPREAD_SLACK_PP
-    amortised_pp: float = DEFAULT_AMORTISED_TOL_PP
-    min_agreement_pct: float = DEFAULT_MIN_AGREEMENT_PCT
-    tie_us: float = DEFAULT_TIE_US
-
-
-@dataclass
 class Validation:
     settings: pl.DataFrame
     runs: pl.DataFrame
@@ -332,6 +318,15 @@ class Validation:
     @property
     def passed(self) -> bool:
         return bool(self.settings["pass"].all()) and bool(self.runs["pass"].all())
+
+    @property
+    def checks_beyond_tolerance(self) -> int:
+        """Settings and runs that fail their tolerance (what the command's exit status 1 counts)."""
+        return self.settings.filter(~self.settings["pass"]).height + self.runs.filter(~self.runs["pass"]).height
+
+    def frames(self) -> dict[str, pl.DataFrame]:
+        """The written tables by file name: settings, runs and self-consistency disagreements."""
+        return {"validation": self.settings, "validation-runs": self.runs, "validation-disagreements": self.disagreements}
 
 
 def _pp(x: float | None) -> float | None:
@@ -479,3 +474,29 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
     }
     dis_frame = pl.DataFrame(dis_rows, schema=dis_schema)
     return Validation(settings_frame, runs_frame, dis_frame)
+
+
+# ------------------------------------------------------------------------ the command's outputs
+def write_frames(frames: dict[str, pl.DataFrame], out: str | os.PathLike) -> list[Path]:
+    """Write each frame as NAME.parquet and NAME.csv into ``out``, published together (the
+    shared staged, locked, atomic output of every Tempora command)."""
+    with staged_dir(out, what="validation output") as stage:
+        for name, frame in frames.items():
+            write_file(stage / f"{name}.parquet", to_bytes(frame.write_parquet))
+            write_file(stage / f"{name}.csv", frame.write_csv().encode("utf-8"))
+    return [Path(out) / f"{name}.{ext}" for name in frames for ext in ("parquet", "csv")]
+
+
+def validate_into(
+    live_sources: Sequence[str | os.PathLike], trace_source: str | os.PathLike, tol: Tolerances, out: str | os.PathLike | None = None
+) -> tuple[Validation, list[Path]]:
+    """:func:`validate`, and with ``out`` its frames written there (``out`` checked before any
+    work); returns the validation and the files written."""
+    if out is not None:
+        # written inside a trace or live folder, validation*.parquet would be read as traces or
+        # live runs by the next run
+        check_out_outside([trace_source], out)
+        check_out_outside(live_sources, out, "live-run folder", "live runs")
+        check_output_dir(out)
+    result = validate([str(p) for p in live_sources], [str(trace_source)], tol)
+    return result, (write_frames(result.frames(), out) if out is not None else [])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -103,11 +103,6 @@ def dispersion_lines(disp: Dispersion) -> list[str]:
     return lines
 
 
-def print_dispersion(path: Path) -> None:
-    for line in dispersion_lines(trace_dispersion(path)):
-        print(line)
-
-
 def lambda_ms_of(path: Path) -> tuple[float, float, float, int]:
     """λ = mean + 6σ (population σ) of the adapt-row δ of a `standard` trace: (λ, mean, σ, batches)."""
     table = pq.read_table(path, columns=["phase", "delta_ms"]).to_pydict()
@@ -140,3 +135,14 @@ def calibrate(cfg: TraceConfig, echo: Callable[[str], None] = lambda s: None) ->
     else:
         path = TraceRun(cfg, echo).run()
     return Calibration(path, reused, *lambda_ms_of(path))
+
+
+def calibration_lines(result: Calibration) -> Iterator[str]:
+    """What ``tempora-trace calibrate`` prints, line by line: the trace written (or reused), λ
+    with its mean and σ, and the spread of the trace's δ (:func:`dispersion_lines`)."""
+    yield f"using existing {result.path} (pass --force to re-measure)" if result.reused else f"wrote {result.path}"
+    yield (
+        f"λ = {result.lambda_ms:.3f} ms  (mean {result.mean_ms:.3f} ms + 6 × σ {result.std_ms:.3f} ms "
+        f"over {result.batches} batches of standard inference)"
+    )
+    yield from dispersion_lines(trace_dispersion(result.path))

@@ -29,21 +29,48 @@ import functools
 import json
 import math
 import os
+import re
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import click
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
 
+import click
+import pyarrow.parquet as pq
+import torch
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as Bar
+
+from tempora_schema import decode_metadata
+from tempora_schema.errors import OutputLockedError, TemporaError, output_error
+from tempora_schema.outputs import check_output_dir, output_lock, write_file
+from tempora_schema.policies import parse_policies
 from tempora_schema.vocabulary import BASELINE_METHOD
 
 from . import options as trace_options
+from .calibration import lambda_ms_of
+from .config import TraceConfig, path_part
+from .data import expand_domains, get_dataset
 from .errors import ConfigError, TraceError
+from .methods import MethodError, available_methods, get_method, resolve_method
+from .methods.base import MethodContext
+from .methods.gradient import check_param_types
+from .models import MODEL_NORMS, model_norms
+from .norms import describe_norms, method_fits
+from .policies import adapts_after_prediction
+from .timing import device_slug, resolve_device
+from .writer import identity_differences
 
 DEVICE_TYPES = ("cpu", "cuda")
 ENGINES = ("local", "ray")
@@ -180,10 +207,6 @@ class Campaign:
 # --------------------------------------------------------------------------- loading
 def _read_toml(path: Path) -> dict:
     try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
-    try:
         with open(path, "rb") as fh:
             return tomllib.load(fh)
     except FileNotFoundError:
@@ -213,15 +236,6 @@ def _corruptions(value: Any) -> list[str] | None:
 
 def load_campaign(path: str | os.PathLike) -> Campaign:
     """Parse, expand and check a campaign file (CampaignError on the first problem)."""
-    from tempora_schema.errors import TemporaError
-    from tempora_schema.policies import parse_policies
-
-    from .data import get_dataset
-    from .methods import MethodError, available_methods, get_method, resolve_method
-    from .models import model_norms
-    from .norms import describe_norms, method_fits
-    from .policies import adapts_after_prediction
-
     path = Path(path)
     raw = _read_toml(path)
     unknown = set(raw) - {"campaign", "machines", "groups"}
@@ -335,8 +349,6 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
         if domains is not None:
             domains = tuple(_list(domains, f"{where} domains", str))
             try:
-                from .data import expand_domains
-
                 expand_domains(list(domains), spec.domains)
             except ConfigError as exc:
                 raise CampaignError(f"{where}: {exc}") from None
@@ -389,10 +401,6 @@ def check_tasks(campaign: Campaign) -> None:
     batch size 0, an infinite budget, a checkpoint that is not a number, a method parameter of
     the wrong type …) are one line naming the group. Budgets are checked with a stand-in λ
     (the real one comes from the group's standard trace)."""
-    from tempora_schema.errors import TemporaError
-
-    from .config import TraceConfig
-
     where = {id(t): f"{campaign.path}: groups[{t.group}] {t.method}" for t in campaign.tasks}
     for task in campaign.tasks:
         try:
@@ -409,10 +417,6 @@ def check_tasks(campaign: Campaign) -> None:
 def check_method_params(cfg) -> None:
     """The method's own check of its parameters' names and types (as at construction), from
     the published defaults of this run's context; no model is built."""
-    from .methods import get_method
-    from .methods.base import MethodContext
-    from .models import MODEL_NORMS
-
     method = get_method(cfg.method_spec or cfg.method)  # a module/file spec resolves to its class's name
     spec = cfg.dataset_spec()
     context = MethodContext(
@@ -423,8 +427,6 @@ def check_method_params(cfg) -> None:
         model_name=str(cfg.model),
         norm_kind=MODEL_NORMS.get(str(cfg.model), "bn"),
     )
-    from .methods.gradient import check_param_types
-
     check_param_types(method.name, method.all_params(context), dict(cfg.method_params))
 
 
@@ -445,8 +447,6 @@ class TaskResult:
 
 def task_config(task: TraceTask, out_root: Path):
     """The resolved :class:`TraceConfig` the ``tempora-trace run`` process of ``task`` builds."""
-    from .config import TraceConfig
-
     try:  # the options exactly as the `tempora-trace run` process will parse and map them
         opts = trace_options.parse_args("run", task.argv(out_root)[1:])
     except click.ClickException as exc:
@@ -456,9 +456,6 @@ def task_config(task: TraceTask, out_root: Path):
 
 def trace_location(task: TraceTask, out_root: Path) -> Path:
     """Where ``tempora-trace run`` puts this task's trace on the machine that runs it."""
-    from .config import path_part
-    from .timing import device_slug, resolve_device
-
     cfg = task_config(task, out_root)
     slug = device_slug(resolve_device(task.machine.device))
     return out_root / path_part(cfg.dataset_label()) / path_part(cfg.model_label()) / slug / f"{cfg.file_stem()}.parquet"
@@ -473,15 +470,9 @@ def other_identity(task: TraceTask, out_root: Path, path: Path | None = None) ->
     if not path.is_file():
         return None
     try:
-        import pyarrow.parquet as pq
-
-        from tempora_schema import decode_metadata
-
         meta = decode_metadata(pq.read_schema(path), path)
     except Exception:  # an unreadable file is re-traced (the tracer refuses to overwrite it: --force below)
         return None
-    from .writer import identity_differences
-
     return identity_differences(meta, task_config(task, out_root), params=True)
 
 
@@ -489,10 +480,6 @@ def _complete(path: Path) -> bool:
     if not path.is_file():
         return False
     try:
-        import pyarrow.parquet as pq
-
-        from tempora_schema import decode_metadata
-
         decode_metadata(pq.read_schema(path), path)
         return True
     except Exception:  # an unreadable file is re-traced (the tracer refuses to overwrite it: --force below)
@@ -544,8 +531,6 @@ def _other_identity_line(path: Path, differ: list[str]) -> str:
 
 def group_lambda(path: str | Path) -> float:
     """λ of a group from its ``standard`` trace (the provision `tempora-sim` uses)."""
-    from .calibration import lambda_ms_of
-
     return lambda_ms_of(Path(path))[0]
 
 
@@ -556,8 +541,6 @@ Launcher = Callable[[TraceTask, Path, "float | None", "dict[str, str]"], TaskRes
 def visible_gpus() -> list[int]:
     """Indices of the GPUs this machine shows (none without CUDA)."""
     try:
-        import torch
-
         return list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
     except Exception:
         return []
@@ -573,9 +556,6 @@ class Progress:
         self.quiet = quiet
         self._bar = None
         if not quiet and sys.stderr.isatty():
-            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-            from rich.progress import Progress as Bar
-
             self._bar = Bar(
                 TextColumn("traces"),
                 BarColumn(),
@@ -714,8 +694,6 @@ def check_ray_address(address: str | None, timeout: float | None = None) -> None
     """A cluster address must answer within ``timeout`` seconds: Ray itself would wait forever
     for an unreachable one, printing its own messages. ``auto`` and no address are Ray's to
     resolve (no cluster there is an error Ray raises at once)."""
-    import socket
-
     if address is None or address == "auto" or address.startswith("local"):
         return
     hostport = address.split("://", 1)[-1]
@@ -743,7 +721,7 @@ def run_ray(
 ) -> list[TaskResult]:
     """Every trace a Ray task holding one whole GPU (or its CPU cores); lost tasks are retried."""
     try:
-        import ray
+        import ray  # optional (the cluster extra): loaded only for --engine ray
     except ModuleNotFoundError:
         raise CampaignError("--engine ray needs Ray: pip install 'tempora[cluster]'") from None
     progress = progress or Progress(len(campaign.tasks), quiet=True)
@@ -796,8 +774,6 @@ def run_ray(
                     text = str(exc).strip().splitlines()
                     result = TaskResult(task, "failed", message=text[-1] if text else type(exc).__name__)
                 if result.data is not None:
-                    from tempora_schema.outputs import write_file
-
                     target = campaign.out / result.path
                     target.parent.mkdir(parents=True, exist_ok=True)
                     write_file(target, result.data, what="cannot write the trace returned by a Ray task")
@@ -830,8 +806,6 @@ def run_campaign(
     if engine != "ray" and address is not None:
         raise CampaignError("--address is for --engine ray")
     campaign = load_campaign(path)
-    from tempora_schema.outputs import check_output_dir
-
     check_output_dir(campaign.out, f"{campaign.path}: [campaign] out")
     if engine == "local":
         check_data_roots(campaign)
@@ -871,8 +845,6 @@ def check_existing(campaign: Campaign, force: bool) -> None:
 
 #: The folder of the machine-wide device locks (``$TEMPORA_DEVICE_LOCKS`` moves it).
 def device_lock_dir() -> Path:
-    import tempfile
-
     return Path(os.environ.get("TEMPORA_DEVICE_LOCKS") or Path(tempfile.gettempdir()) / "tempora-device-locks").expanduser()
 
 
@@ -894,9 +866,6 @@ def campaign_locks(campaign: Campaign, engine: str):
     machine it traces on. Timings taken beside another trace are what the tracer promises never
     to record, so a second campaign asking for any of them is refused at once, naming the
     process that holds it; the locks go when the run ends (or its process dies)."""
-    from tempora_schema.errors import OutputLockedError
-    from tempora_schema.outputs import output_lock
-
     targets = [(campaign.out, f"out folder {campaign.out}")]
     folder = device_lock_dir()
     devices = _devices(campaign, engine)
@@ -908,16 +877,12 @@ def campaign_locks(campaign: Campaign, engine: str):
                 with contextlib.suppress(OSError):
                     os.chmod(folder, 0o1777)  # every user's campaigns share the machine's devices
         except OSError as exc:
-            from tempora_schema.errors import output_error
-
             raise output_error(exc, folder if devices else campaign.out.parent, "cannot lock") from None
         targets += [(folder / f"device-{d}", f"device {d} of this machine") for d in devices]
         for target, what in targets:
             try:
                 stack.enter_context(output_lock(target, "campaign"))
             except OutputLockedError as exc:
-                import re
-
                 holder = re.search(r"written by (process \d+|another process)", str(exc))
                 raise CampaignError(
                     f"{campaign.path}: another campaign ({holder.group(1) if holder else 'another process'}) holds the {what}; "
@@ -932,3 +897,19 @@ def summary_line(campaign: Campaign, results: list[TaskResult], seconds: float) 
         f"campaign {campaign.name}: {len(results)} traces — {counts['done']} traced, {counts['skipped']} already "
         f"complete, {counts['failed']} failed — in {seconds:.0f} s; traces under {campaign.out}"
     )
+
+
+def dry_run_lines(path: str | os.PathLike) -> Iterator[str]:
+    """What ``tempora-trace campaign --dry-run`` prints: each trace the campaign would run, then
+    one line naming the campaign, its size and its out folder."""
+    campaign = load_campaign(path)
+    for task in campaign.tasks:
+        yield task.label
+    yield f"campaign {campaign.name}: {len(campaign.tasks)} traces under {campaign.out}"
+
+
+def check_results(results: list[TaskResult]) -> None:
+    """ConfigError (the command's exit status 2) naming the first failed trace, if any failed."""
+    failed = [r for r in results if r.status == "failed"]
+    if failed:
+        raise ConfigError(f"{len(failed)} trace(s) failed, e.g. {failed[0].task.label}: {failed[0].message}")

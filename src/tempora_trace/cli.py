@@ -32,22 +32,17 @@ def _interrupted_at_start_up(signum, frame):  # noqa: ARG001 - signal handler si
 if __name__ == "__main__" or _os.path.basename(sys.argv[0] if sys.argv else "") == "tempora-trace":
     _signal.signal(_signal.SIGINT, _interrupted_at_start_up)
 
-import os  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import TYPE_CHECKING, Any, Callable, Sequence  # noqa: E402
+from typing import Any, Callable, Sequence  # noqa: E402
 
 import click  # noqa: E402
 
 from tempora_schema import DEFAULT_SEVERITY  # noqa: E402
 from tempora_schema.command import INT32_MAX, OneLineGroup  # noqa: E402
-from tempora_schema.outputs import check_output_dir  # noqa: E402
 from tempora_schema.vocabulary import BASELINE_METHOD  # noqa: E402
 
 from .errors import ConfigError  # noqa: E402
 from .options import click_options, config_kwargs, live_kwargs, method_params, parse_domains, parse_param, policies_of  # noqa: E402, F401
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .config import TraceConfig
 
 # The command boundary: what `--help` and option parsing need is imported above (click, the
 # option declaration, tempora_schema; no torch, no numpy of our own). Each command imports the
@@ -96,7 +91,7 @@ def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> N
     asked for (reading the package metadata is a cost every command would pay otherwise)."""
     if not value or ctx.resilient_parsing:
         return
-    from . import __version__
+    from . import __version__  # lazy: the package metadata is read only for --version
 
     click.echo(f"{PROG}, version {__version__}", color=ctx.color)
     ctx.exit()
@@ -108,24 +103,9 @@ cli = click.option(
 
 
 # ------------------------------------------------------------------------ options
-def make_config(command: str, opts: dict[str, Any], **extra: Any) -> TraceConfig:
-    """A resolved :class:`TraceConfig` from ``command``'s parsed options (mapped as
-    :mod:`tempora_trace.options` declares them) and ``extra`` fields; every value is checked
-    here, before any model, data or output is touched."""
-    from .config import TraceConfig
-
-    cfg = TraceConfig(**{**config_kwargs(command, opts), **extra}).resolved()
-    if opts["resume"] and opts["force"]:
-        raise ConfigError("--resume and --force contradict each other; pass one")
-    check_output_dir(cfg.out if cfg.out is not None else "traces")  # writable, before any work
-    if opts["offline"]:
-        os.environ["TEMPORA_OFFLINE"] = "1"  # read where weights are fetched (models.pretrained)
-    return cfg
-
-
 def _method_required(opts: dict[str, Any]) -> None:
     if opts["method"] is None:
-        from .methods import available_methods
+        from .methods import available_methods  # lazy: loads torch; `--help` and refused options do not
 
         raise ConfigError(f"--method is required; available: {', '.join(available_methods())}")
 
@@ -136,6 +116,7 @@ def _method_required(opts: dict[str, Any]) -> None:
 def run_command(**opts: Any) -> None:
     """Trace one method: warm up, stream every domain through it under the clock, score frozen
     checkpoints on the side, and write <out>/<name>.parquet atomically."""
+    from .config import config_from_options  # lazy: loads torch; `--help` and refused options do not
     from .runner import trace_run
 
     _method_required(opts)
@@ -143,7 +124,7 @@ def run_command(**opts: Any) -> None:
     if len(policies) > 1 and opts["name"] is not None:
         raise ConfigError("--name names one file, and --policy lists several: leave --name out (each policy names its own file)")
     # every configuration checked before the first trace starts
-    configs = [make_config("run", opts, policy=p) for p in policies]
+    configs = [config_from_options("run", opts, policy=p) for p in policies]
     for cfg in configs:
         try:
             path = trace_run(cfg)
@@ -158,20 +139,17 @@ def calibrate_command(**opts: Any) -> None:
     """Trace `standard` (or reuse its complete trace) and print λ = mean + 6σ of its per-batch latency.
 
     The trace is the one `run --method standard` writes, so it doubles as the group's baseline."""
-    from .calibration import calibrate, print_dispersion
+    from .calibration import calibrate, calibration_lines  # lazy: loads torch; `--help` and refused options do not
+    from .config import config_from_options
 
-    cfg = make_config("calibrate", opts, method=BASELINE_METHOD)
+    cfg = config_from_options("calibrate", opts, method=BASELINE_METHOD)
     echo = (lambda s: None) if cfg.quiet else (lambda s: click.echo(s))
     try:
         result = calibrate(cfg, echo)
     except KeyboardInterrupt:
         raise KeyboardInterrupt("interrupted: completed episodes are kept; rerun with --resume to continue") from None
-    click.echo(f"using existing {result.path} (pass --force to re-measure)" if result.reused else f"wrote {result.path}")
-    click.echo(
-        f"λ = {result.lambda_ms:.3f} ms  (mean {result.mean_ms:.3f} ms + 6 × σ {result.std_ms:.3f} ms "
-        f"over {result.batches} batches of standard inference)"
-    )
-    print_dispersion(result.path)
+    for line in calibration_lines(result):
+        click.echo(line)
 
 
 @cli.command("live", cls=_TraceCommand)
@@ -182,6 +160,7 @@ def live_command(**opts: Any) -> None:
     Discrete: batch i arrives at t0 + i·γ, a queue of b, the pipeline takes the oldest waiting
     batch; amortised: live overhead accounting, frozen from the cut-off on. Compare with the
     replay: `tempora-sim validate LIVE --traces DIR`."""
+    from .config import config_from_options  # lazy: loads torch; `--help` and refused options do not
     from .live import LiveSettings, run_live
 
     _method_required(opts)
@@ -191,7 +170,7 @@ def live_command(**opts: Any) -> None:
     if len(policies) > 1:
         raise ConfigError(f"--policy {opts['policy']}: a live run plays one policy; run live once per policy")
     settings = LiveSettings(**live_kwargs(opts)).checked()
-    cfg = make_config("live", opts, policy=policies[0])
+    cfg = config_from_options("live", opts, policy=policies[0])
     try:
         path = run_live(cfg, settings)
     except KeyboardInterrupt:
@@ -223,22 +202,9 @@ def synthesize_command(
     """Write random JPEGs in the ImageNet-C layout under ROOT, to time methods where the dataset
     is not on disk: trace with --dataset imagenet-c --data-root ROOT --weights random (timing
     only; accuracies mean nothing). A complete folder is reused."""
-    from .data.streams import CORRUPTIONS, expand_domains
-    from .data.synthetic import write_imagenet_c_folder
-    from .progress import ProgressView
+    from .data.synthetic import synthesize  # lazy: loads torch; `--help` and refused options do not
 
-    names = expand_domains(parse_domains(domains) or [], CORRUPTIONS)
-    bar = ProgressView(enabled=not quiet)
-    bar.start("synthesize", total=images * len(names))
-    try:
-        written = write_imagenet_c_folder(root, names, images, severity, size, seed, workers, progress=bar.advance)
-    finally:
-        bar.close()
-    reused = [d for d in names if d not in written]
-    click.echo(
-        f"{root}: {images} synthetic {size}-px JPEGs per domain, severity {severity}: "
-        f"wrote {', '.join(written) or 'nothing'}" + (f"; reused {', '.join(reused)}" if reused else "")
-    )
+    click.echo(synthesize(root, parse_domains(domains) or [], images, severity, size, seed, workers, quiet))
 
 
 @cli.command("list")
@@ -256,36 +222,14 @@ def synthesize_command(
 @click.option("--input-size", type=click.IntRange(8, 8192), default=None, metavar="PX", help="With --model: the image side.")
 def list_command(methods_for: str | None, model: str | None, input_size: int | None) -> None:
     """List methods, models and datasets (or the methods that fit one model)."""
-    from .methods import methods_for_model
+    from .catalogue import catalogue_lines, methods_for_line, model_lines  # lazy: loads torch; `--help` and refused options do not
 
     if methods_for is not None:
-        click.echo(" ".join(methods_for_model(methods_for)))
+        click.echo(methods_for_line(methods_for))
         return
-    if model is not None:
-        from .models import MODEL_NORMS, get_model
-        from .norms import describe_norms
-
-        if model in MODEL_NORMS and input_size is None:
-            norms, line = frozenset({MODEL_NORMS[model]}), f"model {model}: built-in"
-        else:
-            _, spec = get_model(model, "random", input_size=input_size)
-            norms, line = spec.norms, f"model {spec.name}: {spec.num_classes} classes (untrained), input {spec.input_size} px"
-        click.echo(f"{line}, {describe_norms(norms)}")
-        click.echo("methods: " + ", ".join(methods_for_model(model, input_size)))
-        return
-    from .data import DATASETS
-    from .methods import builtin_methods, method_clashes, plugin_methods
-    from .models import available_models
-
-    clashes = method_clashes()
-    if clashes:
-        raise ConfigError(clashes[0])
-    click.echo("methods: " + ", ".join(builtin_methods()))
-    plugins = plugin_methods()
-    if plugins:
-        click.echo("plugin methods: " + ", ".join(f"{n} ({s[0].distribution} {s[0].version})" for n, s in plugins.items()))
-    click.echo("models:  " + ", ".join(available_models()) + "; or timm:NAME, torchvision:NAME[:WEIGHTS], MODULE:FACTORY, PATH.py:FACTORY")
-    click.echo("datasets: " + ", ".join(f"{n} (default model {d.default_model})" for n, d in DATASETS.items()) + "; or folder:PATH")
+    lines = model_lines(model, input_size) if model is not None else catalogue_lines()
+    for line in lines:
+        click.echo(line)
 
 
 @cli.command("campaign")
@@ -315,19 +259,15 @@ def list_command(methods_for: str | None, model: str | None, input_size: int | N
 @click.option("--quiet", is_flag=True, help="No progress view, only the summary line.")
 def campaign_command(file: Path, engine: str, address: str | None, retries: int, force: bool, dry_run: bool, quiet: bool) -> None:
     """Run every trace of a campaign FILE (TOML): standard traces first, complete ones skipped."""
-    from .campaign import load_campaign, run_campaign, summary_line
+    from .campaign import check_results, dry_run_lines, run_campaign, summary_line  # lazy: loads torch; `--help` and refused options do not
 
     if dry_run:
-        campaign = load_campaign(file)
-        for task in campaign.tasks:
-            click.echo(task.label)
-        click.echo(f"campaign {campaign.name}: {len(campaign.tasks)} traces under {campaign.out}")
+        for line in dry_run_lines(file):
+            click.echo(line)
         return
     campaign, results, seconds = run_campaign(file, engine, address, retries, quiet, force)
     click.echo(summary_line(campaign, results, seconds))
-    failed = [r for r in results if r.status == "failed"]
-    if failed:
-        raise ConfigError(f"{len(failed)} trace(s) failed, e.g. {failed[0].task.label}: {failed[0].message}")
+    check_results(results)
 
 
 @cli.command("check-method")
@@ -352,42 +292,35 @@ def check_method_command(
     belongs in adapt, no synchronisation or clock read inside the method, and the warm-up
     meets every input shape a stream does (docs/guide/add-a-method.md). Runs on the demo data in
     well under a minute; one line per check, exit status 1 when one fails."""
-    from .methods import resolve_method
-    from .methods.testing import check_method
+    from .methods import resolve_method  # lazy: loads torch; `--help` and refused options do not
+    from .methods.testing import run_checks
     from .timing import resolve_device
 
     ref = resolve_method(method)
     dev = str(resolve_device(device))
     options = dict(parse_param(p) for p in params)
-    click.echo(f"checking {ref.name} ({ref.source.describe()}) on {batches} demo batches of {batch_size}")
-    results = check_method(
-        ref.cls,
-        options,
-        batches=batches,
-        batch_size=batch_size,
-        norm=norm,
-        device=dev,
-        threads=threads,
-        on_result=lambda r: click.echo(r.line()),
-    )
-    failed = [r for r in results if not r.ok]
-    click.echo(f"{ref.name}: {len(results) - len(failed)} of {len(results)} checks passed")
-    if failed:
+    passed = run_checks(ref, options, batches=batches, batch_size=batch_size, norm=norm, device=dev, threads=threads, echo=click.echo)
+    if not passed:
         raise click.exceptions.Exit(1)
 
 
 def __getattr__(name: str) -> Any:
     # Library names callers used to import from here, resolved on first use so that start-up
-    # does not load them: `methods_for` / `methods_for_model` (tempora_trace.methods) and
-    # `lambda_ms_of` (tempora_trace.calibration).
+    # does not load them: `methods_for` / `methods_for_model` (tempora_trace.methods),
+    # `lambda_ms_of` (tempora_trace.calibration) and `make_config`
+    # (tempora_trace.config.config_from_options).
     if name in ("methods_for", "methods_for_model"):
-        from .methods import methods_for_model
+        from .methods import methods_for_model  # lazy: loads torch; `--help` and refused options do not
 
         return methods_for_model
     if name == "lambda_ms_of":
-        from .calibration import lambda_ms_of
+        from .calibration import lambda_ms_of  # lazy: loads torch; `--help` and refused options do not
 
         return lambda_ms_of
+    if name == "make_config":
+        from .config import config_from_options  # lazy: loads torch; `--help` and refused options do not
+
+        return config_from_options
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

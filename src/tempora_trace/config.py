@@ -10,20 +10,26 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 
 import tempora_schema as schema
 from tempora_schema import DEFAULT_BATCH_SIZE, DEFAULT_SEED, DEFAULT_SEVERITY
 from tempora_schema.command import INT32_MAX, INT64_MAX
+from tempora_schema.outputs import check_output_dir
+from tempora_schema.policies import parse_policy
 from tempora_schema.vocabulary import BASELINE_METHOD
 
 from .data import expand_domains, get_dataset
+from .data.folder import expand_corruptions
 from .errors import ConfigError
+from .methods import get_method, resolve_method
+from .models.external import model_label as spec_model_label
 from .options import (
     DEFAULT_FROZEN_SAMPLE,
     DEFAULT_IDLE_GAPS,
@@ -31,7 +37,10 @@ from .options import (
     DEFAULT_TIMING_PASSES,
     DEFAULT_TIMING_SAMPLE,
     WARMUP_BATCHES,
+    config_kwargs,
 )
+from .policies import check_policy_method
+from .variability import format_idle_gaps, parse_idle_gaps
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -79,8 +88,6 @@ def _check_finite(value: Any, option: str) -> None:
 
 def canonical_policy(text: str | None, seed: int) -> str | None:
     """One policy as the trace records it (None: every batch), or ConfigError."""
-    from tempora_schema.policies import parse_policy
-
     if text is None:
         return None
     try:
@@ -152,8 +159,6 @@ class TraceConfig:
             self, method_params=dict(self.method_params), checkpoints=list(self.checkpoints), budgets_ms=list(self.budgets_ms)
         )
         if ":" in (cfg.method_spec or cfg.method):  # a module or file spec: the trace is named after the class
-            from .methods import resolve_method
-
             cfg.method_spec = cfg.method_spec or cfg.method
             cfg.method = resolve_method(cfg.method_spec).name
         if cfg.dataset.startswith("folder:"):  # one spelling of the folder, wherever the run starts
@@ -162,8 +167,6 @@ class TraceConfig:
         if cfg.class_map is not None:
             cfg.class_map = str(Path(cfg.class_map).expanduser().resolve())
         if cfg.corruptions is not None:
-            from .data.folder import expand_corruptions
-
             cfg.corruptions = list(expand_corruptions(cfg.corruptions))
         if cfg.input_size is not None and not 8 <= cfg.input_size <= 8192:
             raise ConfigError(f"--input-size must be in 8..8192 px, not {cfg.input_size}")
@@ -198,9 +201,6 @@ class TraceConfig:
         _check_finite(cfg.method_params, "--param")
         cfg.policy = canonical_policy(cfg.policy, cfg.seed)
         if cfg.policy is not None:
-            from .methods import get_method
-            from .policies import check_policy_method
-
             check_policy_method(get_method(cfg.method), cfg.policy)
         if cfg.budgets_ms:
             if cfg.lambda_ms is None:
@@ -223,8 +223,6 @@ class TraceConfig:
             raise ConfigError(f"--timing-sample must be in 0..100000 (0 turns the measurement off), not {cfg.timing_sample}")
         if not 1 <= cfg.timing_passes <= 100:
             raise ConfigError(f"--timing-passes must be in 1..100, not {cfg.timing_passes}")
-        from .variability import format_idle_gaps, parse_idle_gaps
-
         try:
             cfg.idle_gaps = format_idle_gaps(parse_idle_gaps(str(cfg.idle_gaps)))
         except ValueError as exc:
@@ -255,9 +253,7 @@ class TraceConfig:
 
     def model_label(self) -> str:
         """The model as the trace identity names it (a factory file by its name only)."""
-        from .models.external import model_label
-
-        return model_label(str(self.model))
+        return spec_model_label(str(self.model))
 
     def output_dir(self, device_slug: str) -> Path:
         if self.out is not None:
@@ -293,3 +289,16 @@ class TraceConfig:
         if trace_identity is not None:
             out.update(trace_identity.as_metadata())
         return out
+
+
+def config_from_options(command: str, opts: Mapping[str, Any], **extra: Any) -> TraceConfig:
+    """A resolved :class:`TraceConfig` from ``command``'s parsed options (mapped as
+    :mod:`tempora_trace.options` declares them) and ``extra`` fields; every value is checked
+    here, before any model, data or output is touched."""
+    cfg = TraceConfig(**{**config_kwargs(command, opts), **extra}).resolved()
+    if opts["resume"] and opts["force"]:
+        raise ConfigError("--resume and --force contradict each other; pass one")
+    check_output_dir(cfg.out if cfg.out is not None else "traces")  # writable, before any work
+    if opts["offline"]:
+        os.environ["TEMPORA_OFFLINE"] = "1"  # read where weights are fetched (models.pretrained)
+    return cfg

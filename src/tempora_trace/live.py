@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from tempora_schema import GroupKey, decode_metadata
 from tempora_schema.discrete import last_arrival as _schema_last_arrival
 from tempora_schema.discrete import next_pick
 from tempora_schema.live import (
@@ -55,11 +56,15 @@ from tempora_schema.live import (
     live_arrow_schema,
     validate_live_table,
 )
-from tempora_schema.provision import LAMBDA_RULES
+from tempora_schema.outputs import check_output_dir, output_lock, to_bytes, trace_folder_above, write_file
+from tempora_schema.provision import LAMBDA_RULES, inflated_lambda, lambda_provision
 from tempora_schema.vocabulary import BASELINE_METHOD, BUDGET_RULES, LIVE_PROTOCOLS
 
+from .checkpoints import BudgetCutoffs
 from .config import TraceConfig, path_part
 from .errors import ConfigError, OutputError
+from .progress import ProgressView
+from .runner import REWARM_AFTER_S, MethodRun, TraceRun, capture_rng, host_snapshot, restore_rng, summarize
 from .timing import (
     SPIN_NS,
     Event,
@@ -73,6 +78,7 @@ from .timing import (
     timed_event,
     wait_until,
 )
+from .writer import remove_empty_folders
 
 #: Longest λ and longest gap γ between two arrivals a live schedule may have (one hour):
 #: a live run waits for real, and beyond this an option is a typo, not an experiment.
@@ -167,11 +173,6 @@ def standard_trace_lambda(cfg: TraceConfig, group, source: str | None, rule: str
     tracer writes this group's traces to. The trace must be of the same comparable group as
     the live run (:func:`~tempora_schema.live.comparable_group`; a trace of exactly this group wins).
     """
-    import pyarrow.parquet as pq
-
-    from tempora_schema import GroupKey, decode_metadata
-    from tempora_schema.provision import inflated_lambda, lambda_provision
-
     want = comparable_group(group)
     if source is None:
         folder = cfg.output_dir(device_slug(resolve_device(cfg.device)))
@@ -456,8 +457,6 @@ class LiveRun:
     """
 
     def __init__(self, cfg: TraceConfig, settings: LiveSettings, echo: Callable[[str], None]):
-        from .runner import MethodRun, TraceRun
-
         self.cfg = cfg
         self.settings = settings
         self.echo = echo
@@ -487,8 +486,6 @@ class LiveRun:
                     "write the trace to another folder"
                 )
             if settings.budget_checkpoints:
-                from .checkpoints import BudgetCutoffs
-
                 self.base.budgets = BudgetCutoffs(settings.budgets_ms, self.lambda_ms)
                 self.base.cfg = dataclasses.replace(self.base.cfg, budgets_ms=self.base.budgets.budgets, lambda_ms=self.lambda_ms)
             self.base.claim_output("--trace-alongside")
@@ -529,8 +526,6 @@ class LiveRun:
             self.staged[b.step] = (b.x.to(self.base.device), b.y.to(self.base.device))
         del first, batches
         collect_between_chunks()
-        from .runner import REWARM_AFTER_S
-
         if time.perf_counter() - self.base._last_event_end >= REWARM_AFTER_S:
             self.base._rewarm(self.staged[start][0])  # as the tracer does after a staging pause
         self.base.clock.sync()
@@ -608,13 +603,9 @@ class LiveRun:
 
     # -- the strict rule's undo: a host copy of the state before each step (outside the timed regions)
     def _save(self) -> Any:
-        from .runner import capture_rng, host_snapshot
-
         return host_snapshot(self.base.method), capture_rng(self.base.device)
 
     def _undo(self, saved: Any) -> None:
-        from .runner import restore_rng
-
         self.base.method.restore(saved[0])
         restore_rng(saved[1], self.base.device)
 
@@ -662,9 +653,6 @@ class LiveRun:
     def trace_episode(self, index: int, episode) -> None:
         """The episode's trace pass (``trace_alongside``): the tracer's own loop, checkpoints
         included, its rows on disk before the next episode."""
-        from .progress import ProgressView
-        from .runner import summarize
-
         base = self.base
         t0 = time.perf_counter()
         rows = base.run_episode(index, episode, ProgressView(enabled=False))
@@ -729,8 +717,6 @@ class LiveRun:
             self.summarise(plan, tallies[plan.run])
 
     def run(self) -> Path:
-        from tempora_schema.outputs import output_lock, to_bytes, write_file
-
         made = [p for p in (self.out_path.parent, *self.out_path.parent.parents) if not p.exists()]
         self.out_path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -757,8 +743,6 @@ class LiveRun:
                 # a live run cannot be resumed, so neither can its trace alongside: nothing of it stays
                 self.base.writer.discard()
             if not self.out_path.exists():
-                from .writer import remove_empty_folders
-
                 remove_empty_folders(made)
             raise
         finally:
@@ -770,8 +754,6 @@ def check_live_out(cfg: TraceConfig, settings: LiveSettings) -> None:
     """A live run's ``--out`` must not be a trace folder (or inside one, or inside the
     ``--trace-alongside`` folder): the next sweep of that folder would read the live file as a
     trace and stop. Checked before anything is built."""
-    from tempora_schema.outputs import check_output_dir, trace_folder_above
-
     if settings.trace_alongside is not None:
         check_output_dir(settings.trace_alongside, "--trace-alongside")
     if cfg.out is None:

@@ -38,6 +38,7 @@ from tempora_schema.command import (
     time_type,
 )
 from tempora_schema.errors import OptionError
+from tempora_schema.policies import parse_policies
 from tempora_schema.provision import LAMBDA_RULES
 from tempora_schema.vocabulary import BUDGET_RULES
 
@@ -587,8 +588,6 @@ def live_kwargs(opts: Mapping[str, Any]) -> dict[str, Any]:
 def policies_of(opts: Mapping[str, Any]) -> list[str | None]:
     """The canonical policies of ``--policy`` (a comma list; None: every batch), parsed and
     checked before any work (one ``--policy`` line on bad input)."""
-    from tempora_schema.policies import parse_policies
-
     text = opts.get("policy")
     if text is None:
         return [None]

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from torchvision import transforms as T
+
 
 @dataclass(frozen=True)
 class Preprocess:
@@ -20,8 +22,6 @@ class Preprocess:
     std: tuple[float, ...] | None = None
 
     def transform(self):
-        from torchvision import transforms as T
-
         mode = T.InterpolationMode(self.interpolation)
         return T.Compose([T.Resize(self.resize, interpolation=mode), T.CenterCrop(self.input_size), T.ToTensor()])
 

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 import tempora_schema as schema
+from tempora_schema.command import parse_time_ms
 
 from .timing import collect_between_events, now_ns, timed_event, wait_until
 
@@ -80,8 +81,6 @@ def sample_plan(episode_lengths: list[int], sample: int) -> list[tuple[int, int]
 def parse_idle_gaps(text: str) -> tuple[tuple[float, bool], ...]:
     """``--idle-gaps``: ``none``, or comma-separated ``<k>x`` (multiples of the sample's median
     δ) and times (ms, or with ``ms``/``s``), each > 0 and at most 60 s (ValueError otherwise)."""
-    from tempora_schema.command import parse_time_ms
-
     text = text.strip()
     if text == "none":
         return ()

@@ -10,15 +10,21 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from tempora_schema import DEFAULT_SEVERITY
 
 from ..errors import ConfigError, DataError
-from .cifar import open_cifar_c, open_cifar_clean
+from ..preprocess import default_preprocess
+from . import demo
+from .cifar import ArraySource, open_cifar_c, open_cifar_clean
+from .folder import FolderSource, expand_corruptions, is_folder_spec, read_class_map, scan_folder
 from .imagenet import open_imagenet_c, open_imagenet_clean, open_imagenet_variant
 from .streams import CORRUPTIONS, Domain, Episode, batch_order, expand_domains
 
@@ -75,12 +81,8 @@ class DatasetSpec:
 
 
 def _open_demo(spec: DatasetSpec, root: Path | None, domain: str, severity: int | None) -> Domain:
-    from . import demo  # imported lazily: only the demo needs it
-
     if domain == "clean":
         images, labels = demo.ensure_demo_clean(split="test")
-        from .cifar import ArraySource
-
         return Domain("clean", None, ArraySource(images, labels))
     folder = Path(demo.ensure_demo_corrupted(domain, severity))
     return Domain(domain, severity, open_cifar_c(folder, domain, severity))
@@ -187,8 +189,6 @@ DATASETS: dict[str, DatasetSpec] = {
 def get_dataset(name: str, class_map: str | os.PathLike | None = None, corruptions: Sequence[str] | str | None = None) -> DatasetSpec:
     """The dataset ``name``: a built-in, or ``folder:PATH`` (with ``class_map`` and
     ``corruptions``, which only a folder takes; see :mod:`.folder`)."""
-    from .folder import is_folder_spec
-
     if is_folder_spec(name):
         if not name[len("folder:") :].strip():
             raise ConfigError(
@@ -213,10 +213,6 @@ def get_dataset(name: str, class_map: str | os.PathLike | None = None, corruptio
 
 @functools.lru_cache(maxsize=16)
 def _folder_dataset(path: str, class_map: str | None, corruptions: tuple[str, ...] | None, stamp: tuple | None = None) -> DatasetSpec:
-    import hashlib
-
-    from .folder import expand_corruptions, read_class_map, scan_folder
-
     scan = scan_folder(Path(path))
     digest = hashlib.sha256(scan.fingerprint.encode())
     mask = None
@@ -257,11 +253,6 @@ def _folder_dataset(path: str, class_map: str | None, corruptions: tuple[str, ..
 
 
 def _open_folder(spec: DatasetSpec, root: Path | None, domain: str, severity: int | None, *, scan, mapping) -> Domain:
-    import numpy as np
-
-    from ..preprocess import default_preprocess
-    from .folder import FolderSource
-
     pre = spec.preprocess if spec.preprocess is not None else default_preprocess(224, "imagenet")
     key = scan.domains[0] if spec.has_severity else domain
     labels = scan.targets[key]

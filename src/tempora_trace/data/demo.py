@@ -246,6 +246,7 @@ def _render_chunk(args: tuple[str, int, np.ndarray]) -> np.ndarray:
 
 
 def _corrupt_chunk(args: tuple[str, int, int, np.ndarray]) -> np.ndarray:
+    # optional stack (imagecorruptions, scikit-image): loaded only when images are corrupted on the fly
     from tempora_trace.data._corruptions_compat import corrupt
 
     corruption, severity, start, images = args

@@ -29,12 +29,14 @@ from __future__ import annotations
 import csv
 import hashlib
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import torch
+from PIL import Image, UnidentifiedImageError
 
 from ..errors import ConfigError, DataError
 from .streams import CORRUPTION_GROUPS, CORRUPTIONS
@@ -193,8 +195,6 @@ class FolderSource:
         return len(self.files)
 
     def _image(self, i: int) -> torch.Tensor:
-        from PIL import Image, UnidentifiedImageError
-
         path = self.files[i]
         try:
             with Image.open(path) as img:
@@ -212,6 +212,7 @@ class FolderSource:
         return torch.from_numpy(np.ascontiguousarray(array)).permute(2, 0, 1).float().div_(255.0)
 
     def _corrupt(self, array: np.ndarray, i: int) -> np.ndarray:
+        # optional stack (imagecorruptions, scikit-image): loaded only when images are corrupted on the fly
         from ._corruptions_compat import corrupt
 
         code = CORRUPTIONS.index(self.corruption)
@@ -232,9 +233,6 @@ class FolderSource:
     def check_readable(self, indices: Sequence[int], workers: int = 4) -> None:
         """Open the header of each image in ``indices`` (cheap), so a file that is not an
         image is refused before the run writes anything."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        from PIL import Image, UnidentifiedImageError
 
         def check(i: int) -> None:
             path = self.files[int(i)]

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from torchvision import transforms as T
+from torchvision.datasets import ImageFolder
+
 from ..errors import DataError
 from .streams import ItemBatchSource
 
@@ -423,15 +426,11 @@ SUBSET_CLASSES = {"imagenet-a": IMAGENET_A_CLASSES, "imagenet-r": IMAGENET_R_CLA
 
 
 def _transforms(resize: bool):
-    from torchvision import transforms as T
-
     steps = [T.Resize(256), T.CenterCrop(224)] if resize else [T.CenterCrop(224)]
     return T.Compose(steps + [T.ToTensor()])
 
 
 def _image_folder(path: Path, resize: bool, what: str):
-    from torchvision.datasets import ImageFolder
-
     if not path.is_dir():
         raise DataError(f"missing {what} folder {path}")
     try:

@@ -23,8 +23,11 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
+from PIL import Image
 
 from ..errors import ConfigError, DataError
+from ..progress import ProgressView
+from .streams import CORRUPTIONS, expand_domains
 
 MARKER = ".tempora-synthetic.json"
 CLASSES = 1000
@@ -40,8 +43,6 @@ def wnid(k: int) -> str:
 def _draw_chunk(folder: str, start: int, stop: int, size: int, seed: Sequence[int]) -> int:
     """Write images ``start..stop-1`` of one domain folder; each chunk has its own seed, so the
     folder's content does not depend on how many workers wrote it."""
-    from PIL import Image
-
     rng = np.random.default_rng([*seed, start])
     cell = 8
     for i in range(start, stop):
@@ -112,3 +113,29 @@ def write_imagenet_c_folder(
             raise DataError(f"cannot write {folder}: {exc.strerror or exc}") from None
         written.append(domain)
     return written
+
+
+def synthesize(
+    root: str | os.PathLike,
+    domains: Sequence[str],
+    images: int,
+    severity: int = 5,
+    size: int = 224,
+    seed: int = 0,
+    workers: int | None = None,
+    quiet: bool = False,
+) -> str:
+    """``tempora-trace synthesize``: expand ``domains`` (corruptions or groups), write them under
+    ``root`` with a progress bar (none when ``quiet``), and say in one line what was written
+    and what reused."""
+    names = expand_domains(list(domains), CORRUPTIONS)
+    bar = ProgressView(enabled=not quiet)
+    bar.start("synthesize", total=images * len(names))
+    try:
+        written = write_imagenet_c_folder(root, names, images, severity, size, seed, workers, progress=bar.advance)
+    finally:
+        bar.close()
+    reused = [d for d in names if d not in written]
+    return f"{root}: {images} synthetic {size}-px JPEGs per domain, severity {severity}: wrote {', '.join(written) or 'nothing'}" + (
+        f"; reused {', '.join(reused)}" if reused else ""
+    )

@@ -19,6 +19,10 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
+from ..errors import ConfigError
+from ..models import MODEL_NORMS, model_norms
+from ..models.external import is_external
+from ..norms import method_fits
 from . import _registry
 from ._registry import ENTRY_POINT_GROUP, MethodRef, MethodSource, entry_points, refresh_entry_points
 from .augment import MethodRNG
@@ -154,11 +158,6 @@ def methods_for_model(model: str, input_size: int | None = None) -> list[str]:
     """Methods that fit ``model``'s normalisation layers (:func:`tempora_trace.norms.method_fits`):
     a built-in's are known without building it; a model by spec (``timm:NAME``, a factory …)
     is built untrained, nothing downloaded."""
-    from ..errors import ConfigError
-    from ..models import MODEL_NORMS, model_norms
-    from ..models.external import is_external
-    from ..norms import method_fits
-
     if model not in MODEL_NORMS and not is_external(model):
         raise ConfigError(
             f"unknown model '{model}'; available: {', '.join(MODEL_NORMS)}, or timm:NAME, torchvision:NAME, MODULE:FACTORY, PATH.py:FACTORY"
@@ -170,7 +169,7 @@ def methods_for_model(model: str, input_size: int | None = None) -> list[str]:
 def departures_markdown() -> str:
     """Markdown tables of every method's departures from the Tempora reference and the authors'
     code (the methods documentation renders these; see ``_parity``)."""
-    from ._parity import departures_markdown as render
+    from ._parity import departures_markdown as render  # lazy: _parity imports this package, and only the documentation build asks for it
 
     return render()
 

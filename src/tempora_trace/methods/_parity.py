@@ -10,6 +10,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from . import builtin_methods, get_method
+from .base import AS_DEFAULT
+
 BEGIN = "<!-- BEGIN GENERATED: departures (python -m tempora_trace.methods._parity --write docs/results/methods-parity.md) -->"
 END = "<!-- END GENERATED: departures -->"
 
@@ -20,9 +23,6 @@ def _cell(text: str) -> str:
 
 def departures_markdown() -> str:
     """One section per registered method: its paper, then a table of every departure."""
-    from . import builtin_methods, get_method
-    from .base import AS_DEFAULT
-
     out: list[str] = []
     for name in builtin_methods():
         cls = get_method(name)

@@ -27,6 +27,8 @@ import inspect
 import re
 import sys
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, packages_distributions, version
+from importlib.metadata import entry_points as find
 from pathlib import Path
 from typing import Any
 
@@ -95,8 +97,6 @@ def entry_points() -> dict[str, list[Any]]:
     distributions' metadata, cached; nothing is imported)."""
     global _ENTRY_POINTS
     if _ENTRY_POINTS is None:
-        from importlib.metadata import entry_points as find
-
         found: dict[str, list[Any]] = {}
         seen: set[tuple[str, str, str]] = set()
         for ep in find(group=ENTRY_POINT_GROUP):
@@ -143,16 +143,12 @@ def file_sha256(path: str | Path) -> str:
 def _packages() -> dict[str, list[str]]:
     """Top-level package → distributions providing it (a scan of every installed
     distribution, so done once; :func:`refresh_entry_points` forgets it)."""
-    from importlib.metadata import packages_distributions
-
     return packages_distributions()
 
 
 def _distribution_of(module_name: str) -> tuple[str, str] | None:
     """(name, version) of the installed distribution providing the top-level package of
     ``module_name``, or None."""
-    from importlib.metadata import PackageNotFoundError, version
-
     top = module_name.split(".", 1)[0]
     for dist in _packages().get(top, []):
         try:

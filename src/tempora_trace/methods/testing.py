@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import datetime
 import functools
 import json
 import sys
@@ -49,6 +50,11 @@ import torch
 import torch.nn as nn
 from torch.overrides import TorchFunctionMode
 
+from ..data.cifar import to_float_nchw
+from ..data.demo import corrupt_images, generate_clean
+from ..models import get_model
+from . import get_method
+from ._registry import MethodRef, check_method_class
 from .base import MethodContext, MethodError, TTAMethod
 
 __all__ = [
@@ -318,8 +324,6 @@ def check_predict_adapt_split(method: TTAMethod, xs: Sequence[torch.Tensor], num
 # ---------------------------------------------------------------------- synchronisation
 def _sync_functions() -> tuple[set[Any], dict[Any, str]]:
     """(C functions that read a clock or wait, Python code objects that synchronise → name)."""
-    import datetime
-
     clocks = {
         getattr(time, n)
         for n in (
@@ -491,9 +495,6 @@ def check_warm_up(make: Callable[[], TTAMethod], xs: Sequence[torch.Tensor], cop
 # ---------------------------------------------------------------------- demo data and models
 @functools.lru_cache(maxsize=4)
 def _demo_arrays(n: int, corruption: str, severity: int) -> tuple[Any, Any]:
-    from ..data.cifar import to_float_nchw
-    from ..data.demo import corrupt_images, generate_clean
-
     clean, labels = generate_clean("test", n, workers=1)
     images = corrupt_images(clean, corruption, severity, workers=1)
     return to_float_nchw(images), torch.from_numpy(labels)
@@ -538,8 +539,6 @@ class TinyLayerNormNet(nn.Module):
 def _demo_model_cached(norm: str) -> nn.Module:
     if norm == "ln":
         return TinyLayerNormNet().eval()
-    from ..models import get_model
-
     model, _ = get_model(DEMO_MODELS[norm])
     return model.eval()
 
@@ -576,11 +575,7 @@ CHECKS = ("build", "options", "reset", "snapshot-restore", "frozen", "predict-ad
 
 def _resolve(method: str | type[TTAMethod]) -> type[TTAMethod]:
     if isinstance(method, str):
-        from . import get_method
-
         return get_method(method)
-    from ._registry import check_method_class
-
     check_method_class(method, getattr(method, "__name__", repr(method)))
     return method
 
@@ -616,6 +611,36 @@ def check_method(
         return _check_method(method, params, batches, batch_size, norm, device, checks, on_result)
     finally:
         torch.set_num_threads(previous)
+
+
+def run_checks(
+    ref: MethodRef,
+    params: dict[str, Any],
+    *,
+    batches: int,
+    batch_size: int,
+    norm: str | None,
+    device: str,
+    threads: int,
+    echo: Callable[[str], None],
+) -> bool:
+    """``tempora-trace check-method``: :func:`check_method` on the resolved method ``ref``, one
+    line to ``echo`` before, one per check as it finishes and one summing up; True when every
+    check passed."""
+    echo(f"checking {ref.name} ({ref.source.describe()}) on {batches} demo batches of {batch_size}")
+    results = check_method(
+        ref.cls,
+        params,
+        batches=batches,
+        batch_size=batch_size,
+        norm=norm,
+        device=device,
+        threads=threads,
+        on_result=lambda r: echo(r.line()),
+    )
+    failed = [r for r in results if not r.ok]
+    echo(f"{ref.name}: {len(results) - len(failed)} of {len(results)} checks passed")
+    return not failed
 
 
 def _check_method(

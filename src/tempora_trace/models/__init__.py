@@ -18,10 +18,16 @@ from typing import Callable
 
 import torch
 import torch.nn as nn
+from safetensors.torch import load_file
+from torchvision import models as tvm
+
+import tempora_schema as schema
 
 from ..errors import ConfigError, WeightsError
 from ..norms import MODEL_NORMS, compatible_models, norm_kind, norm_kinds, norm_profile
 from ..paths import tempora_home
+from .cifar_resnet import build_cifar_resnet18
+from .demo import build_demo_resnet
 from .external import SHORT_NAMES, Preprocess, build_external, is_external, model_label, parse_spec
 from .pretrained import fetch_hf, fetch_torchvision, offline_mode, timm_pretrained_cfg, torchvision_weights
 
@@ -61,8 +67,6 @@ class ModelSpec:
     @property
     def weights_identity(self) -> str:
         """``random`` or ``sha256:<hex>``: what the trace identity records for the weights."""
-        import tempora_schema as schema
-
         return self.weights_id if self.weights_id is not None else schema.weights_identity(self.weights_file)
 
     @property
@@ -94,8 +98,6 @@ def _load_state(path: Path) -> dict:
         raise WeightsError(f"weights file not found: {path}")
     try:
         if path.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
             state = load_file(str(path))
         else:
             state = torch.load(str(path), map_location="cpu", weights_only=True)
@@ -149,8 +151,6 @@ def _file(path: Path | None) -> str | None:
 
 # ------------------------------------------------------------------------ builders
 def _torchvision_resnet(arch: str, weights, num_classes: int | None):
-    from torchvision import models as tvm
-
     classes = num_classes or 1000
     path = _resolve(weights, lambda: fetch_torchvision(arch))
     net = getattr(tvm, arch)(weights=None, num_classes=classes)
@@ -162,7 +162,7 @@ def _torchvision_resnet(arch: str, weights, num_classes: int | None):
 
 def _vit(weights, num_classes: int | None):
     try:
-        import timm
+        import timm  # optional stack, loaded only for the ViT
     except ImportError:
         raise WeightsError("model 'vit_base_patch16_224' needs the 'timm' package (pip install 'tempora[trace]')") from None
     classes = num_classes or 1000
@@ -179,8 +179,6 @@ def _vit(weights, num_classes: int | None):
 
 
 def _cifar_resnet18(weights, num_classes: int | None):
-    from .cifar_resnet import build_cifar_resnet18
-
     classes = num_classes or 10
     fname = f"cifar{classes}-resnet18.pt"
     default = tempora_home() / "weights" / fname
@@ -198,8 +196,6 @@ def _cifar_resnet18(weights, num_classes: int | None):
 
 def _demo(norm: str):
     def build(weights, num_classes: int | None):
-        from .demo import build_demo_resnet  # imported lazily: only the demo needs it
-
         name = "demo-resnet" if norm == "bn" else "demo-resnet-gn"
         classes = num_classes or 10
         default = WEIGHTS_DIR / f"{name}.pt"

@@ -29,20 +29,26 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
+import json
 import math
 import os
 import sys
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, packages_distributions, version
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn as nn
+import torchvision
+from torchvision import models as tvm
+from torchvision.models import get_model_weights
 
 from ..errors import ConfigError, UserCodeError, WeightsError
 from ..preprocess import Preprocess
+from . import pretrained
 
 #: the side a factory model gets when neither ``--input-size`` nor the model says otherwise.
 DEFAULT_INPUT_SIZE = 224
@@ -266,7 +272,7 @@ def randomize(net: nn.Module) -> None:
 # ------------------------------------------------------------------------ timm
 def _timm():
     try:
-        import timm
+        import timm  # optional stack, loaded only for a timm model
     except ImportError:
         raise ConfigError("--model timm:NAME needs the 'timm' package (pip install timm)") from None
     return timm
@@ -275,17 +281,15 @@ def _timm():
 def _timm_file(cfg) -> Path:
     """The weights of a timm pretrained config: the Hugging Face cache, else the torch hub
     folder (weights published only by URL), fetched when missing and allowed."""
-    from .pretrained import cached_hf_file, fetch_hf, fetch_url
-
     label = f"timm:{cfg.architecture}.{cfg.tag}" if cfg.tag else f"timm:{cfg.architecture}"
     if cfg.hf_hub_id:
         for filename in ("model.safetensors", "pytorch_model.bin"):
-            found = cached_hf_file(cfg.hf_hub_id, filename)
+            found = pretrained.cached_hf_file(cfg.hf_hub_id, filename)
             if found is not None:
                 return found
-        return fetch_hf(cfg.hf_hub_id, "model.safetensors", label)
+        return pretrained.fetch_hf(cfg.hf_hub_id, "model.safetensors", label)
     if cfg.url:
-        return fetch_url(cfg.url, label)
+        return pretrained.fetch_url(cfg.url, label)
     raise WeightsError(f"timm publishes no weights for '{label}'; pass --weights FILE or --weights random")
 
 
@@ -293,15 +297,12 @@ def _build_timm_hub(timm, name: str, weights, num_classes: int | None, label: st
     """A ``hf-hub:ORG/REPO`` model: its ``config.json`` (architecture, arguments, pretrained
     config) and weights found in the Hugging Face cache, or fetched into it when allowed
     (:func:`.pretrained.fetch_hf`), then built by timm from the config."""
-    import json
-
-    from . import _load_into, _resolve
-    from .pretrained import cached_hf_file, fetch_hf
+    from . import _load_into, _resolve  # lazy: this package imports this module at its top (a cycle otherwise)
 
     repo = name[len("hf-hub:") :].split("@")[0]
     if not repo or "/" not in repo:
         raise ConfigError(f"--model timm:{name}: expected timm:hf-hub:ORG/REPO")
-    config_file = fetch_hf(repo, "config.json", label)
+    config_file = pretrained.fetch_hf(repo, "config.json", label)
     try:
         config = json.loads(Path(config_file).read_text(encoding="utf-8"))
         arch = config["architecture"]
@@ -311,8 +312,8 @@ def _build_timm_hub(timm, name: str, weights, num_classes: int | None, label: st
         raise ConfigError(f"{repo} names timm model '{arch}', which this timm {timm.__version__} does not have")
     random_init = weights is not None and str(weights) == "random"
     if weights is None:
-        found = cached_hf_file(repo, "model.safetensors") or cached_hf_file(repo, "pytorch_model.bin")
-        path = found or fetch_hf(repo, "model.safetensors", label)
+        found = pretrained.cached_hf_file(repo, "model.safetensors") or pretrained.cached_hf_file(repo, "pytorch_model.bin")
+        path = found or pretrained.fetch_hf(repo, "model.safetensors", label)
     else:
         path = _resolve(weights, lambda: None)
     classes = int(config.get("num_classes") or 1000) if weights is None else (num_classes or 1000)
@@ -328,7 +329,7 @@ def _build_timm_hub(timm, name: str, weights, num_classes: int | None, label: st
 
 
 def build_timm(name: str, weights, num_classes: int | None, input_size: int | None, label: str | None = None):
-    from . import ModelSpec, Normalized, _load_into, _resolve
+    from . import ModelSpec, Normalized, _load_into, _resolve  # lazy: this package imports this module at its top (a cycle otherwise)
 
     timm = _timm()
     label = label or f"timm:{name}"
@@ -339,7 +340,7 @@ def build_timm(name: str, weights, num_classes: int | None, input_size: int | No
         if not timm.is_model(arch):
             raise ConfigError(f"unknown timm model '{arch}'{close_matches(arch, timm.list_models())}")
         if weights is None or tag:
-            from timm.models import get_pretrained_cfg
+            from timm.models import get_pretrained_cfg  # optional stack, loaded only for a timm model
 
             try:
                 cfg = get_pretrained_cfg(name)
@@ -380,8 +381,6 @@ def build_timm(name: str, weights, num_classes: int | None, input_size: int | No
 def _tv_weights(name: str, tag: str | None):
     """The weights enum member ``tag`` (``DEFAULT`` when None) of torchvision model ``name``,
     or None when the model has no published weights."""
-    from torchvision.models import get_model_weights
-
     try:
         enum = get_model_weights(name)
     except (ValueError, KeyError):
@@ -397,10 +396,7 @@ def _tv_weights(name: str, tag: str | None):
 
 
 def build_torchvision(name: str, tag: str | None, weights, num_classes: int | None, input_size: int | None, label: str | None = None):
-    from torchvision import models as tvm
-
-    from . import ModelSpec, Normalized, _load_into, _resolve
-    from .pretrained import fetch_url
+    from . import ModelSpec, Normalized, _load_into, _resolve  # lazy: this package imports this module at its top (a cycle otherwise)
 
     label = label or ("torchvision:" + name + (f":{tag}" if tag else ""))
     available = tvm.list_models(module=tvm)  # classification models only
@@ -410,7 +406,7 @@ def build_torchvision(name: str, tag: str | None, weights, num_classes: int | No
     random_init = weights is not None and str(weights) == "random"
     if weights is None and member is None:
         raise WeightsError(f"torchvision publishes no weights for '{name}'; pass --weights FILE or --weights random")
-    path = _resolve(weights, lambda: fetch_url(member.url, label))
+    path = _resolve(weights, lambda: pretrained.fetch_url(member.url, label))
     classes = len(member.meta["categories"]) if weights is None else (num_classes or 1000)
     kwargs: dict[str, Any] = {"num_classes": classes}
     if name in ("inception_v3", "googlenet") and member is not None and not random_init:
@@ -426,8 +422,6 @@ def build_torchvision(name: str, tag: str | None, weights, num_classes: int | No
     else:
         size = int(input_size or DEFAULT_INPUT_SIZE)
         pre = Preprocess(size, int(math.floor(size * 256 / 224)), "bilinear", IMAGENET_MEAN, IMAGENET_STD)
-    import torchvision
-
     source = {"kind": "torchvision", "library": "torchvision", "library_version": torchvision.__version__}
     if member is not None and weights is None:
         source["pretrained"] = f"{type(member).__name__}.{member.name}"
@@ -437,7 +431,7 @@ def build_torchvision(name: str, tag: str | None, weights, num_classes: int | No
 
 # ------------------------------------------------------------------------ the user's factory
 def build_factory(ref: ModelRef, weights, num_classes: int | None, input_size: int | None):
-    from . import ModelSpec, _load_into
+    from . import ModelSpec, _load_into  # lazy: this package imports this module at its top (a cycle otherwise)
 
     net = call_factory(ref, num_classes)
     path = None
@@ -462,9 +456,9 @@ def build_factory(ref: ModelRef, weights, num_classes: int | None, input_size: i
         module = sys.modules.get(ref.name)
         source.update(module=ref.name, module_file=getattr(module, "__file__", None))
         top = ref.name.split(".")[0]
-        version = _distribution_version(top)
-        if version:
-            source["module_version"] = version
+        dist_version = _distribution_version(top)
+        if dist_version:
+            source["module_version"] = dist_version
     if weights_id is not None and weights_id != "random":
         source["parameters"] = "the factory's own"
     pre = Preprocess(size, size, "bilinear", None, None)
@@ -483,8 +477,6 @@ def build_factory(ref: ModelRef, weights, num_classes: int | None, input_size: i
 
 
 def _distribution_version(top_module: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, packages_distributions, version
-
     try:
         dists = packages_distributions().get(top_module) or []
         return f"{dists[0]} {version(dists[0])}" if dists else None

@@ -21,6 +21,9 @@ from contextvars import ContextVar
 from pathlib import Path
 from urllib.parse import urlparse
 
+import torch
+from torchvision.models import get_model_weights
+
 from ..errors import WeightsError
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -55,8 +58,6 @@ def _say(message: str) -> None:
 # ------------------------------------------------------------------------ torchvision
 def torchvision_weights(arch: str):
     """The ImageNet weights enum member the paper's ResNets use (``IMAGENET1K_V1``)."""
-    from torchvision.models import get_model_weights
-
     return get_model_weights(arch).IMAGENET1K_V1
 
 
@@ -76,8 +77,6 @@ def fetch_torchvision(arch: str, offline: bool | None = None) -> Path:
 
 def url_file(url: str) -> Path:
     """Where torch hub keeps the file of ``url``: ``$TORCH_HOME/hub/checkpoints/<its name>``."""
-    import torch
-
     return Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(urlparse(url).path)
 
 
@@ -90,8 +89,6 @@ def fetch_url(url: str, arch: str, offline: bool | None = None, what: str = "the
     hint = f"put {what} {path.name} in {path.parent}/ (from {url}) or pass --weights FILE"
     if downloads_off(offline):
         raise WeightsError(f"no weights for '{arch}' and downloads are off: {hint}")
-    import torch
-
     _say(f"downloading the weights of '{arch}' from {url} into {path.parent}/")
     path.parent.mkdir(parents=True, exist_ok=True)
     digits = torch.hub.HASH_REGEX.search(path.name)  # torch hub names carry a SHA-256 prefix
@@ -107,7 +104,7 @@ def fetch_url(url: str, arch: str, offline: bool | None = None, what: str = "the
 # ------------------------------------------------------------------------ timm / Hugging Face
 def timm_pretrained_cfg(name: str):
     """timm's pretrained config of ``name`` (``arch.tag``): its Hub repo, mean/std, input size."""
-    from timm.models import get_pretrained_cfg
+    from timm.models import get_pretrained_cfg  # optional stack, loaded only for a timm model
 
     cfg = get_pretrained_cfg(name)
     if cfg is None or not cfg.hf_hub_id:
@@ -117,7 +114,7 @@ def timm_pretrained_cfg(name: str):
 
 def cached_hf_file(repo: str, filename: str) -> Path | None:
     """``filename`` of ``repo`` from the Hugging Face cache, found without network access."""
-    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub import try_to_load_from_cache  # optional stack, loaded only for weights on the Hugging Face Hub
 
     found = try_to_load_from_cache(repo, filename)
     return Path(found) if isinstance(found, str) else None
@@ -131,7 +128,7 @@ def fetch_hf(repo: str, filename: str, model: str, offline: bool | None = None) 
     hint = f"put {filename} of the Hugging Face repo {repo} in your HF cache (hf download {repo} {filename}) or pass --weights FILE"
     if downloads_off(offline):
         raise WeightsError(f"no weights for '{model}' and downloads are off: {hint}")
-    from huggingface_hub import hf_hub_download
+    from huggingface_hub import hf_hub_download  # optional stack, loaded only for weights on the Hugging Face Hub
 
     _say(f"downloading the weights of '{model}' from the Hugging Face repo {repo} into the HF cache")
     try:

@@ -1,0 +1,46 @@
+"""What ``tempora-sim show`` prints: the list of the report's tables, or one computed table as
+a terminal table per group (dataset, model, device), with how to read it.
+
+Apart from :mod:`tempora_sim.report` because it loads rich, which the command line imports
+only when ``show`` runs.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import polars as pl
+from rich.console import Console
+from rich.table import Table
+
+from . import report as rp
+
+
+def print_table_list() -> None:
+    """Every table ``show`` computes: its name, what it says and where the paper has it."""
+    t = Table(title="tempora-sim show TABLE SOURCE", show_lines=False)
+    t.add_column("table")
+    t.add_column("what")
+    t.add_column("paper")
+    for spec in rp.TABLES.values():
+        t.add_row(spec.name, spec.title, spec.paper)
+    Console().print(t)
+
+
+def print_table(name: str, frame: pl.DataFrame) -> None:
+    """The computed table ``name`` (a key of :data:`tempora_sim.report.TABLES`), one terminal
+    table per group, then how to read it."""
+    spec = rp.TABLES[name]
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    for group in rp.groups_of(frame):
+        part = rp.filter_group(frame, group)
+        if not part.height:
+            continue
+        headers, rows = rp.formatted_rows(spec, part)
+        t = Table(title=f"{spec.title} ({spec.paper})", caption=rp.group_label(group))
+        for h in headers:
+            t.add_column(h, overflow="fold")
+        for r in rows:
+            t.add_row(*[c.replace("**", "") for c in r])
+        console.print(t)
+    console.print(spec.how_to_read, style="dim")
