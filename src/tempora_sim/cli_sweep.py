@@ -46,8 +46,8 @@ def sweep_command(traces, out, fmt, intervals, ci_level, resamples, ci_seed, tim
     # lazy: the replay's intervals and tables load the analyses and rich, which `--help` does not need
     from rich.console import Console
 
-    from .sweep_outputs import json_row_chunks, sweep_into
     from .report.terminal import print_report
+    from .sweep_outputs import json_row_chunks, sweep_into
 
     opts = from_click(options)
     boot = make_bootstrap(ci_level, resamples, ci_seed, timing_replicates)  # checked before anything is read

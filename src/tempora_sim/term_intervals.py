@@ -30,8 +30,8 @@ from functools import partial
 import numpy as np
 import polars as pl
 
-from . import protocols as P
 from . import analyses as an
+from . import protocols as P
 from . import stats as st
 from .timing_noise import MEASURED, UNKNOWN, timing_model
 
