@@ -18,8 +18,16 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
+import polars as pl
 
+from tempora_sim import analyses as an
+from tempora_sim import grids, timing_noise
+from tempora_sim import protocols as P
 from tempora_sim.errors import SimError
+from tempora_sim.replay import run_sweep as _run_sweep
+from tempora_sim.replicates import replicates_of
+from tempora_sim.stats import BootstrapOptions
+from tempora_sim.traces import TraceSet, group_lambdas, load_traces
 
 #: Fine-grid resolution of the boundary search (values per side), then the refinement.
 GRID_POINTS = 160
@@ -63,9 +71,6 @@ class Constraint:
 def parse_constraint(rho, gamma_ms, T, B) -> Constraint:
     """Exactly one constraint, parsed with the sweep's units and checked for range; the
     protocol is the one whose grid parameters are the constraint's (γ moves ρ's)."""
-    from tempora_sim import grids
-    from tempora_sim import protocols as P
-
     given = [(k, v) for k, v in (("rho", rho), ("gamma-ms", gamma_ms), ("T", T), ("B", B)) if v is not None]
     names = [k for k, _ in given]
     if names in (["rho", "T"], ["rho", "B"]):
@@ -103,9 +108,6 @@ def _sweep(traceset, c: Constraint, values, sweep_opts: dict, axis: int = 0, kee
     """Per-seed utility rows of the group with ``axis`` of the constraint at ``values`` (the
     other axis, if any, held), a column ``_x`` giving the moved value (kernels). ``keep``
     receives the :class:`~tempora_sim.replay.SweepResult` (timing replicates replay it)."""
-    import polars as pl
-
-    from tempora_sim.replay import run_sweep as _run_sweep
 
     def run_sweep(*args, **kwargs):
         result = _run_sweep(*args, **kwargs)
@@ -134,10 +136,6 @@ def _sweep(traceset, c: Constraint, values, sweep_opts: dict, axis: int = 0, kee
 
 def _pooled_utilities(frame, methods: list[str]):
     """Moved values (sorted) and the utility matrix [values, methods] of the seed-pooled rows."""
-    import polars as pl
-
-    from tempora_sim import analyses as an
-
     p = an.pool_seeds(frame.filter(pl.col("episode") == an.POOLED))
     values = sorted(set(p.get_column("_x").to_list()))
     vi = {v: i for i, v in enumerate(values)}
@@ -192,14 +190,6 @@ def _span(a: float, b: float, n: int) -> np.ndarray:
 # ----------------------------------------------------------------------------- advice
 def advise(source, constraint: Constraint, bootstrap=None, sweep_opts: dict | None = None) -> list[dict]:
     """The recommendation per comparison group (a list of plain dicts, JSON-ready)."""
-    import polars as pl
-
-    from tempora_sim import analyses as an
-    from tempora_sim import timing_noise
-    from tempora_sim.replicates import replicates_of
-    from tempora_sim.stats import BootstrapOptions
-    from tempora_sim.traces import TraceSet, group_lambdas, load_traces
-
     bootstrap = bootstrap or BootstrapOptions()
     sweep_opts = sweep_opts or {}
     traceset = source if isinstance(source, TraceSet) else load_traces(source)
@@ -305,8 +295,6 @@ def _search_range(c: Constraint, members, lams) -> tuple[float, float]:
 
 def _mechanism(c: Constraint, r: dict) -> dict:
     """The terms that decide the protocol's utility, as the answer states them."""
-    from tempora_sim import protocols as P
-
     return {k: r.get(k) for k in P.get(c.protocol).advise_terms}
 
 
@@ -320,8 +308,6 @@ def _pp(x) -> str:
 
 
 def _why(c: Constraint, m: str, mech: dict) -> str:
-    from tempora_sim import protocols as P
-
     return P.get(c.protocol).advise_why(m, mech, _pc)
 
 

@@ -8,7 +8,6 @@ import click
 import numpy as np
 
 from tempora_schema.vocabulary import BUDGET_RULES
-from tempora_sim.advise import advise, parse_constraint, text_lines
 from tempora_sim.cli import main
 from tempora_sim.stats import bootstrap_options, make_bootstrap
 
@@ -40,6 +39,9 @@ from tempora_sim.stats import bootstrap_options, make_bootstrap
 def advise_command(source, rho, gamma_ms, T, B, budget_rule, fmt, no_idle_effect, ci_level, resamples, ci_seed, timing_replicates):
     """Recommend a method for each trace group at one constraint, with its certainty and
     how far the constraint can move before the recommendation changes."""
+    # lazy: the advise search loads the replay, the analyses and polars, which `--help` does not need
+    from tempora_sim.advise import advise, parse_constraint, text_lines
+
     # every error is a SimError: the command group prints it as one line, exit status 2
     c = parse_constraint(rho, gamma_ms, T, B)
     boot = make_bootstrap(ci_level, resamples, ci_seed, timing_replicates)

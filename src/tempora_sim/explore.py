@@ -35,9 +35,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 import polars as pl
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from . import __version__, grids
 from . import analyses as an
-from . import grids
 from . import protocols as P
 
 #: the boundary refinement of ``advise``: REFINE_POINTS values between the last grid value where
@@ -46,7 +48,10 @@ from .advise import REFINE_POINTS
 from .advise import _span as _span
 from .errors import SimError
 from .options import SweepOptions
+from .palette import method_colour
+from .replay import run_sweep
 from .stats import BootstrapOptions
+from .traces import TraceSet, group_lambdas
 
 #: Values of each one-parameter grid (before the given and default values are added).
 POINTS = 100
@@ -387,8 +392,6 @@ def _pooled_matrix(frame: pl.DataFrame, methods: list[str], xcol: str) -> tuple[
 
 def _view_1d(members, protocol, x, opts_for, methods, episodes, rows, boot, refine_ok: bool) -> dict:
     """A one-parameter protocol over grid ``x``: every array the page reads."""
-    from .replay import run_sweep
-
     param = P.get(protocol).param
     kw = {"rho": list(x)} if param == "rho" else {param: list(x)}
     frame = run_sweep(members, opts_for(protocols=protocol, **kw)).frame
@@ -426,8 +429,6 @@ def _view_1d(members, protocol, x, opts_for, methods, episodes, rows, boot, refi
 
 def _view_2d(members, protocol, x, y, opts_for, methods, episodes, boot) -> dict:
     """A combined protocol over ``x`` (ρ) × ``y`` (T or B), cells flattened x-major."""
-    from .replay import run_sweep
-
     p2 = P.get(protocol).param2
     frame = run_sweep(members, opts_for(protocols=protocol, rho=list(x), **{p2: list(y)})).frame
     pooled = an.pool_seeds(frame)
@@ -510,9 +511,6 @@ def _pack(protocol, params, axes, U, lo, hi, cube, terms, win, ru, tie, lead_lo,
 
 # ----------------------------------------------------------------------------- build
 def _progress():
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     console = Console(stderr=True)
     if not console.is_terminal:
         return None  # a log or a pipe: no bar (errors stay one line)
@@ -539,8 +537,6 @@ def build_data(
     ``options`` are the sweep's (grids given with it join the dense grids; ``protocols``
     chooses the views; ``arrivals`` is replaced by each entry of ``arrivals`` in turn for the
     discrete and combined protocols)."""
-    from .traces import TraceSet, group_lambdas
-
     boot = bootstrap or BootstrapOptions()
     arrivals = list(dict.fromkeys(arrivals)) or ["periodic"]
     resolved = [SweepOptions.build(options, arrivals=a).resolve() for a in arrivals]  # every spec checked first
@@ -607,9 +603,6 @@ def build_data(
     finally:
         if bar:
             bar.stop()
-    from . import __version__
-    from .palette import method_colour
-
     all_methods = sorted({m for g in groups_out for m in g["methods"]})
     return {
         "version": DATA_VERSION,
@@ -654,8 +647,6 @@ def _group_meta(members, label: str, lam: list[float]) -> dict:
 
 
 def _offline(ts, options, boot) -> dict | None:
-    from .replay import run_sweep
-
     frame = run_sweep(ts, SweepOptions.build(options, protocols="offline", arrivals="periodic", arrival_seeds=1)).frame
     if not frame.height:
         return None
