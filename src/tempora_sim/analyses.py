@@ -31,6 +31,7 @@ Conventions, stated once and used everywhere:
 from __future__ import annotations
 
 import math
+from itertools import combinations
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -961,8 +962,6 @@ def seed_stability(df: pl.DataFrame, tol: float = DEFAULT_TOL, max_subsets: int 
     in seed order), with the lowest and highest subset share. Where the share reaches 1 one
     seed earlier, more seeds would not have changed the grid. ``single`` rows give each seed
     alone."""
-    from itertools import combinations
-
     check_utility_table(df)
     if SEED not in df.columns:
         raise AnalysisError("these results are pooled over seeds already: seed stability needs the per-seed table")

@@ -154,6 +154,7 @@ class SweepOptions:
             lam = grids.parse_time_ms(self.lambda_ms, "lambda-ms")
             if lam <= 0:
                 raise GridError(f"--lambda-ms: λ must be > 0 ms (got {lam:g})")
+        # lazy: options load with `--help`; the parsers bring the arrivals, scenarios and registry
         from .arrivals import parse_arrivals
         from .protocols import parse_protocols
         from .scenarios import check_scenario_options
@@ -224,7 +225,7 @@ def click_options(fn: Callable) -> Callable:
     Click defaults are ``None`` (or ``False`` for flags) so a command can tell what the user
     typed (``report`` refuses sweep options when it reads results); the help shows the real
     default. The command receives the values under the field names."""
-    import click
+    import click  # lazy: the library API (`tempora_sim.sweep(...)`) does not need click
 
     for f in reversed(dataclasses.fields(SweepOptions)):
         meta = f.metadata
