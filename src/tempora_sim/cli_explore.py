@@ -127,8 +127,8 @@ def _arrivals_multiple(fn):
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @_arrivals_multiple
 @sweep_options
-@bootstrap_options(timing=False)  # the page's intervals replay the traced times (docs/design/statistics.md)
-def explore_command(traces, out, quiet, ci_level, resamples, ci_seed, **options):
+@bootstrap_options
+def explore_command(traces, out, quiet, ci_level, resamples, ci_seed, timing_replicates, **options):
     """Write one self-contained HTML page to move ρ, T and B over TRACES and watch the winners.
 
     Every protocol is replayed on dense grids (≥ 100 values of ρ, T and B, the combined
@@ -138,7 +138,7 @@ def explore_command(traces, out, quiet, ci_level, resamples, ci_seed, **options)
     if "protocols" not in opts.given():
         opts = SweepOptions.build(opts, protocols=DEFAULT_PROTOCOLS)
     path = check_out_file(out)
-    boot = make_bootstrap(ci_level, resamples, ci_seed)
+    boot = make_bootstrap(ci_level, resamples, ci_seed, timing_replicates)
     t0 = time.perf_counter()
     data = build(traces, opts, arrivals, boot, progress=not quiet)
     write_page(data, path)

@@ -38,7 +38,7 @@ import polars as pl
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from . import __version__, grids
+from . import __version__, grids, timing_noise
 from . import analyses as an
 from . import protocols as P
 
@@ -50,6 +50,7 @@ from .errors import SimError
 from .options import SweepOptions
 from .palette import method_colour
 from .replay import run_sweep
+from .replicates import replicates_of
 from .stats import BootstrapOptions
 from .traces import TraceSet, group_lambdas
 
@@ -394,7 +395,11 @@ def _view_1d(members, protocol, x, opts_for, methods, episodes, rows, boot, refi
     """A one-parameter protocol over grid ``x``: every array the page reads."""
     param = P.get(protocol).param
     kw = {"rho": list(x)} if param == "rho" else {param: list(x)}
-    frame = run_sweep(members, opts_for(protocols=protocol, **kw)).frame
+    result = run_sweep(members, opts_for(protocols=protocol, **kw))
+    frame = result.frame
+    # the traces' measured timing variability joins every interval and certainty, as in report
+    # and advise (common random numbers across methods keep the leads paired)
+    timing = replicates_of(result, boot.timing_replicates, boot.seed)
     pooled = an.pool_seeds(frame)
     xkeys = [(round(float(v), 9),) for v in x]
     terms = [t[0] for t in P.get(protocol).page_terms]
@@ -403,14 +408,14 @@ def _view_1d(members, protocol, x, opts_for, methods, episodes, rows, boot, refi
     win, ru, tie = _winners(U)
     xvals = [k[0] for k in xkeys]
     # pooled cells: corruptions (and seeds) resampled; every method
-    pooled_iv = an.utility_intervals(frame.filter(pl.col("episode") != an.POOLED), None, boot)
+    pooled_iv = an.utility_intervals(frame.filter(pl.col("episode") != an.POOLED), None, boot, timing=timing)
     look = _row_lookup(pooled_iv)
     lo, hi = _bounds(look, pooled_iv, episodes, methods, xvals)
     lead_lo, lead_hi, cert = _leads(pooled_iv, look, episodes, methods, xvals, win, ru, tie, only_pooled=True)
     if rows is not None:
         # per corruption: batches resampled (report's rule), for each cell's winner and runner-up
         sub = _cell_subset(frame, episodes, methods, xvals, win, ru)
-        cell_iv = an.utility_intervals(sub, an.align_group_dtypes(rows, frame), boot, pooled=False)
+        cell_iv = an.utility_intervals(sub, an.align_group_dtypes(rows, frame), boot, pooled=False, timing=timing)
         cell_look = {k: r for k, r in _row_lookup(cell_iv).items() if k[0] != an.POOLED}
         clo, chi = _bounds(cell_look, cell_iv, episodes, methods, xvals)
         lo[1:], hi[1:] = clo[1:], chi[1:]
@@ -423,7 +428,8 @@ def _view_1d(members, protocol, x, opts_for, methods, episodes, rows, boot, refi
 
     sw = _switches(np.asarray(x), U[0].T, win[0], refine if refine_ok else None)
     return _pack(protocol, [param], [x], U, lo, hi, cube, terms, win, ru, tie, lead_lo, lead_hi, cert) | {
-        "switch": {"below": sw[0], "below_m": sw[1], "above": sw[2], "above_m": sw[3], "lo": float(x[0]), "hi": float(x[-1])}
+        "timing": timing_noise.describe(timing, boot.timing_replicates),
+        "switch": {"below": sw[0], "below_m": sw[1], "above": sw[2], "above_m": sw[3], "lo": float(x[0]), "hi": float(x[-1])},
     }
 
 
@@ -455,7 +461,12 @@ def _view_2d(members, protocol, x, y, opts_for, methods, episodes, boot) -> dict
     win, ru, tie = _winners(U)
     lead_lo, lead_hi, cert = _leads(pooled_iv, look, episodes, methods, cells, win, ru, tie, only_pooled=True)
     return _pack(protocol, ["rho", p2], [x, y], U, lo, hi, cube, terms, win, ru, tie, lead_lo, lead_hi, cert) | {
-        "switches": _switches_2d(np.asarray(x), np.asarray(y), U[0], win[0])
+        "timing": (
+            "timing uncertainty: left out of the combined views' intervals (conditional on the traced times)"
+            if timing_noise.timing_status(members.traces) == timing_noise.MEASURED
+            else timing_noise.describe(None, 0).replace("results read without their traces", "no trace measured its timing variability")
+        ),
+        "switches": _switches_2d(np.asarray(x), np.asarray(y), U[0], win[0]),
     }
 
 

@@ -288,3 +288,32 @@ def test_failed_write_keeps_the_earlier_page(code, needle, ws, monkeypatch):
     args = ["explore", str(ws / "traces"), "--out", str(ws / "page.html"), "--quiet", "--protocol", "discrete", "--resamples", "100"]
     assert_refused(invoke(main, args), PROG, needle, before, ws)
     assert (ws / "page.html").read_text() == "an earlier page"
+
+
+def _discrete_view(root: Path, timing_replicates: int) -> dict:
+    from tempora_sim.explore import build_data
+    from tempora_sim.options import SweepOptions
+    from tempora_sim.stats import BootstrapOptions
+    from tempora_sim.traces import load_traces
+
+    opts = SweepOptions.build(protocols="discrete")
+    data = build_data(load_traces(str(root)), opts, bootstrap=BootstrapOptions(timing_replicates=timing_replicates), progress=False)
+    return data["groups"][0]["views"]["discrete|periodic"]
+
+
+def test_intervals_include_the_measured_timing_variability(tmp_path):
+    """As report and advise: the page's intervals and certainty replay the traces' measured
+    timing variability, and say so; with none measured (zero spread) they are the intervals
+    without timing exactly, and with a spread they differ."""
+    from tempora_sim.synthetic import SyntheticVariability
+
+    flat = SyntheticVariability(0.0, 0.0, gaps_ms=())
+    moving = SyntheticVariability(pass_sd=0.08, event_sd=0.05, gaps_ms=())
+    write_trace_set(tmp_path / "flat", ("standard", "tent"), variability=flat, **SMALL)
+    write_trace_set(tmp_path / "moving", ("standard", "tent"), variability=moving, **SMALL)
+    with_t, without = _discrete_view(tmp_path / "flat", 20), _discrete_view(tmp_path / "flat", 0)
+    assert "included (20 timing replicates" in with_t["timing"] and "not included" in without["timing"]
+    for k in ("lo", "hi", "lead_lo", "lead_hi", "cert"):
+        assert np.array_equal(np.asarray(with_t[k], float), np.asarray(without[k], float), equal_nan=True), k
+    with_t, without = _discrete_view(tmp_path / "moving", 20), _discrete_view(tmp_path / "moving", 0)
+    assert not np.array_equal(np.asarray(with_t["lo"], float), np.asarray(without["lo"], float), equal_nan=True)

@@ -355,6 +355,7 @@
       const level = `${+(D.ci_level * 100).toPrecision(3)}%`;
       const tied = v.tie[0][c] && ru >= 0 ? ` (tied with ${esc(g.methods[ru])})` : "";
       html += `<div class="big">At ${esc(here())}: use <span id="recommended" data-method="${esc(m)}" style="color:${colour(m)}">${esc(m)}</span>${tied} · U = ${pct(v.u[0][w][c])} [${pct(v.lo[0][w][c])}, ${pct(v.hi[0][w][c])}] <span class="hint">(${level} interval, corruptions resampled)</span></div>`;
+      if (v.timing) html += `<div class="hint" id="timing">${esc(v.timing)}</div>`;
       if (ru >= 0 || v.tie[0][c])
         html += `<div id="lead" data-runner-up="${ru >= 0 ? esc(g.methods[ru]) : ""}" data-certain="${cert === null ? "" : cert}">lead over ${ru >= 0 ? esc(g.methods[ru]) : "–"}: ${pp(ru >= 0 ? v.lead[0][c] : 0)} pp [${pp(v.lead_lo[0][c])}, ${pp(v.lead_hi[0][c])}] (paired) → <span class="${cert === 1 ? "certain" : "uncertain"}">${verdict}</span></div>`;
       const sws = v.switch ? [[v.params[0], v.switch]] : v.switches ? v.params.map((p, a) => [p, v.switches[a]]) : [];
