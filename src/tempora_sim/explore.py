@@ -436,36 +436,38 @@ def _view_1d(members, protocol, x, opts_for, methods, episodes, rows, boot, refi
 def _view_2d(members, protocol, x, y, opts_for, methods, episodes, boot) -> dict:
     """A combined protocol over ``x`` (ρ) × ``y`` (T or B), cells flattened x-major."""
     p2 = P.get(protocol).param2
-    frame = run_sweep(members, opts_for(protocols=protocol, rho=list(x), **{p2: list(y)})).frame
+    result = run_sweep(members, opts_for(protocols=protocol, rho=list(x), **{p2: list(y)}))
+    frame = result.frame
     pooled = an.pool_seeds(frame)
     xkeys = [(round(float(a), 9), round(float(b), 9)) for a in x for b in y]
     terms = [t[0] for t in P.get(protocol).page_terms]
     cube = _cube(pooled, episodes, methods, xkeys, ["utility", *terms], ["value", "value2"])
     U = cube["utility"]
     # the interval machinery reads one-parameter scenarios: each (ρ, second) cell becomes one
-    # value, as advise does for a combined constraint
+    # value, as advise does for a combined constraint (its timing replicates relabelled alike)
     lookup = pl.DataFrame(
         {"_a": [k[0] for k in xkeys], "_b": [k[1] for k in xkeys], "_cell": [float(i) for i in range(len(xkeys))]},
         schema={"_a": pl.Float64, "_b": pl.Float64, "_cell": pl.Float64},
     )
-    keyed = (
-        frame.with_columns(pl.col("value").cast(pl.Float64).round(9).alias("_a"), pl.col("value2").cast(pl.Float64).round(9).alias("_b"))
-        .join(lookup, on=["_a", "_b"], how="inner")
-        .with_columns(pl.col("_cell").alias("value"), pl.lit("discrete").alias("protocol"))
-        .drop([c for c in ("param2", "value2", "_a", "_b", "_cell") if c in frame.columns or c.startswith("_")])
-    )
-    pooled_iv = an.utility_intervals(keyed.filter(pl.col("episode") != an.POOLED), None, boot)
+
+    def to_cells(f: pl.DataFrame) -> pl.DataFrame:
+        return (
+            f.with_columns(pl.col("value").cast(pl.Float64).round(9).alias("_a"), pl.col("value2").cast(pl.Float64).round(9).alias("_b"))
+            .join(lookup, on=["_a", "_b"], how="inner")
+            .with_columns(pl.col("_cell").alias("value"), pl.lit("discrete").alias("protocol"))
+            .drop([c for c in ("param2", "value2", "_a", "_b", "_cell") if c in f.columns or c.startswith("_")])
+        )
+
+    timing = replicates_of(result, boot.timing_replicates, boot.seed)
+    timing = timing.map(to_cells) if timing is not None else None
+    pooled_iv = an.utility_intervals(to_cells(frame).filter(pl.col("episode") != an.POOLED), None, boot, timing=timing)
     look = _row_lookup(pooled_iv)
     cells = [float(i) for i in range(len(xkeys))]
     lo, hi = _bounds(look, pooled_iv, episodes, methods, cells)
     win, ru, tie = _winners(U)
     lead_lo, lead_hi, cert = _leads(pooled_iv, look, episodes, methods, cells, win, ru, tie, only_pooled=True)
     return _pack(protocol, ["rho", p2], [x, y], U, lo, hi, cube, terms, win, ru, tie, lead_lo, lead_hi, cert) | {
-        "timing": (
-            "timing uncertainty: left out of the combined views' intervals (conditional on the traced times)"
-            if timing_noise.timing_status(members.traces) == timing_noise.MEASURED
-            else timing_noise.describe(None, 0).replace("results read without their traces", "no trace measured its timing variability")
-        ),
+        "timing": timing_noise.describe(timing, boot.timing_replicates),
         "switches": _switches_2d(np.asarray(x), np.asarray(y), U[0], win[0]),
     }
 
