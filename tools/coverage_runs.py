@@ -17,6 +17,9 @@ from pathlib import Path
 
 import polars as pl
 
+from tempora_sim.coverage import overall
+from tempora_sim.timing_noise import MEASURED
+
 KEYS = ["method", "protocol", "rho", "budget_ms"]
 
 
@@ -28,74 +31,64 @@ def load(runs: list[Path]) -> pl.DataFrame:
         if not path.is_file():
             raise SystemExit(f"coverage_runs: {path}: no such file (a make validate output folder or its validation.csv)")
         frames.append(pl.read_csv(path, infer_schema_length=None).with_columns(pl.lit(i).alias("run_index")))
-    return pl.concat(frames, how="diagonal_relaxed").filter(pl.col("timing_uncertainty") == "measured")
+    return pl.concat(frames, how="diagonal_relaxed").filter(pl.col("timing_uncertainty") == MEASURED)
 
 
 def per_setting(s: pl.DataFrame) -> pl.DataFrame:
-    """One row per setting, the runs added up."""
+    """One row per setting, the runs added up, in the columns of ``validate``'s settings (so
+    :func:`tempora_sim.coverage.overall` summarises them as it summarises one run)."""
+    has_alpha = pl.col("covered_alpha").is_not_null().any()
     return (
         s.group_by(KEYS, maintain_order=True)
         .agg(
-            pl.col("runs").sum().alias("live_runs"),
-            pl.col("covered_alpha").sum().alias("covered_alpha"),
-            pl.col("covered_alpha").is_not_null().any().alias("has_alpha"),
-            pl.col("covered_utility").sum().alias("covered_utility"),
-            pl.col("width_alpha_pp").median().alias("width_alpha_pp"),
-            pl.col("width_utility_pp").median().alias("width_utility_pp"),
+            pl.col("runs").sum(),
+            pl.when(has_alpha).then(pl.col("covered_alpha").sum()).alias("covered_alpha"),
+            pl.col("covered_utility").sum(),
+            pl.col("width_alpha_pp").median(),
+            pl.col("width_utility_pp").median(),
         )
         .with_columns(
-            pl.when(pl.col("has_alpha")).then(100.0 * pl.col("covered_alpha") / pl.col("live_runs")).alias("alpha_pct"),
-            (100.0 * pl.col("covered_utility") / pl.col("live_runs")).alias("utility_pct"),
+            (100.0 * pl.col("covered_alpha") / pl.col("runs")).alias("coverage_alpha_pct"),
+            (100.0 * pl.col("covered_utility") / pl.col("runs")).alias("coverage_utility_pct"),
+            pl.lit(MEASURED).alias("timing_uncertainty"),
         )
     )
 
 
-def summary(t: pl.DataFrame) -> dict:
-    a = t.filter(pl.col("has_alpha"))
-    return {
-        "settings": t.height,
-        "alpha": (int(a["covered_alpha"].sum()), int(a["live_runs"].sum())),
-        "utility": (int(t["covered_utility"].sum()), int(t["live_runs"].sum())),
-        "lowest_alpha": a["alpha_pct"].min() if a.height else None,
-        "lowest_utility": t["utility_pct"].min(),
-        "width_alpha": a["width_alpha_pp"].median() if a.height else None,
-        "width_utility": t["width_utility_pp"].median(),
-    }
-
-
-def _frac(pair: tuple[int, int]) -> str:
-    return f"{pair[0]}/{pair[1]} = {100 * pair[0] / pair[1]:.1f} %" if pair[1] else "–"
+def _frac(covered: int | None, runs: int) -> str:
+    return f"{covered}/{runs} = {100 * covered / runs:.1f} %" if covered is not None and runs else "–"
 
 
 def _num(x, unit: str = "") -> str:
     return "–" if x is None else f"{x:.1f}{unit}"
 
 
+def _summary_line(label: str, x: dict | None, runs: int) -> str:
+    if x is None:
+        return f"\n{label}: none"
+    return (
+        f"\n{label} ({x['settings']} settings, {runs} runs): α {_frac(x.get('covered_alpha'), x.get('alpha_runs', 0))} "
+        f"(lowest setting {_num(x.get('lowest_setting_alpha_pct'), ' %')}, median width {_num(x.get('median_width_alpha_pp'), ' pp')}); "
+        f"U {_frac(x['covered_utility'], x['runs'])} (lowest setting {_num(x['lowest_setting_utility_pct'], ' %')}, "
+        f"median width {_num(x['median_width_utility_pp'], ' pp')})"
+    )
+
+
 def markdown(runs: list[Path]) -> str:
-    s = load(runs)
-    t = per_setting(s)
+    t = per_setting(load(runs))
     lines = [
         "| method | setting | live runs | α inside | U inside | median width α / U (pp) |",
         "|---|---|---|---|---|---|",
     ]
     for r in t.iter_rows(named=True):
         setting = f"ρ = {100 * r['rho']:.0f} %" if r["protocol"] == "discrete" else f"B = {r['budget_ms']:.0f} ms"
-        a = _frac((r["covered_alpha"], r["live_runs"])) if r["has_alpha"] else "–"
         lines.append(
-            f"| {r['method']} | {setting} | {r['live_runs']} | {a} | {_frac((r['covered_utility'], r['live_runs']))} | "
-            f"{_num(r['width_alpha_pp'])} / {_num(r['width_utility_pp'])} |"
+            f"| {r['method']} | {setting} | {r['runs']} | {_frac(r['covered_alpha'], r['runs'])} | "
+            f"{_frac(r['covered_utility'], r['runs'])} | {_num(r['width_alpha_pp'])} / {_num(r['width_utility_pp'])} |"
         )
-    width = pl.col("width_utility_pp").fill_null(0.0) + pl.col("width_alpha_pp").fill_null(0.0)
-    for label, part in (("every setting", t), ("settings whose interval has a width", t.filter(width > 0))):
-        if not part.height:
-            lines.append(f"\n{label}: none")
-            continue
-        x = summary(part)
-        lines.append(
-            f"\n{label} ({x['settings']} settings, {len(runs)} runs): α {_frac(x['alpha'])} (lowest setting {_num(x['lowest_alpha'], ' %')}, "
-            f"median width {_num(x['width_alpha'], ' pp')}); U {_frac(x['utility'])} (lowest setting {_num(x['lowest_utility'], ' %')}, "
-            f"median width {_num(x['width_utility'], ' pp')})"
-        )
+    every = overall(t)
+    lines.append(_summary_line("every setting", every, len(runs)))
+    lines.append(_summary_line("settings whose interval has a width", every["informative"], len(runs)))
     return "\n".join(lines)
 
 
