@@ -4,7 +4,8 @@ A live run replays nothing: it serves the same batches as the trace (same seed, 
 episodes) on the real clock, so what separates it from the replay is timing alone. For each
 validated setting this module replays the trace's measured timing variability
 (:mod:`tempora_sim.timing_noise`, ``replicates`` timing replicates of the trace cut to the
-live run's episodes and batches, the model measured on the whole trace) and takes the
+live run's episodes and batches, the model measured on the whole trace and pooled over its
+group as a sweep pools it) and takes the
 percentile interval of α and U over the replicates: the replay's *timing interval*. The
 coverage of a setting is the share of its live runs whose α (and U) lie inside it; its width
 says how wide the interval had to be. A trace without the measurement has no timing interval
@@ -43,13 +44,13 @@ COLUMNS = (
 
 
 def timing_interval(
-    trace, restricted, run: dict, lam: float, replicates: int = DEFAULT_REPLICATES, level: float = DEFAULT_LEVEL, seed: int = 0
+    model, restricted, run: dict, lam: float, replicates: int = DEFAULT_REPLICATES, level: float = DEFAULT_LEVEL, seed: int = 0
 ):
-    """(α lo, α hi, U lo, U hi) of ``restricted`` (``trace`` cut to a live run's batches) under
-    the live run's setting ``run``, over ``replicates`` timing replicates drawn from the model
-    measured on the whole ``trace``; None when the trace measured no variability. α is None
-    for an amortised setting."""
-    model = tn.timing_model(trace)
+    """(α lo, α hi, U lo, U hi) of ``restricted`` (a trace cut to a live run's batches) under
+    the live run's setting ``run``, over ``replicates`` timing replicates drawn from ``model``
+    (:func:`tempora_sim.timing_noise.timing_models`: measured on the whole trace, its spread
+    pooled over its group); None when the trace measured no variability (``model`` None). α is
+    None for an amortised setting."""
     if model is None:
         return None
     if run["protocol"] == "discrete":

@@ -19,7 +19,7 @@ from .timing_noise import (
     idle_curves,
     replicate_factors,
     scaled,
-    timing_model,
+    timing_models,
     trace_label,
 )
 
@@ -33,7 +33,7 @@ def replicates_of(result, count: int = DEFAULT_REPLICATES, seed: int = 0, models
         return None
     series, opt = result.series, result.resolved
     if models is None:  # else one per trace of the series (e.g. measured on the uncut trace)
-        models = [timing_model(t) for t in series.traces]
+        models = timing_models(series.traces)
     status = {trace_label(t): (MEASURED if m is not None else UNKNOWN) for t, m in zip(series.traces, models)}
     if count <= 0 or all(m is None for m in models):
         return TimingReplicates(result.frame, [], status)

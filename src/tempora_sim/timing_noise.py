@@ -14,9 +14,13 @@ batch, one residual, and scales that batch's ``e``, ``ℓ`` and ``δ`` by
 stays as it is.
 
 A few passes estimate the pass shift's spread poorly, and all of them share the traced pass,
-so a new pass's shift is drawn from a predictive normal: centred on the measured shifts' mean,
-with their standard deviation widened by √(1 + 1/K) and Student's t_{K−1} (:func:`shift_spread`).
-The residuals (tens of events) are resampled as measured.
+so a new pass's shift is drawn from a predictive normal: centred on the trace's measured shifts'
+mean, with a standard deviation widened by √(1 + 1/K) and Student's t (:func:`shift_spread`).
+A pass shift is the machine's state, not the method's (the premise of the common random numbers
+below), so the standard deviation is pooled over the measured traces of a comparison group —
+same device, same model — and t takes the pooled degrees of freedom Σ(K_t − 1)
+(:func:`timing_models`); one trace alone keeps its own K − 1. The residuals (tens of events)
+are resampled as measured.
 
 **Common random numbers.** Replicate ``r`` draws one uniform ``u_r`` per comparison group and
 one uniform ``v_{r,j}`` per (group, episode, step); every method of the group maps the same
@@ -63,16 +67,34 @@ _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 
 _Z975 = 1.959964
 
 
-def shift_spread(shifts: np.ndarray) -> tuple[float, float] | None:
+def _t975(df: int) -> float:
+    return _T975[df - 1] if df <= len(_T975) else _Z975
+
+
+def shift_spread(shifts: np.ndarray, pooled: tuple[float, int] | None = None) -> tuple[float, float] | None:
     """(centre, scale) of the predictive distribution of a new pass's shift from K measured
-    shifts: centre = their mean; scale = their standard deviation (ddof 1) × √(1 + 1/K) ×
-    t_{K−1, 97.5 %}/z_{97.5 %} (a normal that matches Student's t prediction interval at 95 %:
-    few passes, wide spread). None for K < 2."""
+    shifts: centre = their mean; scale = a standard deviation σ × √(1 + 1/K) × t_{df, 97.5 %}/z_{97.5 %}
+    (a normal that matches Student's t prediction interval at 95 %: few passes, wide spread).
+    σ and df are the shifts' own (ddof 1, K − 1) unless ``pooled`` = (σ, df) gives the comparison
+    group's. None when there is no spread to use (K < 2 and nothing pooled)."""
     k = shifts.size
-    if k < 2:
-        return None
-    t = _T975[k - 2] if k - 1 <= len(_T975) else _Z975
-    return float(np.mean(shifts)), float(np.std(shifts, ddof=1) * math.sqrt(1.0 + 1.0 / k) * t / _Z975)
+    if pooled is None:
+        if k < 2:
+            return None
+        pooled = (float(np.std(shifts, ddof=1)), k - 1)
+    sd, df = pooled
+    return float(np.mean(shifts)), float(sd * math.sqrt(1.0 + 1.0 / k) * _t975(df) / _Z975)
+
+
+def pooled_shift_sd(models: Sequence["TimingModel"]) -> tuple[float, int] | None:
+    """(σ, df): the pass shifts' standard deviation pooled over ``models`` (each around its own
+    mean), df = Σ(K_t − 1); None when no model has two shifts."""
+    ss, df = 0.0, 0
+    for m in models:
+        if m.shifts.size >= 2:
+            ss += float(np.sum((m.shifts - np.mean(m.shifts)) ** 2))
+            df += m.shifts.size - 1
+    return (math.sqrt(ss / df), df) if df else None
 
 
 @dataclass(frozen=True)
@@ -85,11 +107,14 @@ class TimingModel:
     idle_factors: np.ndarray  # factor per gap (1 where the effect is not systematic)
     events: int
     seconds: float
+    #: (σ, df) of the pass shifts pooled over the comparison group (:func:`timing_models`);
+    #: None: this trace's own shifts alone.
+    pooled: tuple[float, int] | None = None
 
     def shift(self, u: float) -> float:
         """The pass shift of uniform ``u``: the predictive normal of :func:`shift_spread` at
-        ``u`` (clipped to [0.1 %, 99.9 %]), or the single measured shift when K = 1."""
-        spread = shift_spread(self.shifts)
+        ``u`` (clipped to [0.1 %, 99.9 %]), or the single measured shift when nothing gives a spread."""
+        spread = shift_spread(self.shifts, self.pooled)
         if spread is None:
             return float(self.shifts[0])
         return spread[0] + spread[1] * NormalDist().inv_cdf(min(max(u, 1e-3), 1 - 1e-3))
@@ -166,6 +191,21 @@ def timing_model(trace) -> TimingModel | None:
     if not tv:
         return None
     return model_from_measurement(tv, _main_delta(trace, tv["sample"]))
+
+
+def timing_models(traces: Sequence) -> list[TimingModel | None]:
+    """One :class:`TimingModel` per trace (None: not measured), each with its pass-shift
+    spread pooled over the measured traces of its comparison group (:func:`pooled_shift_sd`)."""
+    models = [timing_model(t) for t in traces]
+    groups: dict[str, list[int]] = {}
+    for i, (t, m) in enumerate(zip(traces, models)):
+        if m is not None:
+            groups.setdefault(t.group.label(), []).append(i)
+    for members in groups.values():
+        pooled = pooled_shift_sd([models[i] for i in members])
+        for i in members:
+            models[i] = dataclasses.replace(models[i], pooled=pooled)
+    return models
 
 
 def timing_status(traces: Sequence) -> str:

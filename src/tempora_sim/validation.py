@@ -34,6 +34,7 @@ from tempora_schema.live import comparable_group, decode_live_metadata, validate
 from tempora_schema.outputs import check_output_dir, staged_dir, to_bytes, write_file
 
 from . import coverage
+from . import timing_noise as tn
 from .errors import GroupError, SimError, TraceFileError
 from .replay import ALL_EPISODES, run_sweep
 from .tolerances import (  # noqa: F401  (re-exported: the defaults' former home)
@@ -350,6 +351,7 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
         settings.setdefault(st.setting(), []).append(st)
 
     setting_rows, run_rows, dis_rows = [], [], []
+    models = dict(zip(map(id, traces.traces), tn.timing_models(traces.traces)))
     for runs in settings.values():
         first = runs[0]
         meta = first.file.meta
@@ -388,7 +390,7 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
         # does the replay's timing interval (the trace's measured variability) cover the live runs?
         row.update(
             coverage.coverage_row(
-                coverage.timing_interval(trace, _restricted(trace, first.episodes, first.num_batches), first.run, float(meta["lambda_ms"])),
+                coverage.timing_interval(models[id(trace)], _restricted(trace, first.episodes, first.num_batches), first.run, float(meta["lambda_ms"])),
                 [r.alpha for r in runs] if proto == "discrete" else [None] * len(runs),
                 [r.utility for r in runs],
             )

@@ -213,6 +213,11 @@ def test_replicates_match_an_event_simulation_drawing_from_the_same_model(tmp_pa
     res = run_sweep(ts, protocols="discrete", rho=[rho])
     reps = replicates_of(res, 3, seed)
     lam = res.frame.get_column("lambda_ms")[0]
+    # the pass shifts' spread, pooled over the group's traces around each trace's own mean
+    own = [tn.timing_model(t).shifts for t in ts.traces]
+    df = sum(s.size - 1 for s in own)
+    pooled_sd = math.sqrt(sum(float(((s - s.mean()) ** 2).sum()) for s in own) / df)
+    t975 = {2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 8: 2.306}[df]
     for trace in ts.traces:
         model = tn.timing_model(trace)
         label = trace.group.label()
@@ -223,15 +228,30 @@ def test_replicates_match_an_event_simulation_drawing_from_the_same_model(tmp_pa
             start += n
             for r, frame in enumerate(reps.reps):
                 u, v = _uniforms(seed, r, label, ep, n)
-                # predictive normal of a new pass's shift: mean, sd·√(1+1/K)·t_{K−1}/z of the K shifts
+                # predictive normal of a new pass's shift: own mean, pooled sd·√(1+1/K)·t_df/z
                 k = model.shifts.size
-                scale = np.std(model.shifts, ddof=1) * math.sqrt(1 + 1 / k) * {2: 12.706, 3: 4.303, 4: 3.182}[k] / 1.959964
+                scale = pooled_sd * math.sqrt(1 + 1 / k) * t975 / 1.959964
                 shift = float(np.mean(model.shifts)) + scale * NormalDist().inv_cdf(min(max(u, 1e-3), 1 - 1e-3))
                 res_ = model.residuals[np.minimum((v * model.residuals.size).astype(int), model.residuals.size - 1)]
                 times = delta * np.exp(shift + res_)
                 served, _ = event_oracle(a.tolist(), times.tolist(), lam / rho, 1, False, model.idle_gaps_ms, model.idle_factors)
                 row = frame.filter((pl.col("method") == trace.method) & (pl.col("episode") == ep))
                 assert row.get_column("served")[0] == served
+
+
+def test_pooled_spread_hand_worked_and_one_trace_alone_keeps_its_own():
+    """Shifts {0, 0.1, 0.2} and {0.5, 0.7}: squares around each mean 0.02 + 0.02 over
+    df = 2 + 1 → σ = √(0.04/3); a K = 3 trace's scale is σ·√(4/3)·t_3/z. One trace alone: its
+    own σ and t_{K−1}, as before pooling."""
+    mk = lambda shifts: tn.TimingModel(np.array(shifts), np.zeros(4), np.zeros(0), np.zeros(0), 4, 1.0)  # noqa: E731
+    a, b = mk([0.0, 0.1, 0.2]), mk([0.5, 0.7])
+    sd, df = tn.pooled_shift_sd([a, b])
+    assert df == 3 and sd == pytest.approx(math.sqrt(0.04 / 3))
+    centre, scale = tn.shift_spread(a.shifts, (sd, df))
+    assert centre == pytest.approx(0.1) and scale == pytest.approx(sd * math.sqrt(4 / 3) * 3.182 / 1.959964)
+    alone = tn.shift_spread(a.shifts, tn.pooled_shift_sd([a]))
+    assert alone == pytest.approx(tn.shift_spread(a.shifts))
+    assert alone[1] == pytest.approx(0.1 * math.sqrt(4 / 3) * 4.303 / 1.959964)
 
 
 def test_common_random_numbers_keep_identical_methods_tied(tmp_path):
