@@ -598,7 +598,7 @@ def group_lambdas(traceset: TraceSet, lambda_ms: float | None = None, rule: str 
 def group_warnings(traceset: TraceSet, lambdas: dict[GroupKey, float]) -> list[str]:
     """One line per group whose measurements look unfair (docs/reference/trace-schema.md, "Speed probe"):
     traces taken at machine speeds more than 10 % apart (median probe time per trace), or λ
-    above 1.5 × the median δ of ``standard`` (a noisy calibration inflates λ)."""
+    inflated by a few slow batches of ``standard`` (:func:`tempora_schema.provision.inflated_lambda`)."""
     lines = []
     for key, members in traceset.groups().items():
         problems = []
@@ -618,10 +618,10 @@ def group_warnings(traceset: TraceSet, lambdas: dict[GroupKey, float]) -> list[s
                 )
         std = next((t for t in members if t.method == STANDARD_METHOD), None)
         lam = lambdas.get(key)
-        if std is not None and lam is not None and (ratio := inflated_lambda(lam, std.adapt_delta)) is not None:
+        if std is not None and lam is not None and (inflated := inflated_lambda(lam, std.adapt_delta)) is not None:
             problems.append(
-                f"λ = {lam:.3g} ms is {ratio:.1f}× the median δ of standard ({lam / ratio:.3g} ms): "
-                "standard was timed on a noisy machine (consider --lambda-rule robust or re-tracing)"
+                f"λ = {lam:.3g} ms is {inflated[0]:.1f}× the robust λ of standard ({inflated[1]:.3g} ms, median + 6·1.4826·MAD): "
+                "a few slow batches of standard inflate it (consider --lambda-rule robust or re-tracing)"
             )
         if problems:
             lines.append(f"group {key.label()}: " + "; ".join(problems))

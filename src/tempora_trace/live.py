@@ -202,12 +202,12 @@ def standard_trace_lambda(cfg: TraceConfig, group, source: str | None, rule: str
     table = pq.read_table(path, columns=["phase", "delta_ms"]).to_pydict()
     delta = [d for p, d in zip(table["phase"], table["delta_ms"]) if p == "adapt"]
     lam = lambda_provision(delta, rule)[0]
-    ratio = inflated_lambda(lam, delta)
+    inflated = inflated_lambda(lam, delta)
     warning = None
-    if ratio is not None:
+    if inflated is not None:
         warning = (
-            f"warning: λ = {lam:.3f} ms is {ratio:.1f}× the median δ of {path} ({lam / ratio:.3f} ms): its δ "
-            "spread widely or a few batches stalled, and every setting is lighter than its ρ or B says "
+            f"warning: λ = {lam:.3f} ms is {inflated[0]:.1f}× the robust λ of {path} ({inflated[1]:.3f} ms, "
+            "median + 6·1.4826·MAD): a few of its batches stalled, and every setting is lighter than its ρ or B says "
             "(--lambda-rule robust, or trace standard again on a quiet machine)"
         )
     return lam, path, warning

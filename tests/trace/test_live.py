@@ -329,7 +329,7 @@ def test_lambda_rule_and_the_warning_on_an_inflated_lambda(cifar_c_root, tmp_pat
         err = capsys.readouterr().err
         if rule == "paper":
             assert meta["lambda_ms"] > 1.5 * median
-            assert err.count("\n") == 1 and "× the median δ" in err and "--lambda-rule robust" in err
+            assert err.count("\n") == 1 and "× the robust λ" in err and "--lambda-rule robust" in err
         else:
             assert meta["lambda_ms"] < 1.5 * median and err == ""
     with pytest.raises(ConfigError, match="--lambda-rule"):
