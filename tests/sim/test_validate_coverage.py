@@ -130,6 +130,19 @@ def test_zero_width_settings_are_counted_apart_so_trivial_coverage_cannot_pad_th
     assert "over the other 2 (20 live runs): α 9/10 = 90 %" in text and "U 17/20 = 85 % (lowest setting 70 %" in text
 
 
+def test_a_setting_of_two_runs_does_not_set_the_lowest_rate():
+    """With two runs a setting's coverage is 0, 50 or 100 %: the lowest setting is taken over
+    the settings of ten runs or more (90 % here), and the line says so; the 1-of-2 setting
+    still counts in the overall rate, (9 + 1)/12."""
+    s = pl.DataFrame([_setting(9, 9, 10, 4.0, 2.0), _setting(1, 1, 2, 4.0, 2.0)])
+    summary = overall(s)
+    assert summary["lowest_setting_utility_pct"] == pytest.approx(90.0) and summary["lowest_setting_alpha_pct"] == pytest.approx(90.0)
+    assert (summary["covered_utility"], summary["runs"]) == (10, 12)
+    assert "lowest setting of ≥ 10 runs 90 %" in describe(summary)
+    only_two = overall(pl.DataFrame([_setting(1, 1, 2, 4.0, 2.0)]))
+    assert only_two["lowest_setting_utility_pct"] == pytest.approx(50.0) and "lowest setting 50 %" in describe(only_two)
+
+
 def test_every_setting_zero_width_says_no_setting_tests_the_interval():
     s = pl.DataFrame([_setting(10, 10, 10, 0.0, 0.0)] * 2)
     summary = overall(s)
