@@ -266,11 +266,11 @@ def pooled_bounds(frame: pl.DataFrame, opts: st.BootstrapOptions | None = None, 
     if timing is not None and timing.count:
         idx = out.select(keys + ["episode"])
         shift_keys = [k for k in keys if k != "param"] + ["episode"]
-        for term in ALL_TERMS:
+        shifted = [term for term in ALL_TERMS if has[term].any()]
+        shifts = timing.shifts_of(idx, shift_keys, shifted, pool=an.pool_seeds)
+        for term in shifted:
             rows = np.flatnonzero(has[term])
-            if not rows.size:
-                continue
-            sh = timing.shifts(idx, shift_keys, term, pool=an.pool_seeds)[rows]
+            sh = shifts[term][rows]
             b = boot[term][rows] + sh[:, np.arange(R) % sh.shape[1]]
             boot[term][rows] = np.clip(b, 0.0, 1.0) if term in FRACTIONS else (np.maximum(b, 0.0) if term == "m" else b)
     cols = []

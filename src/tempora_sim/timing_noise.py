@@ -13,14 +13,14 @@ batch, one residual, and scales that batch's ``e``, ``ℓ`` and ``δ`` by
 ``exp(shift + residual)``; λ (a property of the deployment, fixed by the standard trace)
 stays as it is.
 
-A few passes estimate the pass shift's spread poorly, and all of them share the traced pass,
-so a new pass's shift is drawn from a predictive normal: centred on the trace's measured shifts'
-mean, with a standard deviation widened by √(1 + 1/K) and Student's t (:func:`shift_spread`).
-A pass shift is the machine's state, not the method's (the premise of the common random numbers
-below), so the standard deviation is pooled over the measured traces of a comparison group —
-same device, same model — and t takes the pooled degrees of freedom Σ(K_t − 1)
-(:func:`timing_models`); one trace alone keeps its own K − 1. The residuals (tens of events)
-are resampled as measured.
+The traced pass is a pass of the device like the K measured ones (its shift is 0 by
+definition), so a new pass's shift is drawn from a predictive normal of all K + 1 passes
+(:func:`passes`): centred on their mean, with a standard deviation widened by √(1 + 1/(K + 1))
+and Student's t (:func:`shift_spread`). A pass shift is the machine's state, not the method's
+(the premise of the common random numbers below), so the standard deviation is pooled over the
+measured traces of a comparison group — same device, same model — and t takes the pooled
+degrees of freedom Σ K_t (:func:`timing_models`); one trace alone keeps its own K. The
+residuals (tens of events) are resampled as measured.
 
 **Common random numbers.** Replicate ``r`` draws one uniform ``u_r`` per comparison group and
 one uniform ``v_{r,j}`` per (group, episode, step); every method of the group maps the same
@@ -61,7 +61,7 @@ UNKNOWN = "unknown"
 
 
 #: Two-sided 97.5 % quantiles of Student's t with 1 … 30 degrees of freedom: the predictive
-#: spread of a pass shift estimated from K passes is widened by t_{K−1} / z (matched at 95 %).
+#: spread of a pass shift estimated with df degrees of freedom is widened by t_df / z (matched at 95 %).
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
          2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
 _Z975 = 1.959964
@@ -71,29 +71,36 @@ def _t975(df: int) -> float:
     return _T975[df - 1] if df <= len(_T975) else _Z975
 
 
+def passes(shifts: np.ndarray) -> np.ndarray:
+    """Every timed pass of a trace as a shift from the traced one: the traced pass itself (0)
+    and the K measured ones. The traced pass is a pass of the device like the others."""
+    return np.concatenate(([0.0], np.asarray(shifts, np.float64)))
+
+
 def shift_spread(shifts: np.ndarray, pooled: tuple[float, int] | None = None) -> tuple[float, float] | None:
-    """(centre, scale) of the predictive distribution of a new pass's shift from K measured
-    shifts: centre = their mean; scale = a standard deviation σ × √(1 + 1/K) × t_{df, 97.5 %}/z_{97.5 %}
-    (a normal that matches Student's t prediction interval at 95 %: few passes, wide spread).
-    σ and df are the shifts' own (ddof 1, K − 1) unless ``pooled`` = (σ, df) gives the comparison
-    group's. None when there is no spread to use (K < 2 and nothing pooled)."""
-    k = shifts.size
+    """(centre, scale) of the predictive distribution of a new pass's shift from the K + 1
+    passes of a trace (:func:`passes`): centre = their mean; scale = a standard deviation σ ×
+    √(1 + 1/(K + 1)) × t_{df, 97.5 %}/z_{97.5 %} (a normal that matches Student's t prediction
+    interval at 95 %: few passes, wide spread). σ and df are the passes' own (ddof 1, df = K)
+    unless ``pooled`` = (σ, df) gives the comparison group's. None when K = 0 and nothing is pooled."""
+    p = passes(shifts)
     if pooled is None:
-        if k < 2:
+        if p.size < 2:
             return None
-        pooled = (float(np.std(shifts, ddof=1)), k - 1)
+        pooled = (float(np.std(p, ddof=1)), p.size - 1)
     sd, df = pooled
-    return float(np.mean(shifts)), float(sd * math.sqrt(1.0 + 1.0 / k) * _t975(df) / _Z975)
+    return float(np.mean(p)), float(sd * math.sqrt(1.0 + 1.0 / p.size) * _t975(df) / _Z975)
 
 
 def pooled_shift_sd(models: Sequence["TimingModel"]) -> tuple[float, int] | None:
-    """(σ, df): the pass shifts' standard deviation pooled over ``models`` (each around its own
-    mean), df = Σ(K_t − 1); None when no model has two shifts."""
+    """(σ, df): the passes' standard deviation pooled over ``models`` (each trace's K + 1 passes
+    around their own mean), df = Σ K_t; None when no model measured a pass."""
     ss, df = 0.0, 0
     for m in models:
-        if m.shifts.size >= 2:
-            ss += float(np.sum((m.shifts - np.mean(m.shifts)) ** 2))
-            df += m.shifts.size - 1
+        p = passes(m.shifts)
+        if p.size >= 2:
+            ss += float(np.sum((p - np.mean(p)) ** 2))
+            df += p.size - 1
     return (math.sqrt(ss / df), df) if df else None
 
 
@@ -113,10 +120,10 @@ class TimingModel:
 
     def shift(self, u: float) -> float:
         """The pass shift of uniform ``u``: the predictive normal of :func:`shift_spread` at
-        ``u`` (clipped to [0.1 %, 99.9 %]), or the single measured shift when nothing gives a spread."""
+        ``u`` (clipped to [0.1 %, 99.9 %]); 0 (the traced pass) when nothing gives a spread."""
         spread = shift_spread(self.shifts, self.pooled)
         if spread is None:
-            return float(self.shifts[0])
+            return 0.0
         return spread[0] + spread[1] * NormalDist().inv_cdf(min(max(u, 1e-3), 1 - 1e-3))
 
     @property
@@ -340,6 +347,8 @@ class TimingReplicates:
     base: pl.DataFrame
     reps: list[pl.DataFrame]
     status: dict[str, str] = field(default_factory=dict)
+    #: the frames after a ``pool`` function, by that function (every interval of a view pools alike)
+    _pooled: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def count(self) -> int:
@@ -349,27 +358,54 @@ class TimingReplicates:
         """The same transformation (a relabelling, a filter) applied to every frame."""
         return TimingReplicates(fn(self.base), [fn(r) for r in self.reps], dict(self.status))
 
+    def _frames(self, pool: Callable | None) -> list[pl.DataFrame]:
+        """[base, *reps], each after ``pool`` (computed once per function)."""
+        frames = [self.base, *self.reps]
+        if pool is None:
+            return frames
+        if pool not in self._pooled:
+            self._pooled[pool] = [pool(f) for f in frames]
+        return self._pooled[pool]
+
     def shifts(self, index: pl.DataFrame, keys: Sequence[str], column: str = "utility", pool: Callable | None = None) -> np.ndarray:
         """[index.height, R]: ``column`` of each replicate minus the base value, for the rows of
         ``index`` (matched on ``keys``; 0 where a row has no match or a value is missing).
         ``pool`` (e.g. pooling over seeds) is applied to every frame first."""
-        out = np.zeros((index.height, self.count))
+        return self.shifts_of(index, keys, [column], pool)[column]
+
+    def shifts_of(self, index: pl.DataFrame, keys: Sequence[str], columns: Sequence[str], pool: Callable | None = None) -> dict[str, np.ndarray]:
+        """:meth:`shifts` of several columns at once: every frame is pooled once and the rows
+        of ``index`` are matched once, on the base frame; a replicate whose keys come in the
+        base's order (the replay writes them so) is read by position, any other is matched
+        again."""
+        out = {c: np.zeros((index.height, self.count)) for c in columns}
         if not self.count or not index.height:
             return out
+        keys = list(keys)
         cast = [pl.col("value").cast(pl.Float64)] if "value" in keys else []
-        look = index.select(list(keys)).with_columns(cast).with_row_index("_i")
-        frames = [self.base, *self.reps]
-        if pool is not None:
-            frames = [pool(f) for f in frames]
-        cols = []
+        look = index.select(keys).with_columns(cast).with_row_index("_i")
+        frames = self._frames(pool)
+
+        def positions(frame: pl.DataFrame) -> np.ndarray:
+            sel = frame.select(keys).with_columns(cast).with_row_index("_j").unique(subset=keys, keep="first", maintain_order=True)
+            j = look.join(sel, on=keys, how="left", nulls_equal=True).sort("_i").get_column("_j")
+            return j.fill_null(-1).cast(pl.Int64).to_numpy()
+
+        base_keys = frames[0].select(keys)
+        base_pos = positions(frames[0])
+        values: dict[str, list[np.ndarray]] = {c: [] for c in columns}
         for f in frames:
-            sel = f.select([*keys, column]).with_columns(cast).unique(subset=list(keys), keep="first", maintain_order=True)
-            j = look.join(sel, on=list(keys), how="left", nulls_equal=True).sort("_i")
-            cols.append(j.get_column(column).cast(pl.Float64).fill_null(np.nan).to_numpy())
-        base = cols[0]
-        reps = np.stack(cols[1:], axis=1)
-        diff = reps - base[:, None]
-        return np.where(np.isfinite(diff), diff, 0.0)
+            pos = base_pos if f.height == base_keys.height and f.select(keys).equals(base_keys) else positions(f)
+            for c in columns:
+                if c not in f.columns:
+                    values[c].append(np.full(index.height, np.nan))
+                    continue
+                col = f.get_column(c).cast(pl.Float64).fill_null(np.nan).to_numpy()
+                values[c].append(np.where(pos >= 0, col[np.maximum(pos, 0)], np.nan) if col.size else np.full(index.height, np.nan))
+        for c in columns:
+            diff = np.stack(values[c][1:], axis=1) - values[c][0][:, None]
+            out[c] = np.where(np.isfinite(diff), diff, 0.0)
+        return out
 
 
 def trace_label(trace) -> str:

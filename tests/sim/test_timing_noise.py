@@ -213,11 +213,12 @@ def test_replicates_match_an_event_simulation_drawing_from_the_same_model(tmp_pa
     res = run_sweep(ts, protocols="discrete", rho=[rho])
     reps = replicates_of(res, 3, seed)
     lam = res.frame.get_column("lambda_ms")[0]
-    # the pass shifts' spread, pooled over the group's traces around each trace's own mean
-    own = [tn.timing_model(t).shifts for t in ts.traces]
-    df = sum(s.size - 1 for s in own)
-    pooled_sd = math.sqrt(sum(float(((s - s.mean()) ** 2).sum()) for s in own) / df)
-    t975 = {2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 8: 2.306}[df]
+    # every pass of a trace (the traced one at 0 and the measured ones), their spread pooled
+    # over the group's traces around each trace's own mean
+    own = [np.concatenate(([0.0], tn.timing_model(t).shifts)) for t in ts.traces]
+    df = sum(p.size - 1 for p in own)
+    pooled_sd = math.sqrt(sum(float(((p - p.mean()) ** 2).sum()) for p in own) / df)
+    t975 = {2: 4.303, 4: 2.776, 6: 2.447, 8: 2.306, 10: 2.228}[df]
     for trace in ts.traces:
         model = tn.timing_model(trace)
         label = trace.group.label()
@@ -228,10 +229,10 @@ def test_replicates_match_an_event_simulation_drawing_from_the_same_model(tmp_pa
             start += n
             for r, frame in enumerate(reps.reps):
                 u, v = _uniforms(seed, r, label, ep, n)
-                # predictive normal of a new pass's shift: own mean, pooled sd·√(1+1/K)·t_df/z
-                k = model.shifts.size
+                # predictive normal of a new pass's shift: mean of its K + 1 passes, pooled sd·√(1+1/(K+1))·t_df/z
+                k = model.shifts.size + 1
                 scale = pooled_sd * math.sqrt(1 + 1 / k) * t975 / 1.959964
-                shift = float(np.mean(model.shifts)) + scale * NormalDist().inv_cdf(min(max(u, 1e-3), 1 - 1e-3))
+                shift = float(np.sum(model.shifts)) / k + scale * NormalDist().inv_cdf(min(max(u, 1e-3), 1 - 1e-3))
                 res_ = model.residuals[np.minimum((v * model.residuals.size).astype(int), model.residuals.size - 1)]
                 times = delta * np.exp(shift + res_)
                 served, _ = event_oracle(a.tolist(), times.tolist(), lam / rho, 1, False, model.idle_gaps_ms, model.idle_factors)
@@ -240,18 +241,22 @@ def test_replicates_match_an_event_simulation_drawing_from_the_same_model(tmp_pa
 
 
 def test_pooled_spread_hand_worked_and_one_trace_alone_keeps_its_own():
-    """Shifts {0, 0.1, 0.2} and {0.5, 0.7}: squares around each mean 0.02 + 0.02 over
-    df = 2 + 1 → σ = √(0.04/3); a K = 3 trace's scale is σ·√(4/3)·t_3/z. One trace alone: its
-    own σ and t_{K−1}, as before pooling."""
+    """Measured shifts {0.1, 0.2} and {0.3}, with the traced pass at 0: passes {0, 0.1, 0.2}
+    (mean 0.1, squares 0.02) and {0, 0.3} (mean 0.15, squares 0.045); pooled σ = √(0.065/3),
+    df = 2 + 1; the first trace's scale is σ·√(1 + 1/3)·t_3/z around 0.1. One trace alone: its
+    own σ (0.1) and df = K = 2."""
     mk = lambda shifts: tn.TimingModel(np.array(shifts), np.zeros(4), np.zeros(0), np.zeros(0), 4, 1.0)  # noqa: E731
-    a, b = mk([0.0, 0.1, 0.2]), mk([0.5, 0.7])
+    a, b = mk([0.1, 0.2]), mk([0.3])
     sd, df = tn.pooled_shift_sd([a, b])
-    assert df == 3 and sd == pytest.approx(math.sqrt(0.04 / 3))
+    assert df == 3 and sd == pytest.approx(math.sqrt(0.065 / 3))
     centre, scale = tn.shift_spread(a.shifts, (sd, df))
     assert centre == pytest.approx(0.1) and scale == pytest.approx(sd * math.sqrt(4 / 3) * 3.182 / 1.959964)
     alone = tn.shift_spread(a.shifts, tn.pooled_shift_sd([a]))
     assert alone == pytest.approx(tn.shift_spread(a.shifts))
-    assert alone[1] == pytest.approx(0.1 * math.sqrt(4 / 3) * 4.303 / 1.959964)
+    assert alone == pytest.approx((0.1, 0.1 * math.sqrt(4 / 3) * 4.303 / 1.959964))
+    # a pass measured exactly as the traced one everywhere: no spread, the traced times
+    still = mk([0.0, 0.0])
+    assert tn.shift_spread(still.shifts) == (0.0, 0.0) and still.shift(0.99) == 0.0
 
 
 def test_common_random_numbers_keep_identical_methods_tied(tmp_path):
