@@ -359,9 +359,11 @@ class TimingReplicates:
         return TimingReplicates(fn(self.base), [fn(r) for r in self.reps], dict(self.status))
 
     def _frames(self, pool: Callable | None) -> list[pl.DataFrame]:
-        """[base, *reps], each after ``pool`` (computed once per function)."""
+        """[base, *reps], each after ``pool`` (pooling over seeds; computed once per function).
+        Frames of one seed are returned as they are: pooling one seed's rows changes none of
+        their values, and a dense view's 21 frames took most of its time to pool."""
         frames = [self.base, *self.reps]
-        if pool is None:
+        if pool is None or all("seed" not in f.columns or f.get_column("seed").n_unique() <= 1 for f in frames):
             return frames
         if pool not in self._pooled:
             self._pooled[pool] = [pool(f) for f in frames]
@@ -370,7 +372,7 @@ class TimingReplicates:
     def shifts(self, index: pl.DataFrame, keys: Sequence[str], column: str = "utility", pool: Callable | None = None) -> np.ndarray:
         """[index.height, R]: ``column`` of each replicate minus the base value, for the rows of
         ``index`` (matched on ``keys``; 0 where a row has no match or a value is missing).
-        ``pool`` (e.g. pooling over seeds) is applied to every frame first."""
+        ``pool`` (pooling over seeds) is applied to every frame of several seeds first."""
         return self.shifts_of(index, keys, [column], pool)[column]
 
     def shifts_of(self, index: pl.DataFrame, keys: Sequence[str], columns: Sequence[str], pool: Callable | None = None) -> dict[str, np.ndarray]:
