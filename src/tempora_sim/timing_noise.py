@@ -375,7 +375,9 @@ class TimingReplicates:
         ``pool`` (pooling over seeds) is applied to every frame of several seeds first."""
         return self.shifts_of(index, keys, [column], pool)[column]
 
-    def shifts_of(self, index: pl.DataFrame, keys: Sequence[str], columns: Sequence[str], pool: Callable | None = None) -> dict[str, np.ndarray]:
+    def shifts_of(
+        self, index: pl.DataFrame, keys: Sequence[str], columns: Sequence[str], pool: Callable | None = None
+    ) -> dict[str, np.ndarray]:
         """:meth:`shifts` of several columns at once: every frame is pooled once and the rows
         of ``index`` are matched once, on the base frame; a replicate whose keys come in the
         base's order (the replay writes them so) is read by position, any other is matched

@@ -390,7 +390,9 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
         # does the replay's timing interval (the trace's measured variability) cover the live runs?
         row.update(
             coverage.coverage_row(
-                coverage.timing_interval(models[id(trace)], _restricted(trace, first.episodes, first.num_batches), first.run, float(meta["lambda_ms"])),
+                coverage.timing_interval(
+                    models[id(trace)], _restricted(trace, first.episodes, first.num_batches), first.run, float(meta["lambda_ms"])
+                ),
                 [r.alpha for r in runs] if proto == "discrete" else [None] * len(runs),
                 [r.utility for r in runs],
             )
