@@ -44,6 +44,7 @@ def per_setting(s: pl.DataFrame) -> pl.DataFrame:
             pl.col("runs").sum(),
             pl.when(has_alpha).then(pl.col("covered_alpha").sum()).alias("covered_alpha"),
             pl.col("covered_utility").sum(),
+            *([pl.col("utility_outside_alpha_inside").sum()] if "utility_outside_alpha_inside" in s.columns else []),
             pl.col("width_alpha_pp").median(),
             pl.col("width_utility_pp").median(),
         )
@@ -72,6 +73,11 @@ def _summary_line(label: str, x: dict | None, runs: int) -> str:
         f"({lowest} {_num(x.get('lowest_setting_alpha_pct'), ' %')}, median width {_num(x.get('median_width_alpha_pp'), ' pp')}); "
         f"U {_frac(x['covered_utility'], x['runs'])} ({lowest} {_num(x['lowest_setting_utility_pct'], ' %')}, "
         f"median width {_num(x['median_width_utility_pp'], ' pp')})"
+        + (
+            f"; U outside with α inside: {x['utility_outside_alpha_inside']} of {x['utility_misses_discrete']} discrete misses"
+            if x.get("utility_misses_discrete")
+            else ""
+        )
     )
 
 

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from tempora_schema.live import decode_live_metadata, validate_live_table
 from tempora_sim import synthetic as syn
 from tempora_sim.cli import main
-from tempora_sim.coverage import describe, overall
+from tempora_sim.coverage import coverage_row, describe, overall
 from tempora_sim.validation import validate
 
 EPISODES = ("gaussian_noise", "fog")
@@ -128,6 +128,17 @@ def test_zero_width_settings_are_counted_apart_so_trivial_coverage_cannot_pad_th
     text = describe(summary)
     assert "1 of 3 settings have an interval of zero width" in text
     assert "over the other 2 (20 live runs): α 9/10 = 90 %" in text and "U 17/20 = 85 % (lowest setting 70 %" in text
+
+
+def test_u_misses_with_alpha_inside_are_counted_apart():
+    """Interval α [0.5, 0.7], U [0.2, 0.3]; runs (α, U): (0.6, 0.25) inside both, (0.6, 0.35)
+    U outside with α inside, (0.8, 0.35) both outside → 1 of the 2 U misses had α inside."""
+    row = coverage_row((0.5, 0.7, 0.2, 0.3), [0.6, 0.6, 0.8], [0.25, 0.35, 0.35])
+    assert (row["covered_alpha"], row["covered_utility"], row["utility_outside_alpha_inside"]) == (2, 1, 1)
+    assert coverage_row((None, None, 0.2, 0.3), [None], [0.35])["utility_outside_alpha_inside"] is None
+    summary = overall(pl.DataFrame([row | {"runs": 3}]))
+    assert (summary["utility_outside_alpha_inside"], summary["utility_misses_discrete"]) == (1, 2)
+    assert "1 of the 2 discrete runs with U outside had α inside" in describe(summary)
 
 
 def test_a_setting_of_two_runs_does_not_set_the_lowest_rate():
