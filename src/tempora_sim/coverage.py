@@ -82,7 +82,8 @@ def coverage_row(interval, alphas: Sequence[float | None], utilities: Sequence[f
         return {c: (tn.UNKNOWN if c == "timing_uncertainty" else None) for c in COLUMNS}
     a_lo, a_hi, u_lo, u_hi = interval
     eps = 1e-12
-    cov_u = sum(u_lo - eps <= u <= u_hi + eps for u in utilities)
+    inside_u = [u_lo - eps <= u <= u_hi + eps for u in utilities]
+    cov_u = sum(inside_u)
     out = {
         "timing_uncertainty": tn.MEASURED,
         "alpha_timing_lo": a_lo,
@@ -101,7 +102,7 @@ def coverage_row(interval, alphas: Sequence[float | None], utilities: Sequence[f
         inside_a = [a is not None and a_lo - eps <= a <= a_hi + eps for a in alphas]
         cov_a = sum(inside_a)
         # served as many batches as the replay allows, yet U outside: their accuracy differs, not their timing
-        u_only = sum(ok and not (u_lo - eps <= u <= u_hi + eps) for ok, u in zip(inside_a, utilities))
+        u_only = sum(a_ok and not u_ok for a_ok, u_ok in zip(inside_a, inside_u))
         out.update(
             covered_alpha=int(cov_a),
             coverage_alpha_pct=100.0 * cov_a / len(alphas),
