@@ -17,7 +17,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tempora_sim.coverage import RATE_RUNS, overall
+from tempora_sim.coverage import figures, overall
 from tempora_sim.timing_noise import MEASURED
 
 KEYS = ["method", "protocol", "rho", "budget_ms"]
@@ -67,18 +67,7 @@ def _num(x, unit: str = "") -> str:
 def _summary_line(label: str, x: dict | None, runs: int) -> str:
     if x is None:
         return f"\n{label}: none"
-    lowest = "lowest setting" if x.get("lowest_over_all", True) else f"lowest setting of ≥ {RATE_RUNS} runs"
-    return (
-        f"\n{label} ({x['settings']} settings, {runs} runs): α {_frac(x.get('covered_alpha'), x.get('alpha_runs', 0))} "
-        f"({lowest} {_num(x.get('lowest_setting_alpha_pct'), ' %')}, median width {_num(x.get('median_width_alpha_pp'), ' pp')}); "
-        f"U {_frac(x['covered_utility'], x['runs'])} ({lowest} {_num(x['lowest_setting_utility_pct'], ' %')}, "
-        f"median width {_num(x['median_width_utility_pp'], ' pp')})"
-        + (
-            f"; U outside with α inside: {x['utility_outside_alpha_inside']} of {x['utility_misses_discrete']} discrete misses"
-            if x.get("utility_misses_discrete")
-            else ""
-        )
-    )
+    return f"\n{label} ({x['settings']} settings, {runs} runs): {figures(x, digits=1)}"
 
 
 def markdown(runs: list[Path]) -> str:

@@ -163,17 +163,20 @@ def overall(settings: pl.DataFrame) -> dict | None:
     return out
 
 
-def _figures(summary: dict) -> str:
+def figures(summary: dict, digits: int = 0) -> str:
+    """The figures of an :func:`overall` summary (or its ``informative`` part) in one line:
+    α and U inside / runs, the lowest setting and the median width, percentages to ``digits``
+    decimals (``validate`` prints 0; the pooled tables of ``tools/coverage_runs.py`` 1)."""
     lowest = "lowest setting" if summary.get("lowest_over_all", True) else f"lowest setting of ≥ {RATE_RUNS} runs"
     parts = []
     if "coverage_alpha_pct" in summary:
         parts.append(
-            f"α {summary['covered_alpha']}/{summary['alpha_runs']} = {summary['coverage_alpha_pct']:.0f} % "
-            f"({lowest} {summary['lowest_setting_alpha_pct']:.0f} %, median width {summary['median_width_alpha_pp']:.1f} pp)"
+            f"α {summary['covered_alpha']}/{summary['alpha_runs']} = {summary['coverage_alpha_pct']:.{digits}f} % "
+            f"({lowest} {summary['lowest_setting_alpha_pct']:.{digits}f} %, median width {summary['median_width_alpha_pp']:.1f} pp)"
         )
     parts.append(
-        f"U {summary['covered_utility']}/{summary['runs']} = {summary['coverage_utility_pct']:.0f} % "
-        f"({lowest} {summary['lowest_setting_utility_pct']:.0f} %, median width {summary['median_width_utility_pp']:.1f} pp)"
+        f"U {summary['covered_utility']}/{summary['runs']} = {summary['coverage_utility_pct']:.{digits}f} % "
+        f"({lowest} {summary['lowest_setting_utility_pct']:.{digits}f} %, median width {summary['median_width_utility_pp']:.1f} pp)"
     )
     if summary.get("utility_misses_discrete"):
         parts.append(
@@ -189,7 +192,7 @@ def describe(summary: dict | None, level: float = DEFAULT_LEVEL) -> str:
         return "timing coverage: unknown (no trace measured its timing variability)"
     text = (
         f"timing coverage ({summary['settings']} settings, {summary['runs']} live runs inside the replay's {level:.0%} timing interval): "
-        + _figures(summary)
+        + figures(summary)
     )
     zero = summary.get("zero_width_settings", 0)
     if zero:
@@ -197,7 +200,7 @@ def describe(summary: dict | None, level: float = DEFAULT_LEVEL) -> str:
         text += (
             f"\n  {zero} of {summary['settings']} settings have an interval of zero width (every replicate serves the same batches), "
             + (
-                f"covered trivially; over the other {inf['settings']} ({inf['runs']} live runs): {_figures(inf)}"
+                f"covered trivially; over the other {inf['settings']} ({inf['runs']} live runs): {figures(inf)}"
                 if inf
                 else "covered trivially; no setting tests the interval"
             )
