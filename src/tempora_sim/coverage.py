@@ -1,14 +1,16 @@
-"""Do the replay's timing intervals cover what live runs see? (``tempora-sim validate``)
+"""Do the replay's intervals cover what live runs see? (``tempora-sim validate``)
 
-A live run replays nothing: it serves the same batches as the trace (same seed, same
-episodes) on the real clock, so what separates it from the replay is timing alone. For each
-validated setting this module replays the trace's measured timing variability
-(:mod:`tempora_sim.timing_noise`, ``replicates`` timing replicates of the trace cut to the
-live run's episodes and batches, the model measured on the whole trace and pooled over its
-group as a sweep pools it) and takes the
-percentile interval of α and U over the replicates: the replay's *timing interval*. The
-coverage of a setting is the share of its live runs whose α (and U) lie inside it; its width
-says how wide the interval had to be. A trace without the measurement has no timing interval
+A live run serves the same stream as the trace (same seed, same episodes) on the real clock.
+Two things separate it from the replay. Its times: for each validated setting this module
+replays the trace's measured timing variability (:mod:`tempora_sim.timing_noise`,
+``replicates`` timing replicates of the trace cut to the live run's episodes and batches, the
+model measured on the whole trace and pooled over its group as a sweep pools it). And, in the
+discrete protocol, *which* batches it serves: the replay is step-indexed (its j-th event
+scores the trace's j-th batch), a live pass scores the batches it picked up, so each replicate's
+U also moves by a draw of that difference (:func:`served_set_sd`). The percentile interval of
+α and U over the replicates is the replay's *interval for a live pass* (α's is timing alone).
+The coverage of a setting is the share of its live runs whose α (and U) lie inside it; its width
+says how wide the interval had to be. A trace without the timing measurement has no interval
 (``timing_uncertainty = unknown``).
 """
 
@@ -54,8 +56,9 @@ def timing_interval(
     """(α lo, α hi, U lo, U hi) of ``restricted`` (a trace cut to a live run's batches) under
     the live run's setting ``run``, over ``replicates`` timing replicates drawn from ``model``
     (:func:`tempora_sim.timing_noise.timing_models`: measured on the whole trace, its spread
-    pooled over its group); None when the trace measured no variability (``model`` None). α is
-    None for an amortised setting."""
+    pooled over its group), a discrete U also over the served set (:func:`served_set_sd`);
+    None when the trace measured no variability (``model`` None). α is None for an amortised
+    setting (it serves every batch in order, the batches the replay scores)."""
     if model is None:
         return None
     if run["protocol"] == "discrete":
@@ -69,11 +72,46 @@ def timing_interval(
     reps = replicates_of(res, replicates, seed, models=[model])
     pooled = [r.filter(pl.col("episode") == ALL_EPISODES).row(0, named=True) for r in reps.reps]
     q = [(1 - level) / 2, 1 - (1 - level) / 2]
-    u_lo, u_hi = np.quantile([p["utility"] for p in pooled], q)
+    utilities = np.array([p["utility"] for p in pooled])
+    if run["protocol"] == "discrete":
+        sd = served_set_sd(batch_variance(restricted), reps.reps)
+        utilities = utilities + sd * np.random.default_rng(seed).standard_normal(len(pooled))
+    u_lo, u_hi = np.quantile(utilities, q)
     if run["protocol"] != "discrete":
         return None, None, float(u_lo), float(u_hi)
     a_lo, a_hi = np.quantile([p["alpha"] for p in pooled], q)
     return float(a_lo), float(a_hi), float(u_lo), float(u_hi)
+
+
+def batch_variance(trace) -> dict[str, float]:
+    """Per episode, the variance of one batch's accuracy about the adaptation trend: half the
+    mean squared difference of successive batches (von Neumann), which a slow trend of the
+    accuracy over the steps does not inflate. 0 for an episode of one batch."""
+    a = trace.adapt.select("episode", (pl.col("correct") / pl.col("n")).alias("a"))
+    out = {}
+    for (ep,), g in a.group_by("episode", maintain_order=True):
+        x = g["a"].to_numpy()
+        out[ep] = float(np.mean(np.diff(x) ** 2) / 2) if len(x) > 1 else 0.0
+    return out
+
+
+def served_set_sd(variance: dict[str, float], reps: Sequence[pl.DataFrame]) -> np.ndarray:
+    """Per timing replicate (its per-episode rows: ``served``, ``num_batches``), the standard
+    deviation of the pooled discrete U that comes from *which* batches a live pass serves.
+    The replay is step-indexed: its j-th event scores the trace's j-th batch, so it scores the
+    first |Q| batches of an episode, while a live pass scores the |Q| batches it picked up,
+    spread over the episode, about α·|Q| of them among the first |Q|. Under the i.i.d. batches
+    the replay assumes, the two sums then differ by |Q|(1 − α) batches on each side: variance
+    2σ²|Q|(1 − α) per episode (σ² per episode in ``variance``, :func:`batch_variance`), over
+    (Σ N)² for the pooled U. Zero when every batch is served."""
+    out = np.empty(len(reps))
+    for i, r in enumerate(reps):
+        e = r.filter(pl.col("episode") != ALL_EPISODES)
+        served = e["served"].to_numpy().astype(float)
+        n = e["num_batches"].to_numpy().astype(float)
+        s2 = np.array([variance.get(ep, 0.0) for ep in e["episode"].to_list()])
+        out[i] = np.sqrt(np.sum(2.0 * s2 * served * (1.0 - served / n))) / n.sum()
+    return out
 
 
 def coverage_row(interval, alphas: Sequence[float | None], utilities: Sequence[float]) -> dict:

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from tempora_schema.live import decode_live_metadata, validate_live_table
 from tempora_sim import synthetic as syn
 from tempora_sim.cli import main
-from tempora_sim.coverage import coverage_row, describe, overall
+from tempora_sim.coverage import batch_variance, coverage_row, describe, overall, served_set_sd
 from tempora_sim.validation import validate
 
 EPISODES = ("gaussian_noise", "fog")
@@ -87,11 +87,56 @@ def test_coverage_counts_the_live_runs_inside_the_timing_interval(tmp_path):
 
 def test_no_variability_measured_as_none_gives_a_zero_width_interval(tmp_path):
     """A device that measured no variability (every repeat time equal to the main one) gives a
-    zero-width interval at the replay's value: live runs at the trace's times are inside it."""
-    live_dir, traces = setup(tmp_path, syn.SyntheticVariability(0.0, 0.0, gaps_ms=()), [np.ones(N * len(EPISODES))] * 3)
+    zero-width α interval at the replay's value; U's holds the replay's value and is wider only
+    by the served-set term, which vanishes where every batch is served (ρ = 25 % here)."""
+    live_dir, traces = setup(tmp_path, syn.SyntheticVariability(0.0, 0.0, gaps_ms=()), [np.ones(N * len(EPISODES))] * 3, rhos=(1.0, 0.25))
     s = validate([live_dir], traces).settings
     assert (s["width_alpha_pp"] == 0).all() and (s["alpha_timing_lo"] == s["alpha_replay"]).all()
     assert (s["coverage_alpha_pct"] == 100).all() and (s["coverage_utility_pct"] == 100).all()
+    assert ((s["utility_timing_lo"] <= s["utility_replay"]) & (s["utility_replay"] <= s["utility_timing_hi"])).all()
+    light = s.filter(pl.col("alpha_replay") == 1.0)
+    assert light.height == 1 and light["width_utility_pp"].item() == 0.0
+    assert s.filter(pl.col("alpha_replay") < 1.0)["width_utility_pp"].item() > 0.0
+
+
+def test_batch_variance_is_half_the_mean_squared_successive_difference():
+    """Hand-worked: accuracies 0.5, 0.7, 0.6 → differences 0.2, −0.1 → (0.04 + 0.01)/2/2 =
+    0.0125; 0.1, 0.2, 0.3 → 0.005; 0.4, 0.4, 0.4 → 0; one batch gives 0."""
+    from tempora_sim.traces import Trace
+
+    meta, table = syn.make_trace("tent", episodes=("gaussian_noise", "fog", "snow"), num_batches=3, checkpoints=())
+    correct = {"gaussian_noise": [5, 7, 6], "fog": [1, 2, 3], "snow": [4, 4, 4]}
+    rows = pl.from_arrow(table).with_columns(
+        pl.lit(10, dtype=pl.Int64).alias("n"),
+        pl.struct("episode", "step").map_elements(lambda r: correct[r["episode"]][r["step"]], return_dtype=pl.Int64).alias("correct"),
+    )
+    v = batch_variance(Trace("t", meta, rows.filter(pl.col("phase") == "adapt")))
+    assert v["gaussian_noise"] == pytest.approx(0.0125) and v["fog"] == pytest.approx(0.005) and v["snow"] == 0.0
+    one = Trace("t", meta, rows.filter((pl.col("phase") == "adapt") & (pl.col("step") == 0)))
+    assert batch_variance(one) == {"gaussian_noise": 0.0, "fog": 0.0, "snow": 0.0}
+
+
+def test_served_set_sd_hand_worked_and_zero_when_every_batch_is_served():
+    """Two episodes of N = 4: 2 served of the first (σ² 0.0125), 4 of the second → variance
+    2 · 0.0125 · 2 · (1 − 1/2) = 0.025 for the first, 0 for the second, over (Σ N)² = 64."""
+    rep = pl.DataFrame({"episode": ["a", "b", "__all__"], "served": [2, 4, 6], "num_batches": [4, 4, 8]})
+    sd = served_set_sd({"a": 0.0125, "b": 0.02}, [rep, rep])
+    assert sd == pytest.approx([np.sqrt(0.025) / 8] * 2)
+    every = pl.DataFrame({"episode": ["a", "b", "__all__"], "served": [4, 4, 8], "num_batches": [4, 4, 8]})
+    assert served_set_sd({"a": 0.0125, "b": 0.02}, [every])[0] == 0.0
+
+
+@pytest.mark.parametrize("every", [2, 3, 4])
+def test_served_set_variance_matches_a_simulation_of_the_two_served_sets(every):
+    """Oracle for the term's derivation: i.i.d. batch accuracies; the replay scores the first
+    |Q| batches, a live pass every ``every``-th batch (|Q| = N/every, α = 1/every). The
+    variance of (live sum − replay sum) over many streams is 2σ²|Q|(1 − α)."""
+    rng = np.random.default_rng(7)
+    n, sigma = 60, 0.08
+    q = n // every
+    a = rng.normal(0.5, sigma, (40_000, n))
+    diff = a[:, ::every].sum(axis=1) - a[:, :q].sum(axis=1)
+    assert diff.var() == pytest.approx(2 * sigma**2 * q * (1 - q / n), rel=0.03)
 
 
 def _setting(covered_a, covered_u, runs, width_a, width_u):
