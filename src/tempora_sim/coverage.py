@@ -115,7 +115,7 @@ def served_set_sd(variance: dict[str, float], reps: Sequence[pl.DataFrame]) -> n
 
 
 def coverage_row(interval, alphas: Sequence[float | None], utilities: Sequence[float]) -> dict:
-    """The coverage columns of one setting from its timing interval and its live runs' α and U."""
+    """The coverage columns of one setting from its interval for a live pass and its live runs' α and U."""
     if interval is None:
         return {c: (tn.UNKNOWN if c == "timing_uncertainty" else None) for c in COLUMNS}
     a_lo, a_hi, u_lo, u_hi = interval
@@ -182,7 +182,7 @@ def _summary(s: pl.DataFrame) -> dict:
 
 
 def overall(settings: pl.DataFrame) -> dict | None:
-    """Coverage over every setting with a timing interval: live runs inside / live runs, and
+    """Coverage over every setting with an interval: live runs inside / live runs, and
     the median interval width (pp); None when no setting has one. A setting whose interval has
     no width (every replicate serves the same batches: a light load, say) covers its runs
     trivially, so the same figures over the settings with a width are under ``"informative"``
@@ -229,7 +229,7 @@ def describe(summary: dict | None, level: float = DEFAULT_LEVEL) -> str:
     if summary is None:
         return "timing coverage: unknown (no trace measured its timing variability)"
     text = (
-        f"timing coverage ({summary['settings']} settings, {summary['runs']} live runs inside the replay's {level:.0%} timing interval): "
+        f"timing coverage ({summary['settings']} settings, {summary['runs']} live runs inside the replay's {level:.0%} interval for a live pass): "
         + figures(summary)
     )
     zero = summary.get("zero_width_settings", 0)

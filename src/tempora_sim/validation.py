@@ -387,7 +387,7 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
             "utility_replay_live_speed": float(at_live["utility"]),
             "spread_utility_pp": float(100 * (u.max() - u.min())) if len(runs) > 1 else None,
         }
-        # does the replay's timing interval (the trace's measured variability) cover the live runs?
+        # does the replay's interval for a live pass (measured timing variability, served set) cover the live runs?
         row.update(
             coverage.coverage_row(
                 coverage.timing_interval(
