@@ -220,15 +220,16 @@ validate: install
 # `make validate-gpu`: the same check on a GPU without ImageNet-C on disk: ResNet-50 with
 # random weights (timing only: α and the decisions are compared, accuracies mean nothing) on a
 # synthetic 224-px JPEG folder in the ImageNet-C layout (`tempora-trace synthesize`, written
-# once and reused), GPU_BATCHES batches of GPU_BATCH_SIZE per corruption, on GPU_DOMAINS.
-# Discrete protocol only by default (GPU_PROTOCOL), so the traces need no frozen checkpoints.
+# once and reused), GPU_BATCHES batches of GPU_BATCH_SIZE per corruption, on GPU_DOMAINS; the
+# coverage settings of `make validate` (both protocols, ten live runs each). About 10 minutes on
+# an H100 with VALIDATE_POLICY= (docs/results/validation-runs.md).
 GPU_DEVICE     ?= cuda
 GPU_MODEL      ?= resnet50
-GPU_BATCHES    ?= 50
+GPU_BATCHES    ?= 25
 GPU_BATCH_SIZE ?= 64
 GPU_DATA       ?= $(RESULTS)/synthetic-imagenet-c
 GPU_DOMAINS    ?= gaussian_noise,fog
-GPU_PROTOCOL   ?= discrete
+GPU_PROTOCOL   ?= discrete,amortised
 GPU_TRACE_OPTS ?= $(if $(findstring amortised,$(GPU_PROTOCOL)),--frozen-sample 16,--no-default-checkpoints)
 GPU_VALIDATE_OUT ?= $(RESULTS)/validate-gpu
 # λ = median + 6·1.4826·MAD of standard's δ: on a shared GPU host one 30 ms stall among 11 ms

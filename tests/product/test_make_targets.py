@@ -166,6 +166,8 @@ def test_demo_and_demo_traces_run_end_to_end(tmp_path, demo_env):
                 GPU_DATA=str(tmp_path / "synthetic"),
                 GPU_VALIDATE_OUT=str(tmp_path / "validate-gpu"),
                 GPU_OPTS="--threads 1 --warmup-batches 0 --quiet",
+                GPU_TRACE_OPTS="--frozen-sample 1",
+                VALIDATE_B="0ms",
                 VALIDATE_METHODS="standard tent",
                 VALIDATE_RHO="1",
                 VALIDATE_REPEATS="1",
