@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hostile import assert_refused, inject_errno, invoke, snapshot
+from hostile import assert_refused, inject_errno, invoke, snapshot, tiny_cifar, user_workspace
 from tempora_sim.synthetic import write_trace
 from tempora_trace.cli import cli
 
@@ -21,33 +21,14 @@ pytestmark = pytest.mark.usefixtures("one_thread", "tiny_models")
 
 
 def live(ws: Path, *extra, out: str | None = None) -> list[str]:
-    return [
-        "live",
-        "--method",
-        "tent",
-        "--dataset",
-        "cifar10-c",
-        "--model",
-        "tiny-bn",
-        "--data-root",
-        str(ws / "cifar-c"),
-        "--domains",
-        "fog",
-        "--batch-size",
-        "8",
-        "--out",
-        out if out is not None else str(ws / "live"),
-        "--quiet",
-        *extra,
-    ]
+    return ["live", "--method", "tent", *tiny_cifar(ws, out if out is not None else str(ws / "live"), *extra)]
 
 
 @pytest.fixture
 def ws(cifar_c_root: Path, monkeypatch) -> Path:
-    monkeypatch.setenv("TORCH_HOME", str(cifar_c_root.parent / "torch-home"))
-    (cifar_c_root.parent / "notes.txt").write_text("the user's own file")
-    write_trace(cifar_c_root.parent / "traces" / "tent.parquet", "tent", num_batches=4, episodes=("fog",), batch_size=8, num_classes=10)
-    return cifar_c_root.parent
+    ws = user_workspace(cifar_c_root, monkeypatch)
+    write_trace(ws / "traces" / "tent.parquet", "tent", num_batches=4, episodes=("fog",), batch_size=8, num_classes=10)
+    return ws
 
 
 CASES = {

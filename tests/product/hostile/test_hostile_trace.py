@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from byo_helpers import write_image_folder, write_model_file
-from hostile import assert_refused, inject_errno, invoke, snapshot
+from hostile import assert_refused, inject_errno, invoke, snapshot, tiny_cifar, user_workspace
 from tempora_schema.outputs import output_lock
 from tempora_sim.synthetic import write_trace
 from tempora_trace.cli import cli
@@ -28,29 +28,12 @@ pytestmark = pytest.mark.usefixtures("one_thread", "tiny_models")
 
 
 def tiny(ws: Path, *extra, out: str | None = None) -> list[str]:
-    return [
-        "--dataset",
-        "cifar10-c",
-        "--model",
-        "tiny-bn",
-        "--data-root",
-        str(ws / "cifar-c"),
-        "--domains",
-        "fog",
-        "--batch-size",
-        "8",
-        "--out",
-        out if out is not None else str(ws / "out"),
-        "--quiet",
-        *extra,
-    ]
+    return tiny_cifar(ws, out if out is not None else str(ws / "out"), *extra)
 
 
 @pytest.fixture
 def ws(cifar_c_root: Path, monkeypatch) -> Path:
-    monkeypatch.setenv("TORCH_HOME", str(cifar_c_root.parent / "torch-home"))
-    (cifar_c_root.parent / "notes.txt").write_text("the user's own file")
-    return cifar_c_root.parent
+    return user_workspace(cifar_c_root, monkeypatch)
 
 
 def _loop(ws):
