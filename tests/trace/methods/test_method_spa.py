@@ -128,12 +128,6 @@ def test_adaptation_beats_standard_on_noisy_demo_gn():
 
 @pytest.mark.usefixtures("one_thread", "tiny_models")
 def test_traces_end_to_end_and_refuses_batchnorm(cifar_c_root, tmp_path):
-    from tempora_trace.errors import ConfigError
-    from zoo2_demo_stream import trace_tiny
+    from zoo2_demo_stream import check_layernorm_method_traces
 
-    trace = trace_tiny("spa", "tiny-gn", cifar_c_root, tmp_path)
-    assert set(SPA.default_params(context(norm="gn"))) <= set(trace["meta"]["method_params"])
-    adapt = [i for i, p in enumerate(trace["phase"]) if p == "adapt"]
-    assert len(adapt) == 4 and any(trace["updated"][i] for i in adapt)
-    with pytest.raises(ConfigError, match="spa"):
-        trace_tiny("spa", "tiny-bn", cifar_c_root, tmp_path)
+    check_layernorm_method_traces("spa", SPA, cifar_c_root, tmp_path)

@@ -102,15 +102,9 @@ def test_adaptation_beats_standard_on_noisy_demo_gn():
 
 @pytest.mark.usefixtures("one_thread", "tiny_models")
 def test_traces_end_to_end_and_refuses_batchnorm(cifar_c_root, tmp_path):
-    from tempora_trace.errors import ConfigError
-    from zoo2_demo_stream import trace_tiny
+    from zoo2_demo_stream import check_layernorm_method_traces
 
-    trace = trace_tiny("zerosiam", "tiny-gn", cifar_c_root, tmp_path)
-    assert set(ZeroSIAM.default_params(context(norm="gn"))) <= set(trace["meta"]["method_params"])
-    adapt = [i for i, p in enumerate(trace["phase"]) if p == "adapt"]
-    assert len(adapt) == 4 and any(trace["updated"][i] for i in adapt)
-    with pytest.raises(ConfigError, match="zerosiam"):
-        trace_tiny("zerosiam", "tiny-bn", cifar_c_root, tmp_path)
+    check_layernorm_method_traces("zerosiam", ZeroSIAM, cifar_c_root, tmp_path)
 
 
 def test_channels_last_batches_learn_exactly_as_dense_ones():

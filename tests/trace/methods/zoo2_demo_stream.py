@@ -110,3 +110,19 @@ def trace_tiny(method: str, model: str, data_root: Path, out: Path, **method_par
     meta = schema.decode_metadata(table.schema, path)
     schema.validate_table(table, meta, path)
     return {"meta": meta, **table.to_pydict()}
+
+
+def check_layernorm_method_traces(method: str, method_cls, data_root: Path, out: Path) -> None:
+    """A method made for normalisation without batch statistics (SPA, ZeroSIAM): the real
+    tracer records its default parameters and adapts on tiny-gn, and refuses tiny-bn."""
+    import pytest
+
+    from methods_helpers import context
+    from tempora_trace.errors import ConfigError
+
+    trace = trace_tiny(method, "tiny-gn", data_root, out)
+    assert set(method_cls.default_params(context(norm="gn"))) <= set(trace["meta"]["method_params"])
+    adapt = [i for i, p in enumerate(trace["phase"]) if p == "adapt"]
+    assert len(adapt) == 4 and any(trace["updated"][i] for i in adapt)
+    with pytest.raises(ConfigError, match=method):
+        trace_tiny(method, "tiny-bn", data_root, out)
