@@ -57,6 +57,27 @@ def cifar_c_root(tmp_path: Path) -> Path:
     return write_cifar_c(tmp_path / "cifar-c", ["gaussian_noise", "fog"])
 
 
+def tiny_cifar_args(data_root, out, *extra) -> list:
+    """The options of a tiny run on a :func:`write_cifar_c` root (fog, tiny-bn, batches of 8,
+    quiet) into ``out``, then ``extra``."""
+    return [
+        "--dataset",
+        "cifar10-c",
+        "--model",
+        "tiny-bn",
+        "--data-root",
+        data_root,
+        "--domains",
+        "fog",
+        "--batch-size",
+        "8",
+        "--out",
+        out,
+        "--quiet",
+        *extra,
+    ]
+
+
 @pytest.fixture(autouse=False)
 def one_thread():
     import torch

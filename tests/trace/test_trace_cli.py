@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import tiny_cifar_args
 from tempora_trace.cli import main
 
 pytestmark = pytest.mark.usefixtures("one_thread", "tiny_models")
@@ -22,30 +23,11 @@ def run(argv, capsys):
     return code, out, err
 
 
-def tiny_args(root, out, *extra):
-    return [
-        "--dataset",
-        "cifar10-c",
-        "--model",
-        "tiny-bn",
-        "--data-root",
-        root,
-        "--domains",
-        "fog",
-        "--batch-size",
-        "8",
-        "--out",
-        out,
-        "--quiet",
-        *extra,
-    ]
-
-
 def bad_cases(root, tmp):
     missing_cuda = "cuda:99" if torch.cuda.is_available() else "cuda"
     return {
-        "unknown method": (["--method", "nope", *tiny_args(root, tmp)], "unknown method 'nope'"),
-        "missing method": (tiny_args(root, tmp), "--method is required"),
+        "unknown method": (["--method", "nope", *tiny_cifar_args(root, tmp)], "unknown method 'nope'"),
+        "missing method": (tiny_cifar_args(root, tmp), "--method is required"),
         "unknown model": (["--method", "tent", "--model", "resnet1000"], "unknown model 'resnet1000'"),
         "unknown dataset": (["--method", "tent", "--dataset", "mnist-c"], "unknown dataset 'mnist-c'"),
         "unknown domain": (["--method", "tent", "--domains", "rain"], "unknown domain 'rain'"),
@@ -54,24 +36,24 @@ def bad_cases(root, tmp):
             ["--method", "tent", "--dataset", "cifar10-c", "--model", "tiny-bn", "--data-root", tmp / "nowhere"],
             "is not a directory",
         ),
-        "missing corruption file": (["--method", "tent", *tiny_args(root, tmp), "--domains", "snow"], "snow.npy"),
+        "missing corruption file": (["--method", "tent", *tiny_cifar_args(root, tmp), "--domains", "snow"], "snow.npy"),
         "missing weights file": (["--method", "tent", "--dataset", "imagenet-c", "--weights", tmp / "none.pth"], "weights file not found"),
         "weights not in cache": (["--method", "tent", "--dataset", "imagenet-c", "--model", "resnet18"], "resnet18-f37072fd.pth"),
-        "cuda absent": (["--method", "tent", "--device", missing_cuda, *tiny_args(root, tmp)], "CUDA"),
+        "cuda absent": (["--method", "tent", "--device", missing_cuda, *tiny_cifar_args(root, tmp)], "CUDA"),
         "incompatible method": (
-            ["--method", "adabn", *tiny_args(root, tmp), "--model", "tiny-gn"],
+            ["--method", "adabn", *tiny_cifar_args(root, tmp), "--model", "tiny-gn"],
             "needs BatchNorm layers but model 'tiny-gn' uses GroupNorm; compatible built-in models: demo-resnet",
         ),
         "wrong input family": (
             ["--method", "tent", "--dataset", "cifar10-c", "--data-root", root, "--model", "resnet18", "--weights", "random"],
             "built for imagenet",
         ),
-        "unknown method option": (["--method", "tent", "--param", "lr_typo=1", *tiny_args(root, tmp)], "has no option"),
-        "budget without lambda": (["--method", "tent", "--budgets-ms", "100", *tiny_args(root, tmp)], "needs --lambda-ms"),
+        "unknown method option": (["--method", "tent", "--param", "lr_typo=1", *tiny_cifar_args(root, tmp)], "has no option"),
+        "budget without lambda": (["--method", "tent", "--budgets-ms", "100", *tiny_cifar_args(root, tmp)], "needs --lambda-ms"),
         "bad frozen sample": (["--method", "tent", "--frozen-sample", "many"], "expected a number ≥ 1 or 'all'"),
         "unknown flag": (["--method", "tent", "--bogus"], "no such option '--bogus'"),
         "bad severity": (["--method", "tent", "--severity", "9"], "'--severity': 9 is not in the range 1<=x<=5"),
-        "nothing to resume": (["--method", "tent", "--resume", *tiny_args(root, tmp)], "nothing to resume"),
+        "nothing to resume": (["--method", "tent", "--resume", *tiny_cifar_args(root, tmp)], "nothing to resume"),
     }
 
 
@@ -103,18 +85,18 @@ def test_entry_point_reports_errors_without_traceback(tmp_path):
 def test_cli_writes_a_trace_the_simulator_reads_and_calibrate_prints_its_lambda(cifar_c_root, tmp_path, capsys):
     from tempora_sim.traces import lambda_from_standard, load_traces
 
-    code, out, err = run(["--method", "tent", *tiny_args(cifar_c_root, tmp_path)], capsys)
+    code, out, err = run(["--method", "tent", *tiny_cifar_args(cifar_c_root, tmp_path)], capsys)
     assert code == 0 and err == ""
     path = tmp_path / "tent-bs8.parquet"
     assert f"wrote {path}" in out
-    code, out, _ = run(["calibrate", *tiny_args(cifar_c_root, tmp_path)[:-1]], capsys)
+    code, out, _ = run(["calibrate", *tiny_cifar_args(cifar_c_root, tmp_path)[:-1]], capsys)
     assert code == 0
     assert out.splitlines()[0].startswith("fog") and "acc" in out  # the one-line episode summary
     traces = load_traces(tmp_path)
     assert sorted(t.method for t in traces.traces) == ["standard", "tent"]
     lam = lambda_from_standard(next(t for t in traces.traces if t.method == "standard"))
     assert f"λ = {lam:.3f} ms" in out
-    code, out, _ = run(["calibrate", *tiny_args(cifar_c_root, tmp_path)], capsys)
+    code, out, _ = run(["calibrate", *tiny_cifar_args(cifar_c_root, tmp_path)], capsys)
     assert "using existing" in out and f"λ = {lam:.3f} ms" in out
 
 

@@ -103,26 +103,6 @@ def inject_errno(monkeypatch, below: Path, code: int, calls=("open", "mkdir", "r
         monkeypatch.setattr(os, name, wrap(name))
 
 
-def tiny_cifar(ws: Path, out: str, *extra) -> list[str]:
-    """The data options of a tiny run (CIFAR-10-C fog below ``ws``, tiny-bn, batches of 8) into ``out``."""
-    return [
-        "--dataset",
-        "cifar10-c",
-        "--model",
-        "tiny-bn",
-        "--data-root",
-        str(ws / "cifar-c"),
-        "--domains",
-        "fog",
-        "--batch-size",
-        "8",
-        "--out",
-        out,
-        "--quiet",
-        *extra,
-    ]
-
-
 def user_workspace(cifar_c_root: Path, monkeypatch) -> Path:
     """The folder above a tiny CIFAR-10-C root, with a file of the user's own that must survive."""
     monkeypatch.setenv("TORCH_HOME", str(cifar_c_root.parent / "torch-home"))

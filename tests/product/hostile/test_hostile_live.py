@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from hostile import assert_refused, inject_errno, invoke, snapshot, tiny_cifar, user_workspace
+from conftest import tiny_cifar_args
+from hostile import assert_refused, inject_errno, invoke, snapshot, user_workspace
 from tempora_sim.synthetic import write_trace
 from tempora_trace.cli import cli
 
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.usefixtures("one_thread", "tiny_models")
 
 
 def live(ws: Path, *extra, out: str | None = None) -> list[str]:
-    return ["live", "--method", "tent", *tiny_cifar(ws, out if out is not None else str(ws / "live"), *extra)]
+    return ["live", "--method", "tent", *tiny_cifar_args(ws / "cifar-c", out if out is not None else str(ws / "live"), *extra)]
 
 
 @pytest.fixture

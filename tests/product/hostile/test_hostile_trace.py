@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from byo_helpers import write_image_folder, write_model_file
-from hostile import assert_refused, inject_errno, invoke, snapshot, tiny_cifar, user_workspace
+from conftest import tiny_cifar_args
+from hostile import assert_refused, inject_errno, invoke, snapshot, user_workspace
 from tempora_schema.outputs import output_lock
 from tempora_sim.synthetic import write_trace
 from tempora_trace.cli import cli
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.usefixtures("one_thread", "tiny_models")
 
 
 def tiny(ws: Path, *extra, out: str | None = None) -> list[str]:
-    return tiny_cifar(ws, out if out is not None else str(ws / "out"), *extra)
+    return tiny_cifar_args(ws / "cifar-c", out if out is not None else str(ws / "out"), *extra)
 
 
 @pytest.fixture
