@@ -73,12 +73,11 @@ def timing_interval(
     pooled = [r.filter(pl.col("episode") == ALL_EPISODES).row(0, named=True) for r in reps.reps]
     q = [(1 - level) / 2, 1 - (1 - level) / 2]
     utilities = np.array([p["utility"] for p in pooled])
-    if run["protocol"] == "discrete":
-        sd = served_set_sd(batch_variance(restricted), reps.reps)
-        utilities = utilities + sd * np.random.default_rng(seed).standard_normal(len(pooled))
-    u_lo, u_hi = np.quantile(utilities, q)
     if run["protocol"] != "discrete":
+        u_lo, u_hi = np.quantile(utilities, q)
         return None, None, float(u_lo), float(u_hi)
+    sd = served_set_sd(batch_variance(restricted), reps.reps)
+    u_lo, u_hi = np.quantile(utilities + sd * np.random.default_rng(seed).standard_normal(len(pooled)), q)
     a_lo, a_hi = np.quantile([p["alpha"] for p in pooled], q)
     return float(a_lo), float(a_hi), float(u_lo), float(u_hi)
 
