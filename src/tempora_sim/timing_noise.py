@@ -77,19 +77,59 @@ def passes(shifts: np.ndarray) -> np.ndarray:
     return np.concatenate(([0.0], np.asarray(shifts, np.float64)))
 
 
-def shift_spread(shifts: np.ndarray, pooled: tuple[float, int] | None = None) -> tuple[float, float] | None:
+def shift_spread(
+    shifts: np.ndarray, pooled: tuple[float, int] | None = None, drift: tuple[float, int] | None = None
+) -> tuple[float, float] | None:
     """(centre, scale) of the predictive distribution of a new pass's shift from the K + 1
-    passes of a trace (:func:`passes`): centre = their mean; scale = a standard deviation σ ×
-    √(1 + 1/(K + 1)) × t_{df, 97.5 %}/z_{97.5 %} (a normal that matches Student's t prediction
-    interval at 95 %: few passes, wide spread). σ and df are the passes' own (ddof 1, df = K)
-    unless ``pooled`` = (σ, df) gives the comparison group's. None when K = 0 and nothing is pooled."""
+    passes of a trace (:func:`passes`): centre = their mean; scale = √(a + b) ×
+    t_{df, 97.5 %}/z_{97.5 %} (a normal that matches Student's t prediction interval at 95 %:
+    few passes, wide spread), where a = σ² × (1 + 1/(K + 1)) is the passes' part and b = σ_d²
+    the machine's drift between tracing times (:func:`probe_drift`), df their
+    Welch–Satterthwaite degrees of freedom (df = the passes' own when there is no drift).
+    σ and df are the passes' own (ddof 1, df = K) unless ``pooled`` = (σ, df) gives the
+    comparison group's. None when neither passes (K = 0, nothing pooled) nor drift give a spread."""
     p = passes(shifts)
-    if pooled is None:
-        if p.size < 2:
-            return None
+    if pooled is None and p.size >= 2:
         pooled = (float(np.std(p, ddof=1)), p.size - 1)
-    sd, df = pooled
-    return float(np.mean(p)), float(sd * math.sqrt(1.0 + 1.0 / p.size) * _t975(df) / _Z975)
+    parts = []  # (variance, degrees of freedom)
+    if pooled is not None:
+        parts.append((pooled[0] ** 2 * (1.0 + 1.0 / p.size), pooled[1]))
+    if drift is not None:
+        parts.append((drift[0] ** 2, drift[1]))
+    if not parts:
+        return None
+    var = sum(v for v, _ in parts)
+    df = parts[0][1] if len(parts) == 1 else welch_df(parts)
+    return float(np.mean(p)), float(math.sqrt(var) * _t975(df) / _Z975)
+
+
+def welch_df(parts: Sequence[tuple[float, int]]) -> int:
+    """Welch–Satterthwaite degrees of freedom of a sum of independent variance estimates
+    ``(v, df)``, rounded down (at least 1): the sum is known no better than its weakest large part."""
+    total = sum(v for v, _ in parts)
+    denom = sum(v * v / df for v, df in parts if v > 0)
+    return max(1, int(math.floor(total * total / denom + 1e-9))) if denom > 0 else min(df for _, df in parts)
+
+
+def probe_drift(traces: Sequence) -> tuple[float, int] | None:
+    """(σ_d, df): how far the machine's speed moved between the times a comparison group's
+    traces were taken, from their speed probes (docs/reference/trace-schema.md, "Speed probe"):
+    the standard deviation (ddof 1) of each trace's log median probe time, df = traces − 1;
+    with one probed trace, of its own log probe times (taken over its run), df = probes − 1.
+    The repeat passes are timed seconds apart; a deployment runs minutes or days later, and
+    the probes are what the traces know of the machine over that longer span. None with
+    fewer than two probes, or probes of more than one kind (they time different work)."""
+    probed = [t.meta.get("speed_probe") or [] for t in traces]
+    probed = [(t.meta.get("speed_probe_kind"), [float(x["ms"]) for x in p]) for t, p in zip(traces, probed) if p]
+    if len({kind for kind, _ in probed}) != 1:
+        return None
+    if len(probed) == 1:
+        logs = np.log(probed[0][1])
+    else:
+        logs = np.log([float(np.median(ms)) for _, ms in probed])
+    if logs.size < 2:
+        return None
+    return float(np.std(logs, ddof=1)), int(logs.size - 1)
 
 
 def pooled_shift_sd(models: Sequence["TimingModel"]) -> tuple[float, int] | None:
@@ -117,11 +157,14 @@ class TimingModel:
     #: (σ, df) of the pass shifts pooled over the comparison group (:func:`timing_models`);
     #: None: this trace's own shifts alone.
     pooled: tuple[float, int] | None = None
+    #: (σ_d, df) of the machine's drift between the group's tracing times (:func:`probe_drift`);
+    #: None: not measured (no speed probes), nothing added.
+    drift: tuple[float, int] | None = None
 
     def shift(self, u: float) -> float:
         """The pass shift of uniform ``u``: the predictive normal of :func:`shift_spread` at
         ``u`` (clipped to [0.1 %, 99.9 %]); 0 (the traced pass) when nothing gives a spread."""
-        spread = shift_spread(self.shifts, self.pooled)
+        spread = shift_spread(self.shifts, self.pooled, self.drift)
         if spread is None:
             return 0.0
         return spread[0] + spread[1] * NormalDist().inv_cdf(min(max(u, 1e-3), 1 - 1e-3))
@@ -202,16 +245,21 @@ def timing_model(trace) -> TimingModel | None:
 
 def timing_models(traces: Sequence) -> list[TimingModel | None]:
     """One :class:`TimingModel` per trace (None: not measured), each with its pass-shift
-    spread pooled over the measured traces of its comparison group (:func:`pooled_shift_sd`)."""
+    spread pooled over the measured traces of its comparison group (:func:`pooled_shift_sd`)
+    and the machine's drift between the group's tracing times (:func:`probe_drift`)."""
     models = [timing_model(t) for t in traces]
     groups: dict[str, list[int]] = {}
     for i, (t, m) in enumerate(zip(traces, models)):
         if m is not None:
             groups.setdefault(t.group.label(), []).append(i)
-    for members in groups.values():
+    by_label: dict[str, list] = {}
+    for t in traces:
+        by_label.setdefault(t.group.label(), []).append(t)
+    for label, members in groups.items():
         pooled = pooled_shift_sd([models[i] for i in members])
+        drift = probe_drift(by_label[label])
         for i in members:
-            models[i] = dataclasses.replace(models[i], pooled=pooled)
+            models[i] = dataclasses.replace(models[i], pooled=pooled, drift=drift)
     return models
 
 

@@ -5,6 +5,7 @@ plain-Python event simulation, common random numbers, reductions and hand-worked
 from __future__ import annotations
 
 import math
+import statistics
 import zlib
 from collections import deque
 from pathlib import Path
@@ -34,9 +35,17 @@ EPISODES = ("gaussian_noise", "fog")
 
 def write(directory: Path, methods=("standard", "adabn", "tent"), variability=None, **kw) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
+    num_batches = kw.pop("num_batches", 40)
+    probes = kw.pop("probes", {})  # method -> probe_ms (none: no speed probe)
     for m in methods:
         syn.write_trace(
-            directory / f"{m}.parquet", m, episodes=EPISODES, num_batches=kw.pop("num_batches", 40), variability=variability, **kw
+            directory / f"{m}.parquet",
+            m,
+            episodes=EPISODES,
+            num_batches=num_batches,
+            variability=variability,
+            probe_ms=probes.get(m),
+            **kw,
         )
     return directory
 
@@ -201,14 +210,18 @@ def _uniforms(seed, r, label, ep, n):
     idle=hst.floats(0.8, 1.6),
     seed=hst.integers(0, 2**16),
     rho=hst.sampled_from([1.0, 0.8, 0.5]),
+    drift=hst.sampled_from([None, 0.0, 0.15]),
 )
-def test_replicates_match_an_event_simulation_drawing_from_the_same_model(tmp_path_factory, pass_sd, event_sd, idle, seed, rho):
+def test_replicates_match_an_event_simulation_drawing_from_the_same_model(tmp_path_factory, pass_sd, event_sd, idle, seed, rho, drift):
     """Each replicate's discrete rows equal a plain-Python simulation whose times are the
     traced ones scaled by factors drawn, by the documented rule, from the model the
-    measurement gives (pass shift from the predictive normal, residuals ⌊v·M⌋-th smallest, idle curve)."""
+    measurement gives (pass shift from the predictive normal, residuals ⌊v·M⌋-th smallest, idle
+    curve), with the machine's drift between the two traces' speed probes (``drift``: the log
+    gap of their probe levels; None: no probes) added to the shift's variance."""
     d = tmp_path_factory.mktemp("rep")
     var = syn.SyntheticVariability(pass_sd, event_sd, gaps_ms=(5.0, 40.0), idle_factor=(idle, idle))
-    write(d, ("standard", "tent"), var, num_batches=24, rng_seed=seed)
+    probes = {} if drift is None else {"standard": 2.0, "tent": 2.0 * math.exp(drift)}
+    write(d, ("standard", "tent"), var, num_batches=24, rng_seed=seed, probes=probes)
     ts = load_traces(d, cache=False)
     res = run_sweep(ts, protocols="discrete", rho=[rho])
     reps = replicates_of(res, 3, seed)
@@ -218,7 +231,10 @@ def test_replicates_match_an_event_simulation_drawing_from_the_same_model(tmp_pa
     own = [np.concatenate(([0.0], tn.timing_model(t).shifts)) for t in ts.traces]
     df = sum(p.size - 1 for p in own)
     pooled_sd = math.sqrt(sum(float(((p - p.mean()) ** 2).sum()) for p in own) / df)
-    t975 = {2: 4.303, 4: 2.776, 6: 2.447, 8: 2.306, 10: 2.228}[df]
+    # the drift: sample SD of the two traces' log median probe times (one degree of freedom)
+    medians = [statistics.median(x["ms"] for x in t.meta["speed_probe"]) for t in ts.traces] if probes else []
+    drift_var = statistics.variance([math.log(m) for m in medians]) if probes else 0.0
+    t975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
     for trace in ts.traces:
         model = tn.timing_model(trace)
         label = trace.group.label()
@@ -229,9 +245,13 @@ def test_replicates_match_an_event_simulation_drawing_from_the_same_model(tmp_pa
             start += n
             for r, frame in enumerate(reps.reps):
                 u, v = _uniforms(seed, r, label, ep, n)
-                # predictive normal of a new pass's shift: mean of its K + 1 passes, pooled sd·√(1+1/(K+1))·t_df/z
+                # predictive normal of a new pass's shift: mean of its K + 1 passes, scale
+                # √(pooled sd²·(1+1/(K+1)) + drift²)·t_df/z, df by Welch–Satterthwaite
                 k = model.shifts.size + 1
-                scale = pooled_sd * math.sqrt(1 + 1 / k) * t975 / 1.959964
+                var_passes = pooled_sd**2 * (1 + 1 / k)
+                total = var_passes + drift_var
+                dof = df if drift_var == 0 else max(1, math.floor(total**2 / (var_passes**2 / df + drift_var**2) + 1e-9))
+                scale = math.sqrt(total) * t975[dof] / 1.959964
                 shift = float(np.sum(model.shifts)) / k + scale * NormalDist().inv_cdf(min(max(u, 1e-3), 1 - 1e-3))
                 res_ = model.residuals[np.minimum((v * model.residuals.size).astype(int), model.residuals.size - 1)]
                 times = delta * np.exp(shift + res_)
@@ -257,6 +277,59 @@ def test_pooled_spread_hand_worked_and_one_trace_alone_keeps_its_own():
     # a pass measured exactly as the traced one everywhere: no spread, the traced times
     still = mk([0.0, 0.0])
     assert tn.shift_spread(still.shifts) == (0.0, 0.0) and still.shift(0.99) == 0.0
+
+
+class _Probed:
+    """What :func:`tn.probe_drift` reads of a trace: its speed probes."""
+
+    def __init__(self, ms, kind="matmul"):
+        self.meta = {
+            "speed_probe": [{"episode": "e", "step": 50 * i, "ms": m} for i, m in enumerate(ms)],
+            "speed_probe_kind": kind if ms else "none",
+        }
+
+
+def test_probe_drift_hand_worked():
+    """Two traces whose median probes are 2 and 2·e^0.1 ms: log medians {ln 2, ln 2 + 0.1}, SD
+    0.1/√2, df 1. One probed trace alone: its own probes 1, e^0.2, e^0.1 ms (logs {0, 0.2,
+    0.1}: SD 0.1, df 2). Fewer than two probes, or probes of two kinds: nothing."""
+    sd, df = tn.probe_drift([_Probed([2.0, 2.0, 9.0]), _Probed([2 * math.exp(0.1)]), _Probed([])])
+    assert df == 1 and sd == pytest.approx(0.1 / math.sqrt(2))
+    sd, df = tn.probe_drift([_Probed([1.0, math.exp(0.2), math.exp(0.1)]), _Probed([])])
+    assert df == 2 and sd == pytest.approx(0.1)
+    assert tn.probe_drift([_Probed([2.0]), _Probed([])]) is None
+    assert tn.probe_drift([_Probed([2.0]), _Probed([2.5], kind="other")]) is None
+
+
+def test_shift_spread_with_drift_hand_worked():
+    """Shifts {0.1, 0.2} (passes {0, 0.1, 0.2}: σ = 0.1, K = 2) and a drift of σ_d = 0.05 with
+    4 df: a = 0.01·(1 + 1/3), b = 0.0025, df = ⌊(a + b)²/(a²/2 + b²/4)⌋ = 2, scale =
+    √(a + b)·t_2/z. A drift alone (no passes): σ_d·t_4/z around 0. No drift, or a drift of
+    zero: the passes' own spread, exactly."""
+    a, b = 0.01 * 4 / 3, 0.0025
+    df = math.floor((a + b) ** 2 / (a**2 / 2 + b**2 / 4))
+    assert df == 2
+    centre, scale = tn.shift_spread(np.array([0.1, 0.2]), None, (0.05, 4))
+    assert centre == pytest.approx(0.1) and scale == pytest.approx(math.sqrt(a + b) * 4.303 / 1.959964)
+    assert tn.shift_spread(np.zeros(0), None, (0.05, 4)) == pytest.approx((0.0, 0.05 * 2.776 / 1.959964))
+    plain = tn.shift_spread(np.array([0.1, 0.2]))
+    assert tn.shift_spread(np.array([0.1, 0.2]), None, (0.0, 4)) == plain
+    assert tn.shift_spread(np.array([0.1, 0.2]), None, None) == plain
+    assert tn.shift_spread(np.zeros(0)) is None
+
+
+def test_a_group_without_speed_probes_has_no_drift_and_one_with_them_widens(tmp_path):
+    """The synthetic traces carry no probes unless asked: their models have no drift. Probes
+    at 2 and 2.4 ms put the group's log-median gap into every model's drift."""
+    var = syn.SyntheticVariability(0.05, 0.05, gaps_ms=())
+    plain = tn.timing_models(load_traces(write(tmp_path / "a", ("standard", "tent"), var), cache=False).traces)
+    assert all(m.drift is None for m in plain)
+    traces = load_traces(write(tmp_path / "b", ("standard", "tent"), var, probes={"standard": 2.0, "tent": 2.4}), cache=False).traces
+    probed = tn.timing_models(traces)
+    sd, df = probed[0].drift
+    gap = math.log(schema.probe_median_ms(traces[1].meta) / schema.probe_median_ms(traces[0].meta))  # ≈ ln 1.2 (probes ± 1 %)
+    assert df == 1 and probed[1].drift == probed[0].drift and sd == pytest.approx(abs(gap) / math.sqrt(2))
+    assert tn.shift_spread(probed[0].shifts, probed[0].pooled, probed[0].drift)[1] > tn.shift_spread(probed[0].shifts, probed[0].pooled)[1]
 
 
 def test_common_random_numbers_keep_identical_methods_tied(tmp_path):
