@@ -11,6 +11,11 @@ from typing import Any
 
 __all__ = ["sweep", "run_sweep", "SweepOptions", "__version__"]
 
+#: True in the ``tempora-sim`` program (set by :func:`tempora_sim.cli.run`), False when a
+#: notebook or another program imports the package: process-wide shortcuts that only the
+#: program may take (Numba's start, :func:`tempora_sim.replay.warm_kernels`) check it.
+IN_PROGRAM = False
+
 
 def __getattr__(name: str) -> Any:
     # The version is read from the package metadata (declared once, in pyproject.toml) on first

@@ -89,7 +89,11 @@ def run() -> None:
     Every output file is written, fsynced and renamed into place before a command returns,
     and no command leaves an exit handler behind; what the teardown would do is free Numba's
     compiled code and the loaded modules, which costs a warm sweep about 0.3 s and serves
-    nothing. A library caller that calls :data:`main` keeps the ordinary exit."""
+    nothing. A library caller that calls :data:`main` keeps the ordinary exit (and Numba's
+    ordinary start: :data:`tempora_sim.IN_PROGRAM`)."""
+    import tempora_sim
+
+    tempora_sim.IN_PROGRAM = True
     code = main.main(standalone_mode=False)
     for stream in (sys.stdout, sys.stderr):
         try:

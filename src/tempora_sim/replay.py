@@ -23,6 +23,8 @@ Aggregation and meaning of the columns, per protocol (fractions in [0, 1], times
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import threading
 import time
 import warnings
@@ -152,6 +154,27 @@ def build_series(traces: Sequence[Trace], lambdas: dict[GroupKey, float], lambda
 _WARM: set[str] = set()
 
 
+@contextlib.contextmanager
+def _numba_without_scipy():
+    """Numba's first dispatch imports ``numba.np.arraymath``, which imports
+    ``scipy.linalg.cython_blas`` only to learn whether its ``np.convolve``/``np.correlate``
+    may call BLAS: 0.17 s of a 1 s sweep (SciPy's array-API layer imports ``numpy.f2py``). No
+    replay kernel calls BLAS. In the ``tempora-sim`` program, where nothing but the replay
+    runs Numba (:data:`tempora_sim.IN_PROGRAM`), SciPy is hidden for that one import when it
+    is not loaded yet, then unhidden: a later ``import scipy`` works as ever, and Numba's
+    ``np.dot`` and ``np.linalg`` still find it (they import it when they compile)."""
+    import tempora_sim
+
+    hide = tempora_sim.IN_PROGRAM and "scipy" not in sys.modules
+    if hide:
+        sys.modules["scipy"] = None  # type: ignore[assignment]  # an import of it raises ImportError
+    try:
+        yield
+    finally:
+        if hide and sys.modules.get("scipy", 0) is None:
+            del sys.modules["scipy"]
+
+
 def warm_kernels(protocols=None) -> float:
     """Compile (or load from the on-disk cache) the kernels of ``protocols`` once per process
     (default: every single-pressure protocol); ``"arrivals"`` stands for the general discrete
@@ -165,10 +188,11 @@ def warm_kernels(protocols=None) -> float:
     if not todo:
         return 0.0
     t0 = time.perf_counter()
-    from . import kernels as K  # Numba loads here, on the warm-up thread when there is one
-
     a, off, _, _ = warm_inputs()
-    K.offline_kernel(a, off)  # every replay uses it
+    with _numba_without_scipy():
+        from . import kernels as K  # Numba loads here, on the warm-up thread when there is one
+
+        K.offline_kernel(a, off)  # every replay uses it; its first dispatch loads Numba's registries
     for name in todo:
         if name == "arrivals":
             warm_general_kernel(K)

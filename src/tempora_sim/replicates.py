@@ -43,7 +43,8 @@ def replicates_of(result, count: int = DEFAULT_REPLICATES, seed: int = 0, models
         factors = replicate_factors(series, models, r, seed)
         frames = replay_frames(scaled(series, factors), opt, None, idle_curves=curves if curves is not None else _NO_CURVES)
         reps.append(pl.concat(frames, how="vertical"))
-    return TimingReplicates(result.frame, reps, status)
+    drift = max((m.drift[0] for m in models if m is not None and m.drift is not None), default=0.0)
+    return TimingReplicates(result.frame, reps, status, drift)
 
 
 #: ``replay_frames``'s idle_curves value meaning "no idle effect" (None means "from the traces").

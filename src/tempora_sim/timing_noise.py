@@ -173,12 +173,6 @@ class TimingModel:
     def has_idle_effect(self) -> bool:
         return bool(np.any(self.idle_factors != 1.0))
 
-    def spread(self) -> tuple[float, float]:
-        """(largest |pass shift|, median |event residual|) as fractions, for the summaries."""
-        s = float(np.max(np.abs(np.expm1(self.shifts)))) if self.shifts.size else 0.0
-        r = float(np.median(np.abs(np.expm1(self.residuals)))) if self.residuals.size else 0.0
-        return s, r
-
 
 def _main_delta(trace, sample: list[dict]) -> np.ndarray:
     """δ of the main pass at the sample's (episode, step), in sample order; NaN for an event
@@ -395,6 +389,8 @@ class TimingReplicates:
     base: pl.DataFrame
     reps: list[pl.DataFrame]
     status: dict[str, str] = field(default_factory=dict)
+    #: the largest σ_d of the machine's drift between tracing times in the models (0: none measured)
+    drift: float = 0.0
     #: the frames after a ``pool`` function, by that function (every interval of a view pools alike)
     _pooled: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -404,7 +400,7 @@ class TimingReplicates:
 
     def map(self, fn: Callable[[pl.DataFrame], pl.DataFrame]) -> "TimingReplicates":
         """The same transformation (a relabelling, a filter) applied to every frame."""
-        return TimingReplicates(fn(self.base), [fn(r) for r in self.reps], dict(self.status))
+        return TimingReplicates(fn(self.base), [fn(r) for r in self.reps], dict(self.status), self.drift)
 
     def _frames(self, pool: Callable | None) -> list[pl.DataFrame]:
         """[base, *reps], each after ``pool`` (pooling over seeds; computed once per function).
@@ -475,6 +471,8 @@ def describe(timing: TimingReplicates | None, count: int) -> str:
     if count <= 0:
         return "timing uncertainty: not included (--timing-replicates 0): intervals are conditional on the traced times"
     text = f"timing uncertainty: included ({timing.count} timing replicates from the variability measured on the device"
+    if timing.drift > 0:
+        text += f", and the machine's drift between the traces' speed probes, σ up to {timing.drift:.1%}"
     if unknown:
         text += f"; unknown for {len(unknown)} of {len(timing.status)} traces, replayed at their traced times"
     return text + ")"

@@ -286,6 +286,30 @@ def test_simulator_never_imports_torch():
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
 
 
+def test_the_program_starts_numba_without_scipy_and_leaves_scipy_importable(trace_dir):
+    """In the ``tempora-sim`` program (tempora_sim.IN_PROGRAM) Numba's first dispatch runs with
+    SciPy hidden: no SciPy module is loaded by the sweep, the rows are the library's, and SciPy
+    imports afterwards as ever (Numba's own BLAS check included). A library caller's process
+    (IN_PROGRAM False) is left as Numba would leave it."""
+    code = (
+        "import sys, tempora_sim; tempora_sim.IN_PROGRAM = {flag}\n"
+        "from tempora_sim.replay import run_sweep\n"
+        f"res = run_sweep({str(trace_dir)!r})\n"
+        "loaded = sorted(m for m in sys.modules if m == 'scipy' or m.startswith('scipy.'))\n"
+        "import scipy.linalg.cython_blas\n"
+        "from numba.np.linalg import ensure_blas; ensure_blas()\n"
+        "print(len(loaded), res.frame.get_column('utility').sum())\n"
+    )
+    src = str(Path(tempora_sim.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, *sys.path]))
+    out = {}
+    for flag in (True, False):
+        done = subprocess.run([sys.executable, "-c", code.format(flag=flag)], check=True, env=env, capture_output=True, text=True)
+        out[flag] = done.stdout.split()
+    assert out[True][0] == "0" and out[False][0] != "0"  # the library's start loads SciPy, the program's does not
+    assert out[True][1] == out[False][1]
+
+
 def test_every_subcommand_is_listed_with_its_module():
     """The command group imports a subcommand's module on demand (tempora_sim.cli): a
     command missing from SUBCOMMAND_MODULES would vanish from --help and the reference."""

@@ -330,6 +330,12 @@ def test_a_group_without_speed_probes_has_no_drift_and_one_with_them_widens(tmp_
     gap = math.log(schema.probe_median_ms(traces[1].meta) / schema.probe_median_ms(traces[0].meta))  # ≈ ln 1.2 (probes ± 1 %)
     assert df == 1 and probed[1].drift == probed[0].drift and sd == pytest.approx(abs(gap) / math.sqrt(2))
     assert tn.shift_spread(probed[0].shifts, probed[0].pooled, probed[0].drift)[1] > tn.shift_spread(probed[0].shifts, probed[0].pooled)[1]
+    # and the answers say so
+    res = run_sweep(load_traces(tmp_path / "b", cache=False), protocols="discrete", rho=[1.0])
+    timing = replicates_of(res, 2, 0)
+    assert timing.drift == pytest.approx(sd)
+    assert f"speed probes, σ up to {sd:.1%}" in tn.describe(timing, 2)
+    assert "speed probes" not in tn.describe(replicates_of(run_sweep(load_traces(tmp_path / "a", cache=False)), 2, 0), 2)
 
 
 def test_common_random_numbers_keep_identical_methods_tied(tmp_path):
