@@ -20,7 +20,10 @@ and Student's t (:func:`shift_spread`). A pass shift is the machine's state, not
 (the premise of the common random numbers below), so the standard deviation is pooled over the
 measured traces of a comparison group — same device, same model — and t takes the pooled
 degrees of freedom Σ K_t (:func:`timing_models`); one trace alone keeps its own K. The
-residuals (tens of events) are resampled as measured.
+repeat passes run seconds after the main pass, a deployment minutes or days later: the
+spread of the group's speed probes, taken as its traces were taken one after another, adds
+the machine's drift between tracing times to the shift's variance (:func:`probe_drift`,
+Welch–Satterthwaite degrees of freedom). The residuals (tens of events) are resampled as measured.
 
 **Common random numbers.** Replicate ``r`` draws one uniform ``u_r`` per comparison group and
 one uniform ``v_{r,j}`` per (group, episode, step); every method of the group maps the same
