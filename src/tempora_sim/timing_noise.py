@@ -54,7 +54,7 @@ from typing import Callable, Sequence
 import numpy as np
 import polars as pl
 
-from tempora_schema import VARIABILITY_KEY
+from tempora_schema import VARIABILITY_KEY, probe_median_ms
 
 #: Default number of timing replicates behind an interval (``--timing-replicates``).
 DEFAULT_REPLICATES = 20
@@ -122,14 +122,13 @@ def probe_drift(traces: Sequence) -> tuple[float, int] | None:
     The repeat passes are timed seconds apart; a deployment runs minutes or days later, and
     the probes are what the traces know of the machine over that longer span. None with
     fewer than two probes, or probes of more than one kind (they time different work)."""
-    probed = [t.meta.get("speed_probe") or [] for t in traces]
-    probed = [(t.meta.get("speed_probe_kind"), [float(x["ms"]) for x in p]) for t, p in zip(traces, probed) if p]
-    if len({kind for kind, _ in probed}) != 1:
+    probed = [t.meta for t in traces if t.meta.get("speed_probe")]
+    if len({meta.get("speed_probe_kind") for meta in probed}) != 1:
         return None
     if len(probed) == 1:
-        logs = np.log(probed[0][1])
-    else:
-        logs = np.log([float(np.median(ms)) for _, ms in probed])
+        logs = np.log([float(x["ms"]) for x in probed[0]["speed_probe"]])
+    else:  # a trace's machine speed, as the group's speed check reads it (tempora_sim.traces)
+        logs = np.log([probe_median_ms(meta) for meta in probed])
     if logs.size < 2:
         return None
     return float(np.std(logs, ddof=1)), int(logs.size - 1)
@@ -246,16 +245,15 @@ def timing_models(traces: Sequence) -> list[TimingModel | None]:
     and the machine's drift between the group's tracing times (:func:`probe_drift`)."""
     models = [timing_model(t) for t in traces]
     groups: dict[str, list[int]] = {}
-    for i, (t, m) in enumerate(zip(traces, models)):
-        if m is not None:
-            groups.setdefault(t.group.label(), []).append(i)
-    by_label: dict[str, list] = {}
-    for t in traces:
-        by_label.setdefault(t.group.label(), []).append(t)
-    for label, members in groups.items():
-        pooled = pooled_shift_sd([models[i] for i in members])
-        drift = probe_drift(by_label[label])
-        for i in members:
+    for i, t in enumerate(traces):
+        groups.setdefault(t.group.label(), []).append(i)
+    for members in groups.values():
+        measured = [i for i in members if models[i] is not None]
+        if not measured:
+            continue
+        pooled = pooled_shift_sd([models[i] for i in measured])
+        drift = probe_drift([traces[i] for i in members])  # every trace's probes, measured or not
+        for i in measured:
             models[i] = dataclasses.replace(models[i], pooled=pooled, drift=drift)
     return models
 

@@ -280,10 +280,14 @@ def test_simulator_never_imports_torch():
         "tempora_sim.report.terminal, tempora_sim.cli, tempora_sim.synthetic, tempora_sim.oracle, tempora_schema; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
-    # The child sees the same import path as this process (installed or only on PYTHONPATH).
+    subprocess.run([sys.executable, "-c", code], check=True, env=_child_env())
+
+
+def _child_env() -> dict:
+    """A child interpreter's environment with the same import path as this process (installed
+    or only on PYTHONPATH)."""
     src = str(Path(tempora_sim.__file__).resolve().parents[1])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, *sys.path]))
-    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([src, *sys.path]))
 
 
 def test_the_program_starts_numba_without_scipy_and_leaves_scipy_importable(trace_dir):
@@ -300,11 +304,9 @@ def test_the_program_starts_numba_without_scipy_and_leaves_scipy_importable(trac
         "from numba.np.linalg import ensure_blas; ensure_blas()\n"
         "print(len(loaded), res.frame.get_column('utility').sum())\n"
     )
-    src = str(Path(tempora_sim.__file__).resolve().parents[1])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, *sys.path]))
     out = {}
     for flag in (True, False):
-        done = subprocess.run([sys.executable, "-c", code.format(flag=flag)], check=True, env=env, capture_output=True, text=True)
+        done = subprocess.run([sys.executable, "-c", code.format(flag=flag)], check=True, env=_child_env(), capture_output=True, text=True)
         out[flag] = done.stdout.split()
     assert out[True][0] == "0" and out[False][0] != "0"  # the library's start loads SciPy, the program's does not
     assert out[True][1] == out[False][1]
