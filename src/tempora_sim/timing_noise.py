@@ -102,13 +102,13 @@ def shift_spread(
     if not parts:
         return None
     var = sum(v for v, _ in parts)
-    df = parts[0][1] if len(parts) == 1 else welch_df(parts)
-    return float(np.mean(p)), float(math.sqrt(var) * _t975(df) / _Z975)
+    return float(np.mean(p)), float(math.sqrt(var) * _t975(welch_df(parts)) / _Z975)
 
 
 def welch_df(parts: Sequence[tuple[float, int]]) -> int:
     """Welch–Satterthwaite degrees of freedom of a sum of independent variance estimates
-    ``(v, df)``, rounded down (at least 1): the sum is known no better than its weakest large part."""
+    ``(v, df)``, rounded down (at least 1): the sum is known no better than its weakest large part.
+    One part keeps its own df."""
     total = sum(v for v, _ in parts)
     denom = sum(v * v / df for v, df in parts if v > 0)
     return max(1, int(math.floor(total * total / denom + 1e-9))) if denom > 0 else min(df for _, df in parts)
