@@ -22,7 +22,7 @@ SIM    := $(PY) -m tempora_sim.cli
 TRACES  ?= traces
 RESULTS ?= results
 
-.PHONY: install test bench vendor docs demo demo-run demo-traces demo-trace-files demo-models validate validate-gpu lint clean \
+.PHONY: install test bench vendor docs demo demo-run demo-traces demo-trace-files demo-models validate validate-gpu validate-clock lint clean \
         paper paper-vit paper-cifar paper-traces paper-vit-traces paper-cifar-traces
 
 # Never two recipes at once, whatever -j says: two traces on one machine would time each other
@@ -244,6 +244,36 @@ validate-gpu: install
 	    VALIDATE_PROTOCOL=$(GPU_PROTOCOL) VALIDATE_TRACE_OPTS="$(GPU_TRACE_OPTS)" \
 	    VALIDATE_OPTS="--dataset imagenet-c --data-root $(GPU_DATA) --model $(GPU_MODEL) --weights random --device $(GPU_DEVICE) \
 	    --domains $(GPU_DOMAINS) --max-batches $(GPU_BATCHES) --batch-size $(GPU_BATCH_SIZE) --stage-mb $(GPU_STAGE_MB) --force $(GPU_OPTS)"
+
+# `make validate-clock`: is the traced clock the live one? The sandwich of
+# docs/results/validation-runs.md ("Traced and live clocks"): CLOCK_METHODS traced first, each in
+# its own process as a user traces, then played live at CLOCK_RHO (CLOCK_REPEATS runs each),
+# then traced again. `tempora-sim validate` checks each setting against the traces before and
+# after: the replay against the live runs, and the live events' mean δ against the traced δ of
+# the same batches with the trace's idle effect applied (within --clock-tol-pct, 5 %, or the
+# trace's own pass-to-pass spread). Exit 1 when either comparison misses. About 6 minutes on
+# an idle 2-core CPU; one thing at a time, as for `make validate`.
+CLOCK_METHODS ?= standard tent cmf
+CLOCK_RHO     ?= 1,0.5,0.25
+CLOCK_BATCHES ?= 100
+CLOCK_DOMAINS ?= gaussian_noise
+CLOCK_REPEATS ?= 3
+CLOCK_OUT     ?= $(RESULTS)/validate-clock
+CLOCK_OPTS    ?= --dataset demo --model demo-resnet --device $(VALIDATE_DEVICE) --domains $(CLOCK_DOMAINS) \
+                 --max-batches $(CLOCK_BATCHES) --threads 1 --force
+validate-clock: install
+	@status=0; \
+	$(MAKE) --no-print-directory validate VALIDATE_ALONGSIDE=no VALIDATE_METHODS="$(CLOCK_METHODS)" VALIDATE_RHO=$(CLOCK_RHO) \
+	    VALIDATE_PROTOCOL=discrete VALIDATE_REPEATS=$(CLOCK_REPEATS) VALIDATE_BASELINE_REPEATS=$(CLOCK_REPEATS) VALIDATE_POLICY= \
+	    VALIDATE_OUT=$(CLOCK_OUT) VALIDATE_OPTS="$(CLOCK_OPTS)" || status=$$?; \
+	[ $$status -le 1 ] || exit $$status; \
+	for m in $(CLOCK_METHODS); do \
+	    echo "trace $$m again"; \
+	    $(TRACE) run --method $$m $(CLOCK_OPTS) --out $(CLOCK_OUT)/traces-after --quiet \
+	        $$( [ $$m = standard ] && echo --no-default-checkpoints || echo $(VALIDATE_TRACE_OPTS) ) || exit 2; \
+	done; \
+	$(SIM) validate $(CLOCK_OUT)/live --traces $(CLOCK_OUT)/traces-after --out $(CLOCK_OUT)/report-after $(VALIDATE_CHECK_OPTS) || status=$$?; \
+	exit $$status
 
 # ------------------------------------------------------------------ paper reproduction
 # `make paper DATA=/path/to/ImageNet-C [WEIGHTS=resnet50-0676ba61.pth] DEVICE=cuda`

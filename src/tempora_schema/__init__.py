@@ -159,9 +159,14 @@ METADATA_FIELDS = (
     "speed_probe_kind",
 )
 #: Keys a trace carries only when they apply (docs/reference/trace-schema.md): the sparse-adaptation
-#: policy, where a plugin method, a model by spec and a folder dataset came from, and the
-#: timing-variability measurement. A reader that does not know one ignores it.
-OPTIONAL_METADATA_FIELDS = ("policy", METHOD_SOURCE_KEY, "model_source", "dataset_source", VARIABILITY_KEY)
+#: policy, where a plugin method, a model by spec and a folder dataset came from, the
+#: timing-variability measurement, and the host heap's policy while events were timed
+#: (``steady`` or ``system``; absent in traces taken before it was recorded: ``system``) and
+#: the minor page faults of the main pass's events (``{"events", "median", "max"}``, where the
+#: OS counts them). A reader that does not know one ignores it.
+HEAP_KEY = "heap"
+HEAP_FAULTS_KEY = "heap_faults"
+OPTIONAL_METADATA_FIELDS = ("policy", METHOD_SOURCE_KEY, "model_source", "dataset_source", VARIABILITY_KEY, HEAP_KEY, HEAP_FAULTS_KEY)
 #: The v1 subset (what a v1 file must carry to be readable).
 METADATA_FIELDS_V1 = METADATA_FIELDS[:15]
 #: ``speed_probe_kind`` of a trace whose machine speed was not measured (empty probe list).

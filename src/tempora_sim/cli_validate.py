@@ -20,6 +20,7 @@ from .cli import main
 from .tolerances import (
     DEFAULT_ABS_TOL_PP,
     DEFAULT_AMORTISED_TOL_PP,
+    DEFAULT_CLOCK_TOL_PCT,
     DEFAULT_MIN_AGREEMENT_PCT,
     DEFAULT_SPREAD_SLACK_PP,
     DEFAULT_TIE_US,
@@ -80,19 +81,34 @@ EXIT_TOLERANCE = 1
     show_default=True,
     help="Self-consistency: a disagreement is a near-tie when an arrival is this close (µs) to the decision.",
 )
-def validate_command(live, traces, out, abs_pp, slack_pp, amortised_pp, min_agreement, tie_us):
+@click.option(
+    "--clock-tol-pct",
+    "clock_pct",
+    type=float,
+    default=DEFAULT_CLOCK_TOL_PCT,
+    show_default=True,
+    help="Largest gap (%) between the live events' mean δ and the traced δ of the same batches with the trace's idle "
+    "effect applied, unless the trace's own pass-to-pass spread is wider.",
+)
+def validate_command(live, traces, out, abs_pp, slack_pp, amortised_pp, min_agreement, tie_us, clock_pct):
     """Put every LIVE run (files/directories from `tempora-trace live`) beside the replay of
     its trace group; exit 1 when a tolerance is exceeded."""
     # lazy: the replay and rich load when validate runs, not with `tempora-sim --help`
     from .validation import validate_into
     from .validation_view import print_validation, validation_console
 
-    for name, value in (("--tol-pp", abs_pp), ("--spread-slack-pp", slack_pp), ("--amortised-tol-pp", amortised_pp), ("--tie-us", tie_us)):
+    for name, value in (
+        ("--tol-pp", abs_pp),
+        ("--spread-slack-pp", slack_pp),
+        ("--amortised-tol-pp", amortised_pp),
+        ("--tie-us", tie_us),
+        ("--clock-tol-pct", clock_pct),
+    ):
         if not (math.isfinite(value) and value >= 0):
             raise OptionError(f"{name} must be ≥ 0, got {value:g}")
     if not 0 <= min_agreement <= 100:
         raise OptionError(f"--min-agreement must be a percentage in 0..100, got {min_agreement:g}")
-    result, written = validate_into(live, traces, Tolerances(abs_pp, slack_pp, amortised_pp, min_agreement, tie_us), out)
+    result, written = validate_into(live, traces, Tolerances(abs_pp, slack_pp, amortised_pp, min_agreement, tie_us, clock_pct), out)
     console = validation_console()
     print_validation(result, console)
     if written:

@@ -16,6 +16,9 @@ DEFAULT_SPREAD_SLACK_PP = 0.5
 DEFAULT_AMORTISED_TOL_PP = 0.5
 DEFAULT_MIN_AGREEMENT_PCT = 99.5
 DEFAULT_TIE_US = 1.0
+#: How far the traced clock may stand from the live one (mean δ of the same batches, the
+#: trace's idle effect applied), percent, unless the trace's own pass-to-pass spread is wider.
+DEFAULT_CLOCK_TOL_PCT = 5.0
 
 
 @dataclass
@@ -25,3 +28,4 @@ class Tolerances:
     amortised_pp: float = DEFAULT_AMORTISED_TOL_PP
     min_agreement_pct: float = DEFAULT_MIN_AGREEMENT_PCT
     tie_us: float = DEFAULT_TIE_US
+    clock_pct: float = DEFAULT_CLOCK_TOL_PCT

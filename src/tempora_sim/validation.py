@@ -22,6 +22,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 from typing import Sequence
 
 import numpy as np
@@ -36,6 +37,7 @@ from tempora_schema.outputs import check_output_dir, staged_dir, to_bytes, write
 from . import coverage
 from . import timing_noise as tn
 from .errors import GroupError, SimError, TraceFileError
+from .kernels import idle_factor
 from .replay import ALL_EPISODES, run_sweep
 from .tolerances import (  # noqa: F401  (re-exported: the defaults' former home)
     DEFAULT_ABS_TOL_PP,
@@ -46,6 +48,8 @@ from .tolerances import (  # noqa: F401  (re-exported: the defaults' former home
     Tolerances,
 )
 from .traces import Trace, TraceSet, check_out_outside, load_traces
+
+_Z975 = NormalDist().inv_cdf(0.975)
 
 
 @dataclass
@@ -257,25 +261,55 @@ def _find_trace(traces: TraceSet, live: LiveFile) -> Trace:
     return min(found, key=lambda t: (t.group != live.group, str(t.path)))
 
 
-def clock_comparison(trace: Trace, runs: Sequence[LiveRunStats]) -> dict:
+def clock_comparison(trace: Trace, runs: Sequence[LiveRunStats], model: "tn.TimingModel | None" = None, tol_pct: float = 0.0) -> dict:
     """Mean δ of the live runs' adapting events beside the trace's δ of the same batches.
 
     This is what the replay cannot repair: the difference is the machine (and the method's own
-    run-to-run variation), not the replay. Positive ``clock_gap_pct``: the trace was slower."""
-    live = pl.concat(
-        [
-            r.file.rows.filter((pl.col("run") == r.run["run"]) & (pl.col("mode") == "adapt")).select(
-                pl.col("episode").cast(pl.String), pl.col("step").cast(pl.Int64), "delta_ms"
+    run-to-run variation), not the replay. Positive ``clock_gap_pct``: the trace was slower.
+
+    ``clock_gap_idle_pct`` compares the live events with the times the replay gives them: the
+    traced δ of each batch × the trace's measured idle factor at the idle time that event
+    waited live (:func:`tempora_sim.kernels.idle_factor`; 1 where the trace measured no idle
+    effect). That is the check of the instrument (``clock_pass``): within ``clock_tolerance_pct``
+    = the larger of ``tol_pct`` and the trace's own 95 % spread of a pass's mean time (its
+    timing model's pass shift, drift included), the traced clock is the live one."""
+    parts = []
+    for r in runs:
+        rows = r.file.rows.filter((pl.col("run") == r.run["run"]) & pl.col("served")).sort("episode", "step")
+        # idle time before each served event: its pickup minus the previous served event's end
+        rows = rows.with_columns(
+            (pl.col("pickup_ms") - pl.col("free_ms").shift(1).over("episode")).fill_null(0.0).clip(lower_bound=0.0).alias("idle_ms")
+        )
+        parts.append(
+            rows.filter(pl.col("mode") == "adapt").select(
+                pl.col("episode").cast(pl.String), pl.col("step").cast(pl.Int64), "delta_ms", pl.col("idle_ms").cast(pl.Float64)
             )
-            for r in runs
-        ]
-    )
+        )
+    live = pl.concat(parts)
     traced = trace.adapt.select(pl.col("episode").cast(pl.String), pl.col("step").cast(pl.Int64), pl.col("delta_ms").alias("traced"))
     both = live.join(traced, on=["episode", "step"], how="inner")
+    empty = dict.fromkeys(("delta_live_ms", "delta_trace_ms", "clock_gap_pct", "delta_trace_idle_ms", "clock_gap_idle_pct"))
     if both.height == 0:
-        return {"delta_live_ms": None, "delta_trace_ms": None, "clock_gap_pct": None}
+        return {**empty, "clock_tolerance_pct": None, "clock_pass": True}
     live_ms, trace_ms = float(both["delta_ms"].mean()), float(both["traced"].mean())
-    return {"delta_live_ms": live_ms, "delta_trace_ms": trace_ms, "clock_gap_pct": 100.0 * (trace_ms / live_ms - 1.0)}
+    factors = np.ones(both.height)
+    if model is not None and model.has_idle_effect:
+        gaps, fs = model.idle_gaps_ms, model.idle_factors
+        factors = np.array([idle_factor(float(g), gaps, fs) for g in both["idle_ms"].to_numpy()])
+    idle_ms = float(np.mean(both["traced"].to_numpy() * factors))
+    spread = tn.shift_spread(model.shifts, model.pooled, model.drift) if model is not None else None
+    noise_pct = 100.0 * (math.exp(_Z975 * spread[1]) - 1.0) if spread is not None else 0.0
+    tolerance = max(float(tol_pct), noise_pct)
+    gap_idle = 100.0 * (idle_ms / live_ms - 1.0)
+    return {
+        "delta_live_ms": live_ms,
+        "delta_trace_ms": trace_ms,
+        "clock_gap_pct": 100.0 * (trace_ms / live_ms - 1.0),
+        "delta_trace_idle_ms": idle_ms,
+        "clock_gap_idle_pct": gap_idle,
+        "clock_tolerance_pct": tolerance,
+        "clock_pass": abs(gap_idle) <= tolerance + 1e-9,
+    }
 
 
 def at_speed(trace: Trace, factor: float) -> Trace:
@@ -318,12 +352,15 @@ class Validation:
 
     @property
     def passed(self) -> bool:
-        return bool(self.settings["pass"].all()) and bool(self.runs["pass"].all())
+        return self.checks_beyond_tolerance == 0
 
     @property
     def checks_beyond_tolerance(self) -> int:
-        """Settings and runs that fail their tolerance (what the command's exit status 1 counts)."""
-        return self.settings.filter(~self.settings["pass"]).height + self.runs.filter(~self.runs["pass"]).height
+        """Settings and runs that fail their tolerance, and settings whose traced clock stands
+        beyond its tolerance from the live one (what the command's exit status 1 counts)."""
+        s = self.settings
+        clock = s.filter(~s["clock_pass"]).height if "clock_pass" in s.columns else 0
+        return s.filter(~s["pass"]).height + self.runs.filter(~self.runs["pass"]).height + clock
 
     def frames(self) -> dict[str, pl.DataFrame]:
         """The written tables by file name: settings, runs and self-consistency disagreements."""
@@ -357,7 +394,7 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
         meta = first.file.meta
         trace = _find_trace(traces, first.file)
         replay = replay_setting(trace, first)["pooled"]
-        clocks = clock_comparison(trace, runs)
+        clocks = clock_comparison(trace, runs, models[id(trace)], tol.clock_pct)
         # the attribution check: the trace's own pattern, moved to the live events' mean speed
         speed = clocks["delta_live_ms"] / clocks["delta_trace_ms"] if clocks["delta_live_ms"] else 1.0
         at_live = replay if speed == 1.0 else replay_setting(trace, first, speed)["pooled"]

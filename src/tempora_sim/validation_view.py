@@ -50,6 +50,12 @@ def _split(disc) -> str:
     return f" ({', '.join(parts)})" if parts else ""
 
 
+def _clock_cell(row: dict) -> str:
+    """The traced clock against the live one, the trace's idle effect applied; red beyond its tolerance."""
+    cell = _f(row.get("clock_gap_idle_pct"), digits=1, scale=1, signed=True)
+    return cell if row.get("clock_pass", True) else f"[bold red]{cell}[/]"
+
+
 def print_validation(result: Validation, console: Console) -> None:
     """The settings table, the sentences under it (coverage, groups, clock gaps, speed,
     self-consistency) and the disagreements table."""
@@ -73,6 +79,7 @@ def print_validation(result: Validation, console: Console) -> None:
         "U replay",
         "ΔU",
         "δ Δ%",
+        "δ Δ% idle",
         "Δα @live δ",
         "ΔU @live δ",
         "spread α/U",
@@ -122,12 +129,13 @@ def print_validation(result: Validation, console: Console) -> None:
             _f(row["utility_replay"]),
             _f(row["delta_utility_pp"], scale=1, signed=True),
             _f(row["clock_gap_pct"], digits=1, scale=1, signed=True),
+            _clock_cell(row),
             _f(row.get("delta_alpha_live_speed_pp"), scale=1, signed=True),
             _f(row["delta_utility_live_speed_pp"], scale=1, signed=True),
             spread,
             tol,
             self_pct,
-            "yes" if row["pass"] else "[bold red]NO[/]",
+            "yes" if row["pass"] and row.get("clock_pass", True) else "[bold red]NO[/]",
         )
     console.print(t)
     console.print(describe(overall(s)))
@@ -143,6 +151,17 @@ def print_validation(result: Validation, console: Console) -> None:
             f"one batch is {100 / fewest:.2f} pp of α at {fewest} batches per run",
             style="dim",
         )
+    if "clock_pass" in s.columns and s.height:
+        off = s.filter(~pl.col("clock_pass"))
+        line = (
+            f"clock: traced δ (idle effect applied, column δ Δ% idle) within tolerance of the live δ in {s.height - off.height} of "
+            f"{s.height} setting(s) (tolerance: {s['clock_tolerance_pct'].min():.1f}–{s['clock_tolerance_pct'].max():.1f} %, "
+            "the larger of --clock-tol-pct and the trace's own pass-to-pass spread)"
+        )
+        if off.height:
+            worst = off.sort(pl.col("clock_gap_idle_pct").abs(), descending=True).row(0, named=True)
+            line += f"; beyond it: {off.height} (worst: {worst['method']}, {worst['clock_gap_idle_pct']:+.1f} %)"
+        console.print(line, style="red" if off.height else None)
     gaps = s.filter(pl.col("clock_gap_pct").abs() > CLOCK_GAP_NOTE_PCT)
     if gaps.height:
         worst = gaps.sort(pl.col("clock_gap_pct").abs(), descending=True).row(0, named=True)

@@ -28,6 +28,7 @@ from tempora_schema.vocabulary import BASELINE_METHOD
 from .data import expand_domains, get_dataset
 from .data.folder import expand_corruptions
 from .errors import ConfigError
+from .heap import DEFAULT_HEAP, HEAP_POLICIES
 from .methods import get_method, resolve_method
 from .models.external import model_label as spec_model_label
 from .options import (
@@ -135,6 +136,9 @@ class TraceConfig:
     threads: int | None = None
     #: host-memory cap of one staged chunk of batches, MiB (docs/design/timing.md).
     stage_mb: float = DEFAULT_STAGE_MB
+    #: the host heap's policy while the run times events (:mod:`tempora_trace.heap`): it moves
+    #: CPU times, so it is in the resume identity and the metadata
+    heap: str = DEFAULT_HEAP
     warmup_batches: int = WARMUP_BATCHES
     #: timing variability after the main pass (docs/guide/tracer.md): sample events per pass (0: off),
     #: back-to-back repeat passes, idle waits of the idle pass (``<k>x`` multiples of the median δ
@@ -219,6 +223,8 @@ class TraceConfig:
             raise ConfigError(f"--threads must be ≥ 1, not {cfg.threads}")
         if not cfg.stage_mb > 0:
             raise ConfigError(f"--stage-mb must be > 0, not {cfg.stage_mb}")
+        if cfg.heap not in HEAP_POLICIES:
+            raise ConfigError(f"--heap must be one of {', '.join(HEAP_POLICIES)}, not {cfg.heap!r}")
         if not 0 <= cfg.timing_sample <= 100_000:
             raise ConfigError(f"--timing-sample must be in 0..100000 (0 turns the measurement off), not {cfg.timing_sample}")
         if not 1 <= cfg.timing_passes <= 100:

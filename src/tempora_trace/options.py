@@ -43,6 +43,7 @@ from tempora_schema.provision import LAMBDA_RULES
 from tempora_schema.vocabulary import BUDGET_RULES
 
 from .errors import ConfigError
+from .heap import DEFAULT_HEAP, HEAP_POLICIES
 
 #: Later batches scored per frozen checkpoint (``--frozen-sample``).
 DEFAULT_FROZEN_SAMPLE = 32
@@ -519,6 +520,16 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
         metavar="MIB",
     ),
     TraceOption("--threads", "Torch intra-op threads [default: torch's choice].", _ALL, type=click.IntRange(1, 4096), campaign=int),
+    TraceOption(
+        "--heap",
+        "Host heap policy while events are timed: steady (pages of one event reused by the next, as in a "
+        "long-running server) or system (the C library's adaptive defaults; times may differ run to run). "
+        "docs/design/timing.md.",
+        _ALL,
+        default=DEFAULT_HEAP,
+        type=click.Choice(list(HEAP_POLICIES)),
+        campaign=str,
+    ),
     TraceOption(
         "--warmup-batches",
         "Untimed noise-perturbed copies of the first batch run before the clock starts, so lazy "

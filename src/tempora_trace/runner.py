@@ -37,6 +37,7 @@ from .data import Episode, batch_order
 from .data.folder import MIN_CORRUPTION_SIZE
 from .data.streams import dirichlet_order, domain_seed, source_labels
 from .errors import ConfigError, DataError, TraceError
+from .heap import FaultTally, apply_heap_policy
 from .methods import resolve_method
 from .methods.base import MethodContext, TTAMethod
 from .methods.gradient import NORM_NAMES, incompatibility_message
@@ -234,6 +235,8 @@ class MethodRun:
         #: the sparse-adaptation policy's gate (None: adapt on every batch), reset per episode
         self.gate = PolicyGate(cfg.policy, cfg.seed) if cfg.policy else None
         torch.set_num_threads(cfg.threads)  # part of the trace identity (resolved() fills the default)
+        #: the heap policy in force while events are timed (tempora_trace.heap; metadata ``heap``)
+        self.heap = apply_heap_policy(cfg.heap)
         self.identity = cfg.trace_identity(
             self.model_spec.weights_identity, describe_device(self.device), self.method_ref.source.metadata()
         )
@@ -249,6 +252,8 @@ class MethodRun:
         self.stager = BatchStager(workers, pin_memory=self.device.type == "cuda", stage_mb=cfg.stage_mb)
         self.probe = SpeedProbe(self.device)
         self.probes: dict[int, list[dict[str, Any]]] = {}
+        #: minor page faults of the main pass's events, counted outside their timed regions
+        self.faults = FaultTally()
         self._last_event_end = time.perf_counter()  # when the device last finished a timed event
         if self.device.type == "cuda":
             torch.backends.cudnn.benchmark = False
@@ -341,6 +346,7 @@ class MethodRun:
             "torch_version": torch.__version__,
             "tracer_version": __version__,
             "warmup_batches": cfg.warmup_batches,
+            "heap": self.heap,
             **self.provenance(),
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
@@ -505,11 +511,13 @@ class TraceRun(MethodRun):
         self._maybe_probe(index, episode, step)
         before = host_snapshot(self.method) if self.budgets is not None and self.budgets.strict_pending else None
         x = b.x.to(self.device, non_blocking=True)
+        self.faults.before()
         try:
             ev = timed_event(self.method, x, self.clock, gate=self.gate)
         except Exception as exc:
             self.method_failed(exc, f"episode {episode.name} step {step}")
             raise
+        self.faults.after()
         self._last_event_end = time.perf_counter()
         rows.add(
             episode=episode.name,
@@ -559,6 +567,7 @@ class TraceRun(MethodRun):
             "speed_probe_kind": self.probe.kind,
             **({"taken_alongside": self.alongside_of} if self.alongside_of else {}),
             **({schema.VARIABILITY_KEY: self.timing_variability} if self.timing_variability else {}),
+            **({schema.HEAP_FAULTS_KEY: self.faults.summary()} if self.faults.summary() else {}),
         }
 
     def run(self, on_episode_end: Callable[[int, str], None] | None = None) -> Path:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,8 +153,20 @@ def test_demo_and_demo_traces_run_end_to_end(tmp_path, demo_env):
                 VALIDATE_BASELINE_REPEATS="1",
                 VALIDATE_POLICY_REPEATS="1",
                 VALIDATE_TRACE_OPTS="--frozen-sample 1",
-                VALIDATE_CHECK_OPTS="--tol-pp 100 --amortised-tol-pp 100 --min-agreement 0 --tie-us 1e9",
+                VALIDATE_CHECK_OPTS="--tol-pp 100 --amortised-tol-pp 100 --min-agreement 0 --tie-us 1e9 --clock-tol-pct 1000",
                 VALIDATE_OUT=str(tmp_path / "validate"),
+            ),
+            start_make(
+                "validate-clock",
+                demo_env,
+                CLOCK_METHODS="standard tent",
+                CLOCK_OPTS=f"--dataset demo --model demo-resnet --device cpu --domains {CORRUPTION} --batch-size 8 "
+                "--max-batches 2 --threads 1 --warmup-batches 0 --force",
+                CLOCK_RHO="1,0.5",
+                CLOCK_REPEATS="1",
+                VALIDATE_TRACE_OPTS="--frozen-sample 1",
+                VALIDATE_CHECK_OPTS="--tol-pp 100 --min-agreement 0 --tie-us 1e9 --clock-tol-pct 1000",
+                CLOCK_OUT=str(tmp_path / "validate-clock"),
             ),
             start_make(
                 "validate-gpu",
@@ -173,7 +186,7 @@ def test_demo_and_demo_traces_run_end_to_end(tmp_path, demo_env):
                 VALIDATE_REPEATS="1",
                 VALIDATE_BASELINE_REPEATS="1",
                 VALIDATE_POLICY_REPEATS="1",
-                VALIDATE_CHECK_OPTS="--tol-pp 100 --amortised-tol-pp 100 --min-agreement 0 --tie-us 1e9",
+                VALIDATE_CHECK_OPTS="--tol-pp 100 --amortised-tol-pp 100 --min-agreement 0 --tie-us 1e9 --clock-tol-pct 1000",
             ),
         ]
     )
@@ -198,6 +211,13 @@ def test_demo_and_demo_traces_run_end_to_end(tmp_path, demo_env):
         "tent@every2-bs8.parquet",
     ]
     assert (validation / "report" / "validation.csv").is_file()
+    # the clock sandwich: traces before, live runs, traces after, and a validation against each
+    clock = tmp_path / "validate-clock"
+    assert sorted(p.name for p in (clock / "traces-after").glob("*.parquet")) == ["standard-bs8.parquet", "tent-bs8.parquet"]
+    for report in ("report", "report-after"):
+        table = pl.read_csv(clock / report / "validation.csv")
+        assert sorted(table["method"].to_list()) == ["standard", "standard", "tent", "tent"]
+        assert table["clock_gap_idle_pct"].null_count() == 0 and table["clock_pass"].null_count() == 0
     for folder in (tmp_path / "demo" / "traces", tmp_path / "set"):
         written = folder / "demo-resnet" / "cpu"
         assert sorted(p.name for p in written.glob("*.parquet")) == ["standard.parquet", "tent.parquet"]

@@ -64,9 +64,11 @@ def test_metadata_carries_the_identity(cifar_c_root, tmp_path, tiny_with_weights
     table = pq.read_table(path)
     meta = schema.decode_metadata(table.schema)
     schema.validate_table(table, meta, path)
-    # plus the optional timing-variability measurement the tracer takes by default
-    assert meta["schema_version"] == 2 and set(meta) == set(schema.METADATA_FIELDS) | {schema.VARIABILITY_KEY}
-    assert schema.VARIABILITY_KEY in schema.OPTIONAL_METADATA_FIELDS
+    # plus the optional timing-variability measurement the tracer takes by default, the heap's
+    # policy and the page faults of the events (where the OS counts them)
+    extra = {schema.VARIABILITY_KEY, schema.HEAP_KEY} | ({schema.HEAP_FAULTS_KEY} if schema.HEAP_FAULTS_KEY in meta else set())
+    assert meta["schema_version"] == 2 and set(meta) == set(schema.METADATA_FIELDS) | extra
+    assert extra <= set(schema.OPTIONAL_METADATA_FIELDS) and meta[schema.HEAP_KEY] in ("steady", "system")
     assert meta["weights"] == schema.weights_identity(w) and meta["threads"] == 1
     assert meta["severity"] == 3 and meta["domains"] == ["gaussian_noise", "fog"] and meta["max_batches"] == 3
     assert meta["speed_probe_kind"] == "none" or meta["speed_probe"]

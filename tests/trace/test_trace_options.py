@@ -94,6 +94,7 @@ def test_campaign_keys_are_the_declared_ones():
         "max_batches",
         "frozen_sample",
         "threads",
+        "heap",
         "workers",
         "checkpoints",
         "no_default_checkpoints",

@@ -1,0 +1,96 @@
+"""The clock check of ``tempora-sim validate``: the traced δ of the live run's batches, the
+trace's idle effect applied at the idle time each live event waited, against the live δ."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from tempora_sim import synthetic as syn
+from tempora_sim.cli import main
+from tempora_sim.validation import validate
+
+EPISODES = ("gaussian_noise", "fog")
+N = 30
+
+
+def _setup(tmp: Path, variability, factor: float, rho: float, runs: int = 2) -> tuple[Path, Path]:
+    """Traces of standard and tent, and ``runs`` live runs of tent at ``rho`` whose every event
+    takes ``factor`` × its traced time."""
+    (tmp / "t").mkdir(parents=True)
+    (tmp / "l").mkdir()
+    tables = {}
+    for m in ("standard", "tent"):
+        meta, table = syn.make_trace(m, episodes=EPISODES, num_batches=N, variability=variability)
+        pq.write_table(table, tmp / "t" / f"{m}.parquet")
+        tables[m] = (meta, table)
+    std = tables["standard"][1]
+    delta = np.asarray(std.filter(pc.equal(std.column("phase"), "adapt")).column("delta_ms").to_pylist())
+    lam = float(delta.mean() + 6 * delta.std())
+    _, live = syn.make_live(*tables["tent"], rho, [np.full(N * len(EPISODES), factor)] * runs, queue=1, lambda_ms=lam)
+    pq.write_table(live, tmp / "l" / "tent.parquet")
+    return tmp / "l", tmp / "t"
+
+
+QUIET = syn.SyntheticVariability(0.0, 0.0, gaps_ms=())
+
+
+def test_live_events_at_the_traced_times_pass_and_a_ten_percent_slower_clock_fails(tmp_path):
+    live, traces = _setup(tmp_path / "same", QUIET, 1.0, 0.25)
+    row = validate([live], traces).settings.row(0, named=True)
+    assert row["clock_gap_pct"] == pytest.approx(0.0, abs=1e-9) and row["clock_gap_idle_pct"] == pytest.approx(0.0, abs=1e-9)
+    # no spread measured: the tolerance is --clock-tol-pct's default
+    assert row["clock_tolerance_pct"] == pytest.approx(5.0) and row["clock_pass"]
+
+    live, traces = _setup(tmp_path / "slow", QUIET, 1.10, 0.25)
+    v = validate([live], traces)
+    row = v.settings.row(0, named=True)
+    # every live event 10 % slower: the trace is 1/1.1 − 1 = −9.1 % of the live clock
+    assert row["clock_gap_idle_pct"] == pytest.approx(100 * (1 / 1.10 - 1), rel=1e-6)
+    assert not row["clock_pass"] and not v.passed and v.checks_beyond_tolerance >= 1
+    res = CliRunner().invoke(main, ["validate", str(live), "--traces", str(traces)])
+    assert res.exit_code == 1 and "clock: traced δ" in res.output.replace("\n", " ")
+    # a wider tolerance lets it through
+    res = CliRunner().invoke(main, ["validate", str(live), "--traces", str(traces), "--clock-tol-pct", "10"])
+    assert "beyond it" not in res.output.replace("\n", " ")
+
+
+def test_the_trace_idle_effect_is_applied_at_each_live_event_idle_time(tmp_path):
+    """The trace measured events after a wait 20 % slower (gaps 2 and 8 ms); at ρ = 25 % every
+    live event but each episode's first waits longer than 8 ms. Live events 20 % slower are
+    then what the trace says: the raw gap is −1/6, the idle-adjusted one only the first
+    events' share."""
+    idle = syn.SyntheticVariability(0.0, 0.0, per_episode=8, gaps_ms=(2.0, 8.0), idle_factor=(1.2, 1.2))
+    live, traces = _setup(tmp_path, idle, 1.2, 0.25)
+    v = validate([live], traces)
+    row = v.settings.row(0, named=True)
+    assert row["clock_gap_pct"] == pytest.approx(100 * (1 / 1.2 - 1), rel=1e-6)
+    # every event but each episode's first waited beyond the largest measured gap
+    lv = pq.read_table(live / "tent.parquet").to_pydict()
+    for r in (0, 1):
+        for ep in EPISODES:
+            idx = [i for i in range(len(lv["run"])) if lv["run"][i] == r and lv["episode"][i] == ep]
+            waits = [lv["pickup_ms"][b] - lv["free_ms"][a] for a, b in zip(idx, idx[1:])]
+            assert all(lv["served"][i] for i in idx) and min(waits) > 8.0
+    # by hand: each episode's first event waited 0 ms (factor 1), every other one > 80 ms (factor 1.2)
+    t = pq.read_table(traces / "tent.parquet")
+    adapt = t.filter(pc.equal(t.column("phase"), "adapt"))
+    d = np.asarray(adapt.column("delta_ms").to_pylist())
+    first = np.asarray(adapt.column("step").to_pylist()) == 0
+    expected_trace = np.where(first, d, 1.2 * d).mean()
+    assert row["delta_trace_idle_ms"] == pytest.approx(expected_trace, rel=1e-9)
+    assert row["clock_gap_idle_pct"] == pytest.approx(100 * (expected_trace / (1.2 * d.mean()) - 1), rel=1e-9)
+    assert abs(row["clock_gap_idle_pct"]) < 1.0 and row["clock_pass"]
+
+
+def test_a_trace_whose_passes_spread_widely_gets_a_wider_tolerance(tmp_path):
+    live, traces = _setup(tmp_path, syn.SyntheticVariability(0.08, 0.0, gaps_ms=()), 1.0, 0.25)
+    row = validate([live], traces).settings.row(0, named=True)
+    assert row["clock_tolerance_pct"] > 5.0
+    live2, traces2 = _setup(tmp_path / "b", syn.SyntheticVariability(0.08, 0.0, gaps_ms=()), 1.0 + row["clock_tolerance_pct"] / 200, 0.25)
+    assert validate([live2], traces2).settings.row(0, named=True)["clock_pass"]
