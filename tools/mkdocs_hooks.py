@@ -8,6 +8,8 @@
   lists the names.
 * The command-line reference (``docs/reference/*.md``) is written from the click commands: every
   subcommand, its usage, its help and each option's help (which carries its default).
+* The Python API reference (``docs/reference/python-api.md``) is written from each API
+  module's ``__all__``: signatures and docstrings.
 * Every page under ``docs/`` is reachable: pages that ``mkdocs.yml``'s ``nav`` does not list
   are appended under "More", so adding a page never breaks the build (listing it in ``nav``
   puts it where it belongs).
@@ -227,10 +229,32 @@ def cli_reference(target: str) -> str:
     return "\n".join(note + _command_markdown(command, ctx, level=2)).rstrip() + "\n"
 
 
+def api_reference(module_name: str) -> str:
+    """Every name in ``module_name``'s ``__all__``: its signature and its docstring, as Markdown
+    (classes with their public methods)."""
+    module = importlib.import_module(module_name)
+    out = [inspect.getdoc(module) or "", ""]
+    for name in module.__all__:
+        obj = getattr(module, name)
+        kind = "class" if inspect.isclass(obj) else "function"
+        try:
+            sig = str(inspect.signature(obj))
+        except (TypeError, ValueError):
+            sig = ""
+        out += [f"### `{module_name}.{name}`", "", f"```python\n{kind} {name}{sig}\n```", "", inspect.getdoc(obj) or "", ""]
+        if inspect.isclass(obj) and obj.__module__.startswith(module_name.rsplit(".", 1)[0]):
+            for attr, member in inspect.getmembers(obj, inspect.isfunction):
+                if not attr.startswith("_") and attr in vars(obj):
+                    out += [f"- `{name}.{attr}{inspect.signature(member)}`: {_cell(inspect.getdoc(member) or '')}"]
+            out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
 GENERATORS: dict[str, Callable[..., str]] = {
     "methods-table": methods_table,
     "method-details": method_details,
     "cli-reference": cli_reference,
+    "api-reference": api_reference,
 }
 
 

@@ -1,8 +1,10 @@
 """tempora_sim: replay schema-v2 (and v1) traces under any ρ / T / B grid. Never imports torch.
 
-``tempora_sim.sweep(...)`` is the notebook API (defined in :mod:`tempora_sim.replay`). It is
-imported on first use, so the command line starts (and answers ``--help``) without loading
-polars and numba.
+The notebook API is :mod:`tempora_sim.api` (``from tempora_sim import api as ts``: ``ts.sweep``,
+``ts.report``, ``ts.advise``, ``ts.explore``, ``ts.validate``, ``ts.read_traces``;
+docs/guide/python-api.md). ``tempora_sim.sweep(...)`` (defined in :mod:`tempora_sim.replay`) is
+also here, imported on first use, so the command line starts (and answers ``--help``) without
+loading polars and numba.
 """
 
 from __future__ import annotations

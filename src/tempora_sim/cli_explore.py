@@ -9,103 +9,27 @@ new one. Bad input is one line on stderr and exit status 2, with nothing written
 
 from __future__ import annotations
 
-import base64
-import gzip
-import json
-import os
 import time
-import warnings
-from importlib import resources
 from pathlib import Path
 
 import click
 
-from tempora_schema.outputs import check_output_dir, write_file
 from tempora_sim.cli import main
 from tempora_sim.options import click_options as sweep_options
 from tempora_sim.options import from_click
 from tempora_sim.stats import bootstrap_options, make_bootstrap
 
+from .explore_page import DEFAULT_PROTOCOLS, build_page_data, check_out_file, render_page, vendor_record, write_page
 from .options import SweepOptions
 
-ASSETS = "explore_assets"
-#: Every protocol, the combined ones included (the page's point is to move them).
-DEFAULT_PROTOCOLS = "all,discrete-continuous,discrete-amortised"
-
-
-def _asset(*parts: str) -> str:
-    return resources.files("tempora_sim").joinpath(ASSETS, *parts).read_text(encoding="utf-8")
-
-
-def vendor_record() -> dict:
-    """Name, version, integrity and sha256 of the inlined chart library."""
-    return json.loads(_asset("vendor", "VENDOR.json"))
-
-
-def render_page(data: dict) -> bytes:
-    """The HTML page for ``data`` (:func:`tempora_sim.explore.build_data`), as bytes."""
-    payload = json.dumps(data, separators=(",", ":"), allow_nan=False).encode("utf-8")
-    packed = base64.b64encode(gzip.compress(payload, compresslevel=9, mtime=0)).decode("ascii")
-    page = _asset("page.html")
-    title = "Tempora explorer: " + ", ".join(g["title"] for g in data["groups"])[:200]
-    vendor = vendor_record()
-    lib = f"/* {vendor['package']} {vendor['version']} ({vendor['licence']}), {vendor['integrity']} */\n" + _asset("vendor", vendor["file"])
-    for key, value in (
-        ("__TITLE__", _html(title)),
-        ("__TOOL__", _html(data["tool"])),
-        ("/*__ECHARTS__*/", lib),
-        ("/*__APP__*/", _asset("app.js")),
-        ("__DATA__", packed),
-    ):
-        page = page.replace(key, value, 1)
-    return page.encode("utf-8")
-
-
-def _html(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
-
-
-def check_out_file(out: str) -> Path:
-    """Refuse an output file that can never be written, before anything is read or replayed."""
-    from .explore import ExploreError  # lazy: the analyses load when the command runs, not with `tempora-sim --help`
-
-    text = os.fspath(out)
-    if not text.strip():
-        raise ExploreError("--out is empty; give a file name such as explore.html")
-    path = Path(text).expanduser()
-    if path.is_dir():
-        raise ExploreError(f"--out {path} is a folder; give a file name such as {path / 'explore.html'}")
-    if not path.parent.exists():
-        raise ExploreError(f"--out {path}: folder {path.parent} does not exist")
-    check_output_dir(path.parent, option="--out")  # a file where the folder goes, permissions, read-only mounts
-    return path
-
-
-def write_page(data: dict, out: str | Path) -> Path:
-    """Write the page for ``data`` to ``out`` atomically (temporary file, fsync, rename)."""
-    return write_file(Path(out), render_page(data))
+__all__ = ["DEFAULT_PROTOCOLS", "build", "check_out_file", "render_page", "vendor_record", "write_page"]
 
 
 def build(traces, options, arrivals, bootstrap, progress: bool = True) -> dict:
-    """Load ``traces`` and compute the page's data, echoing the simulator's warnings once."""
-    # lazy: the replay and the analyses load when explore runs, not with `tempora-sim --help`
-    from .explore import build_data, check_grid_sizes
-    from .replay import SimWarning, run_sweep
-    from .traces import load_traces
-
-    for arrival in arrivals or ("periodic",):
-        # every option checked, each arrival process included, before any trace is read
-        check_grid_sizes(type(options).build(options, arrivals=arrival).resolve())
-    traceset = load_traces([str(p) for p in traces] if len(traces) > 1 else str(traces[0]))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", SimWarning)
-        # the offline replay: what `sweep` would say about these traces (λ, speed spread …),
-        # refused or warned about exactly as `sweep` does
-        run_sweep(traceset, type(options).build(options, protocols="offline", arrivals="periodic", arrival_seeds=1))
-    for w in caught:
-        if issubclass(w.category, SimWarning):
-            click.echo(f"tempora-sim: warning: {w.message}", err=True)
-    return build_data(traceset, options, arrivals or ("periodic",), bootstrap, source=", ".join(map(str, traces)), progress=progress)
+    """The page's data, the offline replay's warnings printed as one line each."""
+    return build_page_data(
+        traces, options, arrivals, bootstrap, progress, warn=lambda m: click.echo(f"tempora-sim: warning: {m}", err=True)
+    )
 
 
 def _arrivals_multiple(fn):

@@ -120,9 +120,9 @@ def _build_report(
         "",
     ]
     if explore and inp.traceset is not None and _temporal(inp.sweep_options):
-        # the page and its renderer load only when a page is written (its command owns them)
-        from ..cli_explore import DEFAULT_PROTOCOLS, render_page
+        # the page and its renderer load only when a page is written (tempora_sim.explore_page)
         from ..explore import build_data
+        from ..explore_page import DEFAULT_PROTOCOLS, render_page
 
         t_explore = time.perf_counter()
         opts = inp.sweep_options if isinstance(inp.sweep_options, SweepOptions) else SweepOptions.build(**(inp.sweep_options or {}))
