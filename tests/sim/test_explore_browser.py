@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from headless import INSTALL_HINT, Browser, find_chromium
+from helpers.headless import INSTALL_HINT, Browser, find_chromium
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "traces" / "demo"

@@ -21,8 +21,6 @@ import tempora_schema as schema
 from tempora_trace import methods as registry
 from tempora_trace.cli import main
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "tempora-example-method"
 EXAMPLE_FILE = EXAMPLE / "src" / "tempora_example_method" / "pseudo_label.py"
