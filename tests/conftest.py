@@ -1,5 +1,11 @@
-"""Shared fixtures: tiny CIFAR-C-layout data and a tiny BN network, so tracer tests run in
-seconds on one CPU thread (the builders are in tests/helpers/cifar.py)."""
+"""Shared fixtures (tiny CIFAR-C-layout data and a tiny BN network, so tracer tests run in
+seconds on one CPU thread) and the marks of whole folders.
+
+The marks are registered in pyproject.toml; a file marks itself (``pytestmark``), a folder is
+marked here. ``slow`` tests get a longer per-test timeout, and under pytest-xdist the tests of
+one module that share a module-scoped fixture run on one worker (``--dist loadgroup``), so an
+expensive fixture (a wheel, the explore page of the demo set) is built once.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +22,12 @@ os.environ["TEMPORA_OFFLINE"] = "1"
 
 
 _CACHE_BEFORE = os.environ.get("TEMPORA_TRACE_CACHE")
+
+TESTS = Path(__file__).resolve().parent
+#: folders (relative to tests/) whose every test carries these marks
+FOLDER_MARKS = {"product/hostile": ("hostile", "slow")}
+#: pytest-timeout's limit for a ``slow`` test, in seconds (the default is ``timeout`` in pyproject.toml)
+SLOW_TIMEOUT = 900
 
 
 def pytest_configure(config):
@@ -35,6 +47,32 @@ def pytest_unconfigure(config):
         os.environ.pop("TEMPORA_TRACE_CACHE", None)
     else:
         os.environ["TEMPORA_TRACE_CACHE"] = _CACHE_BEFORE
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects and xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    timeouts = config.pluginmanager.hasplugin("timeout")
+    groups = config.pluginmanager.hasplugin("xdist")
+    for item in items:
+        path = item.path.resolve()
+        if not path.is_relative_to(TESTS):
+            continue
+        where = path.relative_to(TESTS).as_posix()
+        for folder, marks in FOLDER_MARKS.items():
+            if where.startswith(folder + "/"):
+                for mark in marks:
+                    item.add_marker(mark)
+        if timeouts and item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
+        if groups and not item.get_closest_marker("xdist_group") and _shares_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(f"tests/{where}"))
+
+
+def _shares_a_module_fixture(item) -> bool:
+    """Whether the test uses a fixture its module builds once for all of its tests."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    return any(d.scope == "module" for chain in defs for d in chain)
 
 
 @pytest.fixture

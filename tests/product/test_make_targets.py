@@ -18,6 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# every Makefile target end to end, in make subprocesses: minutes on two cores
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
 ROOT = Path(__file__).resolve().parents[2]
 CORRUPTION = "gaussian_noise"
 

@@ -101,6 +101,8 @@ def _wheel_metadata(wheel: Path) -> str:
         return zf.read(name).decode()
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_trace_stack_is_an_extra_and_the_base_is_torch_free(wheel):
     meta = _wheel_metadata(wheel)
     reqs = [Requirement(r) for r in _requirements(meta)]
@@ -115,6 +117,8 @@ def test_trace_stack_is_an_extra_and_the_base_is_torch_free(wheel):
     assert re.search(r"^Provides-Extra: sim$", meta, re.M) and re.search(r"^Provides-Extra: trace$", meta, re.M)
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_sim_extra_installs_and_sweeps_without_torch(wheel, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)

@@ -1,4 +1,4 @@
-"""The hostile-input suite: fixtures of its own."""
+"""The hostile-input suite (every test here is marked ``hostile`` and ``slow``: tests/conftest.py)."""
 
 from __future__ import annotations
 

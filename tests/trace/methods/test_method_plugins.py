@@ -123,6 +123,8 @@ def _meta(path: Path) -> dict:
 
 
 # ------------------------------------------------------------------------ the example package
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_installed_example_is_traced_swept_and_reported_beside_a_built_in(plugin_site, on_path, small_demo_home, tmp_path, capsys):
     env = on_path(plugin_site)
     assert "pseudo-label" in registry.available_methods()
@@ -162,6 +164,8 @@ def test_installed_example_is_traced_swept_and_reported_beside_a_built_in(plugin
     capsys.readouterr()
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_the_example_packages_own_test_calls_the_kit(plugin_site, on_path):
     env = on_path(plugin_site)
     proc = subprocess.run(
