@@ -22,7 +22,7 @@ SIM    := $(PY) -m tempora_sim.cli
 TRACES  ?= traces
 RESULTS ?= results
 
-.PHONY: install test bench vendor docs demo demo-run demo-traces demo-trace-files demo-models validate validate-gpu validate-clock lint clean \
+.PHONY: install test test-fast test-deps bench vendor docs demo demo-run demo-traces demo-trace-files demo-models validate validate-gpu validate-clock lint clean \
         paper paper-vit paper-cifar paper-traces paper-vit-traces paper-cifar-traces
 
 # Never two recipes at once, whatever -j says: two traces on one machine would time each other
@@ -37,8 +37,24 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
-test: install
-	$(PY) -m pytest -q tests
+# `make test`: the whole suite, on every core (pytest-xdist; `--dist loadgroup` keeps a module's
+# shared fixture on one worker), each test under a timeout (pyproject.toml). `make test-fast`:
+# all but the `slow` marks (end to end, browser, hostile suite), for the edit-and-check loop.
+# TEST_WORKERS=0: one process, no workers; PYTEST_OPTS adds options (CI: --durations=25).
+TEST_WORKERS ?= auto
+PYTEST_OPTS  ?=
+PYTEST = $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_OPTS)
+
+test: install test-deps
+	$(PYTEST) tests
+
+test-fast: install
+	$(PYTEST) -m "not slow" tests
+
+# What the suite needs beyond the Python environment (headless Chromium for the browser tests):
+# installed from the distribution's packages where this user can, otherwise one line naming the command.
+test-deps:
+	@bash tools/provision_test_deps.sh
 
 bench: install
 	$(PY) bench/bench_sim.py

@@ -31,11 +31,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "tests" / "sim"))
+sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_stats import machine as base  # noqa: E402
-from headless import Browser, chromium_version, find_chromium  # noqa: E402
+from helpers.headless import Browser, chromium_version, find_chromium  # noqa: E402
 from tempora_sim.synthetic import CORRUPTIONS, PROFILES, write_trace  # noqa: E402
 
 DEMO = ROOT / "traces" / "demo"

@@ -126,7 +126,7 @@ def machine_line() -> str:
     except OSError:
         pass
     # Numba's import loads scipy.linalg when scipy is installed (a BLAS check), ≈ 0.2 s of every
-    # CLI run; a simulator-only install (`pip install tempora`) has no scipy
+    # CLI run; a simulator-only install (`pip install tempora-tta`) has no scipy
     scipy = "scipy installed: Numba's import loads scipy.linalg" if importlib.util.find_spec("scipy") else "no scipy"
     return (
         f"{cpu}, {os.cpu_count()} CPU cores (os.cpu_count()), load average "

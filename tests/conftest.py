@@ -1,13 +1,20 @@
-"""Shared fixtures: tiny CIFAR-C-layout data and a tiny BN network, so tracer tests run in
-seconds on one CPU thread."""
+"""Shared fixtures (tiny CIFAR-C-layout data and a tiny BN network, so tracer tests run in
+seconds on one CPU thread) and the marks of whole folders.
+
+The marks are registered in pyproject.toml; a file marks itself (``pytestmark``), a folder is
+marked here. ``slow`` tests get a longer per-test timeout, and under pytest-xdist the tests of
+one module that share a module-scoped fixture run on one worker (``--dist loadgroup``), so an
+expensive fixture (a wheel, the explore page of the demo set) is built once.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
+
+from helpers.cifar import tiny_net, write_cifar_c
 
 # The suite never reaches for the network: a missing weights file is the offline refusal
 # (tests/trace/models/test_weights_download.py covers downloads with a local stand-in for the server).
@@ -15,6 +22,12 @@ os.environ["TEMPORA_OFFLINE"] = "1"
 
 
 _CACHE_BEFORE = os.environ.get("TEMPORA_TRACE_CACHE")
+
+TESTS = Path(__file__).resolve().parent
+#: folders (relative to tests/) whose every test carries these marks
+FOLDER_MARKS = {"product/hostile": ("hostile", "slow")}
+#: pytest-timeout's limit for a ``slow`` test, in seconds (the default is ``timeout`` in pyproject.toml)
+SLOW_TIMEOUT = 900
 
 
 def pytest_configure(config):
@@ -36,19 +49,30 @@ def pytest_unconfigure(config):
         os.environ["TEMPORA_TRACE_CACHE"] = _CACHE_BEFORE
 
 
-def write_cifar_c(root: Path, corruptions, per_severity: int = 32, size: int = 32, classes: int = 10, seed: int = 0) -> Path:
-    """CIFAR-10-C layout: ``<corruption>.npy`` uint8 (5·M, H, W, 3) and ``labels.npy`` (5·M,).
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects and xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    timeouts = config.pluginmanager.hasplugin("timeout")
+    groups = config.pluginmanager.hasplugin("xdist")
+    for item in items:
+        path = item.path.resolve()
+        if not path.is_relative_to(TESTS):
+            continue
+        where = path.relative_to(TESTS).as_posix()
+        for folder, marks in FOLDER_MARKS.items():
+            if where.startswith(folder + "/"):
+                for mark in marks:
+                    item.add_marker(mark)
+        if timeouts and item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
+        if groups and not item.get_closest_marker("xdist_group") and _shares_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(f"tests/{where}"))
 
-    Images carry a class-dependent colour shift so a model can score above chance."""
-    rng = np.random.default_rng(seed)
-    root.mkdir(parents=True, exist_ok=True)
-    labels = rng.integers(0, classes, per_severity)
-    np.save(root / "labels.npy", np.tile(labels, 5).astype(np.int64))
-    for c in corruptions:
-        base = rng.integers(0, 256, (5 * per_severity, size, size, 3))
-        shift = (np.tile(labels, 5) * (200 // classes))[:, None, None, None]
-        np.save(root / f"{c}.npy", ((base // 2 + shift) % 256).astype(np.uint8))
-    return root
+
+def _shares_a_module_fixture(item) -> bool:
+    """Whether the test uses a fixture its module builds once for all of its tests."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    return any(d.scope == "module" for chain in defs for d in chain)
 
 
 @pytest.fixture
@@ -57,42 +81,15 @@ def cifar_c_root(tmp_path: Path) -> Path:
     return write_cifar_c(tmp_path / "cifar-c", ["gaussian_noise", "fog"])
 
 
-def tiny_cifar_args(data_root, out, *extra) -> list:
-    """The options of a tiny run on a :func:`write_cifar_c` root (fog, tiny-bn, batches of 8,
-    quiet) into ``out``, then ``extra``."""
-    return [
-        "--dataset",
-        "cifar10-c",
-        "--model",
-        "tiny-bn",
-        "--data-root",
-        data_root,
-        "--domains",
-        "fog",
-        "--batch-size",
-        "8",
-        "--out",
-        out,
-        "--quiet",
-        *extra,
-    ]
-
-
-@pytest.fixture(autouse=False)
+@pytest.fixture
 def one_thread():
+    """torch on one thread for the test (autouse in tests/trace/conftest.py)."""
     import torch
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-def _tiny_net(norm: str, num_classes: int):
-    import torch.nn as nn
-
-    layer = nn.BatchNorm2d(8) if norm == "bn" else nn.GroupNorm(2, 8)
-    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), layer, nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, num_classes))
 
 
 @pytest.fixture
@@ -107,7 +104,7 @@ def tiny_models(monkeypatch):
         def build(weights, num_classes):
             torch.manual_seed(0)
             classes = num_classes or 10
-            return _tiny_net(norm, classes), models.ModelSpec(f"tiny-{norm}", norm, classes, 32, "cifar")
+            return tiny_net(norm, classes), models.ModelSpec(f"tiny-{norm}", norm, classes, 32, "cifar")
 
         return build
 

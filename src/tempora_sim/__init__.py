@@ -26,7 +26,7 @@ def __getattr__(name: str) -> Any:
         from importlib.metadata import PackageNotFoundError, version
 
         try:
-            return version("tempora")
+            return version("tempora-tta")
         except PackageNotFoundError:  # a source tree on sys.path that was never installed
             return "0+unknown"
     if name in ("sweep", "run_sweep", "SweepOptions"):

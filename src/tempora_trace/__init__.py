@@ -5,8 +5,8 @@ Everything that touches torch lives here; no utility is ever computed here (docs
 
 from importlib.util import find_spec
 
-if find_spec("torch") is None:  # a simulator-only install (the base package or tempora[sim])
-    raise ModuleNotFoundError("tempora_trace needs PyTorch and the tracer's stack: pip install 'tempora[trace]'", name="torch")
+if find_spec("torch") is None:  # a simulator-only install (the base package or tempora-tta[sim])
+    raise ModuleNotFoundError("tempora_trace needs PyTorch and the tracer's stack: pip install 'tempora-tta[trace]'", name="torch")
 
 
 def __getattr__(name: str) -> str:
@@ -16,7 +16,7 @@ def __getattr__(name: str) -> str:
         from importlib.metadata import PackageNotFoundError, version
 
         try:
-            return version("tempora")
+            return version("tempora-tta")
         except PackageNotFoundError:  # a source tree on sys.path that was never installed
             return "0+unknown"
     raise AttributeError(f"module 'tempora_trace' has no attribute '{name}'")

@@ -723,7 +723,7 @@ def run_ray(
     try:
         import ray  # optional (the cluster extra): loaded only for --engine ray
     except ModuleNotFoundError:
-        raise CampaignError("--engine ray needs Ray: pip install 'tempora[cluster]'") from None
+        raise CampaignError("--engine ray needs Ray: pip install 'tempora-tta[cluster]'") from None
     progress = progress or Progress(len(campaign.tasks), quiet=True)
     started_here = not ray.is_initialized()
     if started_here:

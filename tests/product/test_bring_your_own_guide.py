@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "guide" / "bring-your-own.md"
 FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -33,6 +35,8 @@ def test_the_guide_names_its_files_and_runs_something():
     assert sum(lang == "bash" and t is None for lang, t, _ in found) >= 6
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_the_guide_runs_from_an_empty_folder_to_a_report(tmp_path):
     bin_dir = Path(sys.executable).parent
     env = dict(

@@ -69,6 +69,28 @@ def test_no_file_points_outside_the_repository():
     assert not offenders, "references to files users cannot see:\n" + "\n".join(offenders)
 
 
+#: ``pip install NAME`` and ``NAME[extra]`` where NAME starts with ``tempora``: this project's distribution
+INSTALL_NAMES = (
+    re.compile(r"pip install\s+['\"]?(tempora[\w.-]*)"),
+    re.compile(r"(?<![\w/.-])(tempora[\w.-]*)\[(?:trace|sim|cluster|dev|docs)"),
+)
+
+
+def test_every_install_command_names_this_distribution():
+    """``tempora`` on the package index is an unrelated package: the docs, the README, the
+    examples and the code's own messages install this project by its distribution's name."""
+    distribution = re.search(r'^name = "([^"]+)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M).group(1)
+    found, offenders = 0, []
+    for path in _tracked_text_files():
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for lineno, line in enumerate(text.splitlines(), 1):
+            for name in (m.group(1) for p in INSTALL_NAMES for m in p.finditer(line)):
+                found += 1
+                if name != distribution:
+                    offenders.append(f"{path.relative_to(ROOT)}:{lineno}: {line.strip()[:100]}")
+    assert found >= 10 and not offenders, f"install commands that do not name {distribution}:\n" + "\n".join(offenders)
+
+
 def _mkdocs_config() -> dict:
     # mkdocs.yml uses no custom tags; a plain safe load reads it.
     return yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
@@ -162,7 +184,7 @@ def test_license_and_citation_match_the_package():
     static = re.search(r'^version = "([^"]+)"', pyproject, re.MULTILINE)
     project = {
         "license": re.search(r'^license = "([^"]+)"', pyproject, re.MULTILINE).group(1),
-        "version": static.group(1) if static else version("tempora"),
+        "version": static.group(1) if static else version("tempora-tta"),
     }
     assert project["license"] == "MIT"
     assert (ROOT / "LICENSE").read_text(encoding="utf-8").startswith("MIT License")

@@ -19,6 +19,9 @@ import numpy as np
 import polars as pl
 import pytest
 
+# every Makefile target end to end, in make subprocesses: minutes on two cores
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
 ROOT = Path(__file__).resolve().parents[2]
 CORRUPTION = "gaussian_noise"
 

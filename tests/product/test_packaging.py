@@ -1,12 +1,14 @@
-"""Packaging: the simulator installs and runs without torch; the version has one source.
+"""Packaging: the simulator installs and runs without torch; the distribution has a name of its
+own and installs beside the unrelated ``tempora`` of the package index; the version has one source.
 
 The sim-only install is real where it matters: the wheel is built from this tree, installed
 with pip into a fresh virtual environment that cannot see torch, and ``pip check`` must find
 every requirement of that install satisfied. To stay fast and offline, the third-party
-packages are not downloaded again: the requirement closure of ``tempora[sim]`` (read from the
+packages are not downloaded again: the requirement closure of ``tempora-tta[sim]`` (read from the
 built wheel's own metadata) is resolved against the test environment's installed
 distributions and exposed to the fresh environment through a ``.pth`` file holding links to
-exactly those distributions, nothing else.
+exactly those distributions, nothing else. The side-by-side test downloads the other
+``tempora`` (and what it requires) from the package index, the one test here that needs it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[2]
+#: this project's distribution on the package index (``tempora`` there is another project)
+DISTRIBUTION = re.search(r'^name = "([^"]+)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M).group(1)
 
 
 def _requirements(metadata_text: str) -> list[str]:
@@ -91,8 +95,12 @@ def wheel(tmp_path_factory) -> Path:
         check=True,
         capture_output=True,
     )
-    (built,) = (work / "dist").glob("tempora-*.whl")
+    (built,) = (work / "dist").glob(f"{canonicalize_name(DISTRIBUTION).replace('-', '_')}-*.whl")
     return built
+
+
+def _wheel_version(wheel: Path) -> str:
+    return re.search(r"^Version: (\S+)$", _wheel_metadata(wheel), re.M).group(1)
 
 
 def _wheel_metadata(wheel: Path) -> str:
@@ -101,6 +109,8 @@ def _wheel_metadata(wheel: Path) -> str:
         return zf.read(name).decode()
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_trace_stack_is_an_extra_and_the_base_is_torch_free(wheel):
     meta = _wheel_metadata(wheel)
     reqs = [Requirement(r) for r in _requirements(meta)]
@@ -115,7 +125,9 @@ def test_trace_stack_is_an_extra_and_the_base_is_torch_free(wheel):
     assert re.search(r"^Provides-Extra: sim$", meta, re.M) and re.search(r"^Provides-Extra: trace$", meta, re.M)
 
 
-def test_sim_extra_installs_and_sweeps_without_torch(wheel, tmp_path):
+def _environment(wheel: Path, tmp_path: Path) -> tuple[Path, dict[str, str], list[str]]:
+    """A fresh virtual environment that sees exactly the simulator's requirement closure (no
+    torch): its interpreter, the environment for running it, and the pip command aimed at it."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
@@ -128,18 +140,29 @@ def test_sim_extra_installs_and_sweeps_without_torch(wheel, tmp_path):
     assert not set(deps) & {"torch", "torchvision", "timm"}
     _link_distributions(deps, tmp_path / "deps")
     (site / "sim_deps.pth").write_text(str(tmp_path / "deps") + "\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["NUMBA_CACHE_DIR"] = str(tmp_path / "numba")
+    return py, env, [sys.executable, "-m", "pip", "--python", str(py)]
 
-    pip = [sys.executable, "-m", "pip", "--python", str(py)]
-    subprocess.run(pip + ["install", "--quiet", "--no-deps", "--no-index", str(wheel)], check=True, capture_output=True)
+
+def _install(pip: list[str], *args: str) -> None:
+    run = subprocess.run(pip + ["install", "--quiet", *args], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_sim_extra_installs_and_sweeps_without_torch(wheel, tmp_path):
+    py, env, pip = _environment(wheel, tmp_path)
+    venv = py.parent.parent
+    _install(pip, "--no-deps", "--no-index", str(wheel))
     check = subprocess.run(pip + ["check"], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr  # every base requirement is met, no torch
 
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    env["NUMBA_CACHE_DIR"] = str(tmp_path / "numba")
     no_torch = subprocess.run([str(py), "-c", "import torch"], capture_output=True, text=True, env=env)
     assert no_torch.returncode != 0 and "No module named 'torch'" in no_torch.stderr
     tracer = subprocess.run([str(py), "-c", "import tempora_trace"], capture_output=True, text=True, env=env)
-    assert "pip install 'tempora[trace]'" in tracer.stderr
+    assert f"pip install '{DISTRIBUTION}[trace]'" in tracer.stderr
 
     traces = tmp_path / "traces"
     subprocess.run(
@@ -184,8 +207,64 @@ def test_sim_extra_installs_and_sweeps_without_torch(wheel, tmp_path):
     )
 
 
+#: what the other ``tempora`` (date and time utilities) must still do beside this project
+OTHER_TEMPORA_WORKS = """
+import datetime, importlib.metadata as md, json, tempora, tempora.utc
+assert tempora.parse_timedelta("1 hour 30 minutes") == datetime.timedelta(hours=1, minutes=30)
+assert tempora.utc.now().tzinfo is datetime.timezone.utc
+print(json.dumps({"version": md.version("tempora"), "summary": md.metadata("tempora")["Summary"],
+                  "missing": [str(f) for f in md.files("tempora") if not f.locate().exists()]}))
+"""
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.network
+def test_installs_beside_the_unrelated_tempora_of_the_package_index(wheel, tmp_path):
+    """``tempora`` on the package index is another project (date and time utilities): it is
+    installed first, with its requirements, from the index; this project's wheel goes into the
+    same environment after it; both import and work, and the other one lost no file."""
+    py, env, pip = _environment(wheel, tmp_path)
+    venv = py.parent.parent
+    wheelhouse = tmp_path / "wheelhouse"
+    fetched = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--dest", str(wheelhouse), "tempora"],
+        capture_output=True,
+        text=True,
+    )
+    last = (fetched.stderr.strip().splitlines() or ["(no message)"])[-1]
+    assert fetched.returncode == 0, f"the package index is needed to fetch the other 'tempora' (pip download tempora): {last}"
+    _install(pip, "--no-index", "--find-links", str(wheelhouse), "tempora")
+    _install(pip, "--no-deps", "--no-index", str(wheel))
+    check = subprocess.run(pip + ["check"], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+    other = subprocess.run([str(py), "-c", OTHER_TEMPORA_WORKS], capture_output=True, text=True, env=env)
+    assert other.returncode == 0, other.stderr
+    facts = json.loads(other.stdout)
+    assert int(facts["version"].split(".")[0]) >= 5 and facts["missing"] == [], facts
+    assert "trace" not in facts["summary"].lower()  # theirs, not ours
+    ours = subprocess.run(
+        [
+            str(py),
+            "-c",
+            "import sys, importlib.metadata as md, tempora_schema, tempora_sim; print(md.version(sys.argv[1]), tempora_sim.__version__)",
+            DISTRIBUTION,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert ours.returncode == 0, ours.stderr
+    assert ours.stdout.split() == [_wheel_version(wheel)] * 2
+    for command in ("tempora-sim", "tempora-trace"):
+        assert (venv / "bin" / command).is_file()
+    help_ = subprocess.run([str(venv / "bin" / "tempora-sim"), "--help"], capture_output=True, text=True, env=env)
+    assert help_.returncode == 0 and "sweep" in help_.stdout, help_.stderr
+
+
 def test_version_comes_from_the_package_metadata():
     import tempora_sim
     import tempora_trace
 
-    assert tempora_sim.__version__ == tempora_trace.__version__ == md.version("tempora")
+    assert tempora_sim.__version__ == tempora_trace.__version__ == md.version(DISTRIBUTION)

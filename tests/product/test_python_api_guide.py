@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "guide" / "python-api.md"
 FENCE = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -27,6 +29,8 @@ def test_the_api_page_names_every_public_function():
                 assert f"`{module}.{name}`" in text, f"{module}.{name} is not on the page"
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_the_api_page_runs_as_one_notebook_session(tmp_path):
     blocks = FENCE.findall(GUIDE.read_text(encoding="utf-8"))
     assert len(blocks) >= 6

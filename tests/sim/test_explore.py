@@ -18,11 +18,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from hostile import assert_refused, inject_errno, invoke, snapshot
+from helpers.hostile import assert_refused, inject_errno, invoke, snapshot
+from helpers.sim_cases import CASES as SWEEP_CASES
 from tempora_sim import analyses as an
 from tempora_sim.cli import main
 from tempora_sim.synthetic import write_trace_set
-from test_hostile_sim import CASES as SWEEP_CASES
 
 PROG = "tempora-sim"
 SMALL = dict(num_batches=12, episodes=("fog", "snow"), checkpoints=(0, 4), frozen_eval=4, batch_size=8, num_classes=10)

@@ -22,7 +22,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from headless import INSTALL_HINT, Browser, find_chromium
+from helpers.headless import INSTALL_HINT, Browser, find_chromium
+
+# the demo set's page built by the command line, then driven in headless Chromium
+pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "traces" / "demo"

@@ -279,7 +279,7 @@ options = {{ input_size = 32, class_map = "{csv}", max_batches = 1, threads = 1 
 
 
 def _byo_campaign(tmp_path, text=BYO):
-    from byo_helpers import write_image_folder, write_model_file
+    from helpers.byo import write_image_folder, write_model_file
 
     flat = write_image_folder(tmp_path / "flat", domains=None, size=(36, 36))
     nested = write_image_folder(tmp_path / "nested")

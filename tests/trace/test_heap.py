@@ -54,6 +54,7 @@ def _faults(policy: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the steady policy is glibc's mallopt")
 def test_steady_heap_events_take_no_fresh_pages_after_the_warm_up():
     steady, system = _faults("steady"), _faults("system")
@@ -82,7 +83,7 @@ def test_heap_policy_is_checked_recorded_and_system_leaves_the_allocator_alone()
 def test_a_trace_records_its_heap_policy_and_the_page_faults_of_its_events(tmp_path, cifar_c_root):
     import pyarrow.parquet as pq
 
-    from conftest import tiny_cifar_args
+    from helpers.cifar import tiny_cifar_args
     from tempora_schema import HEAP_FAULTS_KEY, HEAP_KEY, decode_metadata
     from tempora_trace.cli import main
 

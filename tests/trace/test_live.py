@@ -267,7 +267,7 @@ def test_live_file_is_valid_and_validate_agrees_with_itself(recorded, tmp_path):
     assert res.exit_code == 2 and "column 'correct'" in res.stderr and res.stderr.count("\n") == 1
 
 
-@pytest.mark.usefixtures("one_thread", "tiny_models")
+@pytest.mark.usefixtures("tiny_models")
 def test_bad_live_input_is_a_config_error(cifar_c_root, tmp_path):
     cfg = tiny_cfg(cifar_c_root, tmp_path / "live")
     with pytest.raises(ConfigError, match="no λ"):
@@ -297,7 +297,7 @@ def test_tracer_cli_live_bad_input_exits_2(tmp_path, capsys):
     assert err.count("\n") == 1 and "--budget-checkpoints" in err and "--trace-alongside" in err
 
 
-@pytest.mark.usefixtures("one_thread", "tiny_models")
+@pytest.mark.usefixtures("tiny_models")
 def test_lambda_rule_and_the_warning_on_an_inflated_lambda(cifar_c_root, tmp_path, capsys):
     """λ from a standard trace with one stalled batch: the paper rule (mean + 6σ) is inflated
     and the live run says so in one line; --lambda-rule robust is not, and is recorded."""
@@ -336,7 +336,7 @@ def test_lambda_rule_and_the_warning_on_an_inflated_lambda(cifar_c_root, tmp_pat
         run_live(tiny_cfg(cifar_c_root, tmp_path / "bad"), rho=[1.0], standard=str(traces), lambda_rule="median")
 
 
-@pytest.mark.usefixtures("one_thread", "tiny_models")
+@pytest.mark.usefixtures("tiny_models")
 def test_trace_alongside_holds_the_exact_budget_checkpoints(cifar_c_root, tmp_path):
     """--budget-checkpoints: the trace taken alongside holds a checkpoint at each budget's
     cut-off under both rules, recomputed here from its own δ with the reference rule, and
@@ -366,7 +366,7 @@ def test_trace_alongside_holds_the_exact_budget_checkpoints(cifar_c_root, tmp_pa
     assert (settings["frozen_gap_replay"].drop_nulls() == 0).all()
 
 
-@pytest.mark.usefixtures("one_thread", "tiny_models")
+@pytest.mark.usefixtures("tiny_models")
 def test_trace_alongside_writes_the_trace_a_separate_run_writes(recorded, cifar_c_root, tmp_path):
     """A trace taken episode by episode between live runs holds the same rows (timings aside)
     as a trace run on its own, and validate knows it was taken alongside."""

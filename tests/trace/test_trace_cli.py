@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import tiny_cifar_args
+from helpers.cifar import tiny_cifar_args
 from tempora_trace.cli import main
 
-pytestmark = pytest.mark.usefixtures("one_thread", "tiny_models")
+pytestmark = pytest.mark.usefixtures("tiny_models")
 
 
 def run(argv, capsys):

@@ -28,7 +28,7 @@ from tempora_trace.errors import ConfigError
 from tempora_trace.runner import trace_run
 from tempora_trace.staging import BatchStager, stage_batches
 
-pytestmark = pytest.mark.usefixtures("one_thread", "tiny_models")
+pytestmark = pytest.mark.usefixtures("tiny_models")
 
 
 def _cfg(root, out, **kw) -> TraceConfig:
@@ -91,7 +91,7 @@ def _overlaps(loads, events):
 @pytest.fixture
 def longer_root(tmp_path):
     """12 batches of 8 per domain: longer than any read-ahead a loader might keep."""
-    from conftest import write_cifar_c
+    from helpers.cifar import write_cifar_c
 
     return write_cifar_c(tmp_path / "longer", ["gaussian_noise", "fog"], per_severity=96)
 
@@ -251,7 +251,7 @@ def test_stage_mb_is_checked(cifar_c_root, tmp_path):
 def test_speed_probe_runs_every_50_steps_and_survives_resume(cifar_c_root, tmp_path):
     """110 steps in one episode: probes before steps 0, 50, 100; a resumed run keeps the probes
     of the episodes it did not re-run."""
-    from conftest import write_cifar_c
+    from helpers.cifar import write_cifar_c
 
     root = write_cifar_c(tmp_path / "big", ["fog", "snow"], per_severity=220)
     cfg = _cfg(root, tmp_path / "o", batch_size=2, domains=["fog", "snow"], default_checkpoints=False)

@@ -9,8 +9,6 @@ import pytest
 
 from tempora_trace.cli import main
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 @pytest.fixture
 def small_demo_home(tmp_path_factory, monkeypatch):

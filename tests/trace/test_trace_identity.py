@@ -8,12 +8,10 @@ import pytest
 import torch
 
 import tempora_schema as schema
-from conftest import _tiny_net
+from helpers.cifar import tiny_net
 from tempora_trace.config import TraceConfig
 from tempora_trace.errors import ConfigError, OutputError
 from tempora_trace.runner import trace_run
-
-pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture
@@ -23,7 +21,7 @@ def tiny_with_weights(monkeypatch):
 
     def build(weights, num_classes):
         torch.manual_seed(0)
-        net = _tiny_net("bn", num_classes or 10)
+        net = tiny_net("bn", num_classes or 10)
         path = None
         if weights is not None and str(weights) != "random":
             path = str(weights)
@@ -32,7 +30,7 @@ def tiny_with_weights(monkeypatch):
 
     monkeypatch.setitem(models.MODELS, "tiny-w", build)
     torch.manual_seed(1)
-    return [_tiny_net("bn", 10).state_dict() for _ in range(2)]  # two different weight sets
+    return [tiny_net("bn", 10).state_dict() for _ in range(2)]  # two different weight sets
 
 
 def _cfg(root, out, **kw):

@@ -11,27 +11,13 @@ import pytest
 import torch
 
 import tempora_schema as schema
+from helpers.cifar import tiny_config
 from tempora_trace.checkpoints import default_schedule, sample_steps
 from tempora_trace.config import TraceConfig
 from tempora_trace.errors import OutputError
 from tempora_trace.runner import TraceRun, trace_run
 
-pytestmark = pytest.mark.usefixtures("one_thread", "tiny_models")
-
-
-def make_cfg(root, out, **kw) -> TraceConfig:
-    base = dict(
-        method="tent",
-        dataset="cifar10-c",
-        model="tiny-bn",
-        data_root=str(root),
-        domains=["gaussian_noise", "fog"],
-        batch_size=8,
-        out=str(out),
-        quiet=True,
-    )
-    base.update(kw)
-    return TraceConfig(**base)
+pytestmark = pytest.mark.usefixtures("tiny_models")
 
 
 def read(path):
@@ -50,7 +36,7 @@ def frozen_rows(d, cols=("episode", "checkpoint", "step", "n", "correct")):
 
 @pytest.mark.parametrize("method", ["standard", "adabn", "tent"])
 def test_trace_is_schema_valid_and_complete(cifar_c_root, tmp_path, method):
-    path = trace_run(make_cfg(cifar_c_root, tmp_path / "out", method=method))
+    path = trace_run(tiny_config(cifar_c_root, tmp_path / "out", method=method))
     assert path == tmp_path / "out" / f"{method}-bs8.parquet"
     table, meta, d = read(path)
     schema.validate_table(table, meta, path)
@@ -84,8 +70,8 @@ def test_trace_is_schema_valid_and_complete(cifar_c_root, tmp_path, method):
 
 
 def test_standard_has_no_extrinsic_time_and_tent_does(cifar_c_root, tmp_path):
-    _, _, std = read(trace_run(make_cfg(cifar_c_root, tmp_path, method="standard")))
-    _, _, tent = read(trace_run(make_cfg(cifar_c_root, tmp_path, method="tent")))
+    _, _, std = read(trace_run(tiny_config(cifar_c_root, tmp_path, method="standard")))
+    _, _, tent = read(trace_run(tiny_config(cifar_c_root, tmp_path, method="tent")))
     std_l = [d for d, p in zip(std["l_ms"], std["phase"]) if p == "adapt"]
     tent_l = [d for d, p in zip(tent["l_ms"], tent["phase"]) if p == "adapt"]
     std_e = [d for d, p in zip(std["e_ms"], std["phase"]) if p == "adapt"]
@@ -103,8 +89,8 @@ def _final_state(cfg):
 
 
 def test_checkpoints_leave_the_adapt_path_bit_identical(cifar_c_root, tmp_path):
-    with_ckpt, state_a, opt_a = _final_state(make_cfg(cifar_c_root, tmp_path / "a", frozen_sample=None, domains=["fog"]))
-    without, state_b, opt_b = _final_state(make_cfg(cifar_c_root, tmp_path / "b", default_checkpoints=False, domains=["fog"]))
+    with_ckpt, state_a, opt_a = _final_state(tiny_config(cifar_c_root, tmp_path / "a", frozen_sample=None, domains=["fog"]))
+    without, state_b, opt_b = _final_state(tiny_config(cifar_c_root, tmp_path / "b", default_checkpoints=False, domains=["fog"]))
     _, _, da = read(with_ckpt)
     _, _, db = read(without)
     assert frozen_rows(db) == [] and len(frozen_rows(da)) == 10
@@ -122,7 +108,7 @@ def test_frozen_checkpoint_zero_is_the_source_model_in_eval_mode(cifar_c_root, t
     from tempora_trace.data.streams import batch_order
     from tempora_trace.models import get_model
 
-    _, _, d = read(trace_run(make_cfg(cifar_c_root, tmp_path, domains=["fog"], frozen_sample=None)))
+    _, _, d = read(trace_run(tiny_config(cifar_c_root, tmp_path, domains=["fog"], frozen_sample=None)))
     net, _ = get_model("tiny-bn", num_classes=10)
     for m in net.modules():
         if isinstance(m, torch.nn.BatchNorm2d):
@@ -140,7 +126,7 @@ def test_frozen_checkpoint_zero_is_the_source_model_in_eval_mode(cifar_c_root, t
 
 def test_budget_checkpoints_match_both_rules(cifar_c_root, tmp_path):
     lam = 0.01
-    cfg = make_cfg(
+    cfg = tiny_config(
         cifar_c_root,
         tmp_path / "b",
         domains=["fog"],
@@ -161,7 +147,7 @@ def test_budget_checkpoints_match_both_rules(cifar_c_root, tmp_path):
     got = {c for _, c, _, _, _ in frozen_rows(d)}
     assert got == expected and 0 in got
     # the strict checkpoint (restored from the pre-step snapshot) scores exactly like an explicit one
-    explicit = make_cfg(
+    explicit = tiny_config(
         cifar_c_root, tmp_path / "c", domains=["fog"], default_checkpoints=False, frozen_sample=None, checkpoints=sorted(expected)
     )
     _, _, d2 = read(trace_run(explicit))
@@ -170,7 +156,7 @@ def test_budget_checkpoints_match_both_rules(cifar_c_root, tmp_path):
 
 
 def test_resume_after_interrupted_run_gives_identical_rows(cifar_c_root, tmp_path):
-    reference, _, _ = _final_state(make_cfg(cifar_c_root, tmp_path / "ref"))
+    reference, _, _ = _final_state(tiny_config(cifar_c_root, tmp_path / "ref"))
 
     class Killed(Exception):
         pass
@@ -179,7 +165,7 @@ def test_resume_after_interrupted_run_gives_identical_rows(cifar_c_root, tmp_pat
         if index == 0:
             raise Killed
 
-    cfg = make_cfg(cifar_c_root, tmp_path / "run")
+    cfg = tiny_config(cifar_c_root, tmp_path / "run")
     with pytest.raises(Killed):
         trace_run(cfg, on_episode_end=kill_after_first)
     partial = tmp_path / "run" / "tent-bs8.partial"
@@ -187,10 +173,10 @@ def test_resume_after_interrupted_run_gives_identical_rows(cifar_c_root, tmp_pat
     with pytest.raises(OutputError, match="--resume"):
         trace_run(cfg)
     with pytest.raises(OutputError, match="options differ"):
-        trace_run(make_cfg(cifar_c_root, tmp_path / "run", resume=True, frozen_sample=2))
+        trace_run(tiny_config(cifar_c_root, tmp_path / "run", resume=True, frozen_sample=2))
     (partial / "episode-0001.rows.tmp").write_bytes(b"half a file")  # what a kill mid-write leaves
     seen = []
-    path = trace_run(make_cfg(cifar_c_root, tmp_path / "run", resume=True), echo=seen.append)
+    path = trace_run(tiny_config(cifar_c_root, tmp_path / "run", resume=True), echo=seen.append)
     assert "[resumed]" in seen[0] and "[resumed]" not in seen[1]
     _, _, d_ref = read(reference)
     table, meta, d = read(path)
@@ -200,11 +186,11 @@ def test_resume_after_interrupted_run_gives_identical_rows(cifar_c_root, tmp_pat
 
 
 def test_refuses_to_overwrite_and_names_variants(cifar_c_root, tmp_path):
-    path = trace_run(make_cfg(cifar_c_root, tmp_path, method="standard", domains=["fog"]))
+    path = trace_run(tiny_config(cifar_c_root, tmp_path, method="standard", domains=["fog"]))
     with pytest.raises(OutputError, match="--force"):
-        trace_run(make_cfg(cifar_c_root, tmp_path, method="standard", domains=["fog"]))
-    assert trace_run(make_cfg(cifar_c_root, tmp_path, method="standard", domains=["fog"], force=True)) == path
-    other = trace_run(make_cfg(cifar_c_root, tmp_path, method="standard", domains=["fog"], seed=7, severity=3, stream="continual"))
+        trace_run(tiny_config(cifar_c_root, tmp_path, method="standard", domains=["fog"]))
+    assert trace_run(tiny_config(cifar_c_root, tmp_path, method="standard", domains=["fog"], force=True)) == path
+    other = trace_run(tiny_config(cifar_c_root, tmp_path, method="standard", domains=["fog"], seed=7, severity=3, stream="continual"))
     assert other.name == "standard-bs8-seed7-sev3-continual.parquet"
     cfg = TraceConfig(method="tent").resolved()
     assert cfg.file_stem() == "tent" and str(cfg.output_dir("cpu")) == "traces/demo/demo-resnet/cpu"
@@ -212,7 +198,7 @@ def test_refuses_to_overwrite_and_names_variants(cifar_c_root, tmp_path):
 
 
 def test_continual_stream_is_one_episode_over_all_domains(cifar_c_root, tmp_path):
-    table, meta, d = read(trace_run(make_cfg(cifar_c_root, tmp_path, stream="continual", max_batches=3)))
+    table, meta, d = read(trace_run(tiny_config(cifar_c_root, tmp_path, stream="continual", max_batches=3)))
     schema.validate_table(table, meta, "x")
     assert meta["stream"] == "continual"
     rows = adapt_rows(d, ("episode", "domain", "step"))
@@ -221,8 +207,8 @@ def test_continual_stream_is_one_episode_over_all_domains(cifar_c_root, tmp_path
 
 def test_batch_order_depends_only_on_seed_and_domain(cifar_c_root, tmp_path):
     # the threaded prefetcher (workers=2) delivers the same batches in the same order
-    _, _, both = read(trace_run(make_cfg(cifar_c_root, tmp_path / "a", method="standard", workers=2)))
-    _, _, fog = read(trace_run(make_cfg(cifar_c_root, tmp_path / "b", method="standard", domains=["fog"])))
+    _, _, both = read(trace_run(tiny_config(cifar_c_root, tmp_path / "a", method="standard", workers=2)))
+    _, _, fog = read(trace_run(tiny_config(cifar_c_root, tmp_path / "b", method="standard", domains=["fog"])))
     assert [r for r in adapt_rows(both) if r[0] == "fog"] == adapt_rows(fog)
 
 
@@ -235,11 +221,11 @@ def test_schedules():
 
 
 def test_frozen_sample_scores_an_evenly_spaced_subset(cifar_c_root, tmp_path):
-    _, meta, d = read(trace_run(make_cfg(cifar_c_root, tmp_path / "k", domains=["fog"], frozen_sample=2, checkpoints=[1])))
+    _, meta, d = read(trace_run(tiny_config(cifar_c_root, tmp_path / "k", domains=["fog"], frozen_sample=2, checkpoints=[1])))
     assert meta["frozen_eval"] == 2
     by_ckpt: dict[int, list[int]] = {}
     for _, c, s, _, _ in frozen_rows(d):
         by_ckpt.setdefault(c, []).append(s)
     assert by_ckpt == {0: [0, 3], 1: [1, 3], 2: [2, 3], 3: [3]}  # first and last later batch
-    _, meta_all, _ = read(trace_run(make_cfg(cifar_c_root, tmp_path / "a", domains=["fog"], frozen_sample=None)))
+    _, meta_all, _ = read(trace_run(tiny_config(cifar_c_root, tmp_path / "a", domains=["fog"], frozen_sample=None)))
     assert meta_all["frozen_eval"] == "all"

@@ -12,13 +12,13 @@ import torch
 from click.testing import CliRunner
 
 import tempora_schema as schema
+from helpers.cifar import tiny_config
 from tempora_trace import variability as tv_mod
 from tempora_trace.cli import cli
 from tempora_trace.errors import ConfigError
 from tempora_trace.runner import trace_run
-from test_trace_runner import make_cfg  # the tiny cifar10-c / tiny-bn tent config the runner tests use
 
-pytestmark = pytest.mark.usefixtures("one_thread", "tiny_models")
+pytestmark = pytest.mark.usefixtures("tiny_models")
 
 
 def read(path):
@@ -63,12 +63,12 @@ def test_idle_gaps_parse(text, parsed):
 @pytest.mark.parametrize("text", ["0x", "-1ms", "abc", "61s", "1x,,2x", "nanx"])
 def test_bad_idle_gaps_are_refused(text, cifar_c_root, tmp_path):
     with pytest.raises(ConfigError, match="--idle-gaps"):
-        make_cfg(cifar_c_root, tmp_path, idle_gaps=text).resolved()
+        tiny_config(cifar_c_root, tmp_path, idle_gaps=text).resolved()
 
 
 # ----------------------------------------------------------------------------- the run
 def test_default_trace_carries_a_valid_measurement(cifar_c_root, tmp_path):
-    path = trace_run(make_cfg(cifar_c_root, tmp_path / "out"))
+    path = trace_run(tiny_config(cifar_c_root, tmp_path / "out"))
     table, meta = read(path)
     tv = meta[schema.VARIABILITY_KEY]
     schema.validate_table(table, meta, path)  # the optional key passes the reader's rules
@@ -86,8 +86,8 @@ def test_default_trace_carries_a_valid_measurement(cifar_c_root, tmp_path):
 
 
 def test_measurement_leaves_the_rows_untouched_and_can_be_turned_off(cifar_c_root, tmp_path):
-    with_tv = trace_run(make_cfg(cifar_c_root, tmp_path / "a"))
-    without = trace_run(make_cfg(cifar_c_root, tmp_path / "b", timing_sample=0))
+    with_tv = trace_run(tiny_config(cifar_c_root, tmp_path / "a"))
+    without = trace_run(tiny_config(cifar_c_root, tmp_path / "b", timing_sample=0))
     (ta, ma), (tb, mb) = read(with_tv), read(without)
     assert schema.VARIABILITY_KEY in ma and schema.VARIABILITY_KEY not in mb
     same = ["episode", "domain", "phase", "checkpoint", "step", "n", "correct", "updated"]
@@ -115,7 +115,7 @@ def test_repeat_events_run_the_main_pass_computation(cifar_c_root, tmp_path, mon
     monkeypatch.setattr(runner, "timed_event", recorder("main"))
     monkeypatch.setattr(tv_mod, "timed_event", recorder("repeat"))
     extra = {"policy": policy} if policy else {}
-    path = trace_run(make_cfg(cifar_c_root, tmp_path / "out", warmup_batches=0, timing_passes=1, **extra))
+    path = trace_run(tiny_config(cifar_c_root, tmp_path / "out", warmup_batches=0, timing_passes=1, **extra))
     _, meta = read(path)
     main = logits["main"]  # 2 episodes × 4 steps, in sample order
     assert len(main) == 8 and len(logits["repeat"]) == 2 * 8  # one repeat pass and the idle pass
@@ -125,7 +125,7 @@ def test_repeat_events_run_the_main_pass_computation(cifar_c_root, tmp_path, mon
 
 
 def test_no_idle_pass_with_idle_gaps_none(cifar_c_root, tmp_path):
-    _, meta = read(trace_run(make_cfg(cifar_c_root, tmp_path / "out", idle_gaps="none", timing_passes=3, timing_sample=3)))
+    _, meta = read(trace_run(tiny_config(cifar_c_root, tmp_path / "out", idle_gaps="none", timing_passes=3, timing_sample=3)))
     tv = meta[schema.VARIABILITY_KEY]
     assert tv["idle_ms"] == [] and tv["idle_gaps_ms"] == []
     assert len(tv["passes_ms"]) == 3

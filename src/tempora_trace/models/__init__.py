@@ -164,7 +164,7 @@ def _vit(weights, num_classes: int | None):
     try:
         import timm  # optional stack, loaded only for the ViT
     except ImportError:
-        raise WeightsError("model 'vit_base_patch16_224' needs the 'timm' package (pip install 'tempora[trace]')") from None
+        raise WeightsError("model 'vit_base_patch16_224' needs the 'timm' package (pip install 'tempora-tta[trace]')") from None
     classes = num_classes or 1000
     cfg = timm_pretrained_cfg(VIT_PRETRAINED)
     path = _resolve(weights, lambda: fetch_hf(cfg.hf_hub_id, "model.safetensors", "vit_base_patch16_224"))

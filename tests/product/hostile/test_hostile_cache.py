@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hostile import invoke
+from helpers.hostile import invoke
 from tempora_sim import trace_cache
 from tempora_sim.cli import main
 from tempora_sim.synthetic import write_trace_set

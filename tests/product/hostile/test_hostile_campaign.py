@@ -1,6 +1,6 @@
 """Hostile campaigns: every value ``tempora-trace run`` would refuse is refused when the campaign
 is loaded, before any work, in one line (exit status 2, no traceback, the workspace byte for
-byte as it was; tests/product/hostile/hostile.py); a complete trace of another identity is never counted as
+byte as it was; tests/helpers/hostile.py); a complete trace of another identity is never counted as
 done; two campaigns never trace on the same out folder or device at once; an unreachable Ray
 cluster is a bounded wait and one line. Device locks live in a folder of the test
 (``$TEMPORA_DEVICE_LOCKS``), so concurrent test runs on one machine do not meet."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from hostile import assert_refused, inject_errno, invoke, snapshot
+from helpers.hostile import assert_refused, inject_errno, invoke, snapshot
 from tempora_schema.errors import OutputLockedError
 from tempora_schema.outputs import output_lock
 from tempora_trace import campaign as campaign_module

@@ -1,5 +1,5 @@
 """Hostile input to ``tempora-trace live``: one stderr line, exit status 2, no traceback, the
-workspace exactly as it was (tests/product/hostile/hostile.py); an interrupted run with a trace alongside
+workspace exactly as it was (tests/helpers/hostile.py); an interrupted run with a trace alongside
 leaves nothing behind and can simply be run again. In-process on the tiny CIFAR-C layout and
 the tiny BN model (4 batches of 8 per domain)."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import tiny_cifar_args
-from hostile import assert_refused, inject_errno, invoke, snapshot, user_workspace
+from helpers.cifar import tiny_cifar_args
+from helpers.hostile import assert_refused, inject_errno, invoke, snapshot, user_workspace
 from tempora_sim.synthetic import write_trace
 from tempora_trace.cli import cli
 

@@ -1,7 +1,7 @@
 """Hostile input to the newer ``tempora-sim`` surfaces: grids, arrival processes, ``validate``
 and its live files, ``advise``, ``migrate``, the report's staging folder and the environment
 the tools run in. Every refused case is one stderr line, exit status 2, no traceback and the
-workspace byte for byte as it was (tests/product/hostile/hostile.py); the rest check that nothing is lost or
+workspace byte for byte as it was (tests/helpers/hostile.py); the rest check that nothing is lost or
 left behind. In-process on tiny synthetic traces, except the environment cases (a process
 whose standard streams are set up hostile)."""
 
@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from hostile import assert_refused, inject_errno, invoke, snapshot
+from helpers.hostile import assert_refused, inject_errno, invoke, snapshot
 from tempora_schema import METADATA_KEY, SCHEMA_VERSION
 from tempora_schema.live import LIVE_COLUMNS, LIVE_METADATA_KEY, SHARED_FIELDS, live_arrow_schema, validate_live_table
 from tempora_sim.cli import main

@@ -1,5 +1,5 @@
 """Hostile input to ``tempora-trace``: one stderr line, exit status 2, no traceback, and the
-workspace exactly as it was (see tests/product/hostile/hostile.py). In-process on the tiny CIFAR-C layout and
+workspace exactly as it was (see tests/helpers/hostile.py). In-process on the tiny CIFAR-C layout and
 the tiny BN model (4 batches of 8 per domain), so a case that runs costs about a second."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from byo_helpers import write_image_folder, write_model_file
-from conftest import tiny_cifar_args
-from hostile import assert_refused, inject_errno, invoke, snapshot, user_workspace
+from helpers.byo import write_image_folder, write_model_file
+from helpers.cifar import tiny_cifar_args
+from helpers.hostile import assert_refused, inject_errno, invoke, snapshot, user_workspace
 from tempora_schema.outputs import output_lock
 from tempora_sim.synthetic import write_trace
 from tempora_trace.cli import cli
@@ -335,14 +335,9 @@ def test_ctrl_c_during_start_up_is_one_line(argv, prog, tmp_path):
     assert err.startswith(f"{prog}: interrupted"), err
 
 
-def test_the_documented_case_count_is_the_suite():
+def test_the_documented_case_count_is_the_suite(hostile_modules):
     """docs/reference/errors.md states how many hostile cases the suite covers; keep it true."""
-    import test_hostile_cache as cache
-    import test_hostile_campaign as campaign
-    import test_hostile_live as live
-    import test_hostile_sim as sim
-    import test_hostile_surfaces as surfaces
-
+    cache, campaign, live, sim, surfaces = (hostile_modules[n] for n in ("cache", "campaign", "live", "sim", "surfaces"))
     sim_cases = len(sim.CASES) + len(sim.FAULTS) * len(sim.COMMANDS) + len(sim.COMMANDS)  # + one held output each
     sim_cases += cache.CASE_COUNT + surfaces.SIM_CASE_COUNT
     trace_cases = len(CASES) + len(FAULTS) + len(IN_USE) + 1 + len(START_UP)  # + full disk mid-run

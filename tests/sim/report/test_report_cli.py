@@ -10,10 +10,10 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
+from helpers.utility_tables import WIN, grid, utility_frame
 from tempora_sim import analyses as an
 from tempora_sim import report as rp
 from tempora_sim.cli import main
-from test_analysis_tables import WIN, grid, utility_frame
 
 ROOT = Path(__file__).resolve().parents[3]
 DEMO_TRACES = ROOT / "traces" / "demo"

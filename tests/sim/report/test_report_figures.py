@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from matplotlib.colors import to_rgb
 
+from helpers.utility_tables import WIN, grid, utility_frame
 from tempora_sim import analyses as an
 from tempora_sim import palette
 from tempora_sim.report import figures as fg
-from test_analysis_tables import WIN, grid, utility_frame
 
 
 def test_method_colours_are_fixed_and_stable():

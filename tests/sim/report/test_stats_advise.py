@@ -12,12 +12,12 @@ import pytest
 from click.testing import CliRunner
 from scipy import stats as sps
 
+from helpers.utility_tables import utility_frame
 from tempora_sim import analyses as an
 from tempora_sim import report as rp
 from tempora_sim import stats as st
 from tempora_sim.cli import main
 from tempora_sim.report.sentences import root_cause_sentence
-from test_analysis_tables import utility_frame
 
 
 # ----------------------------------------------------------------------------- bootstrap vs scipy

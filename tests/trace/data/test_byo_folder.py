@@ -12,14 +12,12 @@ import pytest
 import torch
 
 import tempora_schema as schema
-from byo_helpers import write_image_folder, write_model_file
+from helpers.byo import write_image_folder, write_model_file
 from tempora_trace.config import TraceConfig
 from tempora_trace.data import get_dataset
 from tempora_trace.errors import ConfigError, DataError
 from tempora_trace.models.external import Preprocess
 from tempora_trace.runner import trace_run
-
-pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture

@@ -9,15 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import write_cifar_c
+from helpers.cifar import write_cifar_c
 from tempora_trace.data import get_dataset
 from tempora_trace.data.cifar import open_cifar_c
 from tempora_trace.data.imagenet import IMAGENET_R_CLASSES, open_imagenet_c, open_imagenet_variant
 from tempora_trace.data.streams import CORRUPTIONS, batch_order, expand_domains
 from tempora_trace.errors import ConfigError, DataError, WeightsError
 from tempora_trace.models import get_model
-
-pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_cifar_c_severity_slices_and_label_layouts(tmp_path):

@@ -12,12 +12,10 @@ import pytest
 import torch
 
 import tempora_schema as schema
-from methods_helpers import batches, check_frozen_changes_nothing, check_reset_bit_identical, check_snapshot_restore, context, tiny_model
+from helpers.methods import batches, check_frozen_changes_nothing, check_reset_bit_identical, check_snapshot_restore, context, tiny_model
 from tempora_trace import methods as registry
 from tempora_trace.config import TraceConfig
 from tempora_trace.runner import trace_run
-
-pytestmark = pytest.mark.usefixtures("one_thread")
 
 ROOT = Path(__file__).resolve().parents[3]
 GUIDE = ROOT / "docs" / "guide" / "add-a-method.md"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from methods_helpers import (
+from helpers.methods import (
     batches,
     check_frozen_changes_nothing,
     check_hparams,
@@ -145,7 +145,7 @@ def test_contract(norm):
 def test_short_adaptation_beats_standard_on_corrupted_demo():
     """25 batches of 64 of fog at severity 5 (standard inference on demo-resnet ≈ 14 %): CMF's
     online accuracy must clearly exceed it (measured ≈ 48 %)."""
-    from zoo2_demo_stream import stream_accuracy
+    from helpers.demo_stream import stream_accuracy
 
     standard = stream_accuracy("standard", "demo-resnet", "fog", 5, batches=25)
     adapted = stream_accuracy("cmf", "demo-resnet", "fog", 5, batches=25)
@@ -160,9 +160,9 @@ def test_bad_options_are_one_line_errors():
             cmf(**bad)
 
 
-@pytest.mark.usefixtures("one_thread", "tiny_models")
+@pytest.mark.usefixtures("tiny_models")
 def test_traces_end_to_end(cifar_c_root, tmp_path):
-    from zoo2_demo_stream import trace_tiny
+    from helpers.demo_stream import trace_tiny
 
     trace = trace_tiny("cmf", "tiny-bn", cifar_c_root, tmp_path)
     assert set(CMF.default_params(context())) <= set(trace["meta"]["method_params"])

@@ -14,8 +14,6 @@ from tempora_trace.cli import main
 from tempora_trace.methods import GradientMethod, MethodContext, TTAMethod, builtin_methods, check_params, get_method, softmax_entropy
 from tempora_trace.methods.testing import CHECKS, assert_conforms, check_method
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 #: small enough for the suite (the CLI's default is 6 batches of 16)
 SMALL = {"batches": 3, "batch_size": 8}
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from methods_helpers import (
+from helpers.methods import (
     batches,
     changed_parameters,
     check_frozen_changes_nothing,
@@ -166,16 +166,16 @@ def test_contract(norm):
 def test_short_adaptation_beats_standard_on_corrupted_demo():
     """25 batches of 64 of fog at severity 5 (standard inference on demo-resnet ≈ 14 %): DeYO's
     online accuracy must clearly exceed it (measured ≈ 49 %)."""
-    from zoo2_demo_stream import stream_accuracy
+    from helpers.demo_stream import stream_accuracy
 
     standard = stream_accuracy("standard", "demo-resnet", "fog", 5, batches=25)
     adapted = stream_accuracy("deyo", "demo-resnet", "fog", 5, batches=25)
     assert adapted > standard + 0.15, f"deyo {adapted:.3f} vs standard {standard:.3f}"
 
 
-@pytest.mark.usefixtures("one_thread", "tiny_models")
+@pytest.mark.usefixtures("tiny_models")
 def test_traces_end_to_end(cifar_c_root, tmp_path):
-    from zoo2_demo_stream import trace_tiny
+    from helpers.demo_stream import trace_tiny
 
     # the untrained tiny model is unconfident: open the filters so updates show in the trace
     trace = trace_tiny("deyo", "tiny-bn", cifar_c_root, tmp_path, ent_threshold=10.0, plpd_threshold=-1.0)

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from methods_helpers import (
+from helpers.methods import (
     LogitsProbe,
     adapt_with_input_grad,
     batches,

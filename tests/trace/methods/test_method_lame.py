@@ -6,7 +6,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from methods_helpers import (
+from helpers.methods import (
     batches,
     check_frozen_changes_nothing,
     check_gradient_free,

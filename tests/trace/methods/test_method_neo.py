@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from methods_helpers import (
+from helpers.methods import (
     batches,
     check_frozen_changes_nothing,
     check_gradient_free,

@@ -21,8 +21,6 @@ import tempora_schema as schema
 from tempora_trace import methods as registry
 from tempora_trace.cli import main
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "tempora-example-method"
 EXAMPLE_FILE = EXAMPLE / "src" / "tempora_example_method" / "pseudo_label.py"
@@ -125,6 +123,8 @@ def _meta(path: Path) -> dict:
 
 
 # ------------------------------------------------------------------------ the example package
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_installed_example_is_traced_swept_and_reported_beside_a_built_in(plugin_site, on_path, small_demo_home, tmp_path, capsys):
     env = on_path(plugin_site)
     assert "pseudo-label" in registry.available_methods()
@@ -164,6 +164,8 @@ def test_installed_example_is_traced_swept_and_reported_beside_a_built_in(plugin
     capsys.readouterr()
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_the_example_packages_own_test_calls_the_kit(plugin_site, on_path):
     env = on_path(plugin_site)
     proc = subprocess.run(

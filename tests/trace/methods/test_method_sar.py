@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from methods_helpers import (
+from helpers.methods import (
     LogitsProbe,
     adapt_with_input_grad,
     batches,

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from methods_helpers import (
+from helpers.methods import (
     batches,
     changed_parameters,
     check_frozen_changes_nothing,

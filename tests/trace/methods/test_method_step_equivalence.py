@@ -16,15 +16,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from methods_helpers import tiny_model
+from helpers.methods import tiny_model
 from tempora_trace.methods import MethodContext, get_method
 from tempora_trace.methods._sam import SAM
 from tempora_trace.methods.augment import cmf_augment
 from tempora_trace.methods.base import BN_TYPES, no_stat_tracking, softmax_entropy
 from tempora_trace.methods.cmf import kalman_gain, soft_likelihood_ratio, symmetric_cross_entropy
 from tempora_trace.models.demo import build_demo_resnet
-
-pytestmark = pytest.mark.usefixtures("one_thread")
 
 CTX = MethodContext(num_classes=10, dataset_family="cifar", batch_size=8)
 

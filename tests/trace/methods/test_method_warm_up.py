@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from methods_helpers import batches, context, tiny_model
+from helpers.methods import batches, context, tiny_model
 from tempora_trace.methods import builtin_methods, get_method
 from tempora_trace.methods.testing import check_warm_up
-
-pytestmark = pytest.mark.usefixtures("one_thread")
 
 #: methods whose adapt step runs a forward on a selected subset of the batch
 SUBSET_PASSES = {"cmf", "deyo"}

@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 
-from methods_helpers import (
+from helpers.methods import (
     batches,
     check_frozen_changes_nothing,
     check_hparams,
@@ -93,16 +93,16 @@ def test_adaptation_beats_standard_on_noisy_demo_gn():
     """50 batches of 64 of Gaussian noise at severity 5 on demo-resnet-gn (standard ≈ 17.9 %):
     ZeroSIAM measured 21.2 % (100 batches: 25.0 % vs 17.6 %). Asserted with a margin of 1.5
     points."""
-    from zoo2_demo_stream import stream_accuracy
+    from helpers.demo_stream import stream_accuracy
 
     standard = stream_accuracy("standard", "demo-resnet-gn", "gaussian_noise", 5, batches=50)
     adapted = stream_accuracy("zerosiam", "demo-resnet-gn", "gaussian_noise", 5, batches=50)
     assert adapted > standard + 0.015, f"zerosiam {adapted:.3f} vs standard {standard:.3f}"
 
 
-@pytest.mark.usefixtures("one_thread", "tiny_models")
+@pytest.mark.usefixtures("tiny_models")
 def test_traces_end_to_end_and_refuses_batchnorm(cifar_c_root, tmp_path):
-    from zoo2_demo_stream import check_layernorm_method_traces
+    from helpers.demo_stream import check_layernorm_method_traces
 
     check_layernorm_method_traces("zerosiam", ZeroSIAM, cifar_c_root, tmp_path)
 

@@ -13,7 +13,7 @@ from tempora_trace.errors import ConfigError
 from tempora_trace.methods import get_method
 from tempora_trace.runner import trace_run
 
-pytestmark = pytest.mark.usefixtures("one_thread", "tiny_models")
+pytestmark = pytest.mark.usefixtures("tiny_models")
 
 ZOO1 = ["lame", "neo", "eta", "eta-no-reset", "shot-im", "shot-norm", "sar"]
 

@@ -11,8 +11,6 @@ import torch.nn as nn
 
 from tempora_trace.methods import MethodContext, MethodError, available_methods, get_method
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def net(norm="bn"):
     torch.manual_seed(0)

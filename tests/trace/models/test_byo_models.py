@@ -8,13 +8,11 @@ import sys
 import pytest
 import torch
 
-from byo_helpers import write_model_file
+from helpers.byo import write_model_file
 from tempora_trace.errors import ConfigError, UserCodeError, WeightsError
 from tempora_trace.methods import available_methods, get_method
 from tempora_trace.models import MODEL_NORMS, Normalized, get_model, model_label
 from tempora_trace.models.external import SHORT_NAMES, parse_spec, state_identity
-
-pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture
@@ -235,7 +233,7 @@ def test_normalisation_kinds_decide_which_methods_fit(model_file):
 
 
 def test_list_model_shows_the_fitting_methods(model_file):
-    from hostile import invoke
+    from helpers.hostile import invoke
     from tempora_trace.cli import cli
 
     result = invoke(cli, ["list", "--model", "timm:mobilenetv3_small_100", "--input-size", "32"])
@@ -246,7 +244,7 @@ def test_list_model_shows_the_fitting_methods(model_file):
 
 
 def test_debug_prints_the_traceback_of_the_users_code_above_the_line(model_file):
-    from hostile import invoke
+    from helpers.hostile import invoke
     from tempora_trace.cli import cli
 
     args = ["list", "--model", f"{model_file}:raises"]

@@ -12,9 +12,8 @@ Every TTA method must honour the same promises to the tracer, whatever its algor
 
 The checks themselves live in the shipped conformance kit (:mod:`tempora_trace.methods.testing`,
 which ``tempora-trace check-method`` runs on any method); this module re-exports them beside the
-tiny models and oracles of the per-method tests. Import from a test file with
-``from methods_helpers import ...`` (pytest puts this folder on the path). The tiny models here
-keep each check to milliseconds on one CPU thread.
+tiny models and oracles of the per-method tests (``from helpers.methods import ...``). The
+tiny models here keep each check to milliseconds on one CPU thread.
 """
 
 from __future__ import annotations

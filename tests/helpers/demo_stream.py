@@ -117,7 +117,7 @@ def check_layernorm_method_traces(method: str, method_cls, data_root: Path, out:
     tracer records its default parameters and adapts on tiny-gn, and refuses tiny-bn."""
     import pytest
 
-    from methods_helpers import context
+    from helpers.methods import context
     from tempora_trace.errors import ConfigError
 
     trace = trace_tiny(method, "tiny-gn", data_root, out)
