@@ -13,6 +13,7 @@ import base64
 import gzip
 import json
 import os
+import re
 import time
 import warnings
 from importlib import resources
@@ -50,15 +51,20 @@ def render_page(data: dict) -> bytes:
     title = "Tempora explorer: " + ", ".join(g["title"] for g in data["groups"])[:200]
     vendor = vendor_record()
     lib = f"/* {vendor['package']} {vendor['version']} ({vendor['licence']}), {vendor['integrity']} */\n" + _asset("vendor", vendor["file"])
-    for key, value in (
-        ("__TITLE__", _html(title)),
-        ("__TOOL__", _html(data["tool"])),
-        ("/*__ECHARTS__*/", lib),
-        ("/*__APP__*/", _asset("app.js")),
-        ("__DATA__", packed),
-    ):
-        page = page.replace(key, value, 1)
+    values = {
+        "__TITLE__": _html(title),
+        "__TOOL__": _html(data["tool"]),
+        "/*__ECHARTS__*/": lib,
+        "/*__APP__*/": _asset("app.js"),
+        "__DATA__": packed,
+    }
+    # one pass over the template: what is put in is never searched again, so a name holding a
+    # placeholder (a method called __DATA__) stays a name
+    page = _PLACEHOLDERS.sub(lambda m: values[m.group()], page)
     return page.encode("utf-8")
+
+
+_PLACEHOLDERS = re.compile("|".join(re.escape(k) for k in ("__TITLE__", "__TOOL__", "/*__ECHARTS__*/", "/*__APP__*/", "__DATA__")))
 
 
 def _html(text: str) -> str:
