@@ -342,10 +342,11 @@ def test_the_documented_case_count_is_the_suite():
     import test_hostile_live as live
     import test_hostile_sim as sim
     import test_hostile_surfaces as surfaces
+    import test_hostile_users as users
 
     sim_cases = len(sim.CASES) + len(sim.FAULTS) * len(sim.COMMANDS) + len(sim.COMMANDS)  # + one held output each
-    sim_cases += cache.CASE_COUNT + surfaces.SIM_CASE_COUNT
+    sim_cases += cache.CASE_COUNT + surfaces.SIM_CASE_COUNT + users.SIM_CASE_COUNT
     trace_cases = len(CASES) + len(FAULTS) + len(IN_USE) + 1 + len(START_UP)  # + full disk mid-run
-    trace_cases += live.CASE_COUNT + campaign.CASE_COUNT + surfaces.TRACE_CASE_COUNT
+    trace_cases += live.CASE_COUNT + campaign.CASE_COUNT + surfaces.TRACE_CASE_COUNT + users.TRACE_CASE_COUNT
     text = (ROOT / "docs" / "reference" / "errors.md").read_text(encoding="utf-8")
     assert f"**{sim_cases + trace_cases} cases**: {sim_cases}" in text and f"and {trace_cases} against" in text
