@@ -28,7 +28,8 @@ from tempora_schema.vocabulary import BASELINE_METHOD
 from .data import expand_domains, get_dataset
 from .data.folder import expand_corruptions
 from .errors import ConfigError
-from .methods import get_method, resolve_method
+from .methods import available_methods, get_method, resolve_method
+from .methods.base import PROFILES
 from .models.external import MAX_INPUT_SIZE, MIN_INPUT_SIZE
 from .models.external import model_label as spec_model_label
 from .options import (
@@ -90,6 +91,23 @@ def check_param_values(value: Any, option: str) -> None:
             stack.extend((v, depth + 1) for v in item.values())
         elif isinstance(item, (list, tuple)):
             stack.extend((v, depth + 1) for v in item)
+
+
+def _check_profile_clash(spec: str) -> None:
+    """A method from outside the package named like another method's paper-profile label
+    (``tent-paper``) would share its traces' label, and a sweep could not tell them apart."""
+    if ":" not in spec and "-" not in spec:
+        return
+    ref = resolve_method(spec)
+    if ref.source.builtin:
+        return
+    for profile in PROFILES[1:]:
+        base = ref.name.removesuffix(f"-{profile}")
+        if base != ref.name and base in available_methods():
+            raise ConfigError(
+                f"method '{ref.name}' ({ref.source.describe()}) is named like method '{base}' with profile={profile}, "
+                "whose traces carry that label: a sweep could not tell the two apart; rename it"
+            )
 
 
 def canonical_policy(text: str | None, seed: int) -> str | None:
@@ -167,6 +185,7 @@ class TraceConfig:
         if ":" in (cfg.method_spec or cfg.method):  # a module or file spec: the trace is named after the class
             cfg.method_spec = cfg.method_spec or cfg.method
             cfg.method = resolve_method(cfg.method_spec).name
+        _check_profile_clash(cfg.method_spec or cfg.method)
         if cfg.dataset.startswith("folder:"):  # one spelling of the folder, wherever the run starts
             rest = cfg.dataset[len("folder:") :]
             cfg.dataset = "folder:" + (str(Path(rest).expanduser().resolve()) if rest else "")

@@ -183,6 +183,10 @@ class NaNDefault(_Wrong):
 
 class LongName(_Wrong):
     name = "m" * 600
+
+
+class TentPaper(_Wrong):
+    name = "tent-paper"
 '''
 
 #: A method file that parses arguments when imported, as scripts do.
@@ -353,6 +357,11 @@ CASES = {
         "more than the 512",
         None,
     ),
+    "method named like a built-in's paper profile": (
+        [*RUN, "{ws}/bad.py:TentPaper"],
+        "is named like method 'tent' with profile=paper",
+        None,
+    ),
     "name ..": (["run", "--method", "tent", "--name", ".."], "starts with '.': a hidden file", None),
     "name .x": (["run", "--method", "tent", "--name", ".x"], "starts with '.': a hidden file", None),
     # models
@@ -465,6 +474,14 @@ class Scaled(TTAMethod):
         super().reset()
         type(self).resets += 1
 """
+
+
+def test_two_policies_naming_one_trace_are_traced_once(ws):
+    res = invoke(cli, ["run", "--method", "tent", *tiny(ws, "--policy", "fraction:0.5,fraction:0.5:2025")])
+    assert res.exit_code == 0, res.stderr
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and "names the same trace as" in lines[0] and "it is traced once" in lines[0], res.stderr
+    assert len(list((ws / "out").glob("*.parquet"))) == 1
 
 
 def test_resume_refuses_a_changed_helper_the_method_file_imports(ws, monkeypatch):
