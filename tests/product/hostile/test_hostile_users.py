@@ -484,6 +484,39 @@ def test_two_policies_naming_one_trace_are_traced_once(ws):
     assert len(list((ws / "out").glob("*.parquet"))) == 1
 
 
+@pytest.fixture
+def broken_plugin(tmp_path, monkeypatch):
+    """An installed distribution whose method's module raises when imported."""
+    from tempora_trace import methods as registry
+
+    site, module = tmp_path / "site", f"byo_boom_{uuid.uuid4().hex[:8]}"
+    info = site / "byo_boom-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: byo-boom\nVersion: 1.0\n", encoding="utf-8")
+    (info / "entry_points.txt").write_text(f"[tempora.methods]\nexploding = {module}:X\n", encoding="utf-8")
+    (site / f"{module}.py").write_text("raise RuntimeError('plugin exploded at import')\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(site))
+    registry.refresh_entry_points()
+    yield module
+    monkeypatch.undo()
+    registry.refresh_entry_points()
+
+
+def test_a_broken_plugin_elsewhere_breaks_no_policy_run_and_no_listing(ws, broken_plugin):
+    assert_refused(
+        invoke(cli, ["run", "--method", "lame", "--policy", "every:2", *tiny(ws)]),
+        PROG,
+        "has no adapt step (its work is inside the prediction), so a policy has nothing to skip; built-in methods that adapt:",
+    )
+    res = invoke(cli, ["run", "--method", "tent", "--policy", "every:2", *tiny(ws)])
+    assert res.exit_code == 0, res.stderr
+    write_model_file(ws / "model.py")
+    res = invoke(cli, ["list", "--model", f"{ws}/model.py:build", "--input-size", "32"])
+    assert res.exit_code == 0, res.stderr
+    assert "methods: " in res.output and "tent" in res.output
+    assert f"not listed: cannot import method module '{broken_plugin}'" in res.output and "plugin exploded at import" in res.output
+
+
 def test_resume_refuses_a_changed_helper_the_method_file_imports(ws, monkeypatch):
     """The method's identity covers the Python files of its folder that it imported: a helper
     edited between an interruption and --resume is refused like an edited method file."""
