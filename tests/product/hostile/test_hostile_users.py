@@ -431,6 +431,22 @@ def test_live_refuses_a_prediction_that_cannot_be_scored_and_writes_nothing(ws):
 
 
 # ------------------------------------------------------------------------ what must work
+def test_the_prediction_check_runs_between_events_never_inside_one(ws, monkeypatch):
+    """Every check follows exactly one complete event (its three clock readings: pickup,
+    prediction, pipeline free), so it adds nothing to a measured e or l."""
+    from tempora_trace import timing
+    from tempora_trace.runner import MethodRun
+
+    log: list[str] = []
+    real_now, real_check = timing.now_ns, MethodRun.check_prediction
+    monkeypatch.setattr(timing, "now_ns", lambda: (log.append("t"), real_now())[1])
+    monkeypatch.setattr(MethodRun, "check_prediction", lambda self, *a, **k: (log.append("check"), real_check(self, *a, **k))[1])
+    res = invoke(cli, ["run", "--method", "tent", *tiny(ws, "--timing-sample", "0")])
+    assert res.exit_code == 0, res.stderr
+    segments = "".join("c" if e == "check" else "t" for e in log).split("c")[:-1]
+    assert len(segments) > 5 and all(seg == "ttt" for seg in segments), segments
+
+
 def test_a_method_file_parsing_arguments_at_import_sees_only_its_own_path(ws):
     res = invoke(cli, ["run", "--method", f"{ws}/argv_method.py:Plain", *tiny(ws)])
     assert res.exit_code == 0, res.stderr
