@@ -127,6 +127,10 @@ GROUP_KEYS = (
 )
 #: ``policy`` (a sparse-adaptation policy, :mod:`.policies`) is optional: absent means every batch.
 IDENTITY_KEYS = ("method", "policy") + GROUP_KEYS
+#: Longest name a trace may carry (method, model, dataset, device, each domain and episode), in
+#: characters: room for any file or folder name (255 bytes) with its prefix and hash, and a
+#: bound on what every reader, table and page holds per name (the tracer refuses longer ones).
+MAX_LABEL_CHARS = 512
 #: Optional metadata key: where a method that is not built in comes from (part of the trace
 #: identity when present; absent for the built-in methods).
 METHOD_SOURCE_KEY = "method_source"
@@ -381,6 +385,10 @@ def validate_metadata(meta: Mapping[str, Any], path: object = "<trace>") -> int:
     for key in ("method", "model", "dataset", "device"):
         if not isinstance(meta[key], str) or not meta[key]:
             raise TraceSchemaError(path, f"metadata '{key}' must be a non-empty string, got {meta[key]!r}")
+        if len(meta[key]) > MAX_LABEL_CHARS:
+            raise TraceSchemaError(
+                path, f"metadata '{key}' is {len(meta[key]):,} characters long, more than the {MAX_LABEL_CHARS} a name may have"
+            )
     for key in ("batch_size", "num_classes"):
         if not _is_int(meta[key]) or meta[key] < 1:
             raise TraceSchemaError(path, f"metadata '{key}' must be a positive integer, got {meta[key]!r}")
@@ -416,6 +424,8 @@ def _validate_v2_keys(meta: Mapping[str, Any], path: object) -> None:
         raise TraceSchemaError(path, f"metadata 'domains' must be a non-empty list of names, got {domains!r}")
     if len(set(domains)) != len(domains):
         raise TraceSchemaError(path, "metadata 'domains' lists a domain twice")
+    if any(len(d) > MAX_LABEL_CHARS for d in domains):
+        raise TraceSchemaError(path, f"metadata 'domains' holds a name longer than the {MAX_LABEL_CHARS} characters a name may have")
     mb = meta["max_batches"]
     if mb is not None and not (_is_int(mb) and mb >= 1):
         raise TraceSchemaError(path, f"metadata 'max_batches' must be a positive integer or null, got {mb!r}")
@@ -720,6 +730,8 @@ def validate_table(table: "pa.Table", meta: Mapping[str, Any], path: object = "<
     """
     validate_metadata(meta, path)
     cols = rows_from_arrow(table, path)
+    if any(len(name) > MAX_LABEL_CHARS for name in cols.episode_names):
+        raise TraceSchemaError(path, f"an episode name is longer than the {MAX_LABEL_CHARS} characters a name may have")
     layout = validate_rows(cols, path)
     if meta["schema_version"] == 2:
         import pyarrow.compute as pc  # lazy: both commands import this package at start-up; pyarrow loads with the first trace

@@ -45,10 +45,22 @@ MAX_GRID_VALUES = 1_000_000
 MAX_GRID_FILE_BYTES = 64 << 20
 
 
-def _one_line(text: str) -> str:
-    """Newlines joined; undecodable file-name bytes (surrogates) shown as \\xNN, never a crash."""
+#: Control characters (C0 but tab, DEL, C1): an ANSI escape in a name from the data would clear
+#: the screen or rewrite a line; :func:`visible` shows each as ``\\xNN`` instead.
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+def visible(text: object) -> str:
+    """``text`` for a terminal: control characters as ``\\xNN``, undecodable file-name bytes
+    (surrogates) as ``\\xNN`` too, never a crash."""
     text = str(text).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    return " ".join(part.strip() for part in text.strip().splitlines() if part.strip())
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def _one_line(text: str) -> str:
+    """Newlines joined, every other control character shown (:func:`visible`)."""
+    text = str(text).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return visible(" ".join(part.strip() for part in text.strip().splitlines() if part.strip()))
 
 
 def echo_error(prog: str, message: str) -> None:

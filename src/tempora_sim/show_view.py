@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import report as rp
+from .report.terminal import term_name, terminal_frame
 
 
 def print_table_list() -> None:
@@ -36,8 +37,8 @@ def print_table(name: str, frame: pl.DataFrame) -> None:
         part = rp.filter_group(frame, group)
         if not part.height:
             continue
-        headers, rows = rp.formatted_rows(spec, part)
-        t = Table(title=f"{spec.title} ({spec.paper})", caption=rp.group_label(group))
+        headers, rows = rp.formatted_rows(spec, terminal_frame(part))  # names from the data shown, never applied
+        t = Table(title=f"{spec.title} ({spec.paper})", caption=term_name(rp.group_label(group)))
         for h in headers:
             t.add_column(h, overflow="fold")
         for r in rows:

@@ -26,7 +26,10 @@ def model_lines(model: str, input_size: int | None = None) -> Iterator[str]:
         _, spec = get_model(model, "random", input_size=input_size)
         norms, line = spec.norms, f"model {spec.name}: {spec.num_classes} classes (untrained), input {spec.input_size} px"
     yield f"{line}, {describe_norms(norms)}"
-    yield "methods: " + ", ".join(methods_for_model(model, input_size))
+    unusable: list[str] = []
+    yield "methods: " + ", ".join(methods_for_model(model, input_size, unusable))
+    for reason in unusable:  # an installed plugin that does not load is named, not fatal to the listing
+        yield f"not listed: {reason}"
 
 
 def catalogue_lines() -> Iterator[str]:

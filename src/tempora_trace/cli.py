@@ -125,6 +125,21 @@ def run_command(**opts: Any) -> None:
         raise ConfigError("--name names one file, and --policy lists several: leave --name out (each policy names its own file)")
     # every configuration checked before the first trace starts
     configs = [config_from_options("run", opts, policy=p) for p in policies]
+    # two policies that name one trace (fraction:0.5 and fraction:0.5:SEED with the run's own
+    # seed, or values equal to the label's precision) are one trace: traced once, said so
+    first: dict[str, str | None] = {}
+    for given, cfg in zip(policies, configs):
+        stem = cfg.file_stem()
+        if stem in first:
+            click.echo(
+                f"tempora-trace: warning: --policy {given} names the same trace as {first[stem]} ({stem}); it is traced once", err=True
+            )
+        else:
+            first[stem] = given
+    unique: dict[str, Any] = {}
+    for cfg in configs:
+        unique.setdefault(cfg.file_stem(), cfg)
+    configs = list(unique.values())
     for cfg in configs:
         try:
             path = trace_run(cfg)

@@ -29,7 +29,9 @@ from .data import expand_domains, get_dataset
 from .data.folder import expand_corruptions
 from .errors import ConfigError
 from .heap import DEFAULT_HEAP, HEAP_POLICIES
-from .methods import get_method, resolve_method
+from .methods import available_methods, get_method, resolve_method
+from .methods.base import PROFILES
+from .models.external import MAX_INPUT_SIZE, MIN_INPUT_SIZE
 from .models.external import model_label as spec_model_label
 from .options import (
     DEFAULT_FROZEN_SAMPLE,
@@ -37,6 +39,7 @@ from .options import (
     DEFAULT_STAGE_MB,
     DEFAULT_TIMING_PASSES,
     DEFAULT_TIMING_SAMPLE,
+    MAX_PARAM_DEPTH,
     WARMUP_BATCHES,
     config_kwargs,
 )
@@ -74,17 +77,38 @@ def path_part(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9._+-]+", "-", label).strip("-") or "model"
 
 
-def _check_finite(value: Any, option: str) -> None:
-    """NaN/∞ hyperparameters would collapse the model and write metadata strict JSON rejects."""
-    stack = [value]
+def check_param_values(value: Any, option: str) -> None:
+    """NaN/∞ hyperparameters would collapse the model and write metadata strict JSON rejects;
+    a value nested beyond :data:`~tempora_trace.options.MAX_PARAM_DEPTH` could not be written
+    at all, after the whole run (ConfigError)."""
+    stack = [(value, 0)]
     while stack:
-        item = stack.pop()
+        item, depth = stack.pop()
         if isinstance(item, float) and not math.isfinite(item):
             raise ConfigError(f"{option}: {item} is not a finite number")
+        if isinstance(item, (dict, list, tuple)) and depth >= MAX_PARAM_DEPTH:
+            raise ConfigError(f"{option}: a value nested more than {MAX_PARAM_DEPTH} levels deep")
         if isinstance(item, dict):
-            stack.extend(item.values())
+            stack.extend((v, depth + 1) for v in item.values())
         elif isinstance(item, (list, tuple)):
-            stack.extend(item)
+            stack.extend((v, depth + 1) for v in item)
+
+
+def _check_profile_clash(spec: str) -> None:
+    """A method from outside the package named like another method's paper-profile label
+    (``tent-paper``) would share its traces' label, and a sweep could not tell them apart."""
+    if ":" not in spec and "-" not in spec:
+        return
+    ref = resolve_method(spec)
+    if ref.source.builtin:
+        return
+    for profile in PROFILES[1:]:
+        base = ref.name.removesuffix(f"-{profile}")
+        if base != ref.name and base in available_methods():
+            raise ConfigError(
+                f"method '{ref.name}' ({ref.source.describe()}) is named like method '{base}' with profile={profile}, "
+                "whose traces carry that label: a sweep could not tell the two apart; rename it"
+            )
 
 
 def canonical_policy(text: str | None, seed: int) -> str | None:
@@ -165,6 +189,7 @@ class TraceConfig:
         if ":" in (cfg.method_spec or cfg.method):  # a module or file spec: the trace is named after the class
             cfg.method_spec = cfg.method_spec or cfg.method
             cfg.method = resolve_method(cfg.method_spec).name
+        _check_profile_clash(cfg.method_spec or cfg.method)
         if cfg.dataset.startswith("folder:"):  # one spelling of the folder, wherever the run starts
             rest = cfg.dataset[len("folder:") :]
             cfg.dataset = "folder:" + (str(Path(rest).expanduser().resolve()) if rest else "")
@@ -172,8 +197,8 @@ class TraceConfig:
             cfg.class_map = str(Path(cfg.class_map).expanduser().resolve())
         if cfg.corruptions is not None:
             cfg.corruptions = list(expand_corruptions(cfg.corruptions))
-        if cfg.input_size is not None and not 8 <= cfg.input_size <= 8192:
-            raise ConfigError(f"--input-size must be in 8..8192 px, not {cfg.input_size}")
+        if cfg.input_size is not None and not MIN_INPUT_SIZE <= cfg.input_size <= MAX_INPUT_SIZE:
+            raise ConfigError(f"--input-size must be in {MIN_INPUT_SIZE}..{MAX_INPUT_SIZE} px, not {cfg.input_size}")
         spec = cfg.dataset_spec()
         if cfg.model is None:
             cfg.model = spec.default_model
@@ -202,10 +227,10 @@ class TraceConfig:
             raise ConfigError(f"--frozen-sample must be ≥ 1 or 'all', not {cfg.frozen_sample}")
         if any(not 0 <= m <= INT32_MAX for m in cfg.checkpoints):
             raise ConfigError(f"--checkpoints must be step counts in 0..{INT32_MAX}")
-        _check_finite(cfg.method_params, "--param")
+        check_param_values(cfg.method_params, "--param")
         cfg.policy = canonical_policy(cfg.policy, cfg.seed)
         if cfg.policy is not None:
-            check_policy_method(get_method(cfg.method), cfg.policy)
+            check_policy_method(get_method(cfg.method_spec or cfg.method), cfg.policy)  # a PATH.py:CLASS method by its spec
         if cfg.budgets_ms:
             if cfg.lambda_ms is None:
                 raise ConfigError("--budgets-ms needs --lambda-ms (λ, e.g. from `tempora-trace calibrate`)")
@@ -235,6 +260,21 @@ class TraceConfig:
             raise ConfigError(f"--idle-gaps: {exc} (use <k>x multiples of the median δ, times, or 'none')") from None
         if cfg.name is not None and not re.fullmatch(r"[A-Za-z0-9._+-]+", cfg.name):
             raise ConfigError(f"--name '{cfg.name}' may only use letters, digits and . _ + -")
+        if cfg.name is not None and cfg.name.startswith("."):
+            raise ConfigError(
+                f"--name '{cfg.name}' starts with '.': a hidden file, which every sweep skips; start it with a letter or digit"
+            )
+        for what, label in (
+            ("method", cfg.method),
+            ("--model", cfg.model_label()),
+            ("--dataset", cfg.dataset_label()),
+            *(("domain", d) for d in cfg.domains),
+        ):
+            if len(label) > schema.MAX_LABEL_CHARS:
+                raise ConfigError(
+                    f"{what} '{label[:40]}…' would name the trace with {len(label):,} characters, more than the "
+                    f"{schema.MAX_LABEL_CHARS} a name may have; use a shorter name"
+                )
         cfg.checkpoints = sorted(set(cfg.checkpoints))
         cfg.budgets_ms = sorted(set(float(b) for b in cfg.budgets_ms))
         return cfg

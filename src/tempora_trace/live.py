@@ -64,7 +64,17 @@ from .checkpoints import BudgetCutoffs
 from .config import TraceConfig, path_part
 from .errors import ConfigError, OutputError
 from .progress import ProgressView
-from .runner import REWARM_AFTER_S, MethodRun, TraceRun, capture_rng, host_snapshot, restore_rng, summarize
+from .runner import (
+    NON_FINITE,
+    REWARM_AFTER_S,
+    MethodRun,
+    TraceRun,
+    capture_rng,
+    host_snapshot,
+    prediction_problem,
+    restore_rng,
+    summarize,
+)
 from .timing import (
     SPIN_NS,
     Event,
@@ -342,36 +352,66 @@ class HeldScores:
     labels while the episode clock stands still — at a staging pause and after the episode.
     Held logits are a few hundred KB a batch, far less than the staged inputs beside them.
     A batch held twice (the strict rule's undone step, then its frozen prediction) keeps the
-    last."""
+    last.
 
-    def __init__(self, count_correct: Callable[[torch.Tensor, torch.Tensor, str], torch.Tensor]):
+    The prediction is checked there too, never between an event and the next decision:
+    ``problem(logits, n)`` (the tracer's shape, dtype and device check, which reads only the
+    tensor's attributes) when a batch is scored, and its values' finiteness queued beside the
+    count and read in the same transfer; ``failed(problem, where)`` makes the one-line error."""
+
+    def __init__(
+        self,
+        count_correct: Callable[[torch.Tensor, torch.Tensor, str], torch.Tensor],
+        problem: Callable[[Any, int], str | None] | None = None,
+        failed: Callable[[str, str], Exception] | None = None,
+    ):
         self.count_correct = count_correct
+        self.problem = problem
+        self.failed = failed
         self.episode: Any = None
-        self.held: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.held: dict[int, tuple[Any, torch.Tensor]] = {}
         self.counts: dict[int, torch.Tensor] = {}
+        self.finite: dict[int, torch.Tensor] = {}
 
     def start(self, episode) -> None:
         """Hold the batches of ``episode`` from now on (whose domains name their class masks)."""
         self.episode = episode
         self.held.clear()
         self.counts.clear()
+        self.finite.clear()
 
-    def hold(self, step: int, logits: torch.Tensor, labels: torch.Tensor) -> None:
-        self.held[step] = (logits.detach(), labels)
+    def hold(self, step: int, logits: Any, labels: torch.Tensor) -> None:
+        self.held[step] = (logits.detach() if isinstance(logits, torch.Tensor) else logits, labels)
+
+    def _refuse(self, problem: str, step: int) -> None:
+        if self.failed is not None:
+            raise self.failed(problem, f"episode {self.episode.name} step {step}")
 
     def score_held(self) -> None:
-        """Score every held batch (queued on the device) and let its logits go."""
+        """Check and score every held batch (queued on the device) and let its logits go."""
         for step, (logits, labels) in self.held.items():
+            problem = self.problem(logits, len(labels)) if self.problem is not None else None
+            if problem is not None:
+                self._refuse(problem, step)
             self.counts[step] = self.count_correct(logits, labels, self.episode.locate(step)[0].name)
+            if self.problem is not None:
+                self.finite[step] = torch.isfinite(logits).all()
         self.held.clear()
 
     def take(self) -> dict[int, int]:
-        """Every count since the last take, read from the device in one transfer."""
+        """Every count since the last take, read from the device in one transfer (with the
+        finiteness of each prediction, when checked)."""
         self.score_held()
         steps = list(self.counts)
-        values = torch.stack([self.counts[s] for s in steps]).tolist() if steps else []
+        flags = [self.finite[s].to(torch.long) for s in steps if s in self.finite]
+        values = torch.stack([self.counts[s] for s in steps] + flags).tolist() if steps else []
         self.counts.clear()
-        return dict(zip(steps, (int(v) for v in values)))
+        self.finite.clear()
+        if flags:
+            bad = [s for s, ok in zip(steps, values[len(steps) :]) if not ok]
+            if bad:
+                self._refuse(NON_FINITE, min(bad))
+        return dict(zip(steps, (int(v) for v in values[: len(steps)])))
 
 
 @dataclass
@@ -494,7 +534,12 @@ class LiveRun:
         self.columns: dict[int, dict[str, list]] = {p.run: {name: [] for name in LIVE_COLUMNS} for p in self.plans}
         self.staged: dict[int, tuple[Any, Any]] = {}
         self.staged_episode: str | None = None
-        self.scores = HeldScores(self.base.count_correct)
+        base = self.base
+        self.scores = HeldScores(
+            base.count_correct,
+            lambda logits, n: prediction_problem(logits, n, base.model_spec.num_classes, base.device),
+            lambda problem, where: base.prediction_failed(problem, where, kept="nothing written: a live run is written whole"),
+        )
         self.pauses = 0
         self.trace_path: Path | None = None
 
@@ -547,7 +592,7 @@ class LiveRun:
             x, y = self.staged[i]
             try:
                 ev = timed_event(base.method, x, base.clock, adapt=adapt, peak=False, gate=base.gate)
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:
                 base.method_failed(exc, f"episode {episode.name} step {i}", kept="nothing written: a live run is written whole")
                 raise
             base._last_event_end = time.perf_counter()

@@ -92,16 +92,24 @@ def _positive_time_list(text: str, option: str) -> list[float]:
 FROZEN_SAMPLE = ValueType("N|all", _frozen_sample)
 
 
+#: Deepest nesting of a ``--param`` value (the trace identity and metadata hold it as JSON).
+MAX_PARAM_DEPTH = 32
+
+
 def _finite_json(value: Any, where: str) -> Any:
-    """``--param`` values must be finite: NaN/∞ would collapse the model and break strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        raise OptionError(f"--param {where}: {value} is not a finite number")
-    if isinstance(value, list):
-        for v in value:
-            _finite_json(v, where)
-    if isinstance(value, dict):
-        for v in value.values():
-            _finite_json(v, where)
+    """``--param`` values must be finite: NaN/∞ would collapse the model and break strict JSON;
+    and nested at most :data:`MAX_PARAM_DEPTH` deep (a deeper one cannot be written back)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise OptionError(f"--param {where}: {item} is not a finite number")
+        if isinstance(item, (list, dict)) and depth >= MAX_PARAM_DEPTH:
+            raise OptionError(f"--param {where}: a value nested more than {MAX_PARAM_DEPTH} levels deep")
+        if isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+        elif isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
     return value
 
 
@@ -114,8 +122,10 @@ def parse_param(pair: str) -> tuple[str, Any]:
         raise OptionError(f"--param expects KEY=VALUE, got '{pair}'")
     try:
         value = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
+    except json.JSONDecodeError:
         return key, text
+    except RecursionError:
+        raise OptionError(f"--param {key}: a value nested more than {MAX_PARAM_DEPTH} levels deep") from None
     if text.strip().lower().lstrip("+-") in ("nan", "infinity", "inf"):
         raise OptionError(f"--param {key}: {text} is not a finite number")
     return key, _finite_json(value, key)

@@ -18,7 +18,7 @@ import torch
 from tempora_schema.policies import Policy, parse_policy
 
 from .errors import ConfigError
-from .methods import available_methods, get_method
+from .methods import builtin_methods, get_method
 from .methods.base import TTAMethod
 
 
@@ -43,10 +43,12 @@ def check_policy_method(method_cls: type[TTAMethod], policy: str | None) -> None
     """A policy needs a method with an adapt step; ConfigError (one line) otherwise."""
     if policy is None or adapts_after_prediction(method_cls):
         return
-    adapting = [name for name in available_methods() if adapts_after_prediction(get_method(name))]
+    # the built-ins only: naming them imports no installed plugin (one that fails to import
+    # would otherwise replace this line with its own error)
+    adapting = [name for name in builtin_methods() if adapts_after_prediction(get_method(name))]
     raise ConfigError(
         f"--policy {policy}: method '{method_cls.name}' has no adapt step (its work is inside the prediction), so a "
-        f"policy has nothing to skip; methods that adapt: {', '.join(adapting)}"
+        f"policy has nothing to skip; built-in methods that adapt: {', '.join(adapting)}"
     )
 
 

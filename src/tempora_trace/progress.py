@@ -6,7 +6,10 @@ from __future__ import annotations
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from tempora_schema.command import visible
 
 
 class ProgressView:
@@ -29,7 +32,7 @@ class ProgressView:
 
     def start(self, name: str, total: int) -> None:
         if self.bar is not None:
-            self.task = self.bar.add_task(name, total=total)
+            self.task = self.bar.add_task(escape(visible(name)), total=total)  # a domain's name is text, not markup
 
     def advance(self, n: int = 1) -> None:
         if self.bar is not None and self.task is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -29,10 +30,11 @@ import numpy as np
 import torch
 
 import tempora_schema as schema
+from tempora_schema.command import visible
 
 from . import __version__
 from .checkpoints import BudgetCutoffs, default_schedule, sample_steps
-from .config import TraceConfig
+from .config import TraceConfig, check_param_values
 from .data import Episode, batch_order
 from .data.folder import MIN_CORRUPTION_SIZE
 from .data.streams import dirichlet_order, domain_seed, source_labels
@@ -88,6 +90,21 @@ def check_folder_images(episodes: Sequence[Episode]) -> None:
             check = getattr(domain.source, "check_readable", None)
             if check is not None and batches:
                 check(np.concatenate(batches), workers=default_workers(os.cpu_count()))
+
+
+def left_over_images(episodes: Sequence[Episode], cfg: TraceConfig) -> list[str]:
+    """One line per domain whose image count is not a multiple of the batch size (and whose
+    stream ``--max-batches`` does not cut anyway): the images left out of its batches."""
+    lines = []
+    for ep in episodes:
+        for domain, batches in zip(ep.domains, ep.batches):
+            used, total = sum(len(b) for b in batches), len(domain.source)
+            if used < total and (cfg.max_batches is None or len(batches) < cfg.max_batches):
+                lines.append(
+                    f"domain '{domain.name}' holds {total} images: its stream uses {used} in batches of {cfg.batch_size} and "
+                    f"leaves out {total - used} (a fixed random choice, the same on every run); they are neither traced nor checked"
+                )
+    return lines
 
 
 def check_model_fits(cfg: TraceConfig, dataset, model_spec, method_cls) -> None:
@@ -172,7 +189,7 @@ class EpisodeSummary:
 
     def line(self) -> str:
         return (
-            f"{self.episode:<20} acc {100 * self.accuracy:6.2f}%  e {self.mean_e_ms:8.2f} ms  "
+            f"{visible(self.episode):<20} acc {100 * self.accuracy:6.2f}%  e {self.mean_e_ms:8.2f} ms  "
             f"ℓ {self.mean_l_ms:8.2f} ms  δ {self.mean_delta_ms:8.2f} ms  "
             f"({self.batches} batches, {self.checkpoints} checkpoints)"
         )
@@ -192,6 +209,32 @@ def summarize(name: str, table) -> EpisodeSummary:
 # ------------------------------------------------------------------------ the run
 class MethodFailure(TraceError):
     """A method that is not built in raised inside ``predict``/``adapt`` (or while being built)."""
+
+
+class PredictionError(MethodFailure):
+    """A method's ``predict`` returned something that cannot be scored as it is: not a tensor,
+    not ``(n, num_classes)``, not a real floating-point dtype, not on the run's device, or
+    holding NaN or ∞. Checked after the event's clock stopped (:meth:`MethodRun.check_prediction`),
+    for built-in methods too (NaN weights reach a built-in's logits as well)."""
+
+
+def prediction_problem(logits: Any, n: int, num_classes: int, device: torch.device) -> str | None:
+    """What makes ``logits`` unusable as the prediction for a batch of ``n`` (one phrase), or
+    None. Reads only the tensor's attributes: nothing waits for the device."""
+    if not isinstance(logits, torch.Tensor):
+        return f"a {type(logits).__name__}, not a tensor of (n, num_classes) logits"
+    shape = tuple(logits.shape)
+    if shape != (n, num_classes):
+        return f"shape {shape} for a batch of {n}, not ({n}, {num_classes})"
+    if not logits.dtype.is_floating_point or logits.dtype.is_complex:
+        return f"dtype {str(logits.dtype).replace('torch.', '')}, not a real floating-point type"
+    if logits.device != device:
+        return f"a tensor on device {logits.device}, not on the run's device {device}"
+    return None
+
+
+#: The one phrase for a prediction holding NaN or ∞ (found where its values are read).
+NON_FINITE = "values that are NaN or infinite (the model's weights or the method's updates diverged)"
 
 
 def _failing_phase(exc: BaseException, method: Any) -> str:
@@ -247,6 +290,8 @@ class MethodRun:
         self.episodes = build_episodes([self.dataset.open(d, cfg.severity, root) for d in cfg.domains], cfg)
         if self.dataset.folder:  # a file that is not an image is refused before anything is written
             check_folder_images(self.episodes)
+            for line in left_over_images(self.episodes, cfg):
+                print(f"tempora-trace: warning: {visible(line)}", file=sys.stderr, flush=True)
         self.clock = DeviceClock(self.device)
         workers = cfg.workers if cfg.workers is not None else default_workers(os.cpu_count())
         self.stager = BatchStager(workers, pin_memory=self.device.type == "cuda", stage_mb=cfg.stage_mb)
@@ -269,22 +314,29 @@ class MethodRun:
         )
         try:
             self.method: TTAMethod = self.method_cls(model, context, **cfg.method_params)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # sys.exit() in user code is an error like any other
             self.method_failed(exc, "construction")
             raise
+        # the options it runs with, its own defaults included: finite and writable, before any work
+        check_param_values(self.method.hparams(), f"method '{self.method_ref.name}' options (its defaults included)")
         self.masks = {}
         for ep in self.episodes:
             for d in ep.domains:
                 if d.class_mask is not None:
                     self.masks[d.name] = torch.as_tensor(d.class_mask, dtype=torch.long, device=self.device)
 
-    def method_failed(self, exc: Exception, where: str, kept: str = "complete episodes are kept for --resume") -> None:
+    def kept(self) -> str:
+        """What a run stopped by an error leaves (the end of its one-line message)."""
+        return "complete episodes are kept for --resume"
+
+    def method_failed(self, exc: BaseException, where: str, kept: str | None = None) -> None:
         """A method that is not built in raised ``exc`` at ``where`` (an episode and step, the
         warm-up, its construction): raise the one-line :class:`MethodFailure` in its place.
         Does nothing for a built-in (an exception there is a bug in Tempora: its traceback
         stays) or for an error that already is one line (a MethodError about an option)."""
         if self.method_ref.source.builtin or isinstance(exc, TraceError):
             return
+        kept = kept if kept is not None else self.kept()
         phase = _failing_phase(exc, getattr(self, "method", None))
         detail = (str(exc).strip().splitlines() or [""])[0]
         raise MethodFailure(
@@ -293,7 +345,25 @@ class MethodRun:
             + (f" ({kept}; --debug shows the traceback)" if where != "construction" else " (--debug shows the traceback)")
         ) from exc
 
-    # -- scoring (outside the timed regions)
+    # -- checking and scoring (outside the timed regions)
+    def prediction_failed(self, problem: str, where: str, kept: str | None = None) -> PredictionError:
+        """The one-line error for a prediction ``problem`` at ``where`` (an episode and step)."""
+        kept = kept if kept is not None else self.kept()
+        source = "" if self.method_ref.source.builtin else f" ({self.method_ref.source.describe()})"
+        return PredictionError(
+            f"method '{self.method_ref.name}'{source} returned a prediction at {where} that cannot be scored: {problem} ({kept})"
+        )
+
+    def check_prediction(self, logits: Any, n: int, where: str, kept: str | None = None) -> None:
+        """Every prediction is ``(n, num_classes)`` real floating-point logits on the run's
+        device, every value finite; a one-line :class:`PredictionError` otherwise. Called once
+        the event's clock has stopped, never inside it (the finiteness check waits for the device)."""
+        problem = prediction_problem(logits, n, self.model_spec.num_classes, self.device)
+        if problem is None and not bool(torch.isfinite(logits).all()):
+            problem = NON_FINITE
+        if problem is not None:
+            raise self.prediction_failed(problem, where, kept)
+
     def count_correct(self, logits: torch.Tensor, labels: torch.Tensor, domain: str) -> torch.Tensor:
         """Correct predictions as a 0-dim tensor on the logits' device, queued without waiting
         for the device (the live runner reads its counts in one transfer per episode)."""
@@ -316,13 +386,13 @@ class MethodRun:
         try:
             for _ in range(self.cfg.warmup_batches):
                 noisy = (x.cpu() + 0.25 * torch.randn(x.shape, generator=gen)).to(self.device)
-                timed_event(self.method, noisy, self.clock)
+                self.check_prediction(timed_event(self.method, noisy, self.clock).logits, len(x), "the warm-up")
             self.method.warm_up_shapes(x)
             self.method.freeze()
-            timed_event(self.method, x, self.clock, adapt=False)
+            self.check_prediction(timed_event(self.method, x, self.clock, adapt=False).logits, len(x), "the warm-up")
             self.method.unfreeze()
             self.method.reset()
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             self.method_failed(exc, "the warm-up")
             raise
         self._last_event_end = time.perf_counter()
@@ -416,6 +486,11 @@ class TraceRun(MethodRun):
         if claim:
             self.claim_output()
 
+    def kept(self) -> str:
+        if self.writer is None or not self.writer.completed:
+            return "nothing written"
+        return "complete episodes are kept for --resume"
+
     def claim_output(self, option: str = "--out") -> None:
         """Last, once every input is known to be good: claim the output path (a caller with
         more inputs to check, like a live run tracing alongside, claims it later). ``option``
@@ -454,9 +529,10 @@ class TraceRun(MethodRun):
                     x = b.x.to(self.device, non_blocking=True)
                     try:
                         ev = timed_event(self.method, x, self.clock, adapt=False)
-                    except Exception as exc:
+                    except (Exception, SystemExit) as exc:
                         self.method_failed(exc, f"episode {episode.name} step {b.step} (frozen after {m} steps)")
                         raise
+                    self.check_prediction(ev.logits, len(b.y), f"episode {episode.name} step {b.step} (frozen after {m} steps)")
                     rows.add(
                         episode=episode.name,
                         domain=domain.name,
@@ -514,11 +590,12 @@ class TraceRun(MethodRun):
         self.faults.before()
         try:
             ev = timed_event(self.method, x, self.clock, gate=self.gate)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             self.method_failed(exc, f"episode {episode.name} step {step}")
             raise
         self.faults.after()
         self._last_event_end = time.perf_counter()
+        self.check_prediction(ev.logits, len(b.y), f"episode {episode.name} step {step}")  # the clock has stopped
         rows.add(
             episode=episode.name,
             domain=domain.name,
@@ -589,6 +666,12 @@ class TraceRun(MethodRun):
                         on_episode_end(i, episode.name)
                 self.measure_variability()
             return self.writer.finish(self.metadata())
+        except TraceError:
+            # refused mid-run (a method that raised, a prediction that cannot be scored) before
+            # any episode was complete: nothing to resume, so nothing stays behind
+            if not self.writer.completed and not self.cfg.resume:
+                self.writer.discard()
+            raise
         finally:
             progress.close()
             self.stager.close()

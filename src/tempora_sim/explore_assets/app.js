@@ -155,7 +155,7 @@
         animation: false,
         grid: { left: 48, right: 16, top: 40, bottom: 44 },
         legend: { type: "scroll", top: 0, data: g.methods },
-        tooltip: { trigger: "axis", valueFormatter: (x) => (x === null || x === undefined ? "–" : `${x.toFixed(2)}%`) },
+        tooltip: { trigger: "axis", valueFormatter: (x) => (typeof x === "number" && Number.isFinite(x) ? `${x.toFixed(2)}%` : "–") },
         xAxis: {
           type: log ? "log" : "value",
           name: param === "rho" ? "ρ (%)" : `${PARAM[param].sym} (ms)`,
@@ -275,7 +275,7 @@
         animation: false,
         legend: { top: 0 },
         grid: { left: 84, right: 16, top: 28, bottom: 24 },
-        tooltip: { trigger: "axis", axisPointer: { type: "shadow" }, valueFormatter: (x) => (x === null ? "–" : `${x.toFixed(2)}%`) },
+        tooltip: { trigger: "axis", axisPointer: { type: "shadow" }, valueFormatter: (x) => (typeof x === "number" && Number.isFinite(x) ? `${x.toFixed(2)}%` : "–") },
         xAxis: { type: "value", max: 100 },
         yAxis: { type: "category", data: methods },
         series,

@@ -18,7 +18,7 @@ from ..options import SweepOptions
 from .devices import markdown as devices_markdown
 from .groups import filter_group, group_label, groups_of
 from .inputs import RESULTS_FILE, TRACE_TIMES_FILE, ReportError, ReportInputs
-from .markdown import csv_frame, formatted_rows, markdown_table, slug
+from .markdown import csv_frame, formatted_rows, markdown_table, md_code, md_frame, md_name, slug
 from .registry import TABLES, compute_table, why_missing
 from .scenarios import markdown as scenarios_markdown
 from .sentences import summary_lines
@@ -114,7 +114,7 @@ def _build_report(
     md = [
         "# Tempora report",
         "",
-        f"Source: `{inp.source}` ({'traces, swept for this report' if inp.from_traces else 'sweep results'}). "
+        f"Source: {md_code(inp.source)} ({'traces, swept for this report' if inp.from_traces else 'sweep results'}). "
         "Utilities and accuracies are in %, times in ms. Every table is also in `tables/<name>.csv` "
         "(all groups, fractions rather than %).",
         "",
@@ -145,9 +145,9 @@ def _build_report(
         hx = "##" if not multi else "###"
         seeds = _seeds_of(inp.pooled, group)
         if multi:
-            md += [f"## Group {gi + 1}: {group_label(group)}{seeds}", ""]
+            md += [f"## Group {gi + 1}: {md_name(group_label(group))}{seeds}", ""]
         else:
-            md += [f"Group: {group_label(group)}{seeds}.", ""]
+            md += [f"Group: {md_name(group_label(group))}{seeds}.", ""]
         md += [f"{hx} Summary", ""] + [f"- {s}" for s in summary_lines(inp, group)] + [""]
         figs = group_figures(inp, group, computed, out / "figures", prefix, all_episodes, episodes) if figures else {}
         fig_paths += [p for ps in figs.values() for p in ps]
@@ -165,8 +165,8 @@ def _build_report(
             for name in names:
                 md += _table_markdown(name, computed[name], group, hx, why_missing(name, inp))
         if inp.scenarios is not None and inp.scenarios.height:
-            md += scenarios_markdown(filter_group(inp.utility, group), filter_group(inp.scenarios, group), hx)
-    md += devices_markdown(inp.utility)
+            md += scenarios_markdown(md_frame(filter_group(inp.utility, group)), md_frame(filter_group(inp.scenarios, group)), hx)
+    md += devices_markdown(md_frame(inp.utility))  # device, model and method names escaped for Markdown
     seconds["figures+markdown"] = time.perf_counter() - t1
     report = out / "report.md"
     write_file(report, ("\n".join(md).rstrip() + "\n").encode("utf-8"))
@@ -215,7 +215,7 @@ def _table_markdown(name: str, t: pl.DataFrame | None, group: dict, hx: str, why
             "temporal scenarios of the same methods and episodes)._",
             "",
         ]
-    headers, rows = formatted_rows(spec, t)
+    headers, rows = formatted_rows(spec, md_frame(t))  # every name from the data escaped for Markdown
     extra = []
     if name in ("discrete_decomposition", "continuous_decomposition", "amortised_decomposition"):
         extra = [f"Scenario: {an.format_value(name.split('_')[0], t.get_column('value').first())}, pooled over episodes.", ""]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 import polars as pl
+from matplotlib import rc_context
 from matplotlib.collections import LineCollection
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
@@ -374,7 +375,14 @@ def policy_rates(points: pl.DataFrame, best: pl.DataFrame, title: str = ""):
 
 # ----------------------------------------------------------------------------- one group
 def group_figures(inp, group, computed, fig_dir, prefix, all_episodes, episodes) -> dict[str, tuple[Path, Path]]:
-    """The figures of one group, by name (PNG and PDF paths), from the tables already computed."""
+    """The figures of one group, by name (PNG and PDF paths), from the tables already computed.
+    Names from the data are drawn as they are: ``$`` never starts mathtext (a method named
+    ``a$\\frac$`` would otherwise fail to draw)."""
+    with rc_context({"text.parse_math": False}):
+        return _group_figures(inp, group, computed, fig_dir, prefix, all_episodes, episodes)
+
+
+def _group_figures(inp, group, computed, fig_dir, prefix, all_episodes, episodes) -> dict[str, tuple[Path, Path]]:
     u = filter_group(inp.pooled, group)
     label = group_label(group)
     made: dict[str, tuple[Path, Path]] = {}

@@ -16,6 +16,40 @@ import polars as pl
 
 from .. import analyses as an
 
+#: Characters a name from the data may not carry into report.md as they are: HTML (a domain
+#: folder named ``<svg onload=…>`` would run when the report is rendered), links and images
+#: (``[…](…)``, ``![…](…)``), code spans and emphasis. Each is written so that it renders as
+#: itself in every Markdown renderer (entities for HTML, backslash escapes for the rest).
+_MD_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "\\": "\\\\", "`": "\\`", "*": "\\*", "[": "\\[", "]": "\\]", "\n": " ", "\r": " "}
+_MD_SPECIAL = re.compile("[" + re.escape("".join(_MD_ESCAPES)) + "]")
+
+
+def md_name(value) -> str:
+    """A name that comes from the data (a method, domain, dataset, model, device, episode,
+    group label) as Markdown text that shows it literally and runs nothing."""
+    return _MD_SPECIAL.sub(lambda m: _MD_ESCAPES[m.group()], str(value))
+
+
+def md_code(value) -> str:
+    """``value`` as one Markdown code span, whatever backticks it holds (HTML in a code span is
+    never interpreted)."""
+    text = str(value).replace("\n", " ").replace("\r", " ")
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def md_frame(t: pl.DataFrame) -> pl.DataFrame:
+    """Every text value of ``t`` (and of its lists of text) through :func:`md_name`."""
+    exprs = []
+    old, new = list(_MD_ESCAPES), list(_MD_ESCAPES.values())
+    for name, dtype in t.schema.items():
+        if dtype == pl.Utf8:
+            exprs.append(pl.col(name).str.replace_many(old, new))
+        elif isinstance(dtype, pl.List) and dtype.inner == pl.Utf8:
+            exprs.append(pl.col(name).list.eval(pl.element().str.replace_many(old, new)))
+    return t.with_columns(exprs) if exprs else t
+
 
 def pct(x, digits=1):
     """A fraction as a percentage without the sign: ``0.4567`` → ``45.7``; – for missing, ∞."""

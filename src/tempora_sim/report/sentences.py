@@ -9,7 +9,7 @@ from .. import analyses as an
 from .. import protocols as P
 from .groups import filter_group
 from .inputs import ReportInputs
-from .markdown import FORMATS, pct
+from .markdown import FORMATS, md_name, pct
 from .registry import TABLES, compute_table
 
 
@@ -26,6 +26,7 @@ def _pc(x: float | None, d: int = 1) -> str:
 
 
 def _count_phrase(names: list[str]) -> str:
+    """``a, b and c``; callers pass names already through :func:`md_name`."""
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
@@ -67,7 +68,7 @@ def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
     if off.height:
         oc = off.group_by("winners").len().sort(["len", "winners"], descending=[True, False])
         fav, fav_n = oc.row(0)
-        lines.append(f"**Offline**, {fav} is best in {fav_n}/{n_ep} episodes.")
+        lines.append(f"**Offline**, {md_name(fav)} is best in {fav_n}/{n_ep} episodes.")
     if temporal.height:
         lines.append(_pressure_sentence(w, temporal, fav))
     lines += _strict_sentences(inp, group, w, n_ep, fav)
@@ -78,9 +79,9 @@ def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
             sub = rs.filter(pl.col("protocol") == proto).sort("scenario_order")
             if sub.height >= 1 and sub.get_column("mean").drop_nulls().len():
                 a, b = sub.row(0, named=True), sub.row(-1, named=True)
-                txt = f"{FORMATS['r'](a['mean'])} at {a['scenario']}"
+                txt = f"{FORMATS['r'](a['mean'])} at {md_name(a['scenario'])}"
                 if sub.height > 1:
-                    txt += f" → {FORMATS['r'](b['mean'])} at {b['scenario']}"
+                    txt += f" → {FORMATS['r'](b['mean'])} at {md_name(b['scenario'])}"
                 parts.append(txt)
         if parts:
             lines.append(
@@ -90,12 +91,12 @@ def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
     bs = g("below_standard")
     if bs is not None and bs.height:
         worst = bs.sort(["below", "method"], descending=[True, False]).row(0, named=True)
-        never = bs.filter(pl.col("below") == 0).get_column("method").to_list()
+        never = [md_name(m) for m in bs.filter(pl.col("below") == 0).get_column("method").to_list()]
         if worst["below"] > 0:
             shares = {p: worst.get(f"{p}_share") or 0 for p in P.temporal()}
             where = max(shares, key=shares.get)
             sent = (
-                f"**Worse than not adapting**: {worst['method']} falls below standard inference in "
+                f"**Worse than not adapting**: {md_name(worst['method'])} falls below standard inference in "
                 f"{worst['below']}/{worst['cells']} temporal cells ({_pc(shares[where], 0)} of them {where})."
             )
             sent += (
@@ -143,7 +144,7 @@ def _pressure_sentence(w: pl.DataFrame, temporal: pl.DataFrame, fav: str | None)
     changed = _changed_cells(w)
     n_t = temporal.height
     tc = temporal.explode("winners").group_by("winners").len().sort(["len", "winners"], descending=[True, False])
-    top = [f"{m} {n}" for m, n in tc.head(3).iter_rows()]
+    top = [f"{md_name(m)} {n}" for m, n in tc.head(3).iter_rows()]
     if not changed.height:
         return (
             f"**Under time pressure the winners do not change**: every one of the {n_t} temporal cells is won "
@@ -157,7 +158,7 @@ def _pressure_sentence(w: pl.DataFrame, temporal: pl.DataFrame, fav: str | None)
     sent += f"; wins: {_count_phrase(top)}."
     if fav is not None:
         fav_t = dict(tc.iter_rows()).get(fav, 0)
-        sent += f" The offline favourite {fav} wins {fav_t or 'none'} of the {n_t} temporal cells."
+        sent += f" The offline favourite {md_name(fav)} wins {fav_t or 'none'} of the {n_t} temporal cells."
     return sent
 
 
@@ -168,7 +169,7 @@ def root_cause_sentence(lat: pl.DataFrame) -> str:
     if slow["slowdown"] is None or slow["slowdown"] <= 1.0:
         return (
             f"**Root cause**: no method takes longer than λ per batch on average (the slowest, "
-            f"{slow['method']}, takes δ̄/λ = {slow['slowdown']:.2f}×), so time pressure costs little here."
+            f"{md_name(slow['method'])}, takes δ̄/λ = {slow['slowdown']:.2f}×), so time pressure costs little here."
         )
     parts = []
     if slow["l_mean"] is not None and slow["l_mean"] > 0.05:
@@ -178,7 +179,7 @@ def root_cause_sentence(lat: pl.DataFrame) -> str:
     else:
         parts.append("its prediction itself arrives within λ (no intrinsic overhead)")
     return (
-        f"**Root cause**: the slowest method, {slow['method']}, takes δ̄/λ = {slow['slowdown']:.2f}× standard "
+        f"**Root cause**: the slowest method, {md_name(slow['method'])}, takes δ̄/λ = {slow['slowdown']:.2f}× standard "
         f"inference per batch; " + " and ".join(parts) + "."
     )
 
@@ -193,7 +194,7 @@ def _budget_sentence(par: pl.DataFrame) -> str:
         else:
             runs.append([m, b, b])
     fmt = lambda b: an.format_value("amortised", b).removeprefix("B=")  # noqa: E731
-    parts = [f"{m} at B = {fmt(lo)}" if lo == hi else f"{m} for B = {fmt(lo)}–{fmt(hi)}" for m, lo, hi in runs]
+    parts = [f"{md_name(m)} at B = {fmt(lo)}" if lo == hi else f"{md_name(m)} for B = {fmt(lo)}–{fmt(hi)}" for m, lo, hi in runs]
     return "**What a budget buys** (pooled amortised utility): best is " + "; ".join(parts) + "."
 
 
@@ -223,7 +224,7 @@ def _strict_sentences(inp: ReportInputs, group: dict, w: pl.DataFrame, n_ep: int
         r = _row(t, method=lead)
         if r is None:
             continue
-        head = f"**Strictest {proto} pressure ({scen})**: {lead} wins {k}/{n_ep} episodes"
+        head = f"**Strictest {proto} pressure ({md_name(scen)})**: {md_name(lead)} wins {k}/{n_ep} episodes"
         cell = w.filter((pl.col("scenario") == scen) & pl.col("winners").list.contains(lead))
         if cell.get_column("certain").is_not_null().any():
             head += f" ({int(cell.get_column('certain').fill_null(False).sum())} of them certain)"
@@ -233,7 +234,7 @@ def _strict_sentences(inp: ReportInputs, group: dict, w: pl.DataFrame, n_ep: int
             s = f"{head}: it serves α = {_pc(r['alpha'])} of batches at {_pc(r['served_acc'])} served accuracy, U = {_pc(r['utility'])}."
             if o:
                 s += (
-                    f" {other} serves only α = {_pc(o['alpha'])}; to match the best competitor it would need "
+                    f" {md_name(other)} serves only α = {_pc(o['alpha'])}; to match the best competitor it would need "
                     f"{_pc(o['required_served_acc'])} served accuracy (it reaches {_pc(o['served_acc'])})"
                     + (" — insolvent: no accuracy gain can close the gap." if o["insolvent"] else ".")
                 )
@@ -241,7 +242,7 @@ def _strict_sentences(inp: ReportInputs, group: dict, w: pl.DataFrame, n_ep: int
             s = f"{head}: its {_pc(r['acc'])} accuracy, discounted by responsiveness κ̄ = {_pc(r['kappa'])}, gives U = {_pc(r['utility'])}."
             if o:
                 s += (
-                    f" {other}'s {_pc(o['acc'])} accuracy is discounted to U = {_pc(o['utility'])} (κ̄ = "
+                    f" {md_name(other)}'s {_pc(o['acc'])} accuracy is discounted to U = {_pc(o['utility'])} (κ̄ = "
                     f"{_pc(o['kappa'])}); it would need {_pc(o['required_acc'])} accuracy to match"
                     + (" — insolvent." if o["insolvent"] else ".")
                 )
@@ -251,19 +252,39 @@ def _strict_sentences(inp: ReportInputs, group: dict, w: pl.DataFrame, n_ep: int
             below = t.filter(pl.col("below_standard").fill_null(False)) if "below_standard" in t.columns else t.clear()
             base = _row(t, method=an.BASELINE)
             frozen_worse = below.filter((pl.col("beta") < 1) & (pl.col("acc_frozen") < base["utility"])) if base else below.clear()
-            if frozen_worse.height:
-                names = frozen_worse.get_column("method").to_list()
-                s += (
-                    f" {_count_phrase(names)} end{'s' if len(names) == 1 else ''} below standard inference: the budget "
-                    f"runs out after {_pc(frozen_worse.get_column('beta').max())} of the stream or less and the frozen "
-                    "model is worse than the source model (harmful adaptation)."
-                )
+            s += below_frozen_sentence(frozen_worse)
             rest = below.filter(~pl.col("method").is_in(frozen_worse.get_column("method").to_list()))
             if rest.height:
-                names = rest.get_column("method").to_list()
+                names = [md_name(m) for m in rest.get_column("method").to_list()]
                 too = " too" if frozen_worse.height else ""
                 s += f" {_count_phrase(names)} {'is' if len(names) == 1 else 'are'} below standard inference{too}."
         else:
             continue
         out.append(s)
     return out
+
+
+def below_frozen_sentence(frozen_worse: pl.DataFrame) -> str:
+    """What the methods below standard inference whose budget ran out (``beta`` < 1, their
+    frozen accuracy below the baseline's utility) did: adapted and were harmed, or never
+    adapted at all (``beta`` = 0: the budget ran out before their first batch, so the model
+    they serve is the source model under their own normalisation-statistics rule)."""
+    s = ""
+    unadapted = frozen_worse.filter(pl.col("beta") <= 0)
+    adapted = frozen_worse.filter(pl.col("beta") > 0)
+    if adapted.height:
+        names = [md_name(m) for m in adapted.get_column("method").to_list()]
+        s += (
+            f" {_count_phrase(names)} end{'s' if len(names) == 1 else ''} below standard inference: the budget "
+            f"runs out after {_pc(adapted.get_column('beta').max())} of the stream or less and the frozen "
+            "model is worse than the source model (harmful adaptation)."
+        )
+    if unadapted.height:
+        names = [md_name(m) for m in unadapted.get_column("method").to_list()]
+        one = len(names) == 1
+        s += (
+            f" {_count_phrase(names)} adapt{'s' if one else ''} on no batch within the budget and end{'s' if one else ''} "
+            "below standard inference without having adapted: the model served is the source model under "
+            f"{'its' if one else 'their'} own normalisation-statistics rule, not one harmed by updates."
+        )
+    return s

@@ -21,13 +21,44 @@ from typing import Iterable
 import polars as pl
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+
+from tempora_schema.command import visible
 
 from .. import analyses as an
 from .. import protocols as P
 from ..replay import ALL_EPISODES, SweepResult
 from ..stats import BootstrapOptions
 from .scenarios import best_per_cell
+
+
+def term_name(text: object) -> str:
+    """A name from the data as a terminal table shows it: its control characters visible
+    (``\\x1b``, not an escape sequence that clears the screen) and rich's markup escaped (a
+    method named ``[bold red]`` is shown, not applied)."""
+    return escape(visible(text))
+
+
+#: control characters and how a terminal table shows them (:func:`tempora_schema.command.visible`)
+_CONTROLS = [chr(c) for c in (*range(0, 9), *range(10, 32), *range(127, 160))]
+_SHOWN = [f"\\x{ord(c):02x}" for c in _CONTROLS]
+
+
+def _term_expr(e: pl.Expr) -> pl.Expr:
+    # rich.markup.escape, vectorised: a backslash before every tag-like [..]
+    return e.str.replace_many(_CONTROLS, _SHOWN).str.replace_all(r"(\\*)(\[[a-z#/@][^\[]*?\])", "$1$1\\$2")
+
+
+def terminal_frame(t: pl.DataFrame) -> pl.DataFrame:
+    """Every text value of ``t`` (and of its lists of text) as :func:`term_name` shows it."""
+    exprs = []
+    for name, dtype in t.schema.items():
+        if dtype == pl.Utf8:
+            exprs.append(_term_expr(pl.col(name)))
+        elif isinstance(dtype, pl.List) and dtype.inner == pl.Utf8:
+            exprs.append(pl.col(name).list.eval(_term_expr(pl.element())))
+    return t.with_columns(exprs) if exprs else t
 
 
 def value_label(param: str | None, value: float | None) -> str:
@@ -251,9 +282,11 @@ def print_report(result: SweepResult, console: Console | None = None, bootstrap:
     """Per group (seeds pooled): a header with λ, the utility tables, then the decompositions."""
     console = console or Console()
     frame = result.frame
+    latency_by_group = {term_name(label): {term_name(m): d for m, d in per.items()} for label, per in result.latency.items()}
     # intervals and certainty for the single-parameter protocols (the combined ρ × T / ρ × B
     # grids have their own winners maps)
-    single = _shown_rows(frame.filter(pl.col("protocol").is_in(P.single())))
+    # names from the data are shown as they are, never as markup or terminal escapes
+    single = terminal_frame(_shown_rows(frame.filter(pl.col("protocol").is_in(P.single()))))
     intervals = an.utility_intervals(single, None, bootstrap) if single.height else None
     certain = {}
     if intervals is not None and single.filter(pl.col("episode") == ALL_EPISODES).height:
@@ -261,14 +294,14 @@ def print_report(result: SweepResult, console: Console | None = None, bootstrap:
         g = an.group_columns(pw)
         for r in pw.iter_rows(named=True):
             certain[(tuple(r[c] for c in g), r["protocol"], _key(r["value"]))] = r["certain"]
-    everything = frame.filter(pl.col("episode") == ALL_EPISODES)
+    everything = terminal_frame(frame.filter(pl.col("episode") == ALL_EPISODES))
     view = grid_view(everything)
     pooled = an.pool_seeds(_table_rows(everything, view))
     for label, group in _groups(pooled):
         lams = sorted(set(group["lambda_ms"].to_list()))
         lam = ", ".join(f"{x:.2f}" for x in lams)
         console.rule(f"[bold]{label}[/bold] · λ = {lam} ms")
-        latency = _latency_of(result.latency, group)
+        latency = _latency_of(latency_by_group, group)
         gk = tuple(group.row(0, named=True)[c] for c in an.group_columns(group))
         mine = {(p, v): c for (k, p, v), c in certain.items() if k == gk}
         for table in utility_tables(group, latency, intervals, mine, view) + decomposition_tables(group, latency) + scenario_tables(group):

@@ -24,7 +24,7 @@ from ..errors import ConfigError, DataError
 from ..preprocess import default_preprocess
 from . import demo
 from .cifar import ArraySource, open_cifar_c, open_cifar_clean
-from .folder import FolderSource, expand_corruptions, is_folder_spec, read_class_map, scan_folder
+from .folder import FolderSource, expand_corruptions, is_folder_spec, read_class_map, scan_folder, tree_stamp
 from .imagenet import open_imagenet_c, open_imagenet_clean, open_imagenet_variant
 from .streams import CORRUPTIONS, Domain, Episode, batch_order, expand_domains
 
@@ -201,7 +201,8 @@ def get_dataset(name: str, class_map: str | os.PathLike | None = None, corruptio
             st = Path(class_map).expanduser().stat()
             stamp = (st.st_size, st.st_mtime_ns)
         root = str(path.resolve()) if path.exists() else str(path)
-        return _folder_dataset(root, None if class_map is None else str(class_map), fixed, stamp)
+        tree = tree_stamp(Path(root)) if Path(root).is_dir() else None  # changed images: scanned and hashed again
+        return _folder_dataset(root, None if class_map is None else str(class_map), fixed, stamp, tree)
     if class_map is not None:
         raise ConfigError("--class-map is for --dataset folder:PATH (a built-in dataset has its own classes)")
     if corruptions is not None:
@@ -212,7 +213,9 @@ def get_dataset(name: str, class_map: str | os.PathLike | None = None, corruptio
 
 
 @functools.lru_cache(maxsize=16)
-def _folder_dataset(path: str, class_map: str | None, corruptions: tuple[str, ...] | None, stamp: tuple | None = None) -> DatasetSpec:
+def _folder_dataset(
+    path: str, class_map: str | None, corruptions: tuple[str, ...] | None, stamp: tuple | None = None, tree: int | None = None
+) -> DatasetSpec:
     scan = scan_folder(Path(path))
     digest = hashlib.sha256(scan.fingerprint.encode())
     mask = None

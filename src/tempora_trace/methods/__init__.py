@@ -154,16 +154,29 @@ def get_method(name: str) -> type[TTAMethod]:
     return resolve_method(name).cls
 
 
-def methods_for_model(model: str, input_size: int | None = None) -> list[str]:
+def methods_for_model(model: str, input_size: int | None = None, unusable: list[str] | None = None) -> list[str]:
     """Methods that fit ``model``'s normalisation layers (:func:`tempora_trace.norms.method_fits`):
     a built-in's are known without building it; a model by spec (``timm:NAME``, a factory …)
-    is built untrained, nothing downloaded."""
+    is built untrained, nothing downloaded. With ``unusable`` (a list), an installed plugin
+    that does not load is left out and its one-line reason appended there instead of raised,
+    so one broken plugin does not hide the methods that fit."""
     if model not in MODEL_NORMS and not is_external(model):
         raise ConfigError(
             f"unknown model '{model}'; available: {', '.join(MODEL_NORMS)}, or timm:NAME, torchvision:NAME, MODULE:FACTORY, PATH.py:FACTORY"
         )
     norms = model_norms(model, input_size)
-    return [m for m in available_methods() if method_fits(get_method(m), norms)]
+    fits = []
+    for name in available_methods():
+        try:
+            cls = get_method(name)
+        except MethodError as exc:
+            if unusable is None:
+                raise
+            unusable.append(str(exc))
+            continue
+        if method_fits(cls, norms):
+            fits.append(name)
+    return fits
 
 
 def departures_markdown() -> str:

@@ -19,6 +19,7 @@ that is not a method, two sources for one name) is one :class:`MethodError` line
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib
@@ -171,13 +172,73 @@ def class_source(cls: type) -> MethodSource:
     file = getattr(sys.modules.get(module), "__file__", None)
     if file is not None and Path(file).is_file():
         path = Path(file).resolve()
-        return MethodSource("file", cls.__qualname__, path=str(path), sha256=file_sha256(path))
+        return MethodSource("file", cls.__qualname__, path=str(path), sha256=code_sha256(file_sha256(path), _LOCAL_IMPORTS.get(module, {})))
     # defined where there is no file (a notebook cell, exec): the class's own source text
     try:
         text = inspect.getsource(cls)
     except (OSError, TypeError):
         raise MethodError(f"method class {obj} has no source to record (define it in a module or a .py file)") from None
     return MethodSource("file", cls.__qualname__, path=f"<{module}>", sha256=hashlib.sha256(text.encode("utf-8")).hexdigest())
+
+
+#: module name → {path relative to its folder: SHA-256} of the Python files of the method's own
+#: folder (or package) first imported while the method's file or module was imported
+_LOCAL_IMPORTS: dict[str, dict[str, str]] = {}
+
+
+def _local_imports(before: set[str], folder: Path, own: Path) -> dict[str, str]:
+    """The Python files below ``folder`` (other than ``own``) of every module imported since
+    ``before`` was taken: the helpers a method file or package brings along, by content."""
+    found: dict[str, str] = {}
+    prefixes = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    for name in set(sys.modules) - before:
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if not isinstance(file, str):
+            continue
+        try:
+            path = Path(file).resolve()
+        except (OSError, RuntimeError):
+            continue
+        if path == own or folder not in path.parents or not path.is_file():
+            continue
+        # a library the method imports for the first time is not the method's code, even when
+        # the environment lives below the method's folder (its distribution's version says it)
+        if {"site-packages", "dist-packages"} & set(path.parts) or any(p in path.parents for p in prefixes):
+            continue
+        if _distribution_of(name) is not None:
+            continue
+        found[path.relative_to(folder).as_posix()] = file_sha256(path)
+    return found
+
+
+def _unchanged(folder: Path, recorded: dict[str, str]) -> bool:
+    try:
+        return all(file_sha256(folder / rel) == sha for rel, sha in recorded.items())
+    except OSError:
+        return False
+
+
+def _forget(name: str, folder: Path, recorded: dict[str, str]) -> None:
+    """Drop a method file's module and the helper modules it imported from ``sys.modules``."""
+    helpers = {(folder / rel).resolve() for rel in recorded}
+    for other, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if isinstance(file, str) and Path(file).resolve() in helpers:
+            del sys.modules[other]
+    sys.modules.pop(name, None)
+    _LOCAL_IMPORTS.pop(name, None)
+
+
+def code_sha256(own: str, imports: dict[str, str]) -> str:
+    """The ``sha256`` a method file's provenance records: its own bytes' digest alone when it
+    imports nothing from its folder, else a digest over it and every such file (path and
+    digest), so an edited helper changes the identity as an edited method file does."""
+    if not imports:
+        return own
+    digest = hashlib.sha256(own.encode())
+    for rel, sha in sorted(imports.items()):
+        digest.update(f"\0{rel}\0{sha}".encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()
 
 
 # ------------------------------------------------------------------------ loading
@@ -202,31 +263,66 @@ def _load_file(path_text: str) -> Any:
     # one module per file content: the same file is imported once, an edited one afresh
     name = f"tempora_user_method_{re.sub(r'[^0-9A-Za-z_]', '_', path.stem)}_{digest[:12]}"
     if name in sys.modules:
-        return sys.modules[name], MethodSource("file", "", path=str(path), sha256=digest)
+        recorded = _LOCAL_IMPORTS.get(name, {})
+        if _unchanged(path.parent, recorded):
+            return sys.modules[name], MethodSource("file", "", path=str(path), sha256=code_sha256(digest, recorded))
+        _forget(name, path.parent, recorded)  # a helper changed since: import the file and its helpers afresh
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise MethodError(f"method file {path_text} cannot be imported as Python (name it *.py)")
     module = importlib.util.module_from_spec(spec)
+    before = set(sys.modules)
     sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
+        with user_import(path):
+            spec.loader.exec_module(module)
+    except BaseException as exc:
         del sys.modules[name]
+        if isinstance(exc, KeyboardInterrupt):
+            raise
         raise _import_failed(f"method file {path_text}", exc) from exc
-    return module, MethodSource("file", "", path=str(path), sha256=digest)
+    _LOCAL_IMPORTS[name] = _local_imports(before, path.parent, path)
+    return module, MethodSource("file", "", path=str(path), sha256=code_sha256(digest, _LOCAL_IMPORTS[name]))
+
+
+@contextlib.contextmanager
+def user_import(path: Path | str):
+    """Import the user's code as a guest: no ``__pycache__`` written beside their files, and
+    ``sys.argv`` holding only the file's path, so a module that parses arguments when imported
+    does not read Tempora's command line."""
+    saved_bytecode, saved_argv = sys.dont_write_bytecode, sys.argv
+    sys.dont_write_bytecode = True
+    sys.argv = [str(path)]
+    try:
+        yield
+    finally:
+        sys.dont_write_bytecode = saved_bytecode
+        sys.argv = saved_argv
 
 
 def _load_module(module_name: str) -> Any:
+    before = set(sys.modules)
     try:
-        return importlib.import_module(module_name)
+        with user_import(module_name):
+            module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name is not None and (module_name == exc.name or module_name.startswith(exc.name + ".")):
             error = MethodError(f"no module named '{module_name}' (is it installed, or on PYTHONPATH? a file is PATH.py:CLASS)")
             error.__cause__ = exc
             raise error from exc
         raise _import_failed(f"method module '{module_name}'", exc) from exc
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit from the user's module is an error like any other
         raise _import_failed(f"method module '{module_name}'", exc) from exc
+    if module_name not in _LOCAL_IMPORTS:
+        file = getattr(module, "__file__", None)
+        top = getattr(sys.modules.get(module_name.split(".", 1)[0]), "__file__", None)
+        if isinstance(file, str) and isinstance(top, str):
+            own = Path(file).resolve()
+            folder = Path(top).resolve().parent  # the package's folder (a lone module's own folder)
+            _LOCAL_IMPORTS[module_name] = _local_imports(before, folder, own)
+    return module
 
 
 def _method_classes(module: Any) -> list[str]:
@@ -287,8 +383,11 @@ def load_entry_point(ep: Any) -> MethodRef:
     """Import the class an entry point names and check it (name included)."""
     where = f"entry point '{ep.name}' of distribution {_dist_name(ep)} {_dist_version(ep)} ({ep.value})"
     try:
-        module = importlib.import_module(ep.module)
-    except Exception as exc:
+        with user_import(ep.module):
+            module = importlib.import_module(ep.module)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit from the plugin's module is an error like any other
         raise _import_failed(f"method module '{ep.module}' ({where})", exc) from exc
     obj: Any = module
     for part in (ep.attr or "").split("."):

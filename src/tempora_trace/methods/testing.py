@@ -255,10 +255,13 @@ def _wrong_type(value: Any) -> Any:
     return "not-a-number" if not isinstance(value, bool) else "maybe"
 
 
-def check_options(make: Callable[..., TTAMethod], context: MethodContext) -> None:
-    """Options are validated and recorded: ``make(**params)`` builds the method. Every option
-    given explicitly (at its default) is recorded as given; an unknown option and a
-    wrong-typed value of each option are refused with a :class:`MethodError`."""
+def check_options(make: Callable[..., TTAMethod], context: MethodContext, given: dict[str, Any] | None = None) -> None:
+    """Options are validated and recorded: ``make(**params)`` builds the method (with the
+    options ``given`` to the check, which ``make`` passes itself). Every option given
+    explicitly (at its default) is recorded as given, and ``make()`` records ``given`` over the
+    defaults; an unknown option and a wrong-typed value of each option are refused with a
+    :class:`MethodError`."""
+    given = dict(given or {})
     method = make()
     cls = type(method)
     options = cls.all_params(context)
@@ -268,7 +271,11 @@ def check_options(make: Callable[..., TTAMethod], context: MethodContext) -> Non
     for key, value in options.items():
         want = json.loads(json.dumps(value, default=str))
         _require(json.loads(json.dumps(recorded[key], default=str)) == want, f"option {key}={value!r} given, recorded as {recorded[key]!r}")
-        _require(json.loads(json.dumps(hp[key], default=str)) == want, f"default {key}={value!r} recorded as {hp[key]!r}")
+        if key in given:
+            want = json.loads(json.dumps(given[key], default=str))
+            _require(json.loads(json.dumps(hp[key], default=str)) == want, f"option {key}={given[key]!r} given, recorded as {hp[key]!r}")
+        else:
+            _require(json.loads(json.dumps(hp[key], default=str)) == want, f"default {key}={value!r} recorded as {hp[key]!r}")
     try:
         make(no_such_option_xyz=1)
     except MethodError:
@@ -670,9 +677,11 @@ def _check_method(
         torch.manual_seed(0)  # a method seeding from torch's generator starts alike every time
         return cls(demo_model(norm, device), context, **{**params, **override})
 
+    _check_given(cls, params, context, make)
+
     tasks: dict[str, Callable[[], str]] = {
         "build": lambda: (check_hparams(make()), "")[1],
-        "options": lambda: (check_options(make, context), "")[1],
+        "options": lambda: (check_options(make, context, params), "")[1],
         "reset": lambda: (check_reset_bit_identical(make(), xs), "")[1],
         "snapshot-restore": lambda: (check_snapshot_restore(make(), xs, split=max(1, len(xs) // 2)), "")[1],
         "frozen": lambda: (check_frozen_changes_nothing(make(), xs, warmup=max(1, len(xs) // 2)), "")[1],
@@ -689,7 +698,7 @@ def _check_method(
         else:
             try:
                 result = CheckResult(name, True, tasks[name]())
-            except Exception as exc:  # a failed check, or the method raising inside it
+            except (Exception, SystemExit) as exc:  # a failed check, or the method raising (or exiting) inside it
                 where = "" if isinstance(exc, AssertionError) else _raised_where(exc)
                 result = CheckResult(name, False, where + _one_line(exc))
             if name == "build" and not result.ok:
@@ -700,6 +709,28 @@ def _check_method(
             if on_result is not None:
                 on_result(result)
     return results
+
+
+def _check_given(cls: type[TTAMethod], params: dict[str, Any], context: MethodContext, make: Callable[..., TTAMethod]) -> None:
+    """Options given to the check that the method does not have, or refuses while its defaults
+    build, are the caller's mistake, not the method's: one MethodError before any check."""
+    if not params:
+        return
+    unknown = sorted(set(params) - set(cls.all_params(context)))
+    if unknown:
+        raise MethodError(
+            f"--param {unknown[0]}: method '{cls.name}' has no option '{unknown[0]}'; options: {', '.join(sorted(cls.all_params(context)))}"
+        )
+    try:
+        make()
+    except MethodError as exc:
+        try:
+            make(**cls.all_params(context))
+        except (Exception, SystemExit):
+            return  # the defaults do not build either: the build check reports it
+        raise MethodError(f"--param: {exc}") from None
+    except (Exception, SystemExit):
+        return  # the method itself fails to build: the build check reports it
 
 
 def _raised_where(exc: BaseException) -> str:

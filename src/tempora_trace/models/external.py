@@ -52,6 +52,8 @@ from . import pretrained
 
 #: the side a factory model gets when neither ``--input-size`` nor the model says otherwise.
 DEFAULT_INPUT_SIZE = 224
+#: The image sides a model may take (``--input-size`` or what the model states itself), px.
+MIN_INPUT_SIZE, MAX_INPUT_SIZE = 8, 8192
 #: ImageNet statistics: torchvision's normalisation for a model whose enum has no weights.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -184,7 +186,7 @@ def import_user_module(ref: ModelRef):
         try:
             with _no_bytecode():
                 spec.loader.exec_module(module)
-        except Exception as exc:  # the user's file: any error is theirs, reported in one line
+        except (Exception, SystemExit) as exc:  # the user's file: any error (sys.exit() too) is theirs, in one line
             del sys.modules[name]
             raise UserCodeError(f"cannot import {path}: {_format_exc(exc)}", _traceback(exc)) from None
         return module
@@ -194,7 +196,7 @@ def import_user_module(ref: ModelRef):
     try:
         with _no_bytecode():
             return importlib.import_module(ref.name)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise UserCodeError(f"cannot import module '{ref.name}': {_format_exc(exc)}", _traceback(exc)) from None
     finally:
         if added:
@@ -221,7 +223,7 @@ def call_factory(ref: ModelRef, num_classes: int | None) -> nn.Module:
             kwargs["num_classes"] = num_classes
     try:
         net = factory(**kwargs)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise UserCodeError(f"--model {where}: the factory raised {_format_exc(exc)}", _traceback(exc)) from None
     if not isinstance(net, nn.Module):
         raise ConfigError(f"--model {where}: the factory returned a {type(net).__name__}, not a torch.nn.Module")
@@ -238,7 +240,7 @@ def probe_output(net: nn.Module, size: int, label: str) -> int:
     try:
         with torch.no_grad():
             out = net(x)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise UserCodeError(
             f"model '{label}' fails on a 2x3x{size}x{size} input ({_format_exc(exc)}); pass --input-size for its image side",
             _traceback(exc),
@@ -434,6 +436,12 @@ def build_factory(ref: ModelRef, weights, num_classes: int | None, input_size: i
     from . import ModelSpec, _load_into  # lazy: this package imports this module at its top (a cycle otherwise)
 
     net = call_factory(ref, num_classes)
+    meta = next((n for n, t in [*net.named_parameters(), *net.named_buffers()] if t.device.type == "meta"), None)
+    if meta is not None:
+        raise ConfigError(
+            f"--model {ref.name}:{ref.tag}: the factory returned a model on the meta device ({meta} holds no data); "
+            "build it on the CPU (Tempora moves it to --device)"
+        )
     path = None
     if weights is not None and str(weights) == "random":
         randomize(net)
@@ -446,7 +454,12 @@ def build_factory(ref: ModelRef, weights, num_classes: int | None, input_size: i
         weights_id = None  # the file's hash
     else:
         weights_id = state_identity(net)
-    size = int(input_size or _declared_size(net) or DEFAULT_INPUT_SIZE)
+    declared = None if input_size else _declared_size(net)
+    if declared is not None and not MIN_INPUT_SIZE <= declared <= MAX_INPUT_SIZE:
+        raise ConfigError(
+            f"model '{ref.label}' states input_size {declared}, outside {MIN_INPUT_SIZE}..{MAX_INPUT_SIZE} px; pass --input-size for its image side"
+        )
+    size = int(input_size or declared or DEFAULT_INPUT_SIZE)
     classes = probe_output(net, size, ref.label)
     source: dict[str, Any] = {"kind": "factory", "factory": ref.tag}
     if ref.kind == "file":

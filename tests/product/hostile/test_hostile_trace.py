@@ -337,10 +337,10 @@ def test_ctrl_c_during_start_up_is_one_line(argv, prog, tmp_path):
 
 def test_the_documented_case_count_is_the_suite(hostile_modules):
     """docs/reference/errors.md states how many hostile cases the suite covers; keep it true."""
-    cache, campaign, live, sim, surfaces = (hostile_modules[n] for n in ("cache", "campaign", "live", "sim", "surfaces"))
+    cache, campaign, live, sim, surfaces, users = (hostile_modules[n] for n in ("cache", "campaign", "live", "sim", "surfaces", "users"))
     sim_cases = len(sim.CASES) + len(sim.FAULTS) * len(sim.COMMANDS) + len(sim.COMMANDS)  # + one held output each
-    sim_cases += cache.CASE_COUNT + surfaces.SIM_CASE_COUNT
+    sim_cases += cache.CASE_COUNT + surfaces.SIM_CASE_COUNT + users.SIM_CASE_COUNT
     trace_cases = len(CASES) + len(FAULTS) + len(IN_USE) + 1 + len(START_UP)  # + full disk mid-run
-    trace_cases += live.CASE_COUNT + campaign.CASE_COUNT + surfaces.TRACE_CASE_COUNT
+    trace_cases += live.CASE_COUNT + campaign.CASE_COUNT + surfaces.TRACE_CASE_COUNT + users.TRACE_CASE_COUNT
     text = (ROOT / "docs" / "reference" / "errors.md").read_text(encoding="utf-8")
     assert f"**{sim_cases + trace_cases} cases**: {sim_cases}" in text and f"and {trace_cases} against" in text
