@@ -133,6 +133,31 @@ def run_command(**opts: Any) -> None:
         click.echo(f"wrote {path}")
 
 
+@cli.command("profile", cls=_TraceCommand)
+@click_options("profile")
+def profile_command(**opts: Any) -> None:
+    """Profile one method: the first --profile-batches batches of every episode of the stream
+    `run` would trace with these options, timing only (no frozen checkpoints; the speed probe
+    and the timing-variability measurement kept). Writes <out>/<name>.parquet atomically
+    (default folder profiles/<dataset>/<model>/<device>/); `tempora-sim predict` turns a trace
+    taken elsewhere and this profile into a predicted trace of this device."""
+    from .config import config_from_options  # lazy: loads torch; `--help` and refused options do not
+    from .runner import profile_run
+
+    _method_required(opts)
+    policies = policies_of(opts)
+    if len(policies) > 1 and opts["name"] is not None:
+        raise ConfigError("--name names one file, and --policy lists several: leave --name out (each policy names its own file)")
+    extra = {"default_checkpoints": False, "checkpoints": [], "budgets_ms": []}
+    configs = [config_from_options("profile", opts, policy=p, **extra) for p in policies]
+    for cfg in configs:
+        try:
+            path = profile_run(cfg)
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt("interrupted: completed episodes are kept; rerun with --resume to continue") from None
+        click.echo(f"wrote {path}")
+
+
 @cli.command("calibrate", cls=_TraceCommand)
 @click_options("calibrate")
 def calibrate_command(**opts: Any) -> None:
