@@ -172,15 +172,20 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float | None:
     return float((da * db).sum() / den) if den > 0 else None
 
 
-def decision_check(pairs: list[tuple[list[Trace], list[Trace]]], opts: st.BootstrapOptions) -> DecisionCheck:
-    """Winner agreement, certain-winner agreement, Spearman r_s, coverage, per-protocol |ΔU|, |Δα|."""
+def decision_check(pairs: list[tuple[list[Trace], list[Trace]]], opts: st.BootstrapOptions, memo: dict | None = None) -> DecisionCheck:
+    """Winner agreement, certain-winner agreement, Spearman r_s, coverage, per-protocol |ΔU|, |Δα|.
+    ``memo`` keeps the measured sweep between the transfers compared with the same traces."""
     pred = [t for p, _ in pairs for t in p]
     meas = [t for _, m in pairs for t in m]
     relabel = {}
     for p, m in pairs:
         relabel[p[0].group.label(seed=False)] = (m[0].group.label(seed=False), str(m[0].meta["device"]))
     fp, ip, wp = _swept(pred, relabel, opts)
-    fm, _, wm = _swept(meas, {}, opts)
+    key = tuple(id(t) for t in meas)
+    memo = {} if memo is None else memo
+    if key not in memo:
+        memo[key] = _swept(meas, {}, opts)
+    fm, _, wm = memo[key]
     keys = an.cell_keys(wm)
     temporal = pl.col("protocol") != "offline"
     w = (
@@ -231,10 +236,12 @@ def decision_check(pairs: list[tuple[list[Trace], list[Trace]]], opts: st.Bootst
     )
 
 
-def check_transfer(name: str, predicted: TraceSet, measured: TraceSet, opts: st.BootstrapOptions) -> TransferCheck:
+def check_transfer(
+    name: str, predicted: TraceSet, measured: TraceSet, opts: st.BootstrapOptions, memo: dict | None = None
+) -> TransferCheck:
     pairs = pair_groups(predicted, measured)
     methods, lambdas = time_errors(pairs)
-    return TransferCheck(name, methods, lambdas, decision_check(pairs, opts))
+    return TransferCheck(name, methods, lambdas, decision_check(pairs, opts, memo))
 
 
 def validate_prediction(
@@ -249,11 +256,12 @@ def validate_prediction(
     if (sources is None) != (profiles is None):
         raise PredictionCheckError("--source and --profiles go together: the baselines are predicted from both")
     measured_set = load_traces(measured)
-    checks = [check_transfer("fit", load_traces(predicted), measured_set, opts)]
+    memo: dict = {}
+    checks = [check_transfer("fit", load_traces(predicted), measured_set, opts, memo)]
     if sources is not None:
         baselines = predict(sources, profiles, transfers=("speed-probe", "method-median"))
         for name, items in baselines.traces.items():
-            checks.append(check_transfer(name, TraceSet([t for _, t in items]), measured_set, opts))
+            checks.append(check_transfer(name, TraceSet([t for _, t in items]), measured_set, opts, memo))
     return checks
 
 

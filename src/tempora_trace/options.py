@@ -1,9 +1,9 @@
-"""Trace options, declared once: ``tempora-trace run``, ``live``, ``calibrate`` and campaigns share them.
+"""Trace options, declared once: ``tempora-trace run``, ``live``, ``calibrate``, ``profile`` and campaigns share them.
 
 :data:`TRACE_OPTIONS` is the single declaration of every option of the commands that trace
 (flag, type, default, help, which commands take it, where its value goes). From it come
 
-* the command-line options of ``run``, ``live`` and ``calibrate`` (:func:`click_options`),
+* the command-line options of ``run``, ``live``, ``calibrate`` and ``profile`` (:func:`click_options`),
 * the :class:`~tempora_trace.config.TraceConfig` fields a command line sets (:func:`config_kwargs`)
   and the :class:`~tempora_trace.live.LiveSettings` of ``live`` (:func:`live_kwargs`),
 * the keys a campaign group may set under ``options`` (:data:`CAMPAIGN_OPTIONS`), and the

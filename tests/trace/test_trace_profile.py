@@ -77,3 +77,26 @@ def test_a_trace_and_a_profile_of_one_device_predict_it(cifar_c_root, tmp_path, 
     assert sorted(traces) == ["standard", "tent"]
     assert traces["tent"].meta["device"].endswith("(predicted)")
     assert traces["tent"].meta["predicted"]["accuracy"]["differ"] == 0  # same arithmetic, same device
+
+
+def test_an_interrupted_profile_resumes_and_refuses_another_length(cifar_c_root, tmp_path, capsys):
+    from tempora_trace.config import config_from_options
+    from tempora_trace.options import parse_args
+    from tempora_trace.runner import ProfileRun
+
+    args = [*common(cifar_c_root, tmp_path / "p"), "--profile-batches", "2"]
+    extra = {"default_checkpoints": False, "checkpoints": [], "budgets_ms": []}
+    cfg = config_from_options("profile", parse_args("profile", args), **extra)
+
+    def stop(index, name):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        ProfileRun(cfg, lambda s: None).run(stop)
+    assert not (tmp_path / "p" / "tent-bs8.parquet").exists()
+    code, _, err = run(["profile", *common(cifar_c_root, tmp_path / "p"), "--profile-batches", "3", "--resume"], capsys)
+    assert code == 2 and "profile_batches" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run(["profile", *args, "--resume"], capsys)
+    assert code == 0, err
+    meta, rows = read(tmp_path / "p" / "tent-bs8.parquet")
+    assert meta["profile_batches"] == 2 and sorted(set(rows["episode"])) == ["fog", "gaussian_noise"] and len(rows["step"]) == 4
