@@ -52,6 +52,24 @@ class MethodError:
     delta: float
     e: float
     l: float | None
+    #: adapt rows whose accuracy differs between the source (as predicted) and the target, and the largest difference (pp)
+    acc_differ: int = 0
+    acc_max_pp: float = 0.0
+    #: the same over the frozen rows both traces score
+    frozen_max_pp: float = 0.0
+
+
+def accuracy_difference(pred: Trace, meas: Trace) -> tuple[int, float, float]:
+    """(adapt rows whose accuracy differs, largest |Δ| of an adapt row, of a frozen row) in pp:
+    accuracy is the method's arithmetic on the stream, the same on every device up to
+    floating-point rounding, and this is where it is not."""
+    acc = (pl.col("correct") / pl.col("n")).alias("acc")
+    a = pred.adapt.select("episode", "step", acc).join(meas.adapt.select("episode", "step", acc), on=["episode", "step"], suffix="_m")
+    d = (a["acc"] - a["acc_m"]).abs().to_numpy() if a.height else np.zeros(0)
+    keys = ["episode", "checkpoint", "step"]
+    f = pred.frozen.select(*keys, acc).join(meas.frozen.select(*keys, acc), on=keys, suffix="_m")
+    fd = (f["acc"] - f["acc_m"]).abs().to_numpy() if f.height else np.zeros(0)
+    return int((d > 0).sum()), 100 * float(d.max()) if d.size else 0.0, 100 * float(fd.max()) if fd.size else 0.0
 
 
 @dataclass
@@ -130,6 +148,7 @@ def time_errors(pairs: list[tuple[list[Trace], list[Trace]]]) -> tuple[list[Meth
                     _rel(float(pa_["delta_ms"].mean()), float(ma_["delta_ms"].mean())) or 0.0,
                     _rel(float(pa_["e_ms"].mean()), float(ma_["e_ms"].mean())) or 0.0,
                     _rel(float(pa_["l_ms"].mean()), float(ma_["l_ms"].mean())),
+                    *accuracy_difference(p, m),
                 )
             )
         ps = next((t for t in pred if t.method == STANDARD_METHOD), None)
@@ -286,6 +305,15 @@ def check_lines(checks: list[TransferCheck]) -> list[str]:
         lines.append(f"{(m.group[:40] + ' · ' + m.method):<58}{cells}{_pct(m.e):>12}{_pct(m.l):>12}")
     worst = {c.name: max((abs(m.delta) for m in c.methods), default=0.0) for c in checks}
     lines.append("largest |δ̄ error|: " + ", ".join(f"{n} {100 * worst[n]:.1f} %" for n in names))
+    differ = [m for m in checks[0].methods if m.acc_max_pp > 0 or m.frozen_max_pp > 0]
+    if differ:
+        for m in differ:
+            lines.append(
+                f"accuracy differs between the devices for {m.method} ({m.group}): {m.acc_differ} batch(es), up to "
+                f"{m.acc_max_pp:.2f} pp; frozen rows up to {m.frozen_max_pp:.2f} pp (the prediction keeps the source's accuracy)"
+            )
+    else:
+        lines.append("accuracy: every shared batch and frozen row is the same on both devices")
     for c in checks:
         for label, err in c.lambdas:
             lines.append(f"λ error ({c.name}) {label}: {_pct(err)}")

@@ -148,8 +148,7 @@ def profile_command(**opts: Any) -> None:
     policies = policies_of(opts)
     if len(policies) > 1 and opts["name"] is not None:
         raise ConfigError("--name names one file, and --policy lists several: leave --name out (each policy names its own file)")
-    extra = {"default_checkpoints": False, "checkpoints": [], "budgets_ms": []}
-    configs = [config_from_options("profile", opts, policy=p, **extra) for p in policies]
+    configs = [config_from_options("profile", opts, policy=p) for p in policies]
     for cfg in configs:
         try:
             path = profile_run(cfg)

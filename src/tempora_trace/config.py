@@ -235,8 +235,9 @@ class TraceConfig:
         if cfg.profile_batches is not None:
             if not 1 <= cfg.profile_batches <= INT32_MAX:
                 raise ConfigError(f"--profile-batches must be in 1..{INT32_MAX}, not {cfg.profile_batches}")
-            if cfg.budgets_ms or cfg.checkpoints or cfg.default_checkpoints:
+            if cfg.budgets_ms or cfg.checkpoints:
                 raise ConfigError("a profile times the stream only: it takes no frozen checkpoints or budgets")
+            cfg.default_checkpoints = False
         if cfg.name is not None and not re.fullmatch(r"[A-Za-z0-9._+-]+", cfg.name):
             raise ConfigError(f"--name '{cfg.name}' may only use letters, digits and . _ + -")
         cfg.checkpoints = sorted(set(cfg.checkpoints))

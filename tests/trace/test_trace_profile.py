@@ -85,8 +85,7 @@ def test_an_interrupted_profile_resumes_and_refuses_another_length(cifar_c_root,
     from tempora_trace.runner import ProfileRun
 
     args = [*common(cifar_c_root, tmp_path / "p"), "--profile-batches", "2"]
-    extra = {"default_checkpoints": False, "checkpoints": [], "budgets_ms": []}
-    cfg = config_from_options("profile", parse_args("profile", args), **extra)
+    cfg = config_from_options("profile", parse_args("profile", args))
 
     def stop(index, name):
         raise KeyboardInterrupt
