@@ -62,7 +62,7 @@ from tempora_schema import (
     probe_median_ms,
 )
 from tempora_schema.outputs import staged_dir, to_bytes, write_file
-from tempora_schema.prediction import PREDICTED_KEY, is_predicted, predicted_device
+from tempora_schema.prediction import PREDICTED_KEY, is_predicted, measured_device, predicted_device
 from tempora_schema.vocabulary import BASELINE_METHOD
 
 from .errors import GroupError, SimError
@@ -376,7 +376,7 @@ def pair_profiles(sources: TraceSet, profiles: TraceSet) -> list[Pairing]:
         if missing:
             raise PredictionError(
                 f"method(s) {', '.join(missing)} of {members[0].source.path.parent} have no profile on "
-                f"{target.device[: -len(' (predicted)')]} ({target.threads} threads): profile them too, or leave their traces out"
+                f"{measured_device(target.device)} ({target.threads} threads): profile them too, or leave their traces out"
             )
         if BASELINE_METHOD not in profiled:
             raise PredictionError(
@@ -465,7 +465,7 @@ def _slug(text: str) -> str:
 def target_folder(target: GroupKey, transfer: str) -> str:
     """The folder of one target group under ``--out``: device and threads, marked predicted
     (and the baseline's name for a baseline's traces)."""
-    device = target.device[: -len(" (predicted)")]
+    device = measured_device(target.device)
     suffix = "" if transfer == "fit" else f"-{transfer}"
     return f"{_slug(device)}-{target.threads}thr-predicted{suffix}"
 

@@ -3,6 +3,7 @@
     tempora-trace run --method tent --device cuda              # demo data, demo model
     tempora-trace --method tent --device cuda                  # the same: `run` is the default
     tempora-trace run --method tent --dataset imagenet-c --data-root ~/data/ImageNet-C --device cuda
+    tempora-trace profile --method tent --device cpu           # the first batches only, timing only
     tempora-trace calibrate --device cuda                      # trace `standard`, print λ
     tempora-trace live --method tent --rho 1,0.5 --queue 1     # the protocol against a real clock
     tempora-trace list [--methods-for MODEL]
