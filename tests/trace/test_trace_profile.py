@@ -99,3 +99,21 @@ def test_an_interrupted_profile_resumes_and_refuses_another_length(cifar_c_root,
     assert code == 0, err
     meta, rows = read(tmp_path / "p" / "tent-bs8.parquet")
     assert meta["profile_batches"] == 2 and sorted(set(rows["episode"])) == ["fog", "gaussian_noise"] and len(rows["step"]) == 4
+
+
+def test_profile_episodes_keep_the_streams_first_batches():
+    import numpy as np
+
+    from tempora_trace.data import Episode
+    from tempora_trace.runner import profile_episodes
+
+    batches = lambda k, base: [np.arange(2) + base + 2 * i for i in range(k)]  # noqa: E731
+    episodic = [Episode("fog", ["fog"], [batches(5, 0)]), Episode("snow", ["snow"], [batches(2, 100)])]
+    got = profile_episodes(episodic, 3)
+    assert [e.num_batches for e in got] == [3, 2]
+    assert all(np.array_equal(a, b) for a, b in zip(got[0].batches[0], episodic[0].batches[0][:3]))
+    # a continual stream's one episode: its first batches, across the domains in order
+    continual = [Episode("continual", ["fog", "snow"], [batches(2, 0), batches(4, 100)])]
+    (one,) = profile_episodes(continual, 3)
+    assert [len(b) for b in one.batches] == [2, 1] and one.num_batches == 3
+    assert np.array_equal(one.locate(2)[1], continual[0].batches[1][0])
