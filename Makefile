@@ -23,6 +23,7 @@ TRACES  ?= traces
 RESULTS ?= results
 
 .PHONY: install test test-fast test-deps bench vendor docs demo demo-run demo-traces demo-trace-files demo-models validate validate-gpu validate-clock lint clean \
+        predict-validate predict-validate-run \
         paper paper-vit paper-cifar paper-traces paper-vit-traces paper-cifar-traces
 
 # Never two recipes at once, whatever -j says: two traces on one machine would time each other
@@ -290,6 +291,62 @@ validate-clock: install
 	done; \
 	$(SIM) validate $(CLOCK_OUT)/live --traces $(CLOCK_OUT)/traces-after --out $(CLOCK_OUT)/report-after $(VALIDATE_CHECK_OPTS) || status=$$?; \
 	exit $$status
+
+# ------------------------------------------------------------------ predict (answers for devices not traced)
+# `make predict-validate`: how far a predicted trace can be trusted, on "devices" this machine
+# has that scale the phases differently (one and two torch threads). For every thread count in
+# PV_THREADS: a full trace and a profile (`tempora-trace profile`) of every method that fits each
+# demo model on PV_DOMAINS; then every thread count predicted from every other
+# (`tempora-sim predict`) and checked against its full traces (`tempora-sim validate-prediction`,
+# beside the two baselines), into $(PV_OUT)/validation-<from>to<to>.txt. A timing measurement:
+# run it on an idle machine. Each file is its own target (an interrupted run resumes), and
+# $(PV_OUT)/wall.tsv records every command's wall time (profile vs trace cost, start-up included).
+PV_OUT          ?= $(RESULTS)/predict-validate
+PV_THREADS      ?= 1 2
+PV_MODELS       ?= demo-resnet demo-resnet-gn
+# Empty: every method that fits each demo model (asked of the tracer).
+PV_METHODS      ?=
+PV_DOMAINS      ?= gaussian_noise fog contrast
+# The full traces: the whole demo stream of each corruption (156 batches), checkpoints sampled.
+PV_TRACE_OPTS   ?= --frozen-sample 8
+# The profiles: the default length (8 batches per episode).
+PV_PROFILE_OPTS ?=
+# Shared by traces and profiles (the configuration both must agree on).
+PV_OPTS         ?= --dataset demo --device cpu --quiet
+PV_VALIDATE_OPTS ?=
+
+# $(call pv_files,KIND): $(PV_OUT)/KIND/<n>thr/<model>/<method>.parquet for every thread count,
+# model and method (expanded in recipes only, after `install` made the tracer importable).
+pv_files = $(foreach thr,$(PV_THREADS),$(foreach model,$(PV_MODELS),\
+    $(addprefix $(PV_OUT)/$(1)/$(thr)thr/$(model)/,$(addsuffix .parquet,$(or $(PV_METHODS),$(shell $(TRACE) list --methods-for $(model)))))))
+
+predict-validate: install
+	@$(MAKE) --no-print-directory -j1 predict-validate-run PV_FILES='$(call pv_files,traces) $(call pv_files,profiles)'
+
+predict-validate-run: $(PV_FILES)
+	set -e; for src in $(PV_THREADS); do for dst in $(PV_THREADS); do \
+	    if [ "$$src" = "$$dst" ]; then continue; fi; \
+	    $(SIM) predict $(PV_OUT)/traces/$${src}thr --profiles $(PV_OUT)/profiles/$${dst}thr --out $(PV_OUT)/predicted/$${src}to$${dst}; \
+	    $(SIM) validate-prediction $(PV_OUT)/predicted/$${src}to$${dst} --against $(PV_OUT)/traces/$${dst}thr \
+	        --source $(PV_OUT)/traces/$${src}thr --profiles $(PV_OUT)/profiles/$${dst}thr $(PV_VALIDATE_OPTS) \
+	        > $(PV_OUT)/validation-$${src}to$${dst}.txt; \
+	    cat $(PV_OUT)/validation-$${src}to$${dst}.txt; done; done
+	if [ -f $(PV_OUT)/wall.tsv ]; then awk '{ s[$$1] += $$4 - $$3 } END { if (s["trace"] > 0) printf "profiles: %.1f %% of the full traces wall time (start-up included)\n", 100 * s["profile"] / s["trace"] }' $(PV_OUT)/wall.tsv; fi
+
+# <out>/traces/<n>thr/<model>/<method>.parquet and <out>/profiles/…: threads, model and method from the path.
+$(PV_OUT)/traces/%.parquet:
+	@mkdir -p $(PV_OUT)
+	start=$$(date +%s.%N) && $(TRACE) run --method $(basename $(notdir $@)) --model $(word 2,$(subst /, ,$*)) \
+	    --threads $(subst thr,,$(firstword $(subst /, ,$*))) --domains $(PV_DOMAINS) --out $(@D) --name $(basename $(notdir $@)) \
+	    $(PV_OPTS) $(PV_TRACE_OPTS) $(if $(wildcard $(@D)/$(basename $(notdir $@)).partial),--resume) \
+	    && echo "trace $* $$start $$(date +%s.%N)" >> $(PV_OUT)/wall.tsv
+
+$(PV_OUT)/profiles/%.parquet:
+	@mkdir -p $(PV_OUT)
+	start=$$(date +%s.%N) && $(TRACE) profile --method $(basename $(notdir $@)) --model $(word 2,$(subst /, ,$*)) \
+	    --threads $(subst thr,,$(firstword $(subst /, ,$*))) --domains $(PV_DOMAINS) --out $(@D) --name $(basename $(notdir $@)) \
+	    $(PV_OPTS) $(PV_PROFILE_OPTS) $(if $(wildcard $(@D)/$(basename $(notdir $@)).partial),--resume) \
+	    && echo "profile $* $$start $$(date +%s.%N)" >> $(PV_OUT)/wall.tsv
 
 # ------------------------------------------------------------------ paper reproduction
 # `make paper DATA=/path/to/ImageNet-C [WEIGHTS=resnet50-0676ba61.pth] DEVICE=cuda`

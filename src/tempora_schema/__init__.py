@@ -26,6 +26,7 @@ import numpy as np
 from .errors import TemporaError, TraceSchemaError  # noqa: F401  (re-exported: the package's own error)
 from .policies import file_part as policy_file_part
 from .policies import parse_policy, policy_label, validate_policy_metadata
+from .prediction import KIND_KEY, KIND_PROFILE, PREDICTED_KEY, PROFILE_BATCHES_KEY, check_kind_rows, validate_kind  # noqa: F401  (re-exported)
 from .provision import LAMBDA_RULES, LAMBDA_SIGMAS, MAD_TO_SIGMA, lambda_ms  # noqa: F401  (re-exported)
 from .variability import VARIABILITY_KEY, check_variability_rows, sample_size, validate_variability  # noqa: F401  (re-exported)
 from .vocabulary import CORRUPTIONS  # noqa: F401  (re-exported: the episodes of the paper's episodic stream)
@@ -164,13 +165,25 @@ METADATA_FIELDS = (
 )
 #: Keys a trace carries only when they apply (docs/reference/trace-schema.md): the sparse-adaptation
 #: policy, where a plugin method, a model by spec and a folder dataset came from, the
-#: timing-variability measurement, and the host heap's policy while events were timed
-#: (``steady`` or ``system``; absent in traces taken before it was recorded: ``system``) and
-#: the minor page faults of the main pass's events (``{"events", "median", "max"}``, where the
-#: OS counts them). A reader that does not know one ignores it.
+#: timing-variability measurement, a profile's or a predicted trace's markers, and the host
+#: heap's policy while events were timed (``steady`` or ``system``; absent in traces taken
+#: before it was recorded: ``system``) with the minor page faults of the main pass's events
+#: (``{"events", "median", "max"}``, where the OS counts them). A reader that does not know one
+#: ignores it.
 HEAP_KEY = "heap"
 HEAP_FAULTS_KEY = "heap_faults"
-OPTIONAL_METADATA_FIELDS = ("policy", METHOD_SOURCE_KEY, "model_source", "dataset_source", VARIABILITY_KEY, HEAP_KEY, HEAP_FAULTS_KEY)
+OPTIONAL_METADATA_FIELDS = (
+    "policy",
+    METHOD_SOURCE_KEY,
+    "model_source",
+    "dataset_source",
+    VARIABILITY_KEY,
+    KIND_KEY,
+    PROFILE_BATCHES_KEY,
+    PREDICTED_KEY,
+    HEAP_KEY,
+    HEAP_FAULTS_KEY,
+)
 #: The v1 subset (what a v1 file must carry to be readable).
 METADATA_FIELDS_V1 = METADATA_FIELDS[:15]
 #: ``speed_probe_kind`` of a trace whose machine speed was not measured (empty probe list).
@@ -441,6 +454,7 @@ def _validate_v2_keys(meta: Mapping[str, Any], path: object) -> None:
         validate_variability(meta[VARIABILITY_KEY], path)
     if METHOD_SOURCE_KEY in meta:
         validate_method_source(meta[METHOD_SOURCE_KEY], path)
+    validate_kind(meta, path)  # a profile or a predicted trace (tempora_schema.prediction)
 
 
 def validate_method_source(source: Any, path: object = "<trace>") -> None:
@@ -740,6 +754,7 @@ def validate_table(table: "pa.Table", meta: Mapping[str, Any], path: object = "<
         severities = pc.unique(table.column("severity")).to_pylist()
         check_metadata_matches_rows(meta, cols.episode_names, layout.adapt_counts, domains, severities, path)
         check_policy_rows(meta, cols, path)
+        check_kind_rows(meta, layout.adapt_counts, bool((~cols.adapt).any()), path)
     return layout
 
 

@@ -53,6 +53,8 @@ SUBCOMMAND_MODULES = {
     "advise": "tempora_sim.cli_advise",
     "validate": "tempora_sim.cli_validate",
     "explore": "tempora_sim.cli_explore",
+    "predict": "tempora_sim.cli_predict",
+    "validate-prediction": "tempora_sim.cli_predict",
 }
 
 

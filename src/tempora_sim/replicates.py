@@ -34,7 +34,8 @@ def replicates_of(result, count: int = DEFAULT_REPLICATES, seed: int = 0, models
     series, opt = result.series, result.resolved
     if models is None:  # else one per trace of the series (e.g. measured on the uncut trace)
         models = timing_models(series.traces)
-    status = {trace_label(t): (MEASURED if m is not None else UNKNOWN) for t, m in zip(series.traces, models)}
+    # a predicted trace whose profile measured no variability has a model for its transfer error only
+    status = {trace_label(t): (MEASURED if m is not None and m.events > 0 else UNKNOWN) for t, m in zip(series.traces, models)}
     if count <= 0 or all(m is None for m in models):
         return TimingReplicates(result.frame, [], status)
     curves = None if opt.no_idle_effect else idle_curves(series, models)
@@ -44,7 +45,8 @@ def replicates_of(result, count: int = DEFAULT_REPLICATES, seed: int = 0, models
         frames = replay_frames(scaled(series, factors), opt, None, idle_curves=curves if curves is not None else _NO_CURVES)
         reps.append(pl.concat(frames, how="vertical"))
     drift = max((m.drift[0] for m in models if m is not None and m.drift is not None), default=0.0)
-    return TimingReplicates(result.frame, reps, status, drift)
+    prediction = max((m.prediction[0] for m in models if m is not None and m.prediction is not None), default=0.0)
+    return TimingReplicates(result.frame, reps, status, drift, prediction)
 
 
 #: ``replay_frames``'s idle_curves value meaning "no idle effect" (None means "from the traces").

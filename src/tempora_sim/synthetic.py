@@ -341,3 +341,85 @@ def make_live(
     table = pa.Table.from_pydict({k: pa.array(v, LIVE_COLUMNS[k]) for k, v in cols.items()}, schema=schema)
     assert LIVE_METADATA_KEY.encode() in (table.schema.metadata or {})
     return meta, table
+
+
+def on_device(
+    meta: dict,
+    table: pa.Table,
+    device: str,
+    *,
+    threads: int | None = None,
+    e_factor: float = 1.0,
+    l_factor: float = 1.0,
+    noise_sd: float = 0.0,
+    rng_seed: int = 0,
+    probe_factor: float | None = None,
+) -> tuple[dict, pa.Table]:
+    """The same trace as measured on another device whose phases take ``e_factor`` and
+    ``l_factor`` times as long, each event's time also scaled by ``exp(N(0, noise_sd))``
+    (accuracy and checkpoints unchanged): the target of a synthetic prediction, with known
+    factors. ``probe_factor`` scales the speed probes (default: ``e_factor``)."""
+    rng = np.random.default_rng(rng_seed)
+    d = table.to_pydict()
+    n = len(d["step"])
+    noise = np.exp(rng.normal(0.0, noise_sd, n)) if noise_sd else np.ones(n)
+    e = np.asarray(d["e_ms"], np.float64) * e_factor * noise
+    l = np.asarray(d["l_ms"], np.float64) * l_factor * noise
+    out = dict(meta, device=device, threads=meta["threads"] if threads is None else threads)
+    pf = e_factor if probe_factor is None else probe_factor
+    out["speed_probe"] = [dict(p, ms=float(p["ms"] * pf)) for p in meta.get("speed_probe", [])]
+    if VARIABILITY_KEY in meta:  # the repeat passes keep their ratios to the (new) main pass
+        tv = meta[VARIABILITY_KEY]
+        old = np.asarray(d["delta_ms"], np.float64)
+        ratio = {
+            (ep, s): (e[i] + l[i]) / old[i] if old[i] > 0 else 1.0
+            for i, (ep, s, p) in enumerate(zip(d["episode"], d["step"], d["phase"]))
+            if p == PHASE_ADAPT
+        }
+        f = [ratio.get((item["episode"], s), 1.0) for item in tv["sample"] for s in item["steps"]]
+        out[VARIABILITY_KEY] = dict(
+            tv,
+            passes_ms=[[t * x for t, x in zip(p, f)] for p in tv["passes_ms"]],
+            idle_ms=[t * x for t, x in zip(tv["idle_ms"], f)] if tv["idle_ms"] else [],
+        )
+    cols = dict(d, e_ms=e, l_ms=l, delta_ms=e + l)
+    return out, pa.Table.from_pydict(cols, schema=arrow_schema(out))
+
+
+def profile_of(meta: dict, table: pa.Table, batches: int) -> tuple[dict, pa.Table]:
+    """A profile (``tempora-trace profile``) of a trace: its first ``batches`` adapt rows of
+    every episode, no frozen rows, the metadata of a profile; the speed probes and the
+    timing-variability sample kept where they fall inside it."""
+    d = table.to_pydict()
+    keep = [i for i, (p, s) in enumerate(zip(d["phase"], d["step"])) if p == PHASE_ADAPT and s < batches]
+    cols = {k: [v[i] for i in keep] for k, v in d.items()}
+    out = dict(meta, frozen_eval=0, kind="profile", profile_batches=int(batches))
+    out["speed_probe"] = [p for p in meta.get("speed_probe", []) if p["step"] < batches]
+    if not out["speed_probe"]:
+        out["speed_probe_kind"] = PROBE_NOT_MEASURED
+    tv = meta.get(VARIABILITY_KEY)
+    if tv is not None:
+        flat = [(item["episode"], s) for item in tv["sample"] for s in item["steps"]]
+        inside = [s < batches for _, s in flat]
+        sample = [{"episode": it["episode"], "steps": [s for s in it["steps"] if s < batches]} for it in tv["sample"]]
+        sample = [it for it in sample if it["steps"]]
+        if sample:
+            pick = lambda xs: [x for x, ok in zip(xs, inside) if ok]  # noqa: E731
+            out[VARIABILITY_KEY] = dict(
+                tv,
+                sample=sample,
+                passes_ms=[pick(p) for p in tv["passes_ms"]],
+                idle_gaps_ms=pick(tv["idle_gaps_ms"]) if tv["idle_ms"] else [],
+                idle_ms=pick(tv["idle_ms"]),
+            )
+        else:
+            out.pop(VARIABILITY_KEY)
+    return out, pa.Table.from_pydict(cols, schema=arrow_schema(out))
+
+
+def write_table(path: str | Path, table: pa.Table) -> Path:
+    """Write a (meta-carrying) trace table to ``path``; return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    return path

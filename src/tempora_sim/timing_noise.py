@@ -40,6 +40,14 @@ linear between the measured gaps (F(0) = 1) and constant beyond the largest
 
 A trace without the metadata has no model: its replicates repeat its traced times, and the
 answers say that its timing uncertainty is unknown.
+
+**Predicted traces.** A trace written by ``tempora-sim predict`` carries the variability its
+profile measured on the target device (rescaled to its predicted times) and the transfer's
+out-of-sample error of its mean δ, (σ_p, df) on the log scale (``predicted.error``,
+:mod:`tempora_schema.prediction`). Every replicate scales all of the trace's batches by one
+more factor ``exp(x)``, x from the normal that matches Student's t with df degrees of freedom
+at 95 % (as the pass shift's), drawn per trace from its own stream: the transfer errs for each
+method on its own, so the prediction error widens the intervals of differences between methods too.
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ import numpy as np
 import polars as pl
 
 from tempora_schema import VARIABILITY_KEY, probe_median_ms
+from tempora_schema.prediction import prediction_error
 
 #: Default number of timing replicates behind an interval (``--timing-replicates``).
 DEFAULT_REPLICATES = 20
@@ -162,6 +171,8 @@ class TimingModel:
     #: (σ_d, df) of the machine's drift between the group's tracing times (:func:`probe_drift`);
     #: None: not measured (no speed probes), nothing added.
     drift: tuple[float, int] | None = None
+    #: (σ_p, df) of a predicted trace's transfer error (log scale); None: a measured trace
+    prediction: tuple[float, int] | None = None
 
     def shift(self, u: float) -> float:
         """The pass shift of uniform ``u``: the predictive normal of :func:`shift_spread` at
@@ -170,6 +181,13 @@ class TimingModel:
         if spread is None:
             return 0.0
         return spread[0] + spread[1] * NormalDist().inv_cdf(min(max(u, 1e-3), 1 - 1e-3))
+
+    def prediction_shift(self, w: float) -> float:
+        """The transfer-error shift of uniform ``w`` (log scale): 0 for a measured trace."""
+        if self.prediction is None or self.prediction[0] <= 0:
+            return 0.0
+        sd, df = self.prediction
+        return sd * _t975(df) / _Z975 * NormalDist().inv_cdf(min(max(w, 1e-3), 1 - 1e-3))
 
     @property
     def has_idle_effect(self) -> bool:
@@ -232,11 +250,17 @@ def model_from_measurement(tv: dict, main: np.ndarray) -> TimingModel | None:
 
 
 def timing_model(trace) -> TimingModel | None:
-    """The trace's :class:`TimingModel`, or None when it carries no timing-variability data."""
+    """The trace's :class:`TimingModel`, or None when it carries no timing-variability data
+    (and is not predicted: a predicted trace always has a model, for its transfer error)."""
     tv = trace.meta.get(VARIABILITY_KEY)
-    if not tv:
-        return None
-    return model_from_measurement(tv, _main_delta(trace, tv["sample"]))
+    model = model_from_measurement(tv, _main_delta(trace, tv["sample"])) if tv else None
+    error = prediction_error(trace.meta)
+    if error is None:
+        return model
+    if model is None:  # nothing measured about the target's variability: the transfer error alone
+        empty = np.zeros(0, np.float64)
+        model = TimingModel(shifts=empty, residuals=np.zeros(1, np.float64), idle_gaps_ms=empty, idle_factors=empty, events=0, seconds=0.0)
+    return dataclasses.replace(model, prediction=error)
 
 
 def timing_models(traces: Sequence) -> list[TimingModel | None]:
@@ -282,6 +306,7 @@ def replicate_factors(series, models: list[TimingModel | None], replicate: int, 
     a group — whatever its position in the series — gets the same draws."""
     out = np.ones(series.a.shape[0], np.float64)
     u_group: dict[str, float] = {}
+    w_trace: dict[int, float] = {}
     for s_idx, ep in enumerate(series.episode):
         t = int(series.trace_of[s_idx])
         model = models[t]
@@ -293,6 +318,10 @@ def replicate_factors(series, models: list[TimingModel | None], replicate: int, 
         lo, hi = int(series.offsets[s_idx]), int(series.offsets[s_idx + 1])
         v = _stream(seed, replicate, f"{label}\x00{ep}").random(hi - lo)
         shift = model.shift(u_group[label])
+        if model.prediction is not None:  # one draw per predicted trace, all its episodes alike
+            if t not in w_trace:
+                w_trace[t] = float(_stream(seed, replicate, f"{label}\x00predicted\x00{series.traces[t].method}").random())
+            shift += model.prediction_shift(w_trace[t])
         out[lo:hi] = np.exp(shift + _pick(model.residuals, v))
     return out
 
@@ -392,6 +421,8 @@ class TimingReplicates:
     status: dict[str, str] = field(default_factory=dict)
     #: the largest σ_d of the machine's drift between tracing times in the models (0: none measured)
     drift: float = 0.0
+    #: the largest σ_p of a predicted trace's transfer error (0: no predicted trace)
+    prediction: float = 0.0
     #: the frames after a ``pool`` function, by that function (every interval of a view pools alike)
     _pooled: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -401,7 +432,7 @@ class TimingReplicates:
 
     def map(self, fn: Callable[[pl.DataFrame], pl.DataFrame]) -> "TimingReplicates":
         """The same transformation (a relabelling, a filter) applied to every frame."""
-        return TimingReplicates(fn(self.base), [fn(r) for r in self.reps], dict(self.status), self.drift)
+        return TimingReplicates(fn(self.base), [fn(r) for r in self.reps], dict(self.status), self.drift, self.prediction)
 
     def _frames(self, pool: Callable | None) -> list[pl.DataFrame]:
         """[base, *reps], each after ``pool`` (pooling over seeds; computed once per function).
@@ -467,13 +498,15 @@ def describe(timing: TimingReplicates | None, count: int) -> str:
         return "timing uncertainty: unknown (results read without their traces): intervals cover batches and episodes only"
     measured = [k for k, v in timing.status.items() if v == MEASURED]
     unknown = [k for k, v in timing.status.items() if v == UNKNOWN]
-    if not measured:
+    if not measured and timing.prediction <= 0:
         return "timing uncertainty: unknown (no trace measured its timing variability): intervals are conditional on the traced times"
     if count <= 0:
         return "timing uncertainty: not included (--timing-replicates 0): intervals are conditional on the traced times"
     text = f"timing uncertainty: included ({timing.count} timing replicates from the variability measured on the device"
     if timing.drift > 0:
         text += f", and the machine's drift between the traces' speed probes, σ up to {timing.drift:.1%}"
+    if timing.prediction > 0:
+        text += f", and the transfer error of the predicted traces' times, σ up to {timing.prediction:.1%}"
     if unknown:
         text += f"; unknown for {len(unknown)} of {len(timing.status)} traces, replayed at their traced times"
     return text + ")"

@@ -50,6 +50,7 @@ from tempora_schema import (
     validate_metadata,
     validate_rows,
 )
+from tempora_schema.prediction import check_kind_rows, is_profile
 from tempora_schema.provision import LAMBDA_RULES, LAMBDA_SIGMAS, inflated_lambda, lambda_provision  # noqa: F401  (re-exported)
 from tempora_schema.vocabulary import BASELINE_METHOD as STANDARD_METHOD  # noqa: F401  (re-exported)
 
@@ -489,6 +490,18 @@ def read_trace(path: str | os.PathLike) -> Trace:
         raise TraceFileError(path, f"not a readable Parquet file ({_read_failure(exc)})") from None
     try:
         meta = parse_metadata(kv.get(METADATA_KEY), path)
+    except TraceSchemaError as exc:
+        raise TraceFileError.from_schema_error(exc) from None
+    except RecursionError:
+        raise TraceFileError(path, "metadata is nested too deeply to be a Tempora trace") from None
+    return trace_from_frame(path, meta, df)
+
+
+def trace_from_frame(path: str | os.PathLike, meta: dict, df: pl.DataFrame) -> Trace:
+    """A :class:`Trace` of rows and metadata held in memory (a predicted trace before it is
+    written), validated exactly as :func:`read_trace` validates a file."""
+    path = Path(path)
+    try:
         _check_metadata_values(meta, path)
         version = validate_metadata(meta, path)
         arrays = rows_from_polars(df, path)
@@ -500,6 +513,7 @@ def read_trace(path: str | os.PathLike) -> Trace:
         else:
             check_metadata_matches_rows(meta, arrays.episode_names, layout.adapt_counts, domains, severities, path)
             check_policy_rows(meta, arrays, path)
+            check_kind_rows(meta, layout.adapt_counts, bool((~arrays.adapt).any()), path)
     except TraceSchemaError as exc:
         raise TraceFileError.from_schema_error(exc) from None
     except RecursionError:
@@ -546,16 +560,27 @@ def _read_all(files: list[Path], folder: Path | None) -> list[Trace]:
         return [f.result() for f in futures]
 
 
-def load_traces(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike], cache: str | os.PathLike | bool | None = None) -> TraceSet:
+def load_traces(
+    path_or_paths: str | os.PathLike | Iterable[str | os.PathLike], cache: str | os.PathLike | bool | None = None, profiles: bool = False
+) -> TraceSet:
     """Load every trace under the given file(s)/directory(ies) into a validated TraceSet.
 
     ``cache``: the trace cache folder (:mod:`tempora_sim.trace_cache`), ``False`` to read every
     file afresh, ``None`` for ``$TEMPORA_TRACE_CACHE`` or the default folder. Schema-v1 files
-    are read with one :class:`SimWarning` line for the whole call."""
+    are read with one :class:`SimWarning` line for the whole call. A profile
+    (``tempora-trace profile``) among traces is refused by name; ``profiles=True`` loads
+    profiles instead and refuses a trace among them."""
     if not isinstance(path_or_paths, (str, os.PathLike)):
         path_or_paths = list(path_or_paths)
     files = find_trace_files(path_or_paths)
     traces = TraceSet(_read_all(files, cache_dir(cache)))
+    for t in traces.traces:
+        if is_profile(t.meta) != profiles:
+            if profiles:
+                raise TraceFileError(t.path, "a trace, not a profile (profiles are written by `tempora-trace profile`)")
+            raise TraceFileError(
+                t.path, "a profile (`tempora-trace profile`), not a trace: give its folder to `tempora-sim predict --profiles`"
+            )
     old = [t.path for t in traces.traces if t.version == 1]
     if len(old) == 1:
         warnings.warn(v1_warning(old[0]), SimWarning, stacklevel=2)

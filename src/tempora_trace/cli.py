@@ -3,6 +3,7 @@
     tempora-trace run --method tent --device cuda              # demo data, demo model
     tempora-trace --method tent --device cuda                  # the same: `run` is the default
     tempora-trace run --method tent --dataset imagenet-c --data-root ~/data/ImageNet-C --device cuda
+    tempora-trace profile --method tent --device cpu           # the first batches only, timing only
     tempora-trace calibrate --device cuda                      # trace `standard`, print λ
     tempora-trace live --method tent --rho 1,0.5 --queue 1     # the protocol against a real clock
     tempora-trace list [--methods-for MODEL]
@@ -143,6 +144,30 @@ def run_command(**opts: Any) -> None:
     for cfg in configs:
         try:
             path = trace_run(cfg)
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt("interrupted: completed episodes are kept; rerun with --resume to continue") from None
+        click.echo(f"wrote {path}")
+
+
+@cli.command("profile", cls=_TraceCommand)
+@click_options("profile")
+def profile_command(**opts: Any) -> None:
+    """Profile one method: the first --profile-batches batches of every episode of the stream
+    `run` would trace with these options, timing only (no frozen checkpoints; the speed probe
+    and the timing-variability measurement kept). Writes <out>/<name>.parquet atomically
+    (default folder profiles/<dataset>/<model>/<device>/); `tempora-sim predict` turns a trace
+    taken elsewhere and this profile into a predicted trace of this device."""
+    from .config import config_from_options  # lazy: loads torch; `--help` and refused options do not
+    from .runner import profile_run
+
+    _method_required(opts)
+    policies = policies_of(opts)
+    if len(policies) > 1 and opts["name"] is not None:
+        raise ConfigError("--name names one file, and --policy lists several: leave --name out (each policy names its own file)")
+    configs = [config_from_options("profile", opts, policy=p) for p in policies]
+    for cfg in configs:
+        try:
+            path = profile_run(cfg)
         except KeyboardInterrupt:
             raise KeyboardInterrupt("interrupted: completed episodes are kept; rerun with --resume to continue") from None
         click.echo(f"wrote {path}")

@@ -69,6 +69,8 @@ _IDENTITY_EXCLUDE = {
 #: Options of models by spec and folder datasets: in the resume identity only when set, so a
 #: run of the built-ins compares exactly as it always did.
 _BYO_FIELDS = {"input_size", "class_map", "corruptions"}
+#: A profile's length (``tempora-trace profile``): in the resume identity of a profile only.
+_PROFILE_FIELDS = {"profile_batches"}
 
 
 def path_part(label: str) -> str:
@@ -176,6 +178,9 @@ class TraceConfig:
     class_map: str | None = None
     #: ImageNet-C corruptions applied on the fly to a folder of clean images (folder:PATH only)
     corruptions: list[str] | None = None
+    #: a profile (``tempora-trace profile``): the first ``profile_batches`` batches of every
+    #: episode, timing only (no frozen checkpoints); None: a full trace
+    profile_batches: int | None = None
     resume: bool = False
     force: bool = False
     quiet: bool = False
@@ -258,6 +263,12 @@ class TraceConfig:
             cfg.idle_gaps = format_idle_gaps(parse_idle_gaps(str(cfg.idle_gaps)))
         except ValueError as exc:
             raise ConfigError(f"--idle-gaps: {exc} (use <k>x multiples of the median δ, times, or 'none')") from None
+        if cfg.profile_batches is not None:
+            if not 1 <= cfg.profile_batches <= INT32_MAX:
+                raise ConfigError(f"--profile-batches must be in 1..{INT32_MAX}, not {cfg.profile_batches}")
+            if cfg.budgets_ms or cfg.checkpoints:
+                raise ConfigError("a profile times the stream only: it takes no frozen checkpoints or budgets")
+            cfg.default_checkpoints = False
         if cfg.name is not None and not re.fullmatch(r"[A-Za-z0-9._+-]+", cfg.name):
             raise ConfigError(f"--name '{cfg.name}' may only use letters, digits and . _ + -")
         if cfg.name is not None and cfg.name.startswith("."):
@@ -304,7 +315,8 @@ class TraceConfig:
     def output_dir(self, device_slug: str) -> Path:
         if self.out is not None:
             return Path(self.out).expanduser()
-        return Path("traces") / path_part(self.dataset_label()) / path_part(self.model_label()) / device_slug
+        root = "profiles" if self.profile_batches is not None else "traces"
+        return Path(root) / path_part(self.dataset_label()) / path_part(self.model_label()) / device_slug
 
     def trace_identity(self, weights: str, device: str, method_source: dict[str, str] | None = None) -> schema.TraceIdentity:
         """The identity of the trace this (resolved) config writes. ``weights``: the loaded
@@ -331,7 +343,8 @@ class TraceConfig:
         """What ``--resume`` compares: the trace identity plus every other option that
         changes the rows (frozen sample, checkpoints, budgets, method parameters …)."""
         d = dataclasses.asdict(self)
-        out = {k: v for k, v in d.items() if k not in _IDENTITY_EXCLUDE and not (k in _BYO_FIELDS and v is None)}
+        optional = _BYO_FIELDS | _PROFILE_FIELDS
+        out = {k: v for k, v in d.items() if k not in _IDENTITY_EXCLUDE and not (k in optional and v is None)}
         if trace_identity is not None:
             out.update(trace_identity.as_metadata())
         return out
@@ -344,7 +357,8 @@ def config_from_options(command: str, opts: Mapping[str, Any], **extra: Any) -> 
     cfg = TraceConfig(**{**config_kwargs(command, opts), **extra}).resolved()
     if opts["resume"] and opts["force"]:
         raise ConfigError("--resume and --force contradict each other; pass one")
-    check_output_dir(cfg.out if cfg.out is not None else "traces")  # writable, before any work
+    default_root = "profiles" if cfg.profile_batches is not None else "traces"
+    check_output_dir(cfg.out if cfg.out is not None else default_root)  # writable, before any work
     if opts["offline"]:
         os.environ["TEMPORA_OFFLINE"] = "1"  # read where weights are fetched (models.pretrained)
     return cfg

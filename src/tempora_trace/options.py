@@ -1,9 +1,9 @@
-"""Trace options, declared once: ``tempora-trace run``, ``live``, ``calibrate`` and campaigns share them.
+"""Trace options, declared once: ``tempora-trace run``, ``live``, ``calibrate``, ``profile`` and campaigns share them.
 
 :data:`TRACE_OPTIONS` is the single declaration of every option of the commands that trace
 (flag, type, default, help, which commands take it, where its value goes). From it come
 
-* the command-line options of ``run``, ``live`` and ``calibrate`` (:func:`click_options`),
+* the command-line options of ``run``, ``live``, ``calibrate`` and ``profile`` (:func:`click_options`),
 * the :class:`~tempora_trace.config.TraceConfig` fields a command line sets (:func:`config_kwargs`)
   and the :class:`~tempora_trace.live.LiveSettings` of ``live`` (:func:`live_kwargs`),
 * the keys a campaign group may set under ``options`` (:data:`CAMPAIGN_OPTIONS`), and the
@@ -56,10 +56,15 @@ DEFAULT_STAGE_MB = 1024.0
 DEFAULT_TIMING_SAMPLE = 16
 DEFAULT_TIMING_PASSES = 2
 DEFAULT_IDLE_GAPS = "1x,4x"
+#: Batches per episode a profile times (``tempora-trace profile --profile-batches``): on the
+#: default stream (the demo set's 15 corruptions, 156 batches each, the default frozen
+#: checkpoints) a profile costs at most 5 % of the full trace for every timing profile of the
+#: paper's Table 2 (docs/guide/predict.md, "Cost").
+DEFAULT_PROFILE_BATCHES = 8
 
 #: The subcommands that trace; a :class:`TraceOption` names the ones that take it.
-COMMANDS = ("run", "live", "calibrate")
-RUN, LIVE, CALIBRATE = COMMANDS
+COMMANDS = ("run", "live", "calibrate", "profile")
+RUN, LIVE, CALIBRATE, PROFILE = COMMANDS
 STREAMS = ("episodic", "continual", "dirichlet")
 PROFILES = ("default", "paper")
 
@@ -226,8 +231,10 @@ class TraceOption:
         return [self.flag, str(value)]
 
 
-_R, _L, _C = (RUN,), (LIVE,), (CALIBRATE,)
+_R, _L, _C, _P = (RUN,), (LIVE,), (CALIBRATE,), (PROFILE,)
 _RL = (RUN, LIVE)
+#: what a profile shares with a trace run: the method and the timing-variability measurement
+_RLP = (RUN, LIVE, PROFILE)
 _ALL = COMMANDS
 
 #: Every trace option, in the order ``--help`` lists them.
@@ -236,16 +243,16 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
     TraceOption(
         "--method",
         "TTA method: a name (built in or an installed plugin; see `tempora-trace list`), package.module:CLASS or PATH.py:CLASS. Required.",
-        _RL,
+        _RLP,
     ),
     TraceOption(
-        "--param", "Override a method hyperparameter (repeatable).", _RL, dest="params", multiple=True, metavar="KEY=VALUE", config=None
+        "--param", "Override a method hyperparameter (repeatable).", _RLP, dest="params", multiple=True, metavar="KEY=VALUE", config=None
     ),
     TraceOption(
         "--profile",
         "paper: behave as the Tempora reference code wherever the default departs from it "
         "(docs/results/methods-parity.md); the trace is named <method>-paper. Same as --param profile=paper.",
-        _RL,
+        _RLP,
         type=click.Choice(list(PROFILES)),
         config=None,
     ),
@@ -256,8 +263,10 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
             "a comma list (every:1,2,4,8) traces one file per policy, one after the other [default: every batch].",
             LIVE: "Sparse adaptation: every:K, fraction:P[:SEED], entropy:T or warmup:N (docs/design/design.md §11), "
             "decided per processing event as the replay assumes [default: every batch].",
+            PROFILE: "Sparse adaptation: every:K, fraction:P[:SEED], entropy:T or warmup:N (docs/design/design.md §11); "
+            "a comma list profiles one file per policy [default: every batch].",
         },
-        _RL,
+        _RLP,
         metavar="POLICY",
     ),
     # the protocol of a live run
@@ -414,7 +423,7 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
     TraceOption(
         "--timing-sample",
         "Events timed again after the main pass, per repeat pass (timing variability; 0 turns it off).",
-        _RL,
+        _RLP,
         default=DEFAULT_TIMING_SAMPLE,
         type=click.IntRange(0, 100_000),
         campaign=int,
@@ -422,7 +431,7 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
     TraceOption(
         "--timing-passes",
         "Back-to-back repeat passes over the timing sample.",
-        _RL,
+        _RLP,
         default=DEFAULT_TIMING_PASSES,
         type=click.IntRange(1, 100),
         campaign=int,
@@ -431,10 +440,19 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
         "--idle-gaps",
         "Idle waits before every other event of the idle pass: <k>x (multiples of the sample's median δ) "
         "and/or times (ms, or with ms/s), comma-separated; 'none' for no idle pass.",
-        _RL,
+        _RLP,
         default=DEFAULT_IDLE_GAPS,
         metavar="GAPS",
         campaign=str,
+    ),
+    # how much of the stream a profile times (profile)
+    TraceOption(
+        "--profile-batches",
+        "Batches per episode the profile times: the first ones of each episode of the stream a full trace of this "
+        "configuration would take (its default costs at most 5 % of that trace; docs/guide/predict.md).",
+        _P,
+        default=DEFAULT_PROFILE_BATCHES,
+        type=click.IntRange(1, INT32_MAX),
     ),
     # the data, the model, the device and the run (every command that traces)
     TraceOption(

@@ -225,3 +225,34 @@ def test_demo_and_demo_traces_run_end_to_end(tmp_path, demo_env):
         written = folder / "demo-resnet" / "cpu"
         assert sorted(p.name for p in written.glob("*.parquet")) == ["standard.parquet", "tent.parquet"]
     assert "tent" in (tmp_path / "demo" / "report" / "report.md").read_text()
+
+
+def test_predict_validate_runs_end_to_end(tmp_path, demo_env):
+    """`make predict-validate` on a 16-image demo split (four batches of 4 per corruption, profiles
+    of 2): traces and profiles at one and two threads, each predicted from the other and checked.
+    Timings mean nothing here: what is tested is that the recipe runs and writes its checks."""
+    out = tmp_path / "pv"
+    wait_all(
+        [
+            start_make(
+                "predict-validate",
+                demo_env,
+                PV_OUT=str(out),
+                PV_MODELS="demo-resnet",
+                PV_METHODS="standard tent",
+                PV_DOMAINS="gaussian_noise fog",
+                PV_OPTS="--dataset demo --device cpu --quiet --batch-size 4 --warmup-batches 0 --timing-sample 4",
+                PV_TRACE_OPTS="--frozen-sample 1",
+                PV_PROFILE_OPTS="--profile-batches 2",
+                PV_VALIDATE_OPTS="--resamples 100 --timing-replicates 1",
+            )
+        ]
+    )
+    for thr in ("1thr", "2thr"):
+        for kind in ("traces", "profiles"):
+            assert sorted(p.name for p in (out / kind / thr / "demo-resnet").glob("*.parquet")) == ["standard.parquet", "tent.parquet"]
+    for pair in ("1to2", "2to1"):
+        text = (out / f"validation-{pair}.txt").read_text()
+        assert "same winner" in text and "method-median" in text and "speed-probe" in text
+        assert len(list((out / "predicted" / pair).rglob("*.parquet"))) == 2
+    assert (out / "wall.tsv").read_text().count("profile ") == 4

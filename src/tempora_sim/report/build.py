@@ -12,6 +12,7 @@ from typing import Sequence
 import polars as pl
 
 from tempora_schema.outputs import check_output_dir, staged_dir, to_bytes, write_file
+from tempora_schema.prediction import is_predicted, prediction_error
 
 from .. import analyses as an
 from ..options import SweepOptions
@@ -119,6 +120,16 @@ def _build_report(
         "(all groups, fractions rather than %).",
         "",
     ]
+    predicted = [t for t in inp.traceset.traces if is_predicted(t.meta)] if inp.traceset is not None else []
+    if predicted:
+        sd = max(prediction_error(t.meta)[0] for t in predicted)
+        md += [
+            f"**Predicted times.** {len(predicted)} of {len(inp.traceset.traces)} traces are predicted (their device is marked "
+            '"(predicted)"): accuracy from a trace taken on another device, times from a transfer model fitted on a profile of '
+            f"this device (`tempora-sim predict`); their intervals include the transfer's held-out error (σ up to {sd:.1%}). "
+            "`tempora-sim validate-prediction` measures how far such predictions carry against full traces.",
+            "",
+        ]
     if explore and inp.traceset is not None and _temporal(inp.sweep_options):
         # the page and its renderer load only when a page is written (tempora_sim.explore_page)
         from ..explore import build_data

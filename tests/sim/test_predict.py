@@ -1,0 +1,330 @@
+"""Predicted traces (tempora_sim.predict, prediction_check, the timing-noise term, the commands):
+identical devices give back the source times, known phase factors are recovered, intervals widen
+with the transfer's error, predicted traces read in every command, and bad input is one line,
+exit 2, nothing written. Synthetic traces and profiles (tempora_sim.synthetic) keep it fast."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import tempora_schema as schema
+from tempora_schema.prediction import PREDICTED_KEY, PREDICTED_MARK, measured_device
+from tempora_sim import analyses as an
+from tempora_sim import run_sweep
+from tempora_sim import stats as st
+from tempora_sim import synthetic as syn
+from tempora_sim import timing_noise as tn
+from tempora_sim.cli import main
+from tempora_sim.predict import PredictionError, fit_phase, predict, trace_bytes, write_prediction
+from tempora_sim.prediction_check import validate_prediction
+from tempora_sim.replicates import replicates_of
+from tempora_sim.traces import load_traces
+
+EPISODES = ("gaussian_noise", "fog", "contrast")
+METHODS = ("standard", "adabn", "tent", "sar")
+SOURCE, TARGET = "cuda:source-gpu", "cpu:target-board"
+
+
+def write_setting(
+    root: Path,
+    *,
+    e_factor: float = 1.0,
+    l_factor: float = 1.0,
+    noise_sd: float = 0.0,
+    methods=METHODS,
+    batches: int = 8,
+    num_batches: int = 40,
+    model: str = "resnet50",
+    target_overrides: dict | None = None,
+) -> dict[str, Path]:
+    """Source traces (``SOURCE``), full target traces and profiles of them (``TARGET``)."""
+    var = syn.SyntheticVariability(pass_sd=0.02, event_sd=0.01, per_episode=4, episodes=3)
+    for i, m in enumerate(methods):
+        meta, table = syn.make_trace(
+            m, episodes=EPISODES, num_batches=num_batches, device=SOURCE, probe_ms=2.0, variability=var, model=model, rng_seed=11 + i
+        )
+        syn.write_table(root / "source" / f"{m}.parquet", table)
+        tmeta, ttable = syn.on_device(meta, table, TARGET, threads=4, e_factor=e_factor, l_factor=l_factor, noise_sd=noise_sd, rng_seed=i)
+        syn.write_table(root / "measured" / f"{m}.parquet", ttable)
+        pmeta, ptable = syn.profile_of(tmeta, ttable, batches)
+        if target_overrides and m in target_overrides:
+            pmeta = dict(pmeta, **target_overrides[m])
+            ptable = ptable.replace_schema_metadata(schema.arrow_schema(pmeta).metadata)
+        syn.write_table(root / "profiles" / f"{m}.parquet", ptable)
+    return {k: root / k for k in ("source", "measured", "profiles")}
+
+
+def fitted(prediction, method: str):
+    return next(p for p in prediction.pairings if p.source.method == method).transfers["fit"]
+
+
+def predicted(prediction, method: str, transfer: str = "fit"):
+    return next(t for _, t in prediction.traces[transfer] if t.method == method)
+
+
+# ------------------------------------------------------------------------------ the model
+def test_fit_phase_kinds():
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    assert fit_phase("scale", x, 3 * x).a == pytest.approx(3.0)
+    aff = fit_phase("affine", x, 2 * x + 1)
+    assert (aff.a, aff.b) == (pytest.approx(2.0), pytest.approx(1.0))
+    assert fit_phase("affine", np.ones(4), np.ones(4)) is None  # no spread: no slope
+    assert fit_phase("scale", np.zeros(4), np.ones(4)) is None
+    # an event whose source phase is 0 stays 0 (a batch a policy did not adapt)
+    assert list(aff(np.array([0.0, 1.0]))) == [0.0, pytest.approx(3.0)]
+
+
+def test_identical_devices_give_back_the_source_times(tmp_path):
+    noise = 0.03
+    paths = write_setting(tmp_path, noise_sd=noise)
+    pred = predict(paths["source"], paths["profiles"])
+    source = {t.method: t for t in load_traces(paths["source"]).traces}
+    for m in METHODS:
+        t = predicted(pred, m)
+        src, got = source[m].adapt_delta, t.adapt_delta
+        n = fitted(pred, m).events
+        # the mean within its variability (3 standard errors of the profile's mean, plus rounding)
+        assert abs(got.mean() / src.mean() - 1) < 3 * noise / math.sqrt(n) + 0.005, m
+        # and every event within the noise of the device (the map is close to the identity)
+        assert np.max(np.abs(np.log(got / src))) < 6 * noise / math.sqrt(n) + 0.02, m
+        assert t.meta["device"] == TARGET + PREDICTED_MARK and t.meta["threads"] == 4
+        # accuracy and checkpoints are the source's
+        assert t.rows["correct"].to_list() == source[m].rows["correct"].to_list()
+        assert t.rows["phase"].to_list() == source[m].rows["phase"].to_list()
+
+
+def test_known_phase_factors_are_recovered(tmp_path):
+    paths = write_setting(tmp_path, e_factor=2.5, l_factor=6.0, noise_sd=0.002)
+    pred = predict(paths["source"], paths["profiles"])
+    source = {t.method: t for t in load_traces(paths["source"]).traces}
+    for m in ("tent", "sar"):
+        tr = fitted(pred, m)
+        src, got = source[m].adapt, predicted(pred, m).adapt
+        assert np.allclose(got["e_ms"].to_numpy(), 2.5 * src["e_ms"].to_numpy(), rtol=0.02), m
+        assert np.allclose(got["l_ms"].to_numpy(), 6.0 * src["l_ms"].to_numpy(), rtol=0.02), m
+        assert tr.sd_log < 0.01
+        # frozen rows' e mapped by the e model
+        f_src = source[m].frozen["e_ms"].to_numpy()
+        f_got = predicted(pred, m).frozen["e_ms"].to_numpy()
+        assert np.allclose(f_got, 2.5 * f_src, rtol=0.02)
+    # standard never adapts: its ℓ stays 0 ("zero" model)
+    assert fitted(pred, "standard").l.kind == "zero"
+    # the one-factor baselines cannot follow two factors: the per-method factor misses one phase
+    src_tent, got_tent = source["tent"].adapt, predicted(pred, "tent").adapt
+    assert got_tent["delta_ms"].mean() == pytest.approx(2.5 * src_tent["e_ms"].mean() + 6 * src_tent["l_ms"].mean(), rel=0.02)
+    meta = predicted(pred, "tent").meta[PREDICTED_KEY]
+    assert meta["baselines"]["speed-probe"] == pytest.approx(2.5, rel=0.02)  # probes scaled like e
+
+
+def test_written_trace_reads_back_identically(tmp_path):
+    paths = write_setting(tmp_path, e_factor=2.0, l_factor=3.0)
+    pred = predict(paths["source"], paths["profiles"])
+    written = write_prediction(pred, tmp_path / "out", [paths["source"]], paths["profiles"])
+    assert len(written) == len(METHODS)
+    back = {t.method: t for t in load_traces(tmp_path / "out").traces}
+    for m in METHODS:
+        mem = predicted(pred, m)
+        assert back[m].rows.select("e_ms", "l_ms", "delta_ms", "correct").equals(mem.rows.select("e_ms", "l_ms", "delta_ms", "correct"))
+        assert back[m].meta[PREDICTED_KEY]["model"] == mem.meta[PREDICTED_KEY]["model"]
+        assert "predicted" in back[m].group.label()
+    assert trace_bytes(mem)[:4] == b"PAR1"
+
+
+def test_variability_of_the_profile_is_kept_as_ratios(tmp_path):
+    paths = write_setting(tmp_path, e_factor=2.0, l_factor=3.0)
+    pred = predict(paths["source"], paths["profiles"])
+    prof = {t.method: t for t in load_traces(paths["profiles"], profiles=True).traces}
+    t = predicted(pred, "tent")
+    a = tn.timing_model(t)
+    b = tn.timing_model(prof["tent"])
+    assert a is not None and b is not None and a.prediction is not None
+    assert np.allclose(a.shifts, b.shifts) and np.allclose(a.residuals, b.residuals)
+
+
+# ------------------------------------------------------------------------------ intervals
+def _width(traces_dir: Path, replicates: int = 12) -> float:
+    result = run_sweep(load_traces(traces_dir), protocols="discrete", rho="1,0.5")
+    timing = replicates_of(result, replicates, 0)
+    iv = an.utility_intervals(result.frame, None, st.BootstrapOptions(resamples=200), timing=timing)
+    return float(np.mean(iv.index["hi"].to_numpy() - iv.index["lo"].to_numpy()))
+
+
+def test_intervals_widen_with_the_transfer_error(tmp_path):
+    paths = write_setting(tmp_path, e_factor=2.0, l_factor=3.0)
+    pred = predict(paths["source"], paths["profiles"])
+    widths = []
+    for sd in (0.0, 0.05, 0.2):
+        out = tmp_path / f"sd{sd}"
+        for _, t in pred.traces["fit"]:
+            meta = dict(t.meta)
+            meta[PREDICTED_KEY] = dict(meta[PREDICTED_KEY], error=dict(meta[PREDICTED_KEY]["error"], sd_log=sd))
+            t.meta = meta
+            out.mkdir(exist_ok=True)
+            (out / f"{t.method}.parquet").write_bytes(trace_bytes(t))
+        widths.append(_width(out))
+    assert widths[0] < widths[1] < widths[2]
+    # and the answers say the transfer error is in them
+    result = run_sweep(load_traces(tmp_path / "sd0.2"), protocols="discrete", rho="1")
+    assert "transfer error" in tn.describe(replicates_of(result, 4, 0), 4)
+
+
+def test_prediction_shift_matches_t_at_95():
+    model = tn.TimingModel(np.zeros(0), np.zeros(1), np.zeros(0), np.zeros(0), 0, 0.0, prediction=(0.1, 4))
+    hi = model.prediction_shift(0.975)
+    assert hi == pytest.approx(0.1 * 2.776, rel=1e-3)  # Student's t, 4 df, at 97.5 %
+    assert tn.TimingModel(np.zeros(0), np.zeros(1), np.zeros(0), np.zeros(0), 0, 0.0).prediction_shift(0.975) == 0.0
+
+
+# ------------------------------------------------------------------------------ commands
+def _run(args):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_predicted_traces_read_in_every_command(tmp_path):
+    paths = write_setting(tmp_path, e_factor=2.0, l_factor=3.0, noise_sd=0.01)
+    out = tmp_path / "pred"
+    res = _run(["predict", paths["source"], "--profiles", paths["profiles"], "--out", out, "--transfer", "fit,method-median"])
+    assert res.exit_code == 0, res.output
+    assert "predicted" in res.output and "tent" in res.output
+    folders = sorted(p.name for p in out.iterdir())
+    assert folders == ["cpu-target-board-4thr-predicted", "cpu-target-board-4thr-predicted-method-median"]
+    fit_dir = out / folders[0]
+    res = _run(["sweep", fit_dir, "--protocol", "discrete", "--rho", "1,0.5", "--timing-replicates", "3"])
+    assert res.exit_code == 0, res.output
+    assert "(predicted)" in res.output
+    res = _run(["report", fit_dir, "--out", tmp_path / "report", "--protocol", "discrete", "--rho", "1,0.5", "--timing-replicates", "2"])
+    assert res.exit_code == 0, res.output
+    assert "(predicted)" in (tmp_path / "report" / "report.md").read_text()
+    res = _run(["advise", fit_dir, "--rho", "70%", "--timing-replicates", "2"])
+    assert res.exit_code == 0, res.output
+    assert "predicted" in res.output
+    res = _run(["explore", fit_dir, "--out", tmp_path / "page.html", "--timing-replicates", "2"])
+    assert res.exit_code == 0, res.output
+    assert "(predicted)" in (tmp_path / "page.html").read_text()
+
+
+def test_validate_prediction_prints_the_model_and_its_baselines(tmp_path):
+    paths = write_setting(tmp_path, e_factor=2.0, l_factor=5.0, noise_sd=0.01)
+    out = tmp_path / "pred"
+    assert _run(["predict", paths["source"], "--profiles", paths["profiles"], "--out", out]).exit_code == 0
+    res = _run(
+        [
+            "validate-prediction",
+            out,
+            "--against",
+            paths["measured"],
+            "--source",
+            paths["source"],
+            "--profiles",
+            paths["profiles"],
+            "--resamples",
+            "200",
+            "--timing-replicates",
+            "2",
+        ]
+    )
+    assert res.exit_code == 0, res.output
+    for word in ("fit", "speed-probe", "method-median", "same winner", "Spearman", "coverage", "λ error"):
+        assert word in res.output, word
+    checks = validate_prediction(
+        out, paths["measured"], st.BootstrapOptions(resamples=200, timing_replicates=2), paths["source"], paths["profiles"]
+    )
+    fit, probe = checks[0], checks[1]
+    assert fit.name == "fit" and max(abs(m.delta) for m in fit.methods) < 0.03
+    # one factor for both phases cannot follow ℓ × 5 and e × 2
+    assert max(abs(m.delta) for m in probe.methods) > 0.2
+    assert fit.decisions.agree is not None and fit.decisions.agree >= 0.9
+    assert fit.decisions.coverage is not None and fit.decisions.coverage >= 0.9
+
+
+def _expect_refused(tmp_path, source, profiles, words):
+    out = tmp_path / "never"
+    res = _run(["predict", source, "--profiles", profiles, "--out", out])
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("override", "words"),
+    [
+        ({"model": "vit_b_16"}, ["does not match", "model"]),
+        ({"batch_size": 32}, ["does not match", "batch_size"]),
+        ({"stream": "continual"}, ["does not match", "stream"]),
+    ],
+)
+def test_profile_of_another_configuration_is_refused(tmp_path, override, words):
+    paths = write_setting(tmp_path, target_overrides={"tent": override})
+    _expect_refused(tmp_path, paths["source"], paths["profiles"], words)
+
+
+def test_method_without_profile_is_refused(tmp_path):
+    paths = write_setting(tmp_path)
+    (paths["profiles"] / "sar.parquet").unlink()
+    _expect_refused(tmp_path, paths["source"], paths["profiles"], ["sar", "no profile"])
+
+
+def test_profile_without_source_is_refused(tmp_path):
+    paths = write_setting(tmp_path)
+    (paths["source"] / "sar.parquet").unlink()
+    _expect_refused(tmp_path, paths["source"], paths["profiles"], ["sar", "no source trace"])
+
+
+def test_overlapping_profiles_are_refused(tmp_path):
+    paths = write_setting(tmp_path)
+    (paths["profiles"] / "copy").mkdir()
+    (paths["profiles"] / "copy" / "tent.parquet").write_bytes((paths["profiles"] / "tent.parquet").read_bytes())
+    _expect_refused(tmp_path, paths["source"], paths["profiles"], ["second trace of method 'tent'", "keep one"])
+
+
+def test_profiles_and_traces_do_not_mix(tmp_path):
+    paths = write_setting(tmp_path)
+    res = _run(["sweep", paths["profiles"], "--protocol", "offline"])
+    assert res.exit_code == 2 and "a profile" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    _expect_refused(tmp_path, paths["source"], paths["source"], ["a trace, not a profile"])
+
+
+def test_predicted_trace_cannot_be_a_source(tmp_path):
+    paths = write_setting(tmp_path)
+    pred = predict(paths["source"], paths["profiles"])
+    write_prediction(pred, tmp_path / "pred", [paths["source"]], paths["profiles"])
+    with pytest.raises(PredictionError, match="cannot be the source"):
+        predict(tmp_path / "pred", paths["profiles"])
+
+
+def test_predicted_and_measured_traces_of_one_device_are_not_pooled(tmp_path):
+    paths = write_setting(tmp_path)
+    pred = predict(paths["source"], paths["profiles"])
+    write_prediction(pred, tmp_path / "pred", [paths["source"]], paths["profiles"])
+    traces = load_traces([tmp_path / "pred", paths["measured"]])
+    groups = traces.groups()
+    assert len(groups) == 2
+    devices = sorted(k.device for k in groups)
+    assert devices == [TARGET, TARGET + PREDICTED_MARK] and measured_device(devices[1]) == TARGET
+
+
+def test_schema_rules_of_profiles_and_predicted_traces(tmp_path):
+    meta, table = syn.make_trace("tent", episodes=EPISODES[:1], num_batches=10)
+    pmeta, ptable = syn.profile_of(meta, table, 4)
+    schema.validate_table(ptable, pmeta)
+    with pytest.raises(schema.TraceSchemaError, match="frozen rows"):
+        schema.validate_table(
+            table.replace_schema_metadata(schema.arrow_schema(dict(meta, kind="profile", profile_batches=4, frozen_eval=0)).metadata),
+            dict(meta, kind="profile", profile_batches=4, frozen_eval=0),
+        )
+    with pytest.raises(schema.TraceSchemaError, match="profile of 2 batch"):
+        schema.validate_table(ptable, dict(pmeta, profile_batches=2))
+    with pytest.raises(schema.TraceSchemaError, match="kind"):
+        schema.validate_metadata(dict(meta, kind="sketch"))
+    with pytest.raises(schema.TraceSchemaError, match="says predicted"):
+        schema.validate_metadata(dict(meta, device="cpu (predicted)"))
+    with pytest.raises(schema.TraceSchemaError, match="predicted"):
+        schema.validate_metadata(dict(meta, device="cpu (predicted)", predicted={"source": {}}))
