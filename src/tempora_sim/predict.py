@@ -52,6 +52,8 @@ import polars as pl
 
 from tempora_schema import (
     COLUMN_TYPES,
+    HEAP_FAULTS_KEY,
+    HEAP_KEY,
     METHOD_SOURCE_KEY,
     PHASE_ADAPT,
     PROFILE_BATCHES_KEY,
@@ -428,7 +430,9 @@ def predicted_trace(pairing: Pairing, transfer: Transfer, path: Path) -> Trace:
     """The predicted trace of one pairing under ``transfer`` (validated in memory)."""
     src, prof = pairing.source, pairing.profile
     frame = predicted_frame(src, transfer)
-    meta = {k: v for k, v in src.meta.items() if k not in ("taken_alongside", VARIABILITY_KEY)}
+    # the source's page faults measured its own device's heap; the target's heap is the profile's
+    meta = {k: v for k, v in src.meta.items() if k not in ("taken_alongside", VARIABILITY_KEY, HEAP_KEY, HEAP_FAULTS_KEY)}
+    meta.update({k: prof.meta[k] for k in (HEAP_KEY, HEAP_FAULTS_KEY) if k in prof.meta})
     meta.update(
         device=pairing.target.device,
         threads=prof.meta["threads"],
