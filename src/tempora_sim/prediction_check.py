@@ -30,7 +30,7 @@ import numpy as np
 import polars as pl
 
 from tempora_schema import GroupKey
-from tempora_schema.prediction import is_predicted, measured_device
+from tempora_schema.prediction import PREDICTED_MARK, is_predicted, measured_device
 
 from . import analyses as an
 from . import stats as st
@@ -158,7 +158,7 @@ def time_errors(pairs: list[tuple[list[Trace], list[Trace]]]) -> tuple[list[Meth
     return methods, lambdas
 
 
-def _swept(traces: list[Trace], relabel: dict[str, tuple[str, str]], opts: st.BootstrapOptions):
+def _swept(traces: list[Trace], relabel: dict[str, str], opts: st.BootstrapOptions):
     """The sweep of ``traces`` over the default grids, its per-episode intervals (timing
     replicates included) and its winners, with predicted groups named as their measured ones."""
     result = run_sweep(TraceSet(traces))
@@ -166,12 +166,10 @@ def _swept(traces: list[Trace], relabel: dict[str, tuple[str, str]], opts: st.Bo
     def rename(frame: pl.DataFrame) -> pl.DataFrame:
         if not relabel or "group" not in frame.columns:
             return frame
-        groups = {k: v[0] for k, v in relabel.items()}
-        devices = {k: v[1] for k, v in relabel.items()}
-        return frame.with_columns(
-            pl.col("device").replace(devices) if "device" in frame.columns else pl.lit(None),
-            pl.col("group").replace(groups),
-        ).select(frame.columns)
+        named = [pl.col("group").replace(relabel)]
+        if "device" in frame.columns:  # the profiled device, without its mark
+            named.append(pl.col("device").str.replace(PREDICTED_MARK, "", literal=True))
+        return frame.with_columns(named)
 
     timing = replicates_of(result, opts.timing_replicates, opts.seed)
     if timing is not None and relabel:
@@ -198,7 +196,7 @@ def decision_check(pairs: list[tuple[list[Trace], list[Trace]]], opts: st.Bootst
     meas = [t for _, m in pairs for t in m]
     relabel = {}
     for p, m in pairs:
-        relabel[p[0].group.label(seed=False)] = (m[0].group.label(seed=False), str(m[0].meta["device"]))
+        relabel[p[0].group.label(seed=False)] = m[0].group.label(seed=False)
     fp, ip, wp = _swept(pred, relabel, opts)
     key = tuple(id(t) for t in meas)
     memo = {} if memo is None else memo
