@@ -284,8 +284,6 @@ def to_rgb(img: Image.Image, path: Path) -> Image.Image:
     colours kept, as torchvision's loader does), 1-bit, CMYK and the rest through Pillow's own
     conversion; a float image (mode ``F``, range unknown) is one line."""
     mode = img.mode
-    if mode == "RGB":
-        return img
     if mode in _WIDE_MODES:
         array = np.asarray(img)
         if array.size and (int(array.min()) < 0 or int(array.max()) > 65535):
