@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .coverage import describe, overall
+from .report.terminal import term_name
 from .validation import Validation
 
 
@@ -121,7 +122,7 @@ def print_validation(result: Validation, console: Console) -> None:
         spread = f"{_f(row.get('spread_alpha_pp') if disc else None, scale=1)}/{_f(row.get('spread_utility_pp'), scale=1)}"
         tol = f"{_f(row.get('tolerance_alpha_pp') if disc else None, scale=1)}/{_f(row['tolerance_pp'], scale=1)}"
         t.add_row(
-            row["method"],
+            term_name(row["method"]),
             setting,
             str(row["runs"]),
             *cells,
@@ -146,7 +147,7 @@ def print_validation(result: Validation, console: Console) -> None:
         paired = int(mine["trace_alongside"].sum())
         fewest = int(mine["num_batches"].min())
         console.print(
-            f"group {g['dataset']} · {g['model']} · {g['device']} · λ = {', '.join(f'{x:.2f}' for x in lams)} ms "
+            f"group {term_name(g['dataset'])} · {term_name(g['model'])} · {term_name(g['device'])} · λ = {', '.join(f'{x:.2f}' for x in lams)} ms "
             f"(m: mean per episode, live/replay); traces taken alongside the live runs: {paired} of {mine.height} settings; "
             f"one batch is {100 / fewest:.2f} pp of α at {fewest} batches per run",
             style="dim",
@@ -160,14 +161,14 @@ def print_validation(result: Validation, console: Console) -> None:
         )
         if off.height:
             worst = off.sort(pl.col("clock_gap_idle_pct").abs(), descending=True).row(0, named=True)
-            line += f"; beyond it: {off.height} (worst: {worst['method']}, {worst['clock_gap_idle_pct']:+.1f} %)"
+            line += f"; beyond it: {off.height} (worst: {term_name(worst['method'])}, {worst['clock_gap_idle_pct']:+.1f} %)"
         console.print(line, style="red" if off.height else None)
     gaps = s.filter(pl.col("clock_gap_pct").abs() > CLOCK_GAP_NOTE_PCT)
     if gaps.height:
         worst = gaps.sort(pl.col("clock_gap_pct").abs(), descending=True).row(0, named=True)
         console.print(
             f"note: in {gaps.height} setting(s) the trace's events took more than {CLOCK_GAP_NOTE_PCT:g} % longer or shorter "
-            f"than the live ones (worst: {worst['method']}, {worst['clock_gap_pct']:+.1f} %); the replay is exact for the "
+            f"than the live ones (worst: {term_name(worst['method'])}, {worst['clock_gap_pct']:+.1f} %); the replay is exact for the "
             "times it is given, so that part of Δ comes from the times themselves (the machine's speed, idle waits), not from the replay"
             + ("" if gaps["trace_alongside"].all() else " (traces taken alongside, --trace-alongside, take drift out)"),
             style="yellow",
