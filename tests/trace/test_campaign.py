@@ -161,6 +161,8 @@ def local_run(tmp_path_factory):
     return campaign, first, mtimes, second
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_local_engine_traces_and_a_second_run_does_nothing(local_run):
     campaign, first, mtimes, second = local_run
     assert [r.status for r in first] == ["done"] * 3, [r.message for r in first]
@@ -211,6 +213,8 @@ def ray_cluster():
     mp.undo()
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_ray_campaign_survives_a_killed_worker_with_identical_rows(local_run, ray_cluster, tmp_path, monkeypatch):
     from tempora_trace.campaign import run_ray
 
@@ -239,6 +243,7 @@ def test_ray_campaign_survives_a_killed_worker_with_identical_rows(local_run, ra
     assert [r.status for r in again] == ["skipped"] * 3
 
 
+@pytest.mark.slow
 def test_ray_refuses_a_device_type_no_node_has(ray_cluster, tmp_path):
     from tempora_trace.campaign import run_ray
 
@@ -289,6 +294,8 @@ def _byo_campaign(tmp_path, text=BYO):
     return write(tmp_path, text.format(flat=flat, nested=nested, model=model, csv=csv), "byo.toml")
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_campaign_files_take_models_by_spec_and_folders(tmp_path):
     campaign = load_campaign(_byo_campaign(tmp_path))
     assert [(t.group, t.method) for t in campaign.tasks] == [

@@ -190,6 +190,7 @@ def recorded(cifar_c_root, tmp_path, one_thread, tiny_models):
     return traces, live
 
 
+@pytest.mark.slow
 def test_live_file_is_valid_and_validate_agrees_with_itself(recorded, tmp_path):
     """One recorded run (slow part: building it) checked every way: schema, self-consistency,
     the comparison with the replay, the CLI's outputs, exit statuses."""
@@ -337,6 +338,7 @@ def test_lambda_rule_and_the_warning_on_an_inflated_lambda(cifar_c_root, tmp_pat
 
 
 @pytest.mark.usefixtures("tiny_models")
+@pytest.mark.slow
 def test_trace_alongside_holds_the_exact_budget_checkpoints(cifar_c_root, tmp_path):
     """--budget-checkpoints: the trace taken alongside holds a checkpoint at each budget's
     cut-off under both rules, recomputed here from its own δ with the reference rule, and
@@ -367,6 +369,7 @@ def test_trace_alongside_holds_the_exact_budget_checkpoints(cifar_c_root, tmp_pa
 
 
 @pytest.mark.usefixtures("tiny_models")
+@pytest.mark.slow
 def test_trace_alongside_writes_the_trace_a_separate_run_writes(recorded, cifar_c_root, tmp_path):
     """A trace taken episode by episode between live runs holds the same rows (timings aside)
     as a trace run on its own, and validate knows it was taken alongside."""

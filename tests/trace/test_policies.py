@@ -147,6 +147,7 @@ def test_a_policy_needs_a_method_with_an_adapt_step(demo_root, tmp_path):
 
 
 @pytest.mark.parametrize("method", ADAPTING)
+@pytest.mark.slow
 def test_every_adapting_method_accepts_policies(demo_root, tmp_path, method):
     """For each method: a policy that adapts on every event (warmup longer than the episode,
     so the gate runs on every event) gives the method's rows bit for bit; every:2 adapts on

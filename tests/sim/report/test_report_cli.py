@@ -154,6 +154,7 @@ def test_report_on_results_rejects_sweep_options(report_from_traces, tmp_path):
     assert res.exit_code == 2 and "apply to traces" in res.output
 
 
+@pytest.mark.slow
 def test_committed_demo_traces_are_complete_and_report(tmp_path):
     """traces/demo/ is part of the repository: every method that fits each demo model, all 15
     corruptions at severity 5, readable on a fresh clone and turned into a full report."""

@@ -53,6 +53,7 @@ def test_bad_alpha_is_a_config_error(alpha):
         dirichlet_order(_labels(100), 10, 1, "fog", alpha)
 
 
+@pytest.mark.slow
 def test_dirichlet_trace_is_its_own_group(tmp_path, monkeypatch):
     """A traced dirichlet stream records its α in the stream, names its file by it, resets per
     domain, and the simulator keeps it apart from the i.i.d. stream of the same setting."""

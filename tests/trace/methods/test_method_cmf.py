@@ -142,6 +142,7 @@ def test_contract(norm):
     check_frozen_changes_nothing(cmf(norm), xs)
 
 
+@pytest.mark.slow
 def test_short_adaptation_beats_standard_on_corrupted_demo():
     """25 batches of 64 of fog at severity 5 (standard inference on demo-resnet ≈ 14 %): CMF's
     online accuracy must clearly exceed it (measured ≈ 48 %)."""

@@ -163,6 +163,7 @@ def test_contract(norm):
     assert m.last_updated, "the contract checks should exercise real updates"
 
 
+@pytest.mark.slow
 def test_short_adaptation_beats_standard_on_corrupted_demo():
     """25 batches of 64 of fog at severity 5 (standard inference on demo-resnet ≈ 14 %): DeYO's
     online accuracy must clearly exceed it (measured ≈ 49 %)."""

@@ -115,6 +115,7 @@ def test_variant_refuses_models_without_batchnorm():
         get_method("eta-no-reset")(tiny_model("gn"), context(norm="gn"))
 
 
+@pytest.mark.slow
 def test_short_adaptation_beats_standard_on_corrupted_demo_data():
     """20 batches of 64 gaussian-noise (severity 5) demo images: eta serves clearly more
     correct predictions than the unadapted model (the paper's finding on BN models)."""

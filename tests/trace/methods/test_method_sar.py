@@ -175,6 +175,7 @@ def test_bad_options_are_one_line_method_errors(name, bad):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.slow
 def test_short_adaptation_beats_standard_on_corrupted_demo_data():
     """20 batches of 64 gaussian-noise (severity 5) demo images: sar serves clearly more
     correct predictions than the unadapted model (the paper's finding on BN models)."""

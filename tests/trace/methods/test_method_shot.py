@@ -84,6 +84,7 @@ def test_contract():
     assert hp["lr"] == 0.00025 and hp["momentum"] == 0.9
 
 
+@pytest.mark.slow
 def test_short_adaptation_beats_standard_on_corrupted_demo_data():
     """20 batches of 64 gaussian-noise (severity 5) demo images: shot-im serves clearly more
     correct predictions than the unadapted model (the paper's finding on BN models)."""

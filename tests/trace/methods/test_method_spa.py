@@ -116,6 +116,7 @@ def test_contract(norm):
     check_frozen_changes_nothing(spa(norm), xs)
 
 
+@pytest.mark.slow
 def test_adaptation_beats_standard_on_noisy_demo_gn():
     """50 batches of 64 of Gaussian noise at severity 5 on demo-resnet-gn (standard ≈ 17.9 %):
     SPA measured 25.0 % (100 batches: 32.5 % vs 17.6 %). Asserted with a margin of 4 points."""

@@ -89,6 +89,7 @@ def test_contract(norm):
     check_frozen_changes_nothing(zerosiam(norm), xs)
 
 
+@pytest.mark.slow
 def test_adaptation_beats_standard_on_noisy_demo_gn():
     """50 batches of 64 of Gaussian noise at severity 5 on demo-resnet-gn (standard ≈ 17.9 %):
     ZeroSIAM measured 21.2 % (100 batches: 25.0 % vs 17.6 %). Asserted with a margin of 1.5
