@@ -41,7 +41,9 @@ def test_trace_is_schema_valid_and_complete(cifar_c_root, tmp_path, method):
     table, meta, d = read(path)
     schema.validate_table(table, meta, path)
     # timing variability is measured by default (tempora_trace.variability), outside the rows
-    assert set(meta) == set(schema.METADATA_FIELDS) | {"speed_probe", "speed_probe_kind", schema.VARIABILITY_KEY}
+    # plus the timing variability, the heap's policy and (where the OS counts them) the events' page faults
+    heap = {schema.HEAP_KEY} | ({schema.HEAP_FAULTS_KEY} if schema.HEAP_FAULTS_KEY in meta else set())
+    assert set(meta) == set(schema.METADATA_FIELDS) | {"speed_probe", "speed_probe_kind", schema.VARIABILITY_KEY} | heap
     # one probe at each episode start (4 steps per episode: no later multiple of 50)
     assert [(p["episode"], p["step"]) for p in meta["speed_probe"]] == [("gaussian_noise", 0), ("fog", 0)]
     assert all(isinstance(p["ms"], float) and p["ms"] > 0 for p in meta["speed_probe"])
