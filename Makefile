@@ -315,13 +315,16 @@ PV_PROFILE_OPTS ?=
 PV_OPTS         ?= --dataset demo --device cpu --quiet
 PV_VALIDATE_OPTS ?=
 
-# $(call pv_files,KIND): $(PV_OUT)/KIND/<n>thr/<model>/<method>.parquet for every thread count,
-# model and method (expanded in recipes only, after `install` made the tracer importable).
-pv_files = $(foreach thr,$(PV_THREADS),$(foreach model,$(PV_MODELS),\
-    $(addprefix $(PV_OUT)/$(1)/$(thr)thr/$(model)/,$(addsuffix .parquet,$(or $(PV_METHODS),$(shell $(TRACE) list --methods-for $(model)))))))
+# $(PV_OUT)/traces/<n>thr/<model>/<method>.parquet and its profile under profiles/, for every
+# thread count, model and method (expanded in recipes only, after `install` made the tracer
+# importable). Each method's profile is taken right after its full trace, so the pair meets the
+# machine at one speed (a VM's speed moves by tens of percent over minutes; the transfer is
+# fitted on the pair).
+pv_pairs = $(foreach thr,$(PV_THREADS),$(foreach model,$(PV_MODELS),$(foreach m,$(or $(PV_METHODS),$(shell $(TRACE) list --methods-for $(model))),\
+    $(PV_OUT)/traces/$(thr)thr/$(model)/$(m).parquet $(PV_OUT)/profiles/$(thr)thr/$(model)/$(m).parquet)))
 
 predict-validate: install
-	@$(MAKE) --no-print-directory -j1 predict-validate-run PV_FILES='$(call pv_files,traces) $(call pv_files,profiles)'
+	@$(MAKE) --no-print-directory -j1 predict-validate-run PV_FILES='$(pv_pairs)'
 
 predict-validate-run: $(PV_FILES)
 	set -e; for src in $(PV_THREADS); do for dst in $(PV_THREADS); do \
