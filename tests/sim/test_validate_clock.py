@@ -94,3 +94,20 @@ def test_a_trace_whose_passes_spread_widely_gets_a_wider_tolerance(tmp_path):
     assert row["clock_tolerance_pct"] > 5.0
     live2, traces2 = _setup(tmp_path / "b", syn.SyntheticVariability(0.08, 0.0, gaps_ms=()), 1.0 + row["clock_tolerance_pct"] / 200, 0.25)
     assert validate([live2], traces2).settings.row(0, named=True)["clock_pass"]
+
+
+def test_names_from_the_data_are_shown_as_text_in_validate(tmp_path):
+    """A model named with an escape sequence and rich markup is printed as text, never applied."""
+    name = "\x1b[2J[bold red]m[/]"
+    (tmp_path / "t").mkdir()
+    (tmp_path / "l").mkdir()
+    tables = {}
+    for m in ("standard", "tent"):
+        meta, table = syn.make_trace(m, episodes=EPISODES, num_batches=N, variability=QUIET, model=name)
+        pq.write_table(table, tmp_path / "t" / f"{m}.parquet")
+        tables[m] = (meta, table)
+    _, live = syn.make_live(*tables["tent"], 0.5, [np.ones(N * len(EPISODES))], queue=1)
+    pq.write_table(live, tmp_path / "l" / "tent.parquet")
+    res = CliRunner().invoke(main, ["validate", str(tmp_path / "l"), "--traces", str(tmp_path / "t"), "--clock-tol-pct", "100"])
+    assert res.exit_code in (0, 1), res.output
+    assert "\x1b" not in res.output and "\\x1b[2J" in res.output and "[bold red]m[/]" in res.output
