@@ -169,5 +169,4 @@ def validate(live: Source, traces: Source, tolerances: Tolerances | None = None,
     from .validation import validate as _validate
 
     tol = tolerances if tolerances is not None else Tolerances(**tolerance)
-    src = traces if isinstance(traces, TraceSet) else (lambda p: p if len(p) > 1 else p[0])(_paths(traces))
-    return _validate(_paths(live), src, tol)
+    return _validate(_paths(live), traces if isinstance(traces, TraceSet) else read_traces(traces), tol)

@@ -37,7 +37,6 @@ from tempora_schema.outputs import check_output_dir, staged_dir, to_bytes, write
 from . import coverage
 from . import timing_noise as tn
 from .errors import GroupError, SimError, TraceFileError
-from .kernels import idle_factor
 from .replay import ALL_EPISODES, run_sweep
 from .tolerances import (  # noqa: F401  (re-exported: the defaults' former home)
     DEFAULT_ABS_TOL_PP,
@@ -269,7 +268,7 @@ def clock_comparison(trace: Trace, runs: Sequence[LiveRunStats], model: "tn.Timi
 
     ``clock_gap_idle_pct`` compares the live events with the times the replay gives them: the
     traced δ of each batch × the trace's measured idle factor at the idle time that event
-    waited live (:func:`tempora_sim.kernels.idle_factor`; 1 where the trace measured no idle
+    waited live (:func:`tempora_sim.timing_noise.idle_factor`, the replay's rule; 1 where the trace measured no idle
     effect). That is the check of the instrument (``clock_pass``): within ``clock_tolerance_pct``
     = the larger of ``tol_pct`` and the trace's own 95 % spread of a pass's mean time (its
     timing model's pass shift, drift included), the traced clock is the live one."""
@@ -295,7 +294,7 @@ def clock_comparison(trace: Trace, runs: Sequence[LiveRunStats], model: "tn.Timi
     factors = np.ones(both.height)
     if model is not None and model.has_idle_effect:
         gaps, fs = model.idle_gaps_ms, model.idle_factors
-        factors = np.array([idle_factor(float(g), gaps, fs) for g in both["idle_ms"].to_numpy()])
+        factors = np.array([tn.idle_factor(float(g), gaps, fs) for g in both["idle_ms"].to_numpy()])
     idle_ms = float(np.mean(both["traced"].to_numpy() * factors))
     spread = tn.shift_spread(model.shifts, model.pooled, model.drift) if model is not None else None
     noise_pct = 100.0 * (math.exp(_Z975 * spread[1]) - 1.0) if spread is not None else 0.0

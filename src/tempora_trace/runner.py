@@ -644,7 +644,7 @@ class TraceRun(MethodRun):
             "speed_probe_kind": self.probe.kind,
             **({"taken_alongside": self.alongside_of} if self.alongside_of else {}),
             **({schema.VARIABILITY_KEY: self.timing_variability} if self.timing_variability else {}),
-            **({schema.HEAP_FAULTS_KEY: self.faults.summary()} if self.faults.summary() else {}),
+            **({schema.HEAP_FAULTS_KEY: faults} if (faults := self.faults.summary()) else {}),
         }
 
     def run(self, on_episode_end: Callable[[int, str], None] | None = None) -> Path:

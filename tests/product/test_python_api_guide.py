@@ -1,5 +1,5 @@
 """docs/guide/python-api.md runs as written: its ``python`` blocks, in order, as one notebook
-session (one process) in an empty folder, on a small demo split."""
+(one process) in an empty folder, on a small demo split."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def test_the_api_page_names_every_public_function():
 
 @pytest.mark.e2e
 @pytest.mark.slow
-def test_the_api_page_runs_as_one_notebook_session(tmp_path):
+def test_the_api_page_runs_as_one_notebook(tmp_path):
     blocks = FENCE.findall(GUIDE.read_text(encoding="utf-8"))
     assert len(blocks) >= 6
     env = dict(

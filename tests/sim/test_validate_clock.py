@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from helpers.validation_files import write_validation_set
 from tempora_sim import synthetic as syn
 from tempora_sim.cli import main
 from tempora_sim.validation import validate
@@ -22,19 +23,7 @@ N = 30
 def _setup(tmp: Path, variability, factor: float, rho: float, runs: int = 2) -> tuple[Path, Path]:
     """Traces of standard and tent, and ``runs`` live runs of tent at ``rho`` whose every event
     takes ``factor`` × its traced time."""
-    (tmp / "t").mkdir(parents=True)
-    (tmp / "l").mkdir()
-    tables = {}
-    for m in ("standard", "tent"):
-        meta, table = syn.make_trace(m, episodes=EPISODES, num_batches=N, variability=variability)
-        pq.write_table(table, tmp / "t" / f"{m}.parquet")
-        tables[m] = (meta, table)
-    std = tables["standard"][1]
-    delta = np.asarray(std.filter(pc.equal(std.column("phase"), "adapt")).column("delta_ms").to_pylist())
-    lam = float(delta.mean() + 6 * delta.std())
-    _, live = syn.make_live(*tables["tent"], rho, [np.full(N * len(EPISODES), factor)] * runs, queue=1, lambda_ms=lam)
-    pq.write_table(live, tmp / "l" / "tent.parquet")
-    return tmp / "l", tmp / "t"
+    return write_validation_set(tmp, variability, [np.full(N * len(EPISODES), factor)] * runs, (rho,), EPISODES, N)
 
 
 QUIET = syn.SyntheticVariability(0.0, 0.0, gaps_ms=())
@@ -71,7 +60,8 @@ def test_the_trace_idle_effect_is_applied_at_each_live_event_idle_time(tmp_path)
     row = v.settings.row(0, named=True)
     assert row["clock_gap_pct"] == pytest.approx(100 * (1 / 1.2 - 1), rel=1e-6)
     # every event but each episode's first waited beyond the largest measured gap
-    lv = pq.read_table(live / "tent.parquet").to_pydict()
+    (live_file,) = live.glob("*.parquet")
+    lv = pq.read_table(live_file).to_pydict()
     for r in (0, 1):
         for ep in EPISODES:
             idx = [i for i in range(len(lv["run"])) if lv["run"][i] == r and lv["episode"][i] == ep]
@@ -99,15 +89,7 @@ def test_a_trace_whose_passes_spread_widely_gets_a_wider_tolerance(tmp_path):
 def test_names_from_the_data_are_shown_as_text_in_validate(tmp_path):
     """A model named with an escape sequence and rich markup is printed as text, never applied."""
     name = "\x1b[2J[bold red]m[/]"
-    (tmp_path / "t").mkdir()
-    (tmp_path / "l").mkdir()
-    tables = {}
-    for m in ("standard", "tent"):
-        meta, table = syn.make_trace(m, episodes=EPISODES, num_batches=N, variability=QUIET, model=name)
-        pq.write_table(table, tmp_path / "t" / f"{m}.parquet")
-        tables[m] = (meta, table)
-    _, live = syn.make_live(*tables["tent"], 0.5, [np.ones(N * len(EPISODES))], queue=1)
-    pq.write_table(live, tmp_path / "l" / "tent.parquet")
+    write_validation_set(tmp_path, QUIET, [np.ones(N * len(EPISODES))], (0.5,), EPISODES, N, model=name)
     res = CliRunner().invoke(main, ["validate", str(tmp_path / "l"), "--traces", str(tmp_path / "t"), "--clock-tol-pct", "100"])
     assert res.exit_code in (0, 1), res.output
     assert "\x1b" not in res.output and "\\x1b[2J" in res.output and "[bold red]m[/]" in res.output

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from helpers.validation_files import write_validation_set
 from tempora_schema.live import decode_live_metadata, validate_live_table
 from tempora_sim import synthetic as syn
 from tempora_sim.cli import main
@@ -22,19 +23,7 @@ N = 40
 
 
 def setup(tmp: Path, variability, live_factors, rhos=(1.0, 0.7)) -> tuple[Path, Path]:
-    (tmp / "t").mkdir(parents=True)
-    (tmp / "l").mkdir()
-    tables = {}
-    for m in ("standard", "tent"):
-        meta, table = syn.make_trace(m, episodes=EPISODES, num_batches=N, variability=variability)
-        pq.write_table(table, tmp / "t" / f"{m}.parquet")
-        tables[m] = (meta, table)
-    delta = np.asarray(tables["standard"][1].filter(pq_adapt(tables["standard"][1])).column("delta_ms").to_pylist())
-    lam = float(delta.mean() + 6 * delta.std())
-    for rho in rhos:
-        _, live = syn.make_live(*tables["tent"], rho, live_factors, queue=1, lambda_ms=lam)
-        pq.write_table(live, tmp / "l" / f"tent-{rho:g}.parquet")
-    return tmp / "l", tmp / "t"
+    return write_validation_set(tmp, variability, live_factors, rhos, EPISODES, N)
 
 
 def pq_adapt(table):

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers.cifar import tiny_config
 from tempora_sim import oracle as R
 from tempora_sim.cli import main as sim_main
 from tempora_sim.kernels import discrete_served
@@ -153,19 +154,7 @@ def test_live_amortised_cutoff_is_the_reference_rule(rule, data):
 
 
 def tiny_cfg(root, out, method="tent", **kw) -> TraceConfig:
-    base = dict(
-        method=method,
-        dataset="cifar10-c",
-        model="tiny-bn",
-        data_root=str(root),
-        domains=["gaussian_noise", "fog"],
-        batch_size=8,
-        out=str(out),
-        quiet=True,
-        frozen_sample=None,
-    )
-    base.update(kw)
-    return TraceConfig(**base)
+    return tiny_config(root, out, method=method, **{"frozen_sample": None, **kw})
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import tempora_schema as schema
+from helpers.cifar import tiny_config
 from tempora_trace import runner as runner_mod
 from tempora_trace.config import TraceConfig
 from tempora_trace.data import get_dataset
@@ -32,19 +33,7 @@ pytestmark = pytest.mark.usefixtures("tiny_models")
 
 
 def _cfg(root, out, **kw) -> TraceConfig:
-    base = dict(
-        method="tent",
-        dataset="cifar10-c",
-        model="tiny-bn",
-        data_root=str(root),
-        domains=["gaussian_noise", "fog"],
-        batch_size=8,
-        out=str(out),
-        quiet=True,
-        workers=2,
-    )
-    base.update(kw)
-    return TraceConfig(**base)
+    return tiny_config(root, out, **{"workers": 2, **kw})
 
 
 class _Recorder:

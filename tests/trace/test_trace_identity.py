@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import tempora_schema as schema
-from helpers.cifar import tiny_net
+from helpers.cifar import tiny_config, tiny_net
 from tempora_trace.config import TraceConfig
 from tempora_trace.errors import ConfigError, OutputError
 from tempora_trace.runner import trace_run
@@ -34,19 +34,7 @@ def tiny_with_weights(monkeypatch):
 
 
 def _cfg(root, out, **kw):
-    base = dict(
-        method="tent",
-        dataset="cifar10-c",
-        model="tiny-w",
-        data_root=str(root),
-        domains=["gaussian_noise", "fog"],
-        batch_size=8,
-        out=str(out),
-        quiet=True,
-        threads=1,
-    )
-    base.update(kw)
-    return TraceConfig(**base)
+    return tiny_config(root, out, **{"model": "tiny-w", "threads": 1, **kw})
 
 
 def _weights(tmp_path, state, name):

@@ -9,7 +9,7 @@ from types import ModuleType
 import pytest
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def hostile_modules() -> dict[str, ModuleType]:
     """This folder's test modules by name (``sim`` for test_hostile_sim.py …), the objects pytest
     collected, for the one test that adds up their case tables against docs/reference/errors.md;
