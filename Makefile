@@ -17,7 +17,7 @@ INSTALL := $(STAMP)
 endif
 
 TRACE  := $(PY) -m tempora_trace.cli
-SIM    := $(PY) -m tempora_sim.cli
+SIM    := $(PY) -m tempora_sim.commands.main
 # Where traces and results go (the committed demo set lives in traces/demo).
 TRACES  ?= traces
 RESULTS ?= results

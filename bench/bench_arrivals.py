@@ -21,9 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from tempora_sim.replay import run_sweep  # noqa: E402
-from tempora_sim.synthetic import CORRUPTIONS, PROFILES, write_trace_set  # noqa: E402
-from tempora_sim.traces import load_traces  # noqa: E402
+from tempora_sim.sweeps.replay import run_sweep  # noqa: E402
+from tempora_sim.sweeps.synthetic import CORRUPTIONS, PROFILES, write_trace_set  # noqa: E402
+from tempora_sim.sweeps.traces import load_traces  # noqa: E402
 
 METHODS = tuple(PROFILES)[:10]
 

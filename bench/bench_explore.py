@@ -10,7 +10,7 @@ Measures, against the targets of docs/results/performance.md:
 (d) slider redraw: from the input event to the second painted frame, every slider of every
     protocol view of every group, 15 positions each, median (target ≤ 100 ms);
 (e) with ``--paper``: what a paper-sized study weighs, computed on a synthetic one (3 groups
-    × 11 methods × 15 corruptions, tempora_sim.synthetic), page size and build time.
+    × 11 methods × 15 corruptions, tempora_sim.sweeps.synthetic), page size and build time.
 
 Run: ``python bench/bench_explore.py [--paper]``. Prints the machine (CPU, cores, load, versions).
 """
@@ -36,10 +36,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_stats import machine as base  # noqa: E402
 from helpers.headless import Browser, chromium_version, find_chromium  # noqa: E402
-from tempora_sim.synthetic import CORRUPTIONS, PROFILES, write_trace  # noqa: E402
+from tempora_sim.sweeps.synthetic import CORRUPTIONS, PROFILES, write_trace  # noqa: E402
 
 DEMO = ROOT / "traces" / "demo"
-SIM = [sys.executable, "-m", "tempora_sim.cli"]
+SIM = [sys.executable, "-m", "tempora_sim.commands.main"]
 
 
 def children_cpu() -> float:
@@ -110,7 +110,7 @@ def tracer_schedule(num_batches: int, dense: int = 16) -> list[int]:
 
 
 def paper_study(root: Path) -> Path:
-    """3 groups × 11 methods × 15 corruptions of synthetic traces (tempora_sim.synthetic), with
+    """3 groups × 11 methods × 15 corruptions of synthetic traces (tempora_sim.sweeps.synthetic), with
     ImageNet-C's 782 batches per corruption and the tracer's default checkpoints."""
     methods = dict(PROFILES)
     # an eleventh method: a slower variant of the slowest profile

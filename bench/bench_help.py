@@ -1,7 +1,7 @@
 """Benchmark of start-up (``make bench``): ``--help`` of both commands, in fresh processes.
 
 What a user waits for before the first line of either tool: interpreter start, imports, click.
-Each run is a new ``python -m tempora_trace.cli --help`` / ``python -m tempora_sim.cli --help``
+Each run is a new ``python -m tempora_trace.cli --help`` / ``python -m tempora_sim.commands.main --help``
 process; the table gives the median and the minimum wall time over ``--runs`` runs (noise on a
 shared machine only adds time). ``--against SRC`` times a second source tree (another
 checkout's ``src/``) in the same loop, interleaved run by run, for a before/after comparison
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = {
     "tempora-trace --help": ["-m", "tempora_trace.cli", "--help"],
-    "tempora-sim --help": ["-m", "tempora_sim.cli", "--help"],
+    "tempora-sim --help": ["-m", "tempora_sim.commands.main", "--help"],
 }
 
 

@@ -1,7 +1,7 @@
 """Benchmark of the simulator (``make bench``): kernels vs the plain-Python oracle.
 
 Generates synthetic traces (trace schema v2) in a temporary directory (paper-shaped timing profiles,
-see ``tempora_sim.synthetic``) and measures, with ``time.perf_counter``:
+see ``tempora_sim.sweeps.synthetic``) and measures, with ``time.perf_counter``:
 
 (a) the paper grid (16 scenarios × 10 methods × 15 episodes × 781 batches) in kernel time
     after JIT, the whole warm CLI run (a fresh ``tempora-sim sweep`` process: imports, read,
@@ -43,9 +43,9 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from tempora_sim.replay import run_sweep  # noqa: E402
-from tempora_sim.synthetic import CORRUPTIONS, PROFILES, write_trace, write_trace_set  # noqa: E402
-from tempora_sim.traces import load_traces  # noqa: E402
+from tempora_sim.sweeps.replay import run_sweep  # noqa: E402
+from tempora_sim.sweeps.synthetic import CORRUPTIONS, PROFILES, write_trace, write_trace_set  # noqa: E402
+from tempora_sim.sweeps.traces import load_traces  # noqa: E402
 
 PAPER = dict(protocols="discrete,continuous,amortised")  # default grids: 5 ρ + 5 T + 6 B = 16 scenarios
 RESULTS: list[tuple[str, str, str, bool | None]] = []
@@ -75,7 +75,7 @@ def cli_run(trace_dir: Path, out: Path, env: dict | None = None) -> tuple[float,
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "tempora_sim.cli", "sweep", str(trace_dir), "--out", str(out)],
+        [sys.executable, "-m", "tempora_sim.commands.main", "sweep", str(trace_dir), "--out", str(out)],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})},
@@ -102,7 +102,7 @@ def write_exact_frozen_set(directory: Path) -> int:
 def cli_wall(args: list[str], runs: int, env: dict | None = None) -> tuple[list[float], list[float]]:
     """Wall and CPU seconds of ``runs`` warm ``tempora-sim`` processes (after one untimed run,
     which also fills the trace cache when ``env`` turns it on)."""
-    cmd = [sys.executable, "-m", "tempora_sim.cli", *args]
+    cmd = [sys.executable, "-m", "tempora_sim.commands.main", *args]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})}
     subprocess.run(cmd, capture_output=True, env=env, check=True)  # warm: Numba cache, page cache
     walls, cpus = [], []
@@ -146,7 +146,7 @@ def bench_exact_frozen(tmp: Path, runs: int) -> None:
     )
     dense = {"--rho": np.linspace(0.05, 1.5, 100), "--T": np.linspace(45, 2000, 100), "--B": np.linspace(0, 40000, 100)}
     dense_args = [a for flag, vals in dense.items() for a in (flag, ",".join(f"{v:.6g}" for v in vals))]
-    # warm = Numba's kernel cache and the trace cache (tempora_sim.trace_cache, in a folder of
+    # warm = Numba's kernel cache and the trace cache (tempora_sim.sweeps.trace_cache, in a folder of
     # this run) filled by the untimed first run; the uncached row reads every file each time
     cached = {"TEMPORA_TRACE_CACHE": str(tmp / "trace-cache")}
     uncached = {"TEMPORA_TRACE_CACHE": "off"}

@@ -30,8 +30,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from tempora_sim import analyses as an  # noqa: E402
 from tempora_sim import sweep  # noqa: E402
-from tempora_sim.advise import advise, parse_constraint  # noqa: E402
-from tempora_sim.traces import load_traces  # noqa: E402
+from tempora_sim.analyses.advice import advise, parse_constraint  # noqa: E402
+from tempora_sim.sweeps.traces import load_traces  # noqa: E402
 
 DEMO = ROOT / "traces" / "demo"
 
@@ -75,7 +75,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as out:
         t0, c0 = time.perf_counter(), cpu_s(resource.RUSAGE_CHILDREN)
         subprocess.run(
-            [sys.executable, "-m", "tempora_sim.cli", "report", str(DEMO), "--out", out],
+            [sys.executable, "-m", "tempora_sim.commands.main", "report", str(DEMO), "--out", out],
             check=True,
             stdout=subprocess.DEVNULL,
             env={**os.environ, "PYTHONPATH": str(ROOT / "src")},

@@ -48,7 +48,7 @@ ENV = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 def run(args: list[str]) -> tuple[float, float]:
     """(wall, CPU) seconds of one fresh ``tempora-sim`` process."""
     cpu0, t0 = children_cpu(), time.perf_counter()
-    subprocess.run([sys.executable, "-m", "tempora_sim.cli", *args], check=True, capture_output=True, env=ENV)
+    subprocess.run([sys.executable, "-m", "tempora_sim.commands.main", *args], check=True, capture_output=True, env=ENV)
     return time.perf_counter() - t0, children_cpu() - cpu0
 
 

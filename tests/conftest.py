@@ -31,7 +31,7 @@ SLOW_TIMEOUT = 900
 
 
 def pytest_configure(config):
-    """The simulator's trace cache (tempora_sim.trace_cache) of this test run lives in a
+    """The simulator's trace cache (tempora_sim.sweeps.trace_cache) of this test run lives in a
     temporary folder, never in the user's cache; subprocesses inherit it."""
     import tempfile
 

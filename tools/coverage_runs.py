@@ -1,7 +1,7 @@
 """Pool the timing coverage of several ``make validate`` runs into one Markdown table.
 
 Each run writes ``<out>/report/validation.csv`` (one row per setting, with the coverage columns
-of :mod:`tempora_sim.coverage`). This script adds the runs up per setting (method, protocol and
+of :mod:`tempora_sim.uncertainty.coverage`). This script adds the runs up per setting (method, protocol and
 ρ or B): live runs inside the replay's timing interval over live runs, the lowest coverage of
 any one run, and the median interval width, then the same overall and over the settings whose
 interval has a width. ``docs/`` quotes its output for the runs it reports::
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import polars as pl
 
-from tempora_sim.coverage import figures, overall
-from tempora_sim.timing_noise import MEASURED
+from tempora_sim.sweeps.variability import MEASURED
+from tempora_sim.uncertainty.coverage import figures, overall
 
 KEYS = ["method", "protocol", "rho", "budget_ms"]
 
@@ -36,7 +36,7 @@ def load(runs: list[Path]) -> pl.DataFrame:
 
 def per_setting(s: pl.DataFrame) -> pl.DataFrame:
     """One row per setting, the runs added up, in the columns of ``validate``'s settings (so
-    :func:`tempora_sim.coverage.overall` summarises them as it summarises one run)."""
+    :func:`tempora_sim.uncertainty.coverage.overall` summarises them as it summarises one run)."""
     has_alpha = pl.col("covered_alpha").is_not_null().any()
     return (
         s.group_by(KEYS, maintain_order=True)

@@ -3,7 +3,7 @@
 Downloads Apache ECharts' npm tarball from the npm registry at the pinned version, refuses it
 unless its sha512 matches the registry's published ``dist.integrity`` recorded below, and
 writes ``dist/echarts.min.js`` with the package's licence files and ``VENDOR.json`` (version,
-tarball, integrity, the file's sha256) into ``src/tempora_sim/explore_assets/vendor/``. The
+tarball, integrity, the file's sha256) into ``src/tempora_sim/exploration/assets/vendor/``. The
 tests check the committed file against ``VENDOR.json``, so the page is built offline from a
 fresh clone. To move to another version: ``python tools/vendor_echarts.py --version X
 --integrity sha512-…`` (the integrity as ``npm view echarts@X dist.integrity`` prints it).
@@ -27,7 +27,7 @@ INTEGRITY = "sha512-q0yaFPggC9FUdsWH4blavRWFmxdrIodbkoKNAjJudAI6CA9gNPxHtV2RcZNE
 REGISTRY = "https://registry.npmjs.org"
 FILES = {"package/dist/echarts.min.js": "echarts.min.js", "package/LICENSE": "LICENSE", "package/NOTICE": "NOTICE"}
 OPTIONAL = {"package/licenses/LICENSE-d3": "LICENSE-d3"}
-DEST = Path(__file__).resolve().parent.parent / "src" / "tempora_sim" / "explore_assets" / "vendor"
+DEST = Path(__file__).resolve().parent.parent / "src" / "tempora_sim" / "exploration" / "assets" / "vendor"
 
 
 def check_integrity(data: bytes, integrity: str) -> None:

@@ -23,13 +23,25 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from .errors import TemporaError, TraceSchemaError  # noqa: F401  (re-exported: the package's own error)
-from .policies import file_part as policy_file_part
-from .policies import parse_policy, policy_label, validate_policy_metadata
-from .prediction import KIND_KEY, KIND_PROFILE, PREDICTED_KEY, PROFILE_BATCHES_KEY, check_kind_rows, validate_kind  # noqa: F401  (re-exported)
-from .provision import LAMBDA_RULES, LAMBDA_SIGMAS, MAD_TO_SIGMA, lambda_ms  # noqa: F401  (re-exported)
-from .variability import VARIABILITY_KEY, check_variability_rows, sample_size, validate_variability  # noqa: F401  (re-exported)
-from .vocabulary import CORRUPTIONS  # noqa: F401  (re-exported: the episodes of the paper's episodic stream)
+from tempora_schema.errors import TemporaError, TraceSchemaError  # noqa: F401  (re-exported: the package's own error)
+from tempora_schema.policies import file_part as policy_file_part
+from tempora_schema.policies import parse_policy, policy_label, validate_policy_metadata
+from tempora_schema.prediction import (  # noqa: F401  (re-exported)
+    KIND_KEY,
+    KIND_PROFILE,
+    PREDICTED_KEY,
+    PROFILE_BATCHES_KEY,
+    check_kind_rows,
+    validate_kind,
+)
+from tempora_schema.provision import LAMBDA_RULES, LAMBDA_SIGMAS, MAD_TO_SIGMA, lambda_ms  # noqa: F401  (re-exported)
+from tempora_schema.variability import (  # noqa: F401  (re-exported)
+    VARIABILITY_KEY,
+    check_variability_rows,
+    sample_size,
+    validate_variability,
+)
+from tempora_schema.vocabulary import CORRUPTIONS  # noqa: F401  (re-exported: the episodes of the paper's episodic stream)
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa

@@ -46,9 +46,9 @@ from typing import Any, Mapping
 import numpy as np
 import pyarrow as pa
 
-from . import METADATA_FIELDS, STREAMS, GroupKey, TraceSchemaError, _arrow_kind_ok, _is_int
-from .policies import validate_policy_metadata
-from .vocabulary import BUDGET_RULES, LIVE_PROTOCOLS
+from tempora_schema import METADATA_FIELDS, STREAMS, GroupKey, TraceSchemaError, _arrow_kind_ok, _is_int
+from tempora_schema.policies import validate_policy_metadata
+from tempora_schema.vocabulary import BUDGET_RULES, LIVE_PROTOCOLS
 
 LIVE_SCHEMA_VERSION = 1
 #: Parquet key-value metadata key of a live run (a trace uses ``tempora``).

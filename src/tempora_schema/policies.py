@@ -30,7 +30,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from .errors import OptionError
+from tempora_schema.errors import OptionError
 
 #: The policy kinds, in the order the documentation lists them.
 KINDS = ("every", "fraction", "entropy", "warmup")

@@ -21,7 +21,7 @@ and its ``device`` ends in :data:`PREDICTED_MARK`, so the comparison group of a 
 trace is never the group of a measured one: every table, sentence and page that names the
 group says "predicted". ``error`` is the transfer's out-of-sample error of the mean δ (log
 scale, from held-out profile events); the simulator adds it to every timing replicate of the
-trace, so its intervals widen with it (``tempora_sim.timing_noise``). Nothing here imports
+trace, so its intervals widen with it (``tempora_sim.sweeps.variability``). Nothing here imports
 torch or pyarrow.
 """
 
@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from .errors import TraceSchemaError
+from tempora_schema.errors import TraceSchemaError
 
 #: Metadata key naming what a file is beyond a trace (absent: a trace).
 KIND_KEY = "kind"

@@ -5,7 +5,7 @@ trace: ``passes`` back-to-back repeat passes, then one *idle pass* in which some
 an idle wait of a given length. A repeat event runs the same computation as the main-pass
 event of the same (episode, step) — the method is reset and reseeded exactly as the main pass
 started the episode — so the ratio of the two times is pure timing variability of the device.
-The simulator turns those ratios into timing replicates (``tempora_sim.timing_noise``).
+The simulator turns those ratios into timing replicates (``tempora_sim.sweeps.variability``).
 
 The key is optional: a trace without it reads as before, and the answers drawn from it say
 that their timing uncertainty is unknown. Its value::
@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from .errors import TraceSchemaError
+from tempora_schema.errors import TraceSchemaError
 
 #: Metadata key of the timing-variability measurement (optional in schema v2).
 VARIABILITY_KEY = "timing_variability"

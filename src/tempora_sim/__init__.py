@@ -1,21 +1,30 @@
 """tempora_sim: replay schema-v2 (and v1) traces under any ρ / T / B grid. Never imports torch.
 
-The notebook API is :mod:`tempora_sim.api` (``from tempora_sim import api as ts``: ``ts.sweep``,
-``ts.report``, ``ts.advise``, ``ts.explore``, ``ts.validate``, ``ts.read_traces``;
-docs/guide/python-api.md). ``tempora_sim.sweep(...)`` (defined in :mod:`tempora_sim.replay`) is
-also here, imported on first use, so the command line starts (and answers ``--help``) without
-loading polars and numba.
+The notebook API: ``import tempora_sim as ts``, then ``ts.sweep``, ``ts.report``, ``ts.advise``,
+``ts.explore``, ``ts.validate``, ``ts.read_traces`` (defined in :mod:`tempora_sim.api`;
+docs/guide/python-api.md). They are imported on first use, so the command line starts (and
+answers ``--help``) without loading polars and numba.
+
+The package is in wings, each layered on the ones below it (``make lint`` checks the order):
+``engine`` (kernels, oracle, grids, arrivals, the idle rule) → ``protocols`` → ``sweeps``
+(options, traces, replay, scenarios, the utility table, the timing-variability model) →
+``uncertainty`` (bootstrap, timing replicates, term intervals, coverage) → ``analyses`` →
+``prediction`` → ``exploration`` → ``reporting`` → ``validation`` → ``api`` → ``commands``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["sweep", "run_sweep", "SweepOptions", "__version__"]
+#: The notebook API (tempora_sim.api) and the sweep's entry points (tempora_sim.sweeps.replay).
+_API = ("sweep", "report", "advise", "explore", "validate", "read_traces", "Advice")
+_SWEEP = ("run_sweep", "SweepOptions")
 
-#: True in the ``tempora-sim`` program (set by :func:`tempora_sim.cli.run`), False when a
+__all__ = [*_API, *_SWEEP, "__version__"]
+
+#: True in the ``tempora-sim`` program (set by :func:`tempora_sim.commands.main.run`), False when a
 #: notebook or another program imports the package: process-wide shortcuts that only the
-#: program may take (Numba's start, :func:`tempora_sim.replay.warm_kernels`) check it.
+#: program may take (Numba's start, :func:`tempora_sim.sweeps.replay.warm_kernels`) check it.
 IN_PROGRAM = False
 
 
@@ -29,8 +38,12 @@ def __getattr__(name: str) -> Any:
             return version("tempora-tta")
         except PackageNotFoundError:  # a source tree on sys.path that was never installed
             return "0+unknown"
-    if name in ("sweep", "run_sweep", "SweepOptions"):
-        from . import replay
+    if name in _API:
+        from tempora_sim import api
+
+        return getattr(api, name)
+    if name in _SWEEP:
+        from tempora_sim.sweeps import replay
 
         return getattr(replay, name)
     raise AttributeError(f"module 'tempora_sim' has no attribute '{name}'")

@@ -1,11 +1,11 @@
 """The simulator as a library: every answer the commands give, as a function a notebook calls.
 
 Each function takes what its command takes — trace files or folders, and the sweep's options as
-keyword arguments (the fields of :class:`~tempora_sim.options.SweepOptions`: ``protocols``,
+keyword arguments (the fields of :class:`~tempora_sim.sweeps.options.SweepOptions`: ``protocols``,
 ``rho``, ``T_ms``, ``B_ms``, ``lambda_ms``, ``queue`` …) — and returns polars DataFrames or a
 small result object instead of printing. Bad input raises the same one-line errors the
 commands print (subclasses of :class:`~tempora_sim.errors.SimError`); the simulator's
-warnings are :class:`~tempora_sim.replay.SimWarning` (``warnings``), never printed.
+warnings are :class:`~tempora_sim.sweeps.replay.SimWarning` (``warnings``), never printed.
 
 ``from tempora_sim import api as ts`` reaches them all: ``ts.sweep``, ``ts.report``,
 ``ts.advise``, ``ts.explore``, ``ts.validate``, ``ts.read_traces`` (docs/guide/python-api.md).
@@ -20,11 +20,11 @@ from typing import Any, Union
 
 import polars as pl
 
-from .options import SweepOptions
-from .replay import sweep
-from .stats import BootstrapOptions
-from .tolerances import Tolerances
-from .traces import TraceSet, load_traces
+from tempora_sim.sweeps.options import SweepOptions
+from tempora_sim.sweeps.replay import sweep
+from tempora_sim.sweeps.traces import TraceSet, load_traces
+from tempora_sim.uncertainty.bootstrap import BootstrapOptions
+from tempora_sim.validation.tolerances import Tolerances
 
 __all__ = ["sweep", "report", "advise", "explore", "validate", "read_traces", "Advice"]
 
@@ -61,11 +61,11 @@ def report(
     **options: Any,
 ):
     """Write the report ``tempora-sim report`` writes into ``out`` (report.md, tables/*.csv,
-    figures, explore.html) and return its :class:`~tempora_sim.report.ReportResult` (the paths
+    figures, explore.html) and return its :class:`~tempora_sim.reporting.ReportResult` (the paths
     written and the seconds each part took). ``source``: traces (swept first with
-    ``options``) or a sweep's results folder. ``tempora_sim.report.compute_table`` answers a
+    ``options``) or a sweep's results folder. ``tempora_sim.reporting.compute_table`` answers a
     single table as a DataFrame without writing anything."""
-    from . import report as rp  # the analyses load on first use
+    from tempora_sim import reporting as rp  # the analyses load on first use
 
     rp_opts = SweepOptions.build(**options)
     inputs = rp.load_inputs(_paths(source), rp_opts, out, bootstrap, scenarios)
@@ -106,7 +106,7 @@ class Advice(list):
 
     def lines(self) -> list[str]:
         """The sentences ``tempora-sim advise`` prints."""
-        from .advise import text_lines
+        from tempora_sim.analyses.advice import text_lines
 
         return text_lines(list(self), self.constraint)
 
@@ -126,8 +126,8 @@ def advise(
     two of them, as ``tempora-sim advise`` takes them: ``rho="70%"``, ``T="500ms"``), per
     comparison group, with its certainty and how far the constraint can move before the
     answer changes. ``idle_effect=False`` replays without the measured idle effect."""
-    from .advise import advise as _advise
-    from .advise import parse_constraint
+    from tempora_sim.analyses.advice import advise as _advise
+    from tempora_sim.analyses.advice import parse_constraint
 
     def text(v):
         return None if v is None else str(v)
@@ -150,7 +150,7 @@ def explore(
     """Write the interactive page ``tempora-sim explore`` writes (one offline HTML file) and
     return its path. Without ``protocols``, every protocol and the combined ones, as the
     command does."""
-    from .explore_page import DEFAULT_PROTOCOLS, build_page_data, check_out_file, write_page
+    from tempora_sim.exploration.page import DEFAULT_PROTOCOLS, build_page_data, check_out_file, write_page
 
     opts = SweepOptions.build(**options)
     if "protocols" not in opts.given():
@@ -162,11 +162,11 @@ def explore(
 
 def validate(live: Source, traces: Source, tolerances: Tolerances | None = None, **tolerance: float):
     """Put every live run under ``live`` (files from ``tempora-trace live``) beside the replay
-    of its trace under ``traces``; returns a :class:`~tempora_sim.validation.Validation`:
+    of its trace under ``traces``; returns a :class:`~tempora_sim.validation.live_runs.Validation`:
     ``.settings`` (one row per setting: live and replay, the clock check, coverage), ``.runs``,
-    ``.disagreements`` and ``.passed``. Tolerances as :class:`~tempora_sim.tolerances.Tolerances`
+    ``.disagreements`` and ``.passed``. Tolerances as :class:`~tempora_sim.validation.tolerances.Tolerances`
     or its fields (``abs_pp``, ``clock_pct`` …)."""
-    from .validation import validate as _validate
+    from tempora_sim.validation.live_runs import validate as _validate
 
     tol = tolerances if tolerances is not None else Tolerances(**tolerance)
     return _validate(_paths(live), traces if isinstance(traces, TraceSet) else read_traces(traces), tol)

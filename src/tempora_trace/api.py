@@ -1,4 +1,4 @@
-"""The tracer as a library: trace a configuration, calibrate λ, play a method live.
+"""The tracer as a library: trace a configuration, profile it, calibrate λ, play a method live.
 
 Each function takes a :class:`~tempora_trace.config.TraceConfig` and/or its fields as keyword
 arguments — the names of ``tempora-trace run``'s options with underscores (``method``,
@@ -22,9 +22,10 @@ from .calibration import calibrate as _calibrate
 from .config import TraceConfig
 from .errors import ConfigError
 from .live import LiveSettings, run_live
-from .runner import trace_run
+from .options import DEFAULT_PROFILE_BATCHES
+from .runner import profile_run, trace_run
 
-__all__ = ["trace", "calibrate", "live", "TraceConfig", "LiveSettings", "Calibration"]
+__all__ = ["trace", "profile", "calibrate", "live", "TraceConfig", "LiveSettings", "Calibration"]
 
 _CONFIG_FIELDS = {f.name for f in dataclasses.fields(TraceConfig)}
 _LIVE_FIELDS = {f.name for f in dataclasses.fields(LiveSettings)}
@@ -42,6 +43,15 @@ def trace(config: TraceConfig | None = None, /, *, quiet: bool = True, **fields:
     """Trace one method (``tempora-trace run``) and return the written Parquet file.
     ``resume=True`` continues an interrupted run after its last complete episode."""
     return trace_run(_config(config, fields, quiet))
+
+
+def profile(
+    config: TraceConfig | None = None, /, *, profile_batches: int = DEFAULT_PROFILE_BATCHES, quiet: bool = True, **fields: Any
+) -> Path:
+    """Profile one method (``tempora-trace profile``): the first ``profile_batches`` batches of
+    every episode, timing only, and return the written file; ``tempora-sim predict`` turns a
+    trace taken elsewhere and this profile into a predicted trace of this device."""
+    return profile_run(_config(config, {**fields, "profile_batches": profile_batches}, quiet))
 
 
 def calibrate(config: TraceConfig | None = None, /, *, quiet: bool = True, **fields: Any) -> Calibration:

@@ -54,9 +54,9 @@ from rich.progress import Progress as Bar
 
 from tempora_schema import decode_metadata
 from tempora_schema.errors import OutputLockedError, TemporaError, output_error
-from tempora_schema.outputs import check_output_dir, output_lock, write_file
 from tempora_schema.policies import parse_policies
 from tempora_schema.vocabulary import BASELINE_METHOD
+from tempora_toolkit.atomic_files import check_output_dir, output_lock, write_file
 
 from . import options as trace_options
 from .calibration import lambda_ms_of

@@ -39,8 +39,8 @@ from typing import Any, Callable, Sequence  # noqa: E402
 import click  # noqa: E402
 
 from tempora_schema import DEFAULT_SEVERITY  # noqa: E402
-from tempora_schema.command import INT32_MAX, OneLineGroup  # noqa: E402
 from tempora_schema.vocabulary import BASELINE_METHOD  # noqa: E402
+from tempora_toolkit.command_line import INT32_MAX, OneLineGroup  # noqa: E402
 
 from .errors import ConfigError  # noqa: E402
 from .options import click_options, config_kwargs, live_kwargs, method_params, parse_domains, parse_param, policies_of  # noqa: E402, F401

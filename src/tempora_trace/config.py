@@ -20,10 +20,10 @@ import torch
 
 import tempora_schema as schema
 from tempora_schema import DEFAULT_BATCH_SIZE, DEFAULT_SEED, DEFAULT_SEVERITY
-from tempora_schema.command import INT32_MAX, INT64_MAX
-from tempora_schema.outputs import check_output_dir
 from tempora_schema.policies import parse_policy
 from tempora_schema.vocabulary import BASELINE_METHOD
+from tempora_toolkit.atomic_files import check_output_dir
+from tempora_toolkit.command_line import INT32_MAX, INT64_MAX
 
 from .data import expand_domains, get_dataset
 from .data.folder import expand_corruptions

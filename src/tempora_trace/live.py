@@ -56,9 +56,15 @@ from tempora_schema.live import (
     live_arrow_schema,
     validate_live_table,
 )
-from tempora_schema.outputs import check_output_dir, output_lock, to_bytes, trace_folder_above, write_file
 from tempora_schema.provision import LAMBDA_RULES, inflated_lambda, lambda_provision
 from tempora_schema.vocabulary import BASELINE_METHOD, BUDGET_RULES, LIVE_PROTOCOLS
+from tempora_toolkit.atomic_files import (
+    check_output_dir,
+    output_lock,
+    to_bytes,
+    trace_folder_above,
+    write_file,
+)
 
 from .checkpoints import BudgetCutoffs
 from .config import TraceConfig, path_part

@@ -10,7 +10,7 @@
   ``tempora-trace run`` arguments of a campaign's trace (:func:`to_argv`, :func:`parse_args`).
 
 Adding a trace option is one :class:`TraceOption` here plus its use (the ``TraceConfig`` field
-it fills and the code that reads it). ``tempora_sim.options`` does the same for the simulator.
+it fills and the code that reads it). ``tempora_sim.sweeps.options`` does the same for the simulator.
 
 This module is what ``tempora-trace --help`` loads: click, ``tempora_schema`` and nothing that
 imports torch (``TraceConfig`` does, for its checks).
@@ -26,7 +26,11 @@ from typing import Any, Callable, Mapping, Sequence
 import click
 
 from tempora_schema import DEFAULT_BATCH_SIZE, DEFAULT_SEED, DEFAULT_SEVERITY
-from tempora_schema.command import (
+from tempora_schema.errors import OptionError
+from tempora_schema.policies import parse_policies
+from tempora_schema.provision import LAMBDA_RULES
+from tempora_schema.vocabulary import BUDGET_RULES
+from tempora_toolkit.command_line import (
     INT32_MAX,
     INT64_MAX,
     ValueType,
@@ -37,10 +41,6 @@ from tempora_schema.command import (
     time_list_type,
     time_type,
 )
-from tempora_schema.errors import OptionError
-from tempora_schema.policies import parse_policies
-from tempora_schema.provision import LAMBDA_RULES
-from tempora_schema.vocabulary import BUDGET_RULES
 
 from .errors import ConfigError
 from .heap import DEFAULT_HEAP, HEAP_POLICIES

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tempora_schema.command import visible
+from tempora_toolkit.command_line import visible
 
 
 class ProgressView:

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 import tempora_schema as schema
-from tempora_schema.command import visible
+from tempora_toolkit.command_line import visible
 
 from . import __version__
 from .checkpoints import BudgetCutoffs, default_schedule, sample_steps

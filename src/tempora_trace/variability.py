@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 import tempora_schema as schema
-from tempora_schema.command import parse_time_ms
+from tempora_toolkit.command_line import parse_time_ms
 
 from .timing import collect_between_events, now_ns, timed_event, wait_until
 

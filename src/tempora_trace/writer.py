@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 import tempora_schema as schema
 from tempora_schema.errors import output_error
-from tempora_schema.outputs import check_output_dir, output_lock, to_bytes, write_file
+from tempora_toolkit.atomic_files import check_output_dir, output_lock, to_bytes, write_file
 
 from .errors import OutputError
 
@@ -62,7 +62,7 @@ class TraceWriter:
     """Owns one run's output path: locks it against a second run, refuses silent overwrites,
     keeps completed episodes for ``--resume``, and publishes the finished trace atomically.
 
-    Every write goes through :func:`tempora_schema.outputs.write_file` (temporary name, fsync,
+    Every write goes through :func:`tempora_toolkit.atomic_files.write_file` (temporary name, fsync,
     rename), so a crash or a full disk leaves complete episodes or nothing, and every
     ``OSError`` becomes a one-line :class:`OutputError` naming the path. Call :meth:`close`
     when the run ends, however it ends (the lock is released)."""

@@ -16,7 +16,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from tempora_schema import METADATA_KEY
-from tempora_sim.synthetic import make_trace
+from tempora_sim.sweeps.synthetic import make_trace
 
 #: the synthetic traces of a workspace: two corruptions, twelve batches of eight
 SMALL = dict(num_batches=12, episodes=("fog", "snow"), checkpoints=(0, 4), frozen_eval=4, batch_size=8, num_classes=10)

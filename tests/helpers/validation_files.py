@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tempora_sim import synthetic as syn
+from tempora_sim.sweeps import synthetic as syn
 
 
 def write_validation_set(

@@ -16,22 +16,24 @@ from tempora_schema import vocabulary
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
 PAGE = (ROOT / "docs" / "design" / "architecture.md").read_text(encoding="utf-8")
-PACKAGES = ("tempora_schema", "tempora_sim", "tempora_trace")
+PACKAGES = ("tempora_schema", "tempora_toolkit", "tempora_sim", "tempora_trace")
 
 MODULES = sorted(set(re.findall(r"`((?:%s)(?:\.[a-z_]+)*)`" % "|".join(PACKAGES), PAGE)))
 FILES = sorted(set(re.findall(r"`((?:%s)/[a-z_/]+\.py)`" % "|".join(PACKAGES), PAGE)))
 
 
 def _diagram() -> list[tuple[str, str]]:
-    """(package, module pattern) of each box in the package drawing: the schema's tree first,
-    then the tracer's column on the left and the simulator's on the right."""
+    """(package, module pattern) of each box in the package drawing: the schema's and the
+    toolkit's trees first, then the tracer's column on the left and the simulator's on the right."""
     block = PAGE.split("```text", 1)[1].split("```", 1)[0]
-    out, schema_part = [], True
+    out, top = [], "tempora_schema"
     for line in block.splitlines():
         if "▲" in line:
-            schema_part = False
+            top = None
+        elif top and "tempora_toolkit" in line:
+            top = "tempora_toolkit"
         for match in re.finditer(r"[├└]── ([a-z_*/]+(?:, [a-z_*/]+)*)", line):
-            package = "tempora_schema" if schema_part else ("tempora_trace" if match.start() < 40 else "tempora_sim")
+            package = top or ("tempora_trace" if match.start() < 40 else "tempora_sim")
             out += [(package, name.rstrip("/")) for name in match.group(1).split(", ")]
     return out
 
@@ -49,7 +51,7 @@ def _module_file(name: str) -> Path | None:
 
 def test_the_page_names_modules_and_files():
     assert len(MODULES) >= 20 and len(FILES) >= 7 and len(DIAGRAM) >= 45
-    assert {"tempora_schema.discrete", "tempora_schema.vocabulary", "tempora_trace.options", "tempora_sim.oracle"} <= set(MODULES)
+    assert {"tempora_schema.discrete", "tempora_schema.vocabulary", "tempora_trace.options", "tempora_sim.engine.oracle"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -194,7 +194,7 @@ def test_license_and_citation_match_the_package():
     assert citation["preferred-citation"]["year"] == 2026
 
 
-@pytest.mark.parametrize("target", ["tempora_sim.cli:main", "tempora_trace.cli:cli"])
+@pytest.mark.parametrize("target", ["tempora_sim.commands.main:main", "tempora_trace.cli:cli"])
 def test_cli_reference_lists_every_command_and_option(target):
     import click
 

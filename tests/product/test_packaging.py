@@ -174,7 +174,7 @@ def test_sim_extra_installs_and_sweeps_without_torch(wheel, tmp_path):
         [
             str(py),
             "-c",
-            "import sys; from tempora_sim.synthetic import write_trace_set; "
+            "import sys; from tempora_sim.sweeps.synthetic import write_trace_set; "
             "write_trace_set(sys.argv[1], ['standard', 'tent'], num_batches=12, episodes=['gaussian_noise'])",
             str(traces),
         ],
@@ -203,7 +203,7 @@ def test_sim_extra_installs_and_sweeps_without_torch(wheel, tmp_path):
     assert (
         "torch"
         not in subprocess.run(
-            [str(py), "-c", "import sys, tempora_sim.cli, tempora_sim.replay; print(sorted(sys.modules))"],
+            [str(py), "-c", "import sys, tempora_sim.commands.main, tempora_sim.sweeps.replay; print(sorted(sys.modules))"],
             check=True,
             capture_output=True,
             text=True,

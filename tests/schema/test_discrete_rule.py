@@ -1,6 +1,6 @@
 """The discrete protocol's decision rule has one home (tempora_schema.discrete): hand-worked
 cases, the rule walked in plain Python against the independent event-queue oracle
-(tempora_sim.oracle), and the Numba kernel's walk against the plain-Python rule."""
+(tempora_sim.engine.oracle), and the Numba kernel's walk against the plain-Python rule."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tempora_schema.discrete import last_arrival, next_pick
-from tempora_sim import kernels
-from tempora_sim import oracle as R
+from tempora_sim.engine import kernels
+from tempora_sim.engine import oracle as R
 
 FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -19,13 +19,13 @@ from hypothesis import strategies as st
 
 import tempora_schema as schema
 from tempora_schema import TraceSchemaError, lambda_ms
-from tempora_schema.migrate import migrate_file
 from tempora_schema.provision import LAMBDA_ROBUST_LIMIT, inflated_lambda
-from tempora_sim.cli import main
+from tempora_sim.commands.main import main
 from tempora_sim.errors import GroupError, SimWarning, TraceFileError
-from tempora_sim.replay import build_series, run_sweep, sweep
-from tempora_sim.synthetic import make_trace, write_trace
-from tempora_sim.traces import group_lambdas, group_warnings, load_traces, read_trace
+from tempora_sim.sweeps.migrate import migrate_file
+from tempora_sim.sweeps.replay import build_series, run_sweep, sweep
+from tempora_sim.sweeps.synthetic import make_trace, write_trace
+from tempora_sim.sweeps.traces import group_lambdas, group_warnings, load_traces, read_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 EPISODES = ("fog", "snow")

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from tempora_schema import METADATA_KEY, TraceSchemaError, decode_metadata, validate_metadata, validate_table
-from tempora_sim.synthetic import make_trace
+from tempora_sim.sweeps.synthetic import make_trace
 
 
 @pytest.fixture(scope="module")

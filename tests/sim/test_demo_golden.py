@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 from polars.testing import assert_frame_equal
 
-from tempora_sim.cli import main
+from tempora_sim.commands.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden" / "demo"

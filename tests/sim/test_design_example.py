@@ -13,7 +13,7 @@ import pytest
 
 from tempora_schema import arrow_schema
 from tempora_sim import sweep
-from tempora_sim.synthetic import make_trace
+from tempora_sim.sweeps.synthetic import make_trace
 
 A_CORRECT = [4, 6, 8, 2]  # of n = 8: a = 0.5, 0.75, 1.0, 0.25
 E_MS = [30.0, 40.0, 20.0, 30.0]

@@ -21,8 +21,8 @@ import pytest
 from helpers.hostile import assert_refused, inject_errno, invoke, snapshot
 from helpers.sim_cases import CASES as SWEEP_CASES
 from tempora_sim import analyses as an
-from tempora_sim.cli import main
-from tempora_sim.synthetic import write_trace_set
+from tempora_sim.commands.main import main
+from tempora_sim.sweeps.synthetic import write_trace_set
 
 PROG = "tempora-sim"
 SMALL = dict(num_batches=12, episodes=("fog", "snow"), checkpoints=(0, 4), frozen_eval=4, batch_size=8, num_classes=10)
@@ -40,9 +40,9 @@ def two_groups(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def built(two_groups, tmp_path_factory):
-    from tempora_sim.explore import build_data
-    from tempora_sim.options import SweepOptions
-    from tempora_sim.traces import load_traces
+    from tempora_sim.exploration.data import build_data
+    from tempora_sim.sweeps.options import SweepOptions
+    from tempora_sim.sweeps.traces import load_traces
 
     ts = load_traces(str(two_groups))
     opts = SweepOptions.build(protocols="all,discrete-continuous,discrete-amortised")
@@ -58,7 +58,7 @@ def _decode(html: str) -> dict:
 # ------------------------------------------------------------------------ the data
 def test_grids_are_dense_and_hold_every_checkpoint_budget(built):
     ts, data = built
-    from tempora_sim.explore import checkpoint_budgets
+    from tempora_sim.exploration.data import checkpoint_budgets
 
     assert len(data["groups"]) == 2
     for g in data["groups"]:
@@ -80,7 +80,7 @@ def test_checkpoint_budget_is_the_costliest_episodes_overhead_before_the_checkpo
     reached after 2 + 5 = 7 ms in that episode and 4 ms in one with overheads 1, 3."""
     from types import SimpleNamespace
 
-    from tempora_sim.explore import checkpoint_budgets
+    from tempora_sim.exploration.data import checkpoint_budgets
 
     adapt = pl.DataFrame({"episode": ["a"] * 4 + ["b"] * 4, "delta_ms": [12.0, 15.0, 10.0, 30.0, 11.0, 13.0, 10.0, 10.0]})
     frozen = pl.DataFrame({"checkpoint": [0, 2, 2]})
@@ -90,7 +90,7 @@ def test_checkpoint_budget_is_the_costliest_episodes_overhead_before_the_checkpo
 def test_utilities_winners_and_intervals_are_the_librarys(built):
     """Every stored number against tempora_sim.sweep and the analyses on the same grid."""
     from tempora_sim import sweep
-    from tempora_sim.traces import TraceSet
+    from tempora_sim.sweeps.traces import TraceSet
 
     ts, data = built
     g = data["groups"][0]
@@ -123,7 +123,7 @@ def test_utilities_winners_and_intervals_are_the_librarys(built):
 def test_per_corruption_certainty_is_the_reports(built):
     """Per-corruption cells: the report's rule (batches resampled) for winner vs runner-up."""
     from tempora_sim import sweep
-    from tempora_sim.traces import TraceSet
+    from tempora_sim.sweeps.traces import TraceSet
 
     ts, data = built
     g = data["groups"][0]
@@ -148,7 +148,7 @@ def test_per_corruption_certainty_is_the_reports(built):
 def test_switch_points_hand_worked():
     """Winner a until x = 3, b from 4 on: from a's side the change is up at 4 (b wins), from
     b's side down at 3 (a wins); refined between the grid values when a refiner is given."""
-    from tempora_sim.explore import _switches
+    from tempora_sim.exploration.data import _switches
 
     x = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
     U = np.array([[0.5, 0.1], [0.5, 0.2], [0.5, 0.3], [0.4, 0.6], [0.3, 0.7]])
@@ -183,7 +183,7 @@ def test_command_writes_one_self_contained_page(two_groups, tmp_path):
     data = _decode(html)
     assert len(data["groups"]) == 2 and data["resamples"] == 200
     assert set(data["groups"][0]["views"]) == {"discrete|periodic", "continuous"}
-    vendor = json.loads((Path(__import__("tempora_sim").__file__).parent / "explore_assets" / "vendor" / "VENDOR.json").read_text())
+    vendor = json.loads((Path(__import__("tempora_sim").__file__).parent / "exploration" / "assets" / "vendor" / "VENDOR.json").read_text())
     assert vendor["integrity"] in html  # the library inlined, as recorded
     # an existing page is replaced whole
     before = out.stat().st_ino
@@ -195,7 +195,7 @@ def test_command_writes_one_self_contained_page(two_groups, tmp_path):
 
 
 def test_vendored_library_matches_its_record():
-    root = Path(__import__("tempora_sim").__file__).parent / "explore_assets" / "vendor"
+    root = Path(__import__("tempora_sim").__file__).parent / "exploration" / "assets" / "vendor"
     rec = json.loads((root / "VENDOR.json").read_text())
     data = (root / rec["file"]).read_bytes()
     assert hashlib.sha256(data).hexdigest() == rec["sha256"] and len(data) == rec["bytes"]
@@ -291,10 +291,10 @@ def test_failed_write_keeps_the_earlier_page(code, needle, ws, monkeypatch):
 
 
 def _discrete_view(root: Path, timing_replicates: int) -> dict:
-    from tempora_sim.explore import build_data
-    from tempora_sim.options import SweepOptions
-    from tempora_sim.stats import BootstrapOptions
-    from tempora_sim.traces import load_traces
+    from tempora_sim.exploration.data import build_data
+    from tempora_sim.sweeps.options import SweepOptions
+    from tempora_sim.sweeps.traces import load_traces
+    from tempora_sim.uncertainty.bootstrap import BootstrapOptions
 
     opts = SweepOptions.build(protocols="discrete")
     data = build_data(load_traces(str(root)), opts, bootstrap=BootstrapOptions(timing_replicates=timing_replicates), progress=False)
@@ -305,7 +305,7 @@ def test_intervals_include_the_measured_timing_variability(tmp_path):
     """As report and advise: the page's intervals and certainty replay the traces' measured
     timing variability, and say so; with none measured (zero spread) they are the intervals
     without timing exactly, and with a spread they differ."""
-    from tempora_sim.synthetic import SyntheticVariability
+    from tempora_sim.sweeps.synthetic import SyntheticVariability
 
     flat = SyntheticVariability(0.0, 0.0, gaps_ms=())
     moving = SyntheticVariability(pass_sd=0.08, event_sd=0.05, gaps_ms=())

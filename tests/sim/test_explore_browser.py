@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "traces" / "demo"
-SIM = [sys.executable, "-m", "tempora_sim.cli"]
+SIM = [sys.executable, "-m", "tempora_sim.commands.main"]
 ONE_D = ("discrete", "continuous", "amortised")
 TWO_D = ("discrete-continuous", "discrete-amortised")
 MIN_POINTS = 5
@@ -70,7 +70,7 @@ def data(page):
 
 @pytest.fixture(scope="module")
 def demo_traces():
-    from tempora_sim.traces import load_traces
+    from tempora_sim.sweeps.traces import load_traces
 
     return load_traces(str(DEMO))
 
@@ -146,8 +146,8 @@ def _points(winners: list[frozenset]) -> list[int]:
 
 def _advise(traceset, label: str, **constraint):
     """``advise`` at the constraint, for the group ``label`` (its traces only)."""
-    from tempora_sim.advise import advise, parse_constraint
-    from tempora_sim.traces import TraceSet
+    from tempora_sim.analyses.advice import advise, parse_constraint
+    from tempora_sim.sweeps.traces import TraceSet
 
     c = parse_constraint(constraint.get("rho"), None, constraint.get("T"), constraint.get("B"))
     members = TraceSet([t for t in traceset.traces if t.group.label(seed=False) == label])

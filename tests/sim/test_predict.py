@@ -1,7 +1,7 @@
-"""Predicted traces (tempora_sim.predict, prediction_check, the timing-noise term, the commands):
+"""Predicted traces (tempora_sim.prediction.transfer, prediction_check, the timing-noise term, the commands):
 identical devices give back the source times, known phase factors are recovered, intervals widen
 with the transfer's error, predicted traces read in every command, and bad input is one line,
-exit 2, nothing written. Synthetic traces and profiles (tempora_sim.synthetic) keep it fast."""
+exit 2, nothing written. Synthetic traces and profiles (tempora_sim.sweeps.synthetic) keep it fast."""
 
 from __future__ import annotations
 
@@ -16,14 +16,15 @@ import tempora_schema as schema
 from tempora_schema.prediction import PREDICTED_KEY, PREDICTED_MARK, measured_device
 from tempora_sim import analyses as an
 from tempora_sim import run_sweep
-from tempora_sim import stats as st
-from tempora_sim import synthetic as syn
-from tempora_sim import timing_noise as tn
-from tempora_sim.cli import main
-from tempora_sim.predict import PredictionError, fit_phase, predict, trace_bytes, write_prediction
-from tempora_sim.prediction_check import validate_prediction
-from tempora_sim.replicates import replicates_of
-from tempora_sim.traces import load_traces
+from tempora_sim.commands.main import main
+from tempora_sim.prediction.check import validate_prediction
+from tempora_sim.prediction.transfer import PredictionError, fit_phase, predict, trace_bytes, write_prediction
+from tempora_sim.sweeps import synthetic as syn
+from tempora_sim.sweeps import variability
+from tempora_sim.sweeps.traces import load_traces
+from tempora_sim.uncertainty import bootstrap as st
+from tempora_sim.uncertainty import timing_replicates
+from tempora_sim.uncertainty.timing_replicates import replicates_of
 
 EPISODES = ("gaussian_noise", "fog", "contrast")
 METHODS = ("standard", "adabn", "tent", "sar")
@@ -140,8 +141,8 @@ def test_variability_of_the_profile_is_kept_as_ratios(tmp_path):
     pred = predict(paths["source"], paths["profiles"])
     prof = {t.method: t for t in load_traces(paths["profiles"], profiles=True).traces}
     t = predicted(pred, "tent")
-    a = tn.timing_model(t)
-    b = tn.timing_model(prof["tent"])
+    a = variability.timing_model(t)
+    b = variability.timing_model(prof["tent"])
     assert a is not None and b is not None and a.prediction is not None
     assert np.allclose(a.shifts, b.shifts) and np.allclose(a.residuals, b.residuals)
 
@@ -170,14 +171,14 @@ def test_intervals_widen_with_the_transfer_error(tmp_path):
     assert widths[0] < widths[1] < widths[2]
     # and the answers say the transfer error is in them
     result = run_sweep(load_traces(tmp_path / "sd0.2"), protocols="discrete", rho="1")
-    assert "transfer error" in tn.describe(replicates_of(result, 4, 0), 4)
+    assert "transfer error" in timing_replicates.describe(replicates_of(result, 4, 0), 4)
 
 
 def test_prediction_shift_matches_t_at_95():
-    model = tn.TimingModel(np.zeros(0), np.zeros(1), np.zeros(0), np.zeros(0), 0, 0.0, prediction=(0.1, 4))
+    model = variability.TimingModel(np.zeros(0), np.zeros(1), np.zeros(0), np.zeros(0), 0, 0.0, prediction=(0.1, 4))
     hi = model.prediction_shift(0.975)
     assert hi == pytest.approx(0.1 * 2.776, rel=1e-3)  # Student's t, 4 df, at 97.5 %
-    assert tn.TimingModel(np.zeros(0), np.zeros(1), np.zeros(0), np.zeros(0), 0, 0.0).prediction_shift(0.975) == 0.0
+    assert variability.TimingModel(np.zeros(0), np.zeros(1), np.zeros(0), np.zeros(0), 0, 0.0).prediction_shift(0.975) == 0.0
 
 
 # ------------------------------------------------------------------------------ commands

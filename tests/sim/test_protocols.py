@@ -13,13 +13,13 @@ from rich.console import Console
 from tempora_schema.vocabulary import COMBINED_PROTOCOLS, PROTOCOLS
 from tempora_sim import analyses as an
 from tempora_sim import protocols as P
+from tempora_sim.engine.grids import Grid, parse_rho
 from tempora_sim.errors import GridError
-from tempora_sim.grids import Grid, parse_rho
 from tempora_sim.protocols.base import Protocol, Rows, div, series_slices
-from tempora_sim.replay import ALL_EPISODES, run_sweep
-from tempora_sim.report.terminal import print_report
-from tempora_sim.synthetic import write_trace_set
-from tempora_sim.traces import load_traces
+from tempora_sim.reporting.terminal import print_report
+from tempora_sim.sweeps.replay import ALL_EPISODES, run_sweep
+from tempora_sim.sweeps.synthetic import write_trace_set
+from tempora_sim.sweeps.traces import load_traces
 
 #: The toy's own grid parameter: it has no sweep option, so its default grid is replayed.
 EVERY = Grid(

@@ -1,6 +1,6 @@
 """General arrival processes and combined pressures: kernels against the event simulation.
 
-The oracle is :func:`tempora_sim.oracle.discrete_reference`, an explicit event-queue
+The oracle is :func:`tempora_sim.engine.oracle.discrete_reference`, an explicit event-queue
 simulation; the kernels find the next batch from the arrival array directly. Every arrival
 kind, queue capacity, synchronisation and skip scoring is compared on random inputs, ties
 included (arrival times and latencies on a coarse grid make exact ties common).
@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tempora_sim import kernels as K
-from tempora_sim.arrivals import ArrivalSpec, arrival_times, parse_arrivals
+from tempora_sim.engine import kernels as K
+from tempora_sim.engine.arrivals import ArrivalSpec, arrival_times, parse_arrivals
+from tempora_sim.engine.oracle import discrete_reference
 from tempora_sim.errors import GridError
-from tempora_sim.oracle import discrete_reference
 
 EMPTY_H = np.zeros(0)
 
@@ -209,8 +209,8 @@ def test_rho_to_zero_gives_mean_a_kappa_of_e():
 # ------------------------------------------------------------------ through the sweep
 import polars as pl  # noqa: E402
 
-from tempora_sim.replay import ALL_EPISODES, run_sweep  # noqa: E402
-from tempora_sim.synthetic import write_trace_set  # noqa: E402
+from tempora_sim.sweeps.replay import ALL_EPISODES, run_sweep  # noqa: E402
+from tempora_sim.sweeps.synthetic import write_trace_set  # noqa: E402
 
 METHODS = ("standard", "tent", "eta", "shot-im", "neo")
 
@@ -255,7 +255,7 @@ def test_unlimited_budget_reduces_to_discrete_and_zero_budget_to_the_frozen_mode
         (pl.col("method") == "tent") & (pl.col("episode") != ALL_EPISODES)
     )
     assert (am["m"] == 0).all()
-    from tempora_sim.traces import load_traces
+    from tempora_sim.sweeps.traces import load_traces
 
     ts = load_traces(traces)
     tent = next(t for t in ts.traces if t.method == "tent")
@@ -333,7 +333,7 @@ def test_defaults_unchanged_by_the_scenario_columns(traces):
 def test_cli_sweeps_scenarios_and_prints_winners_maps(traces, tmp_path):
     from click.testing import CliRunner
 
-    from tempora_sim.cli import main
+    from tempora_sim.commands.main import main
 
     out = tmp_path / "res"
     r = CliRunner().invoke(
@@ -376,7 +376,7 @@ def test_cli_sweeps_scenarios_and_prints_winners_maps(traces, tmp_path):
 def test_cli_bad_scenario_options_are_one_line(traces, args, message):
     from click.testing import CliRunner
 
-    from tempora_sim.cli import main
+    from tempora_sim.commands.main import main
 
     r = CliRunner().invoke(main, ["sweep", str(traces), "--protocol", "discrete", *args])
     assert r.exit_code == 2
@@ -389,8 +389,8 @@ def test_report_scenarios_section(traces, tmp_path):
     paper's analyses on periodic single-pressure rows, and writes the scenario rows."""
     from click.testing import CliRunner
 
-    from tempora_sim.cli import main
-    from tempora_sim.report.scenarios import burst_comparison, split
+    from tempora_sim.commands.main import main
+    from tempora_sim.reporting.scenarios import burst_comparison, split
 
     out = tmp_path / "rep"
     r = CliRunner().invoke(

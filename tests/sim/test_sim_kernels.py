@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tempora_sim import kernels as K
-from tempora_sim import oracle as R
+from tempora_sim.engine import kernels as K
+from tempora_sim.engine import oracle as R
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -17,11 +17,11 @@ from click.testing import CliRunner
 
 import tempora_sim
 from tempora_schema import METADATA_KEY
-from tempora_sim.cli import main
+from tempora_sim.commands.main import main
 from tempora_sim.errors import GridError, GroupError, ProtocolError, TraceFileError
-from tempora_sim.replay import ALL_EPISODES, COLUMNS, run_sweep, sweep
-from tempora_sim.synthetic import make_trace, write_trace, write_trace_set
-from tempora_sim.traces import lambda_from_standard, load_traces
+from tempora_sim.sweeps.replay import ALL_EPISODES, COLUMNS, run_sweep, sweep
+from tempora_sim.sweeps.synthetic import make_trace, write_trace, write_trace_set
+from tempora_sim.sweeps.traces import lambda_from_standard, load_traces
 
 METHODS = ("standard", "adabn", "tent", "shot-im")
 
@@ -276,8 +276,8 @@ def test_loader_errors_are_sim_errors(tmp_path):
 
 def test_simulator_never_imports_torch():
     code = (
-        "import sys, tempora_sim, tempora_sim.replay, tempora_sim.traces, tempora_sim.kernels, "
-        "tempora_sim.report.terminal, tempora_sim.cli, tempora_sim.synthetic, tempora_sim.oracle, tempora_schema; "
+        "import sys, tempora_sim, tempora_sim.sweeps.replay, tempora_sim.sweeps.traces, tempora_sim.engine.kernels, "
+        "tempora_sim.reporting.terminal, tempora_sim.commands.main, tempora_sim.sweeps.synthetic, tempora_sim.engine.oracle, tempora_schema; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, env=_child_env())
@@ -297,7 +297,7 @@ def test_the_program_starts_numba_without_scipy_and_leaves_scipy_importable(trac
     (IN_PROGRAM False) is left as Numba would leave it."""
     code = (
         "import sys, tempora_sim; tempora_sim.IN_PROGRAM = {flag}\n"
-        "from tempora_sim.replay import run_sweep\n"
+        "from tempora_sim.sweeps.replay import run_sweep\n"
         f"res = run_sweep({str(trace_dir)!r})\n"
         "loaded = sorted(m for m in sys.modules if m == 'scipy' or m.startswith('scipy.'))\n"
         "import scipy.linalg.cython_blas\n"
@@ -313,11 +313,11 @@ def test_the_program_starts_numba_without_scipy_and_leaves_scipy_importable(trac
 
 
 def test_every_subcommand_is_listed_with_its_module():
-    """The command group imports a subcommand's module on demand (tempora_sim.cli): a
+    """The command group imports a subcommand's module on demand (tempora_sim.commands.main): a
     command missing from SUBCOMMAND_MODULES would vanish from --help and the reference."""
     import importlib
 
-    from tempora_sim import cli
+    from tempora_sim.commands import main as cli
 
     for module in set(cli.SUBCOMMAND_MODULES.values()):
         importlib.import_module(module)

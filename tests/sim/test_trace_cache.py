@@ -1,4 +1,4 @@
-"""The trace cache (tempora_sim.trace_cache): a hit replays exactly what a fresh read does, an
+"""The trace cache (tempora_sim.sweeps.trace_cache): a hit replays exactly what a fresh read does, an
 edited file never meets its old entry, a damaged entry is ignored and written again, and a cache
 that cannot be written or is turned off changes nothing but speed."""
 
@@ -14,12 +14,12 @@ import pytest
 from click.testing import CliRunner
 from polars.testing import assert_frame_equal
 
-from tempora_sim import trace_cache, traces
-from tempora_sim.cli import main
+from tempora_sim.commands.main import main
 from tempora_sim.errors import TraceFileError
-from tempora_sim.replay import sweep
-from tempora_sim.synthetic import make_trace, write_trace_set
-from tempora_sim.traces import load_traces
+from tempora_sim.sweeps import trace_cache, traces
+from tempora_sim.sweeps.replay import sweep
+from tempora_sim.sweeps.synthetic import make_trace, write_trace_set
+from tempora_sim.sweeps.traces import load_traces
 
 METHODS = ("standard", "tent", "eta")
 

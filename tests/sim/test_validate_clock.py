@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from helpers.validation_files import write_validation_set
-from tempora_sim import synthetic as syn
-from tempora_sim.cli import main
-from tempora_sim.validation import validate
+from tempora_sim.commands.main import main
+from tempora_sim.sweeps import synthetic as syn
+from tempora_sim.validation.live_runs import validate
 
 EPISODES = ("gaussian_noise", "fog")
 N = 30

@@ -1,5 +1,5 @@
 """`tempora-sim validate`'s timing coverage: the share of live runs inside the replay's timing
-interval (tempora_sim.coverage), on synthetic live files (tempora_sim.synthetic.make_live)."""
+interval (tempora_sim.uncertainty.coverage), on synthetic live files (tempora_sim.sweeps.synthetic.make_live)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from click.testing import CliRunner
 
 from helpers.validation_files import write_validation_set
 from tempora_schema.live import decode_live_metadata, validate_live_table
-from tempora_sim import synthetic as syn
-from tempora_sim.cli import main
-from tempora_sim.coverage import batch_variance, coverage_row, describe, overall, served_set_sd
-from tempora_sim.validation import validate
+from tempora_sim.commands.main import main
+from tempora_sim.sweeps import synthetic as syn
+from tempora_sim.uncertainty.coverage import batch_variance, coverage_row, describe, overall, served_set_sd
+from tempora_sim.validation.live_runs import validate
 
 EPISODES = ("gaussian_noise", "fog")
 N = 40
@@ -91,7 +91,7 @@ def test_no_variability_measured_as_none_gives_a_zero_width_interval(tmp_path):
 def test_batch_variance_is_half_the_mean_squared_successive_difference():
     """Hand-worked: accuracies 0.5, 0.7, 0.6 → differences 0.2, −0.1 → (0.04 + 0.01)/2/2 =
     0.0125; 0.1, 0.2, 0.3 → 0.005; 0.4, 0.4, 0.4 → 0; one batch gives 0."""
-    from tempora_sim.traces import Trace
+    from tempora_sim.sweeps.traces import Trace
 
     meta, table = syn.make_trace("tent", episodes=("gaussian_noise", "fog", "snow"), num_batches=3, checkpoints=())
     correct = {"gaussian_noise": [5, 7, 6], "fog": [1, 2, 3], "snow": [4, 4, 4]}

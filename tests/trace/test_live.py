@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers.cifar import tiny_config
-from tempora_sim import oracle as R
-from tempora_sim.cli import main as sim_main
-from tempora_sim.kernels import discrete_served
+from tempora_sim.commands.main import main as sim_main
+from tempora_sim.engine import oracle as R
+from tempora_sim.engine.kernels import discrete_served
 from tempora_trace.config import TraceConfig
 from tempora_trace.errors import ConfigError
 from tempora_trace.live import AmortisedHooks, play_amortised, play_discrete, run_live
@@ -184,7 +184,7 @@ def test_live_file_is_valid_and_validate_agrees_with_itself(recorded, tmp_path):
     """One recorded run (slow part: building it) checked every way: schema, self-consistency,
     the comparison with the replay, the CLI's outputs, exit statuses."""
     from tempora_schema.live import decode_live_metadata, validate_live_table
-    from tempora_sim.validation import validate
+    from tempora_sim.validation.live_runs import validate
 
     traces, live = recorded
     table = pq.read_table(live)
@@ -332,7 +332,7 @@ def test_trace_alongside_holds_the_exact_budget_checkpoints(cifar_c_root, tmp_pa
     """--budget-checkpoints: the trace taken alongside holds a checkpoint at each budget's
     cut-off under both rules, recomputed here from its own δ with the reference rule, and
     nothing else (default checkpoints off); its amortised replay freezes exactly there."""
-    from tempora_sim.validation import validate
+    from tempora_sim.validation.live_runs import validate
 
     paired = tmp_path / "paired"
     lam, budgets = 1e-3, [0.5, 2.0, 4.0, 8.0, 1e9]  # λ below every δ: each step is charged almost δ
@@ -363,7 +363,7 @@ def test_trace_alongside_writes_the_trace_a_separate_run_writes(recorded, cifar_
     """A trace taken episode by episode between live runs holds the same rows (timings aside)
     as a trace run on its own, and validate knows it was taken alongside."""
     from tempora_schema.live import decode_live_metadata
-    from tempora_sim.validation import validate
+    from tempora_sim.validation.live_runs import validate
 
     traces, _ = recorded
     paired = tmp_path / "paired"
@@ -409,8 +409,8 @@ def test_trace_alongside_writes_the_trace_a_separate_run_writes(recorded, cifar_
 # ------------------------------------------------------------------------ replay at the live speed
 @pytest.fixture(scope="module")
 def synthetic_trace(tmp_path_factory):
-    from tempora_sim.synthetic import write_trace
-    from tempora_sim.traces import load_traces
+    from tempora_sim.sweeps.synthetic import write_trace
+    from tempora_sim.sweeps.traces import load_traces
 
     folder = tmp_path_factory.mktemp("speed")
     write_trace(folder / "tent.parquet", "tent", num_batches=60, episodes=("fog", "snow"), checkpoints=(0, 5, 10, 20, 40), frozen_eval=8)
@@ -424,9 +424,9 @@ def test_replay_at_another_speed_is_the_replay_at_scaled_rates(synthetic_trace, 
     under a budget the charges max(0, f·δ − λ) are f·max(0, δ − λ/f): the original at λ/f and
     B/f. validate's "at live speed" replay is therefore the replay of a faster or slower
     machine, nothing else."""
-    from tempora_sim.replay import ALL_EPISODES, run_sweep
-    from tempora_sim.traces import TraceSet
-    from tempora_sim.validation import at_speed
+    from tempora_sim.sweeps.replay import ALL_EPISODES, run_sweep
+    from tempora_sim.sweeps.traces import TraceSet
+    from tempora_sim.validation.live_runs import at_speed
 
     lam = 40.0
     scaled = TraceSet([at_speed(synthetic_trace, factor)])

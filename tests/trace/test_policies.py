@@ -283,8 +283,8 @@ def test_report_groups_policies_and_names_the_best_per_scenario(policy_traces, t
     import polars as pl
 
     from tempora_sim import analyses as an
-    from tempora_sim.report import build_report, compute_table, load_inputs
-    from tempora_sim.traces import load_traces
+    from tempora_sim.reporting import build_report, compute_table, load_inputs
+    from tempora_sim.sweeps.traces import load_traces
 
     ts = load_traces(policy_traces)
     assert sorted(t.method for t in ts.traces) == ["standard", "tent", "tent@every:2", "tent@every:4"]
@@ -321,7 +321,7 @@ def test_report_groups_policies_and_names_the_best_per_scenario(policy_traces, t
 def _synthetic_policy_set(folder):
     """standard, tent, and tent@every:4: tent's rows with ℓ = 0 and no update on the steps the
     policy skips (a synthetic trace, as the tracer would write it)."""
-    from tempora_sim.synthetic import make_trace
+    from tempora_sim.sweeps.synthetic import make_trace
 
     folder.mkdir(parents=True, exist_ok=True)
     for name, method, policy in (("standard", "standard", None), ("tent", "tent", None), ("tent@every4", "tent", "every:4")):
@@ -339,7 +339,7 @@ def _synthetic_policy_set(folder):
 
 
 def test_advise_names_the_policy_and_its_gain(tmp_path):
-    from tempora_sim.advise import advise, parse_constraint, text_lines
+    from tempora_sim.analyses.advice import advise, parse_constraint, text_lines
 
     traces = _synthetic_policy_set(tmp_path / "traces")
     c = parse_constraint("50%", None, None, None)
@@ -359,7 +359,7 @@ def test_live_policy_decides_by_event_index_and_validates(cifar_c_root, tmp_path
     alongside and replays it with every decision identical."""
     import polars as pl
 
-    from tempora_sim.validation import validate
+    from tempora_sim.validation.live_runs import validate
     from tempora_trace.live import run_live
 
     def cfg(method, out, **kw):
@@ -401,8 +401,8 @@ def test_live_policy_decides_by_event_index_and_validates(cifar_c_root, tmp_path
 
 def test_a_reader_rejects_rows_that_contradict_the_policy(tmp_path):
     """every:2 skips odd steps: a row at an odd step with l_ms > 0 contradicts the metadata."""
-    from tempora_sim.synthetic import make_trace
-    from tempora_sim.traces import TraceFileError, load_traces
+    from tempora_sim.sweeps.synthetic import make_trace
+    from tempora_sim.sweeps.traces import TraceFileError, load_traces
 
     meta, table = make_trace("tent", num_batches=6, checkpoints=None)
     d = table.to_pydict()

@@ -83,7 +83,7 @@ def test_entry_point_reports_errors_without_traceback(tmp_path):
 
 
 def test_cli_writes_a_trace_the_simulator_reads_and_calibrate_prints_its_lambda(cifar_c_root, tmp_path, capsys):
-    from tempora_sim.traces import lambda_from_standard, load_traces
+    from tempora_sim.sweeps.traces import lambda_from_standard, load_traces
 
     code, out, err = run(["--method", "tent", *tiny_cifar_args(cifar_c_root, tmp_path)], capsys)
     assert code == 0 and err == ""

@@ -20,7 +20,7 @@ def small_demo_home(tmp_path_factory, monkeypatch):
 
 
 def test_demo_tent_trace_is_read_by_the_simulator(small_demo_home, tmp_path, capsys):
-    from tempora_sim.traces import load_traces
+    from tempora_sim.sweeps.traces import load_traces
 
     out = tmp_path / "traces" / "demo"
     argv = [

@@ -67,7 +67,7 @@ def test_profile_takes_no_checkpoint_options_and_reads_only_as_a_profile(cifar_c
 
 def test_a_trace_and_a_profile_of_one_device_predict_it(cifar_c_root, tmp_path, capsys):
     """End to end through both tools: `standard` and `tent` traced, profiled, predicted."""
-    from tempora_sim.predict import predict
+    from tempora_sim.prediction.transfer import predict
 
     for m in ("standard", "tent"):
         assert run(["run", *common(cifar_c_root, tmp_path / "traces", m)], capsys)[0] == 0

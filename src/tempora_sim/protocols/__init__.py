@@ -16,10 +16,18 @@ from contextlib import contextmanager
 from typing import Iterator, Sequence
 
 from tempora_schema.vocabulary import COMBINED_PROTOCOLS, PROTOCOLS
-
-from ..errors import GridError
-from ..grids import Grid
-from .base import ALL_EPISODES, BASE_COLUMNS, COLUMNS, MEASURES, SCENARIO_COLUMNS, Protocol, Rows, frame
+from tempora_sim.engine.grids import Grid
+from tempora_sim.errors import GridError
+from tempora_sim.protocols.base import (
+    ALL_EPISODES,
+    BASE_COLUMNS,
+    COLUMNS,
+    MEASURES,
+    SCENARIO_COLUMNS,
+    Protocol,
+    Rows,
+    frame,
+)
 
 __all__ = [
     "ALL_EPISODES",

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import grids
-from ..errors import ProtocolError
-from ..oracle import amortised_reference
-from .base import Protocol, Rows, div, series_slices, warm_inputs
+from tempora_sim.engine import grids
+from tempora_sim.engine.oracle import amortised_reference
+from tempora_sim.errors import ProtocolError
+from tempora_sim.protocols.base import Protocol, Rows, div, series_slices, warm_inputs
 
 
 class Amortised(Protocol):
@@ -61,7 +61,7 @@ class Amortised(Protocol):
         )
 
     def replay_numba(self, series, B, opts: dict) -> dict:
-        from .. import kernels as K  # Numba loads only when a kernel runs
+        from tempora_sim.engine import kernels as K  # Numba loads only when a kernel runs
 
         s = series
         K.use_threads(int(s.a.shape[0]))

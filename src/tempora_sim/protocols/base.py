@@ -3,7 +3,7 @@
 A :class:`Protocol` declares its name (a word of :mod:`tempora_schema.vocabulary`), its grid
 parameter(s), how it calls its Numba kernel and the plain-Python oracle, which output columns it
 fills, its decomposition terms and how the tables label and order its values. The replay
-(:mod:`tempora_sim.replay`), the analyses and the report iterate over the registry
+(:mod:`tempora_sim.sweeps.replay`), the analyses and the report iterate over the registry
 (:mod:`tempora_sim.protocols`) instead of comparing names.
 
 Output columns (docs/design/design.md §6 plus seed, stream, severity, group, lambda_rule,
@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 import polars as pl
 
-from ..grids import Grid
+from tempora_sim.engine.grids import Grid
 
 ALL_EPISODES = "__all__"
 
@@ -137,7 +137,7 @@ class Protocol:
     A single-pressure protocol is replayed by :meth:`replay_numba` (or :meth:`replay_python`,
     the oracle) into per-series sums, which :meth:`columns` turns into output columns. A
     combined protocol (``combined = True``) is replayed under arrivals by
-    :mod:`tempora_sim.scenarios` and adds its own columns in :meth:`scenario_columns`."""
+    :mod:`tempora_sim.sweeps.scenarios` and adds its own columns in :meth:`scenario_columns`."""
 
     #: its word in tempora_schema.vocabulary
     name: str = ""
@@ -205,11 +205,11 @@ class Protocol:
 
     def replay_numba(self, series, values, opts: dict) -> dict:
         """Per-series sums under every grid value, from the Numba kernels."""
-        raise NotImplementedError(f"protocol '{self.name}' is replayed under arrivals (tempora_sim.scenarios)")
+        raise NotImplementedError(f"protocol '{self.name}' is replayed under arrivals (tempora_sim.sweeps.scenarios)")
 
     def replay_python(self, series, values, opts: dict) -> dict:
-        """The same sums from the plain-Python oracle (tempora_sim.oracle)."""
-        raise NotImplementedError(f"protocol '{self.name}' is replayed under arrivals (tempora_sim.scenarios)")
+        """The same sums from the plain-Python oracle (tempora_sim.engine.oracle)."""
+        raise NotImplementedError(f"protocol '{self.name}' is replayed under arrivals (tempora_sim.sweeps.scenarios)")
 
     def check_replay(self, series, stats: dict, values) -> None:
         """Refuse, in one line, sums that cannot be framed (amortised: no frozen rows to use)."""

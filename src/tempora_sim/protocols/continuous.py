@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import grids
-from ..oracle import continuous_reference
-from .base import Protocol, Rows, series_slices, warm_inputs
+from tempora_sim.engine import grids
+from tempora_sim.engine.oracle import continuous_reference
+from tempora_sim.protocols.base import Protocol, Rows, series_slices, warm_inputs
 
 
 class Continuous(Protocol):
@@ -34,7 +34,7 @@ class Continuous(Protocol):
         K.continuous_kernel(a, d, off, lam, v + 1)
 
     def replay_numba(self, series, T, opts: dict) -> dict:
-        from .. import kernels as K  # Numba loads only when a kernel runs
+        from tempora_sim.engine import kernels as K  # Numba loads only when a kernel runs
 
         s = series
         total = int(s.a.shape[0])

@@ -1,13 +1,13 @@
 """Discrete: batches arrive every γ = λ/ρ; the pipeline serves what it can, U = α · ā_served
-(docs/design/design.md §3). Non-periodic arrivals replay on the general kernel (tempora_sim.scenarios)."""
+(docs/design/design.md §3). Non-periodic arrivals replay on the general kernel (tempora_sim.sweeps.scenarios)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .. import grids
-from ..oracle import discrete_reference
-from .base import Protocol, Rows, div, series_slices, skip_mode, warm_inputs
+from tempora_sim.engine import grids
+from tempora_sim.engine.oracle import discrete_reference
+from tempora_sim.protocols.base import Protocol, Rows, div, series_slices, skip_mode, warm_inputs
 
 
 class Discrete(Protocol):
@@ -35,7 +35,7 @@ class Discrete(Protocol):
         K.discrete_kernel(a, a + 1, off, lam, v, 1, False, 0, lam, lam, lam)
 
     def replay_numba(self, series, rho, opts: dict) -> dict:
-        from .. import kernels as K  # Numba loads only when a kernel runs
+        from tempora_sim.engine import kernels as K  # Numba loads only when a kernel runs
 
         s = series
         total = int(s.a.shape[0])

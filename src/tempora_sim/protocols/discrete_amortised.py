@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from .. import grids
-from .base import Protocol, reduce_rows, warm_general_kernel
-from .discrete import Discrete
+from tempora_sim.engine import grids
+from tempora_sim.protocols.base import Protocol, reduce_rows, warm_general_kernel
+from tempora_sim.protocols.discrete import Discrete
 
 
 class DiscreteAmortised(Discrete):

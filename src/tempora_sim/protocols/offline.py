@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Protocol, Rows, series_slices
+from tempora_sim.protocols.base import Protocol, Rows, series_slices
 
 
 class Offline(Protocol):
@@ -13,7 +13,7 @@ class Offline(Protocol):
     page_terms = (("acc", "accuracy ā", "frac"),)
 
     def replay_numba(self, series, values, opts: dict) -> dict:
-        from .. import kernels as K  # Numba loads only when a kernel runs
+        from tempora_sim.engine import kernels as K  # Numba loads only when a kernel runs
 
         K.use_threads(int(series.a.shape[0]))
         return {"sum_a": K.offline_kernel(series.a, series.offsets)}

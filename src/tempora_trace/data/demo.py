@@ -41,7 +41,7 @@ from numpy.lib.format import open_memmap
 
 from tempora_schema import CORRUPTIONS
 from tempora_schema.errors import OutputError, describe_os_error
-from tempora_schema.outputs import to_bytes, write_file
+from tempora_toolkit.atomic_files import to_bytes, write_file
 
 from ..errors import DataError
 from ..paths import tempora_home

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from helpers.hostile import invoke
-from tempora_sim import trace_cache
-from tempora_sim.cli import main
-from tempora_sim.synthetic import write_trace_set
+from tempora_sim.commands.main import main
+from tempora_sim.sweeps import trace_cache
+from tempora_sim.sweeps.synthetic import write_trace_set
 
 SMALL = dict(num_batches=24, episodes=("fog", "snow"), checkpoints=(0, 4), frozen_eval=4, batch_size=8, num_classes=10)
 SWEEP = ["--protocol", "all", "--skipped", "random", "--rho", "1,0.5", "--format", "json"]

@@ -15,7 +15,7 @@ import pytest
 
 from helpers.hostile import assert_refused, inject_errno, invoke, snapshot
 from tempora_schema.errors import OutputLockedError
-from tempora_schema.outputs import output_lock
+from tempora_toolkit.atomic_files import output_lock
 from tempora_trace import campaign as campaign_module
 from tempora_trace.campaign import TaskResult, campaign_locks, device_lock_dir, load_campaign
 from tempora_trace.cli import cli
@@ -192,7 +192,7 @@ def test_a_changed_method_parameter_or_frozen_sample_is_another_identity(ws):
     import json
 
     from tempora_schema import METADATA_KEY
-    from tempora_sim.synthetic import make_trace
+    from tempora_sim.sweeps.synthetic import make_trace
 
     def trace_for(text: str):
         (ws / "c.toml").write_text(text)

@@ -13,7 +13,7 @@ import pytest
 
 from helpers.cifar import tiny_cifar_args
 from helpers.hostile import assert_refused, inject_errno, invoke, snapshot, user_workspace
-from tempora_sim.synthetic import write_trace
+from tempora_sim.sweeps.synthetic import write_trace
 from tempora_trace.cli import cli
 
 PROG = "tempora-trace"

@@ -13,9 +13,9 @@ import pytest
 
 from helpers.hostile import assert_refused, inject_errno, invoke, snapshot
 from helpers.sim_cases import CASES, SMALL
-from tempora_schema.outputs import output_lock
-from tempora_sim.cli import main
-from tempora_sim.synthetic import write_trace_set
+from tempora_sim.commands.main import main
+from tempora_sim.sweeps.synthetic import write_trace_set
+from tempora_toolkit.atomic_files import output_lock
 
 PROG = "tempora-sim"
 

@@ -24,8 +24,8 @@ import pytest
 from helpers.hostile import assert_refused, inject_errno, invoke, snapshot
 from tempora_schema import METADATA_KEY, SCHEMA_VERSION
 from tempora_schema.live import LIVE_COLUMNS, LIVE_METADATA_KEY, SHARED_FIELDS, live_arrow_schema, validate_live_table
-from tempora_sim.cli import main
-from tempora_sim.synthetic import make_trace, write_trace_set
+from tempora_sim.commands.main import main
+from tempora_sim.sweeps.synthetic import make_trace, write_trace_set
 
 PROG = "tempora-sim"
 ROOT = Path(__file__).resolve().parents[3]
@@ -267,11 +267,11 @@ def test_a_report_killed_mid_way_leaves_a_stage_the_next_run_removes(ws):
     report into that folder, which holds the lock and so knows no live run owns it."""
     code = (
         "import os, signal\n"
-        "import tempora_schema.outputs as o\n"
+        "import tempora_toolkit.atomic_files as o\n"
         "real = o._publish\n"
         "def die(*a, **k): os.kill(os.getpid(), signal.SIGKILL)\n"
         "o._publish = die\n"
-        "from tempora_sim.cli import main\n"
+        "from tempora_sim.commands.main import main\n"
         f"main.main(['report', {str(ws / 'traces')!r}, '--out', {str(ws / 'report')!r}, '--protocol', 'offline'])\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=300)
@@ -308,7 +308,7 @@ def test_full_standard_output_is_one_line_naming_it(ws, monkeypatch):
     before = snapshot(ws)
     with open("/dev/full", "w") as full:
         proc = subprocess.run(
-            [sys.executable, "-m", "tempora_sim.cli", "sweep", str(ws / "traces"), "--protocol", "offline"],
+            [sys.executable, "-m", "tempora_sim.commands.main", "sweep", str(ws / "traces"), "--protocol", "offline"],
             stdout=full,
             stderr=subprocess.PIPE,
             text=True,
@@ -339,9 +339,9 @@ ENVIRONMENTS = {
 
 
 @pytest.mark.parametrize("case", list(ENVIRONMENTS))
-@pytest.mark.parametrize("module", ["tempora_sim.cli", "tempora_trace.cli"])
+@pytest.mark.parametrize("module", ["tempora_sim.commands.main", "tempora_trace.cli"])
 def test_a_hostile_environment_still_prints(case, module, ws):
-    args = ["sweep", str(ws / "traces"), "--protocol", "offline,discrete"] if module == "tempora_sim.cli" else ["list"]
+    args = ["sweep", str(ws / "traces"), "--protocol", "offline,discrete"] if module == "tempora_sim.commands.main" else ["list"]
     proc = subprocess.run(
         [sys.executable, "-m", module, *args], capture_output=True, text=True, env=_env(**ENVIRONMENTS[case]["env"]), timeout=300
     )
@@ -349,7 +349,7 @@ def test_a_hostile_environment_still_prints(case, module, ws):
     assert proc.stdout.strip()
 
 
-@pytest.mark.parametrize("module,args", [("tempora_sim.cli", ["sweep", "{ws}/traces"]), ("tempora_trace.cli", ["list"])])
+@pytest.mark.parametrize("module,args", [("tempora_sim.commands.main", ["sweep", "{ws}/traces"]), ("tempora_trace.cli", ["list"])])
 def test_closed_standard_output_is_one_line(module, args, ws):
     before = snapshot(ws)
     proc = subprocess.run(
@@ -369,10 +369,10 @@ def test_a_report_interrupted_while_staging_keeps_the_old_report(ws):
     """Ctrl-C (not SIGKILL) in the middle of writing: the handler removes the stage at once."""
     code = (
         "import time\n"
-        "import tempora_schema.outputs as o\n"
+        "import tempora_toolkit.atomic_files as o\n"
         "def slow(*a, **k): time.sleep(60)\n"
         "o._publish = slow\n"
-        "from tempora_sim.cli import run\n"
+        "from tempora_sim.commands.main import run\n"
         "import sys\n"
         f"sys.argv = ['tempora-sim', 'report', {str(ws / 'traces')!r}, '--out', {str(ws / 'report')!r}, '--protocol', 'offline']\n"
         "run()\n"

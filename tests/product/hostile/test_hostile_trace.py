@@ -18,8 +18,8 @@ import pytest
 from helpers.byo import write_image_folder, write_model_file
 from helpers.cifar import tiny_cifar_args
 from helpers.hostile import assert_refused, inject_errno, invoke, snapshot, user_workspace
-from tempora_schema.outputs import output_lock
-from tempora_sim.synthetic import write_trace
+from tempora_sim.sweeps.synthetic import write_trace
+from tempora_toolkit.atomic_files import output_lock
 from tempora_trace.cli import cli
 
 PROG = "tempora-trace"
@@ -228,7 +228,7 @@ FAULTS = [(errno.EACCES, "permission denied"), (errno.EROFS, "read-only file sys
 IN_USE = ([], ["--resume"], ["--force"])  # --force must not delete the holder's partial run
 START_UP = [
     (["-m", "tempora_trace.cli", "--method", "tent", "--domains", "fog", "--max-batches", "1"], "tempora-trace"),
-    (["-m", "tempora_sim.cli", "sweep", str(ROOT / "traces" / "demo")], "tempora-sim"),
+    (["-m", "tempora_sim.commands.main", "sweep", str(ROOT / "traces" / "demo")], "tempora-sim"),
 ]
 
 

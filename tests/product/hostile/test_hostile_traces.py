@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from tempora_schema import METADATA_FIELDS, METADATA_KEY
 from tempora_sim import sweep
 from tempora_sim.errors import SimError, TraceFileError
-from tempora_sim.synthetic import make_trace
-from tempora_sim.traces import load_traces, read_trace
+from tempora_sim.sweeps.synthetic import make_trace
+from tempora_sim.sweeps.traces import load_traces, read_trace
 
 SMALL = dict(num_batches=6, episodes=("fog",), checkpoints=(0, 3), frozen_eval=3, batch_size=8, num_classes=10)
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

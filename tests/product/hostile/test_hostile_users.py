@@ -28,7 +28,7 @@ from helpers.byo import write_image_folder, write_model_file
 from helpers.cifar import tiny_cifar_args
 from helpers.hostile import assert_refused, invoke, snapshot, user_workspace
 from tempora_schema import METADATA_KEY
-from tempora_sim.synthetic import PROFILES, write_trace, write_trace_set
+from tempora_sim.sweeps.synthetic import PROFILES, write_trace, write_trace_set
 from tempora_trace.cli import cli
 
 PROG = "tempora-trace"
@@ -683,7 +683,7 @@ LINK_METHOD = "[x](javascript:alert(3))$\\frac{$"
 
 
 def test_report_md_shows_names_from_the_data_and_runs_none(tmp_path):
-    from tempora_sim.cli import main as sim
+    from tempora_sim.commands.main import main as sim
 
     traces = _named_traces(tmp_path / "traces", LINK_METHOD, episodes=("fog", HTML_DOMAIN), model=HTML_MODEL)
     res = invoke(sim, ["report", traces, "--out", tmp_path / "report", "--no-explore"])
@@ -696,7 +696,7 @@ def test_report_md_shows_names_from_the_data_and_runs_none(tmp_path):
 
 
 def test_terminal_tables_show_escapes_and_markup_in_names_as_text(tmp_path):
-    from tempora_sim.cli import main as sim
+    from tempora_sim.commands.main import main as sim
 
     traces = _named_traces(tmp_path / "traces", "\x1b[2J[bold red]x[/]", model="\x1b]0;title\x07m")
     res = invoke(sim, ["sweep", traces, "--protocol", "offline,discrete"], env={"COLUMNS": "400"})
@@ -706,7 +706,7 @@ def test_terminal_tables_show_escapes_and_markup_in_names_as_text(tmp_path):
 
 
 def test_a_name_holding_a_page_placeholder_stays_a_name():
-    from tempora_sim.cli_explore import render_page
+    from tempora_sim.commands.explore import render_page
 
     data = {"tool": "tempora-sim __DATA__", "groups": [{"title": "__DATA__ __TITLE__ /*__APP__*/"}]}
     page = render_page(data).decode("utf-8")
@@ -717,13 +717,13 @@ def test_a_name_holding_a_page_placeholder_stays_a_name():
 
 def test_the_pages_tooltips_format_only_numbers():
     """A bar chart's tooltip is handed undefined for a missing bar: formatting it must not throw."""
-    app = (Path(__file__).resolve().parents[3] / "src" / "tempora_sim" / "explore_assets" / "app.js").read_text(encoding="utf-8")
+    app = (Path(__file__).resolve().parents[3] / "src" / "tempora_sim" / "exploration" / "assets" / "app.js").read_text(encoding="utf-8")
     formatters = re.findall(r"valueFormatter: \(x\) => \(([^?]*)\?", app)
     assert formatters and all('typeof x === "number"' in f for f in formatters), formatters
 
 
 def test_a_label_beyond_the_bound_is_refused_by_the_readers(tmp_path):
-    from tempora_sim.cli import main as sim
+    from tempora_sim.commands.main import main as sim
 
     write_trace(
         tmp_path / "t" / "tent.parquet", "tent", num_batches=4, episodes=("fog",), batch_size=8, num_classes=10, model="m" * 100_000
@@ -733,7 +733,7 @@ def test_a_label_beyond_the_bound_is_refused_by_the_readers(tmp_path):
 
 
 def test_a_method_that_adapted_on_no_batch_is_not_called_harmed():
-    from tempora_sim.report.sentences import below_frozen_sentence
+    from tempora_sim.reporting.sentences import below_frozen_sentence
 
     frame = pl.DataFrame({"method": ["eta", "tent"], "beta": [0.0, 0.25]})
     text = below_frozen_sentence(frame)

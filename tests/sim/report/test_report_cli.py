@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from helpers.utility_tables import WIN, grid, utility_frame
 from tempora_sim import analyses as an
-from tempora_sim import report as rp
-from tempora_sim.cli import main
+from tempora_sim import reporting as rp
+from tempora_sim.commands.main import main
 
 ROOT = Path(__file__).resolve().parents[3]
 DEMO_TRACES = ROOT / "traces" / "demo"
@@ -26,7 +26,7 @@ METHODS = ("standard", "neo", "adabn", "tent", "eta", "shot-im", "sar")
 def synthetic_traces(tmp_path_factory) -> Path:
     """A deterministic synthetic trace set (one group, 7 methods, 5 episodes of 60 batches),
     from the simulator's generator: paper-shaped timings, fixed RNG seeds."""
-    from tempora_sim.synthetic import write_trace_set
+    from tempora_sim.sweeps.synthetic import write_trace_set
 
     d = tmp_path_factory.mktemp("traces")
     write_trace_set(d, methods=METHODS, episodes=EPISODES, num_batches=60, batch_size=32, checkpoints=(0, 2, 4, 8, 16, 32), frozen_eval=8)
@@ -158,7 +158,7 @@ def test_report_on_results_rejects_sweep_options(report_from_traces, tmp_path):
 def test_committed_demo_traces_are_complete_and_report(tmp_path):
     """traces/demo/ is part of the repository: every method that fits each demo model, all 15
     corruptions at severity 5, readable on a fresh clone and turned into a full report."""
-    from tempora_sim.traces import load_traces
+    from tempora_sim.sweeps.traces import load_traces
     from tempora_trace.data.demo import DEMO_CORRUPTIONS
     from tempora_trace.methods import methods_for_model as methods_for
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tempora_sim.report import build_report, load_inputs
-from tempora_sim.report.devices import device_winners
-from tempora_sim.synthetic import write_trace
+from tempora_sim.reporting import build_report, load_inputs
+from tempora_sim.reporting.devices import device_winners
+from tempora_sim.sweeps.synthetic import write_trace
 
 METHODS = ("standard", "tent", "eta", "shot-im")
 

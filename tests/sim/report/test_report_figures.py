@@ -7,7 +7,7 @@ from matplotlib.colors import to_rgb
 from helpers.utility_tables import WIN, grid, utility_frame
 from tempora_sim import analyses as an
 from tempora_sim import palette
-from tempora_sim.report import figures as fg
+from tempora_sim.reporting import figures as fg
 
 
 def test_method_colours_are_fixed_and_stable():
@@ -57,7 +57,7 @@ def test_report_modules_never_import_torch():
 
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))  # the same import path as this process
     code = (
-        "import sys, tempora_sim.analyses, tempora_sim.report.figures, tempora_sim.report, tempora_sim.cli_report; "
+        "import sys, tempora_sim.analyses, tempora_sim.reporting.figures, tempora_sim.reporting, tempora_sim.commands.report; "
         "sys.exit('torch' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0

@@ -14,10 +14,10 @@ from scipy import stats as sps
 
 from helpers.utility_tables import utility_frame
 from tempora_sim import analyses as an
-from tempora_sim import report as rp
-from tempora_sim import stats as st
-from tempora_sim.cli import main
-from tempora_sim.report.sentences import root_cause_sentence
+from tempora_sim import reporting as rp
+from tempora_sim.commands.main import main
+from tempora_sim.reporting.sentences import root_cause_sentence
+from tempora_sim.uncertainty import bootstrap as st
 
 
 # ----------------------------------------------------------------------------- bootstrap vs scipy
@@ -148,7 +148,7 @@ def test_paired_lead_is_tighter_than_overlapping_marginal_intervals():
 
 # ----------------------------------------------------------------------------- seeds
 def _synthetic(tmp_path, methods, seeds=(2025,), **kw):
-    from tempora_sim.synthetic import write_trace
+    from tempora_sim.sweeps.synthetic import write_trace
 
     kw = {
         "episodes": ("fog", "snow", "contrast"),
@@ -166,7 +166,7 @@ def _synthetic(tmp_path, methods, seeds=(2025,), **kw):
 
 def test_seeds_pool_like_episodes_and_never_split_the_comparison(tmp_path):
     from tempora_sim import sweep
-    from tempora_sim.traces import load_traces
+    from tempora_sim.sweeps.traces import load_traces
 
     ts = load_traces(_synthetic(tmp_path, ("standard", "adabn", "tent"), seeds=(2025, 2026)))
     u = sweep(ts, protocols="offline,discrete", rho="1,0.5")
@@ -285,7 +285,7 @@ def advise_traces(tmp_path_factory):
 
 def test_advise_recommends_the_pooled_best_and_finds_where_that_changes(advise_traces):
     from tempora_sim import sweep
-    from tempora_sim.advise import Constraint, advise
+    from tempora_sim.analyses.advice import Constraint, advise
 
     c = Constraint("discrete", "rho", 0.3)
     a = advise(str(advise_traces), c)[0]
@@ -378,7 +378,7 @@ def test_report_on_several_seeds_pools_them_and_measures_winner_stability(tmp_pa
 
 def test_summary_says_when_pooled_seeds_were_timed_under_different_conditions(tmp_path):
     from tempora_sim import sweep
-    from tempora_sim.traces import load_traces
+    from tempora_sim.sweeps.traces import load_traces
 
     d = tmp_path / "t"
     for s, scale in ((2025, 1.0), (2026, 1.6)):  # the second seed ran on a slower (busier) machine
@@ -394,7 +394,7 @@ def test_committed_seed_study_pools_into_one_group_of_five_seeds():
     from pathlib import Path
 
     from tempora_sim import sweep
-    from tempora_sim.traces import load_traces
+    from tempora_sim.sweeps.traces import load_traces
 
     root = Path(__file__).resolve().parents[3] / "traces" / "demo-seeds"
     ts = load_traces(root)

@@ -59,7 +59,7 @@ def test_dirichlet_trace_is_its_own_group(tmp_path, monkeypatch):
     domain, and the simulator keeps it apart from the i.i.d. stream of the same setting."""
     import polars as pl
 
-    from tempora_sim.replay import run_sweep
+    from tempora_sim.sweeps.replay import run_sweep
     from tempora_trace.cli import main
 
     monkeypatch.setenv("TEMPORA_DEMO_TEST_SIZE", "256")

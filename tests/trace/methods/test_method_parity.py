@@ -338,7 +338,7 @@ def test_lame_paper_unary_is_log_softmax():
 
 def test_paper_profile_trace_sits_beside_the_default_one(tmp_path, monkeypatch):
     """`--profile paper` names the trace <method>-paper and the simulator keeps it apart."""
-    from tempora_sim.replay import run_sweep
+    from tempora_sim.sweeps.replay import run_sweep
     from tempora_trace.cli import main
 
     monkeypatch.setenv("TEMPORA_DEMO_TEST_SIZE", "128")

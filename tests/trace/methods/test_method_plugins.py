@@ -152,7 +152,7 @@ def test_installed_example_is_traced_swept_and_reported_beside_a_built_in(plugin
     assert schema.TraceIdentity.from_metadata(plugin).as_metadata()["method_source"] == plugin["method_source"]
     assert "method_source" not in builtin and set(plugin) - set(builtin) == {"method_source"}
 
-    from tempora_sim.cli import main as sim
+    from tempora_sim.commands.main import main as sim
 
     capsys.readouterr()
     assert sim.main(["sweep", str(out), "--protocol", "offline", "--format", "json"], standalone_mode=False) == 0

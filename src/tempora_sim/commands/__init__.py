@@ -1,0 +1,1 @@
+"""``tempora-sim``: one module a subcommand, each thin over the library."""

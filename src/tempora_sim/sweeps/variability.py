@@ -1,0 +1,364 @@
+"""The traces' measured timing variability as a model: pass shifts, event residuals, drift and the idle effect (docs/design/statistics.md).
+
+A trace holds one timed pass. When the tracer also measured how much its event times move
+(the optional ``timing_variability`` metadata, :mod:`tempora_schema.variability`), the
+simulator replays that variability:
+
+**The model.** For each repeat pass ``p`` of the sample and each sample event ``i`` the log
+ratio ``L[p, i] = log(δ_repeat / δ_main)`` (same computation, same device, another pass) is
+split into a *pass shift* ``s_p = median_i L[p, i]`` (the whole pass ran faster or slower: the
+machine's state) and *event residuals* ``L[p, i] − s_p``. The idle pass's back-to-back events
+count as one more pass. A timing replicate of a trace draws one pass shift and, for every
+batch, one residual, and scales that batch's ``e``, ``ℓ`` and ``δ`` by
+``exp(shift + residual)``; λ (a property of the deployment, fixed by the standard trace)
+stays as it is.
+
+The traced pass is a pass of the device like the K measured ones (its shift is 0 by
+definition), so a new pass's shift is drawn from a predictive normal of all K + 1 passes
+(:func:`passes`): centred on their mean, with a standard deviation widened by √(1 + 1/(K + 1))
+and Student's t (:func:`shift_spread`). A pass shift is the machine's state, not the method's
+(the premise of the common random numbers below), so the standard deviation is pooled over the
+measured traces of a comparison group — same device, same model — and t takes the pooled
+degrees of freedom Σ K_t (:func:`timing_models`); one trace alone keeps its own K. The
+repeat passes run seconds after the main pass, a deployment minutes or days later: the
+spread of the group's speed probes, taken as its traces were taken one after another, adds
+the machine's drift between tracing times to the shift's variance (:func:`probe_drift`,
+Welch–Satterthwaite degrees of freedom). The residuals (tens of events) are resampled as measured.
+
+**Common random numbers.** Replicate ``r`` draws one uniform ``u_r`` per comparison group and
+one uniform ``v_{r,j}`` per (group, episode, step); every method of the group maps the same
+uniforms through its own measured distribution (the predictive normal's ``u``-quantile; the
+``⌊v·M⌋``-th smallest of its M residuals).
+A slow pass of the machine is slow for every method, so paired differences stay sharp.
+
+**The idle effect.** In the idle pass every other event follows an idle wait. A gap's effect is
+*systematic* when every event after it is slower (or every one faster) than three quarters of
+the pass's back-to-back events; its factor is then ``exp(median L_after − median L_control)``,
+else 1. The discrete replay scales an event that starts after an idle time ``g`` by ``F(g)``,
+linear between the measured gaps (F(0) = 1) and constant beyond the largest
+(:func:`discrete_idle_kernel`); ``no_idle_effect`` turns it off.
+
+A trace without the metadata has no model: its replicates repeat its traced times, and the
+answers say that its timing uncertainty is unknown.
+
+**Predicted traces.** A trace written by ``tempora-sim predict`` carries the variability its
+profile measured on the target device (rescaled to its predicted times) and the transfer's
+out-of-sample error of its mean δ, (σ_p, df) on the log scale (``predicted.error``,
+:mod:`tempora_schema.prediction`). Every replicate scales all of the trace's batches by one
+more factor ``exp(x)``, x from the normal that matches Student's t with df degrees of freedom
+at 95 % (as the pass shift's), drawn per trace from its own stream: the transfer errs for each
+method on its own, so the prediction error widens the intervals of differences between methods too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Sequence
+
+import numpy as np
+
+from tempora_schema import VARIABILITY_KEY, probe_median_ms
+from tempora_schema.prediction import prediction_error
+from tempora_sim.engine.idle import idle_factor as _idle_rule
+
+#: Default number of timing replicates behind an interval (``--timing-replicates``).
+DEFAULT_REPLICATES = 20
+#: What the answers say about their timing uncertainty.
+MEASURED = "measured"
+UNKNOWN = "unknown"
+
+
+#: Two-sided 97.5 % quantiles of Student's t with 1 … 30 degrees of freedom: the predictive
+#: spread of a pass shift estimated with df degrees of freedom is widened by t_df / z (matched at 95 %).
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
+_Z975 = 1.959964
+
+
+def _t975(df: int) -> float:
+    return _T975[df - 1] if df <= len(_T975) else _Z975
+
+
+def passes(shifts: np.ndarray) -> np.ndarray:
+    """Every timed pass of a trace as a shift from the traced one: the traced pass itself (0)
+    and the K measured ones. The traced pass is a pass of the device like the others."""
+    return np.concatenate(([0.0], np.asarray(shifts, np.float64)))
+
+
+def shift_spread(
+    shifts: np.ndarray, pooled: tuple[float, int] | None = None, drift: tuple[float, int] | None = None
+) -> tuple[float, float] | None:
+    """(centre, scale) of the predictive distribution of a new pass's shift from the K + 1
+    passes of a trace (:func:`passes`): centre = their mean; scale = √(a + b) ×
+    t_{df, 97.5 %}/z_{97.5 %} (a normal that matches Student's t prediction interval at 95 %:
+    few passes, wide spread), where a = σ² × (1 + 1/(K + 1)) is the passes' part and b = σ_d²
+    the machine's drift between tracing times (:func:`probe_drift`), df their
+    Welch–Satterthwaite degrees of freedom (df = the passes' own when there is no drift).
+    σ and df are the passes' own (ddof 1, df = K) unless ``pooled`` = (σ, df) gives the
+    comparison group's. None when neither passes (K = 0, nothing pooled) nor drift give a spread."""
+    p = passes(shifts)
+    if pooled is None and p.size >= 2:
+        pooled = (float(np.std(p, ddof=1)), p.size - 1)
+    parts = []  # (variance, degrees of freedom)
+    if pooled is not None:
+        parts.append((pooled[0] ** 2 * (1.0 + 1.0 / p.size), pooled[1]))
+    if drift is not None:
+        parts.append((drift[0] ** 2, drift[1]))
+    if not parts:
+        return None
+    var = sum(v for v, _ in parts)
+    return float(np.mean(p)), float(math.sqrt(var) * _t975(welch_df(parts)) / _Z975)
+
+
+def welch_df(parts: Sequence[tuple[float, int]]) -> int:
+    """Welch–Satterthwaite degrees of freedom of a sum of independent variance estimates
+    ``(v, df)``, rounded down (at least 1): the sum is known no better than its weakest large part.
+    One part keeps its own df."""
+    total = sum(v for v, _ in parts)
+    denom = sum(v * v / df for v, df in parts if v > 0)
+    return max(1, int(math.floor(total * total / denom + 1e-9))) if denom > 0 else min(df for _, df in parts)
+
+
+def probe_drift(traces: Sequence) -> tuple[float, int] | None:
+    """(σ_d, df): how far the machine's speed moved between the times a comparison group's
+    traces were taken, from their speed probes (docs/reference/trace-schema.md, "Speed probe"):
+    the standard deviation (ddof 1) of each trace's log median probe time, df = traces − 1;
+    with one probed trace, of its own log probe times (taken over its run), df = probes − 1.
+    The repeat passes are timed seconds apart; a deployment runs minutes or days later, and
+    the probes are what the traces know of the machine over that longer span. None with
+    fewer than two probes, or probes of more than one kind (they time different work)."""
+    probed = [t.meta for t in traces if t.meta.get("speed_probe")]
+    if len({meta.get("speed_probe_kind") for meta in probed}) != 1:
+        return None
+    if len(probed) == 1:
+        logs = np.log([float(x["ms"]) for x in probed[0]["speed_probe"]])
+    else:  # a trace's machine speed, as the group's speed check reads it (tempora_sim.sweeps.traces)
+        logs = np.log([probe_median_ms(meta) for meta in probed])
+    if logs.size < 2:
+        return None
+    return float(np.std(logs, ddof=1)), int(logs.size - 1)
+
+
+def pooled_shift_sd(models: Sequence["TimingModel"]) -> tuple[float, int] | None:
+    """(σ, df): the passes' standard deviation pooled over ``models`` (each trace's K + 1 passes
+    around their own mean), df = Σ K_t; None when no model measured a pass."""
+    ss, df = 0.0, 0
+    for m in models:
+        p = passes(m.shifts)
+        if p.size >= 2:
+            ss += float(np.sum((p - np.mean(p)) ** 2))
+            df += p.size - 1
+    return (math.sqrt(ss / df), df) if df else None
+
+
+@dataclass(frozen=True)
+class TimingModel:
+    """One trace's measured timing variability, as the replay uses it (sorted samples)."""
+
+    shifts: np.ndarray  # log pass shifts, sorted
+    residuals: np.ndarray  # log event residuals, sorted
+    idle_gaps_ms: np.ndarray  # measured idle gaps, ascending
+    idle_factors: np.ndarray  # factor per gap (1 where the effect is not systematic)
+    events: int
+    seconds: float
+    #: (σ, df) of the pass shifts pooled over the comparison group (:func:`timing_models`);
+    #: None: this trace's own shifts alone.
+    pooled: tuple[float, int] | None = None
+    #: (σ_d, df) of the machine's drift between the group's tracing times (:func:`probe_drift`);
+    #: None: not measured (no speed probes), nothing added.
+    drift: tuple[float, int] | None = None
+    #: (σ_p, df) of a predicted trace's transfer error (log scale); None: a measured trace
+    prediction: tuple[float, int] | None = None
+
+    def shift(self, u: float) -> float:
+        """The pass shift of uniform ``u``: the predictive normal of :func:`shift_spread` at
+        ``u`` (clipped to [0.1 %, 99.9 %]); 0 (the traced pass) when nothing gives a spread."""
+        spread = shift_spread(self.shifts, self.pooled, self.drift)
+        if spread is None:
+            return 0.0
+        return spread[0] + spread[1] * NormalDist().inv_cdf(min(max(u, 1e-3), 1 - 1e-3))
+
+    def prediction_shift(self, w: float) -> float:
+        """The transfer-error shift of uniform ``w`` (log scale): 0 for a measured trace."""
+        if self.prediction is None or self.prediction[0] <= 0:
+            return 0.0
+        sd, df = self.prediction
+        return sd * _t975(df) / _Z975 * NormalDist().inv_cdf(min(max(w, 1e-3), 1 - 1e-3))
+
+    @property
+    def has_idle_effect(self) -> bool:
+        return bool(np.any(self.idle_factors != 1.0))
+
+
+def _main_delta(trace, sample: list[dict]) -> np.ndarray:
+    """δ of the main pass at the sample's (episode, step), in sample order; NaN for an event
+    the trace's rows no longer hold (a trace cut to fewer episodes or batches)."""
+    ra = trace.replay_arrays
+    offsets = np.concatenate(([0], np.cumsum(ra.lengths))).tolist()
+    where = {ep: (offsets[i], int(ra.lengths[i])) for i, ep in enumerate(ra.episodes)}
+    delta = np.asarray(ra.delta, np.float64)
+    out = []
+    for item in sample:
+        start, n = where.get(item["episode"], (0, 0))
+        out.extend(float(delta[start + s]) if s < n else math.nan for s in item["steps"])
+    return np.asarray(out, np.float64)
+
+
+def model_from_measurement(tv: dict, main: np.ndarray) -> TimingModel | None:
+    """The :class:`TimingModel` of a ``timing_variability`` value and the main-pass δ of its
+    sample events (a sample event whose main δ is 0 carries no ratio and is left out)."""
+    ok = np.isfinite(main) & (main > 0)
+    if not ok.any():
+        return None
+    log_main = np.log(np.where(ok, main, 1.0))
+    if ok.sum() < 2:
+        return None
+    shifts, residuals = [], []
+    for times in tv["passes_ms"]:
+        L = (np.log(np.asarray(times, np.float64)) - log_main)[ok]
+        s = float(np.median(L))
+        shifts.append(s)
+        residuals.append(L - s)
+    gaps_ms, factors = [], []
+    if tv["idle_ms"]:
+        gaps = np.asarray(tv["idle_gaps_ms"], np.float64)
+        L = np.log(np.asarray(tv["idle_ms"], np.float64)) - log_main
+        control = ok & (gaps == 0)
+        if control.sum() >= 2:
+            Lc = L[control]
+            s = float(np.median(Lc))
+            shifts.append(s)
+            residuals.append(Lc - s)
+            q1, q3 = np.quantile(Lc, [0.25, 0.75])
+            for g in np.unique(gaps[gaps > 0]):
+                La = L[ok & (gaps == g)]
+                systematic = La.size >= 3 and (bool((La > q3).all()) or bool((La < q1).all()))
+                gaps_ms.append(float(g))
+                factors.append(math.exp(float(np.median(La)) - s) if systematic else 1.0)
+    return TimingModel(
+        shifts=np.sort(np.asarray(shifts, np.float64)),
+        residuals=np.sort(np.concatenate(residuals)),
+        idle_gaps_ms=np.asarray(gaps_ms, np.float64),
+        idle_factors=np.asarray(factors, np.float64),
+        events=int(ok.sum()),
+        seconds=float(tv["seconds"]),
+    )
+
+
+def timing_model(trace) -> TimingModel | None:
+    """The trace's :class:`TimingModel`, or None when it carries no timing-variability data
+    (and is not predicted: a predicted trace always has a model, for its transfer error)."""
+    tv = trace.meta.get(VARIABILITY_KEY)
+    model = model_from_measurement(tv, _main_delta(trace, tv["sample"])) if tv else None
+    error = prediction_error(trace.meta)
+    if error is None:
+        return model
+    if model is None:  # nothing measured about the target's variability: the transfer error alone
+        empty = np.zeros(0, np.float64)
+        model = TimingModel(shifts=empty, residuals=np.zeros(1, np.float64), idle_gaps_ms=empty, idle_factors=empty, events=0, seconds=0.0)
+    return dataclasses.replace(model, prediction=error)
+
+
+def timing_models(traces: Sequence) -> list[TimingModel | None]:
+    """One :class:`TimingModel` per trace (None: not measured), each with its pass-shift
+    spread pooled over the measured traces of its comparison group (:func:`pooled_shift_sd`)
+    and the machine's drift between the group's tracing times (:func:`probe_drift`)."""
+    models = [timing_model(t) for t in traces]
+    groups: dict[str, list[int]] = {}
+    for i, t in enumerate(traces):
+        groups.setdefault(t.group.label(), []).append(i)
+    for members in groups.values():
+        measured = [i for i in members if models[i] is not None]
+        if not measured:
+            continue
+        pooled = pooled_shift_sd([models[i] for i in measured])
+        drift = probe_drift([traces[i] for i in members])  # every trace's probes, measured or not
+        for i in measured:
+            models[i] = dataclasses.replace(models[i], pooled=pooled, drift=drift)
+    return models
+
+
+def timing_status(traces: Sequence) -> str:
+    """``measured`` when every trace carries timing-variability data, else ``unknown``."""
+    return MEASURED if traces and all(t.meta.get(VARIABILITY_KEY) for t in traces) else UNKNOWN
+
+
+
+
+
+
+
+
+
+
+# ----------------------------------------------------------------------------- idle effect
+def idle_curves(series, models: list[TimingModel | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Per series, the idle curve of its trace: (offsets [S+1], gaps, factors); None when no
+    trace shows a systematic idle effect."""
+    if not any(m is not None and m.has_idle_effect for m in models):
+        return None
+    gaps, factors, counts = [], [], []
+    for s_idx in range(len(series.episode)):
+        m = models[int(series.trace_of[s_idx])]
+        if m is not None and m.has_idle_effect:
+            gaps.append(m.idle_gaps_ms)
+            factors.append(m.idle_factors)
+            counts.append(m.idle_gaps_ms.size)
+        else:
+            counts.append(0)
+    offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    cat = lambda xs: np.concatenate(xs).astype(np.float64) if xs else np.zeros(0)  # noqa: E731
+    return offsets, cat(gaps), cat(factors)
+
+
+def idle_factor(gap: float, gaps: np.ndarray, factors: np.ndarray) -> float:
+    """F(gap) on any sequences (:func:`tempora_sim.engine.idle.idle_factor`, the replay's own rule)."""
+    return float(_idle_rule(float(gap), np.asarray(gaps, np.float64), np.asarray(factors, np.float64)))
+
+
+def discrete_idle_kernel(series, curves, rho, opts) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Discrete replay with the idle effect, for the series whose trace shows one.
+
+    Returns (series indices, served, served_sum, score_sum) for those series × ``rho``."""
+    # lazy: the replay imports Numba on a background thread while it reads the traces (replay._start_warm_up)
+    from tempora_sim.engine import kernels as K
+
+    c_off, c_gaps, c_factors = curves
+    which = np.flatnonzero(np.diff(c_off) > 0).astype(np.int64)
+    kernel = K.discrete_idle_kernel
+    mode = K.SKIP_FALLBACK if opts["fallback"] else (K.SKIP_RANDOM if opts["skipped"] == "random" else K.SKIP_NULL)
+    served, ssum, score = kernel(
+        series.a,
+        series.delta,
+        series.offsets,
+        series.lam,
+        np.asarray(rho, np.float64),
+        int(opts["queue"]),
+        opts["sync"] == "strict",
+        mode,
+        series.skip_value,
+        c_off,
+        c_gaps,
+        c_factors,
+        which,
+    )
+    return which, served, ssum, score
+
+
+def apply_idle_effect(series, raw: dict, rho, opts, curves) -> None:
+    """Replace the discrete sums of the series that show an idle effect (in place)."""
+    if curves is None or "discrete" not in raw or not np.any(np.diff(curves[0]) > 0):
+        return
+    which, served, ssum, score = discrete_idle_kernel(series, curves, rho, opts)
+    d = raw["discrete"]
+    d["served"], d["served_sum"], d["score_sum"] = (np.array(d[k]) for k in ("served", "served_sum", "score_sum"))
+    d["served"][which], d["served_sum"][which], d["score_sum"][which] = served, ssum, score
+
+
+
+
+
+

@@ -1,0 +1,208 @@
+"""Timing replicates of a sweep: the same grid replayed under the traces' measured variability.
+
+:mod:`tempora_sim.sweeps.variability` defines the model (which the replay uses for the idle
+effect); this module draws a replicate's factors from it, replays them through
+:func:`tempora_sim.sweeps.replay.replay_frames` and keeps the replicates' rows beside the
+sweep's own (:class:`TimingReplicates`), matched once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+import polars as pl
+
+from tempora_sim.sweeps.replay import replay_frames, run_sweep
+from tempora_sim.sweeps.variability import (
+    DEFAULT_REPLICATES,
+    MEASURED,
+    UNKNOWN,
+    TimingModel,
+    idle_curves,
+    timing_models,
+)
+
+
+def replicates_of(result, count: int = DEFAULT_REPLICATES, seed: int = 0, models: list | None = None) -> TimingReplicates | None:
+    """Replay a sweep (:class:`tempora_sim.sweeps.replay.SweepResult`) again under ``count`` timing
+    replicates drawn from its traces' measured variability. ``base`` is the sweep's own frame.
+    None when the sweep kept no series; no replicates when ``count`` is 0 or no trace measured
+    its variability (the status then says ``unknown``)."""
+    if result is None or getattr(result, "series", None) is None:
+        return None
+    series, opt = result.series, result.resolved
+    if models is None:  # else one per trace of the series (e.g. measured on the uncut trace)
+        models = timing_models(series.traces)
+    # a predicted trace whose profile measured no variability has a model for its transfer error only
+    status = {trace_label(t): (MEASURED if m is not None and m.events > 0 else UNKNOWN) for t, m in zip(series.traces, models)}
+    if count <= 0 or all(m is None for m in models):
+        return TimingReplicates(result.frame, [], status)
+    curves = None if opt.no_idle_effect else idle_curves(series, models)
+    reps = []
+    for r in range(count):
+        factors = replicate_factors(series, models, r, seed)
+        frames = replay_frames(scaled(series, factors), opt, None, idle_curves=curves if curves is not None else _NO_CURVES)
+        reps.append(pl.concat(frames, how="vertical"))
+    drift = max((m.drift[0] for m in models if m is not None and m.drift is not None), default=0.0)
+    prediction = max((m.prediction[0] for m in models if m is not None and m.prediction is not None), default=0.0)
+    return TimingReplicates(result.frame, reps, status, drift, prediction)
+
+
+#: ``replay_frames``'s idle_curves value meaning "no idle effect" (None means "from the traces").
+_NO_CURVES = (np.zeros(1, np.int64), np.zeros(0), np.zeros(0))
+
+
+def replicates(source, options=None, count: int = DEFAULT_REPLICATES, seed: int = 0, /, **changes) -> TimingReplicates:
+    """Sweep ``source`` (as :func:`tempora_sim.sweep`) and replay it under ``count`` timing replicates."""
+    return replicates_of(run_sweep(source, options, **changes), count, seed)
+
+
+# ----------------------------------------------------------------------------- draws
+def _pick(sorted_values: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """The ⌊u·K⌋-th smallest of K values (u in [0, 1)): the same u, the same rank, any method."""
+    k = sorted_values.size
+    return sorted_values[np.minimum((u * k).astype(np.int64), k - 1)]
+
+
+def _stream(seed: int, replicate: int, label: str) -> np.random.Generator:
+    return np.random.default_rng([int(seed), int(replicate), zlib.crc32(label.encode("utf-8"))])
+
+
+def replicate_factors(series, models: list[TimingModel | None], replicate: int, seed: int) -> np.ndarray:
+    """Per-batch speed factor of every batch of ``series`` in timing replicate ``replicate``.
+
+    ``models[t]`` belongs to ``series.traces[t]`` (None: factor 1). Uniforms come from streams
+    keyed by (seed, replicate, group) and (seed, replicate, group, episode), so every method of
+    a group — whatever its position in the series — gets the same draws."""
+    out = np.ones(series.a.shape[0], np.float64)
+    u_group: dict[str, float] = {}
+    w_trace: dict[int, float] = {}
+    for s_idx, ep in enumerate(series.episode):
+        t = int(series.trace_of[s_idx])
+        model = models[t]
+        if model is None:
+            continue
+        label = series.traces[t].group.label()
+        if label not in u_group:
+            u_group[label] = float(_stream(seed, replicate, label).random())
+        lo, hi = int(series.offsets[s_idx]), int(series.offsets[s_idx + 1])
+        v = _stream(seed, replicate, f"{label}\x00{ep}").random(hi - lo)
+        shift = model.shift(u_group[label])
+        if model.prediction is not None:  # one draw per predicted trace, all its episodes alike
+            if t not in w_trace:
+                w_trace[t] = float(_stream(seed, replicate, f"{label}\x00predicted\x00{series.traces[t].method}").random())
+            shift += model.prediction_shift(w_trace[t])
+        out[lo:hi] = np.exp(shift + _pick(model.residuals, v))
+    return out
+
+
+def scaled(series, factors: np.ndarray):
+    """A copy of ``series`` whose e, ℓ and δ are multiplied by ``factors``."""
+    return dataclasses.replace(series, e=series.e * factors, l=series.l * factors, delta=series.delta * factors)
+
+
+# ----------------------------------------------------------------------------- replicates
+@dataclass
+class TimingReplicates:
+    """The sweep's rows replayed with the trace's own times (``base``, the point estimates) and
+    under ``R`` timing replicates (``reps``), in the same row order; ``status`` per trace
+    label: ``measured`` or ``unknown``."""
+
+    base: pl.DataFrame
+    reps: list[pl.DataFrame]
+    status: dict[str, str] = field(default_factory=dict)
+    #: the largest σ_d of the machine's drift between tracing times in the models (0: none measured)
+    drift: float = 0.0
+    #: the largest σ_p of a predicted trace's transfer error (0: no predicted trace)
+    prediction: float = 0.0
+    #: the frames after a ``pool`` function, by that function (every interval of a view pools alike)
+    _pooled: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def count(self) -> int:
+        return len(self.reps)
+
+    def map(self, fn: Callable[[pl.DataFrame], pl.DataFrame]) -> "TimingReplicates":
+        """The same transformation (a relabelling, a filter) applied to every frame."""
+        return TimingReplicates(fn(self.base), [fn(r) for r in self.reps], dict(self.status), self.drift, self.prediction)
+
+    def _frames(self, pool: Callable | None) -> list[pl.DataFrame]:
+        """[base, *reps], each after ``pool`` (pooling over seeds; computed once per function).
+        Frames of one seed are returned as they are: pooling one seed's rows changes none of
+        their values, and a dense view's 21 frames took most of its time to pool."""
+        frames = [self.base, *self.reps]
+        if pool is None or all("seed" not in f.columns or f.get_column("seed").n_unique() <= 1 for f in frames):
+            return frames
+        if pool not in self._pooled:
+            self._pooled[pool] = [pool(f) for f in frames]
+        return self._pooled[pool]
+
+    def shifts(self, index: pl.DataFrame, keys: Sequence[str], column: str = "utility", pool: Callable | None = None) -> np.ndarray:
+        """[index.height, R]: ``column`` of each replicate minus the base value, for the rows of
+        ``index`` (matched on ``keys``; 0 where a row has no match or a value is missing).
+        ``pool`` (pooling over seeds) is applied to every frame of several seeds first."""
+        return self.shifts_of(index, keys, [column], pool)[column]
+
+    def shifts_of(
+        self, index: pl.DataFrame, keys: Sequence[str], columns: Sequence[str], pool: Callable | None = None
+    ) -> dict[str, np.ndarray]:
+        """:meth:`shifts` of several columns at once: every frame is pooled once and the rows
+        of ``index`` are matched once, on the base frame; a replicate whose keys come in the
+        base's order (the replay writes them so) is read by position, any other is matched
+        again."""
+        out = {c: np.zeros((index.height, self.count)) for c in columns}
+        if not self.count or not index.height:
+            return out
+        keys = list(keys)
+        cast = [pl.col("value").cast(pl.Float64)] if "value" in keys else []
+        look = index.select(keys).with_columns(cast).with_row_index("_i")
+        frames = self._frames(pool)
+
+        def positions(frame: pl.DataFrame) -> np.ndarray:
+            sel = frame.select(keys).with_columns(cast).with_row_index("_j").unique(subset=keys, keep="first", maintain_order=True)
+            j = look.join(sel, on=keys, how="left", nulls_equal=True).sort("_i").get_column("_j")
+            return j.fill_null(-1).cast(pl.Int64).to_numpy()
+
+        base_keys = frames[0].select(keys)
+        base_pos = positions(frames[0])
+        values: dict[str, list[np.ndarray]] = {c: [] for c in columns}
+        for f in frames:
+            pos = base_pos if f.height == base_keys.height and f.select(keys).equals(base_keys) else positions(f)
+            for c in columns:
+                if c not in f.columns:
+                    values[c].append(np.full(index.height, np.nan))
+                    continue
+                col = f.get_column(c).cast(pl.Float64).fill_null(np.nan).to_numpy()
+                values[c].append(np.where(pos >= 0, col[np.maximum(pos, 0)], np.nan) if col.size else np.full(index.height, np.nan))
+        for c in columns:
+            diff = np.stack(values[c][1:], axis=1) - values[c][0][:, None]
+            out[c] = np.where(np.isfinite(diff), diff, 0.0)
+        return out
+
+
+def trace_label(trace) -> str:
+    return f"{trace.group.label()} · {trace.method}"
+
+
+def describe(timing: TimingReplicates | None, count: int) -> str:
+    """What the intervals include about time, in one sentence."""
+    if timing is None:
+        return "timing uncertainty: unknown (results read without their traces): intervals cover batches and episodes only"
+    measured = [k for k, v in timing.status.items() if v == MEASURED]
+    unknown = [k for k, v in timing.status.items() if v == UNKNOWN]
+    if not measured and timing.prediction <= 0:
+        return "timing uncertainty: unknown (no trace measured its timing variability): intervals are conditional on the traced times"
+    if count <= 0:
+        return "timing uncertainty: not included (--timing-replicates 0): intervals are conditional on the traced times"
+    text = f"timing uncertainty: included ({timing.count} timing replicates from the variability measured on the device"
+    if timing.drift > 0:
+        text += f", and the machine's drift between the traces' speed probes, σ up to {timing.drift:.1%}"
+    if timing.prediction > 0:
+        text += f", and the transfer error of the predicted traces' times, σ up to {timing.prediction:.1%}"
+    if unknown:
+        text += f"; unknown for {len(unknown)} of {len(timing.status)} traces, replayed at their traced times"
+    return text + ")"
