@@ -22,22 +22,11 @@ _SWEEP = ("run_sweep", "SweepOptions")
 
 __all__ = [*_API, *_SWEEP, "__version__"]
 
-#: True in the ``tempora-sim`` program (set by :func:`tempora_sim.commands.main.run`), False when a
-#: notebook or another program imports the package: process-wide shortcuts that only the
-#: program may take (Numba's start, :func:`tempora_sim.sweeps.replay.warm_kernels`) check it.
-IN_PROGRAM = False
-
-
 def __getattr__(name: str) -> Any:
-    # The version is read from the package metadata (declared once, in pyproject.toml) on first
-    # use, not at import: the command line installs its Ctrl-C guard after this module runs.
     if name == "__version__":
-        from importlib.metadata import PackageNotFoundError, version
+        from tempora_sim.process import version
 
-        try:
-            return version("tempora-tta")
-        except PackageNotFoundError:  # a source tree on sys.path that was never installed
-            return "0+unknown"
+        return version()
     if name in _API:
         from tempora_sim import api
 

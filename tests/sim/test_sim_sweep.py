@@ -291,12 +291,12 @@ def _child_env() -> dict:
 
 
 def test_the_program_starts_numba_without_scipy_and_leaves_scipy_importable(trace_dir):
-    """In the ``tempora-sim`` program (tempora_sim.IN_PROGRAM) Numba's first dispatch runs with
+    """In the ``tempora-sim`` program (tempora_sim.process.IN_PROGRAM) Numba's first dispatch runs with
     SciPy hidden: no SciPy module is loaded by the sweep, the rows are the library's, and SciPy
     imports afterwards as ever (Numba's own BLAS check included). A library caller's process
     (IN_PROGRAM False) is left as Numba would leave it."""
     code = (
-        "import sys, tempora_sim; tempora_sim.IN_PROGRAM = {flag}\n"
+        "import sys; from tempora_sim import process; process.IN_PROGRAM = {flag}\n"
         "from tempora_sim.sweeps.replay import run_sweep\n"
         f"res = run_sweep({str(trace_dir)!r})\n"
         "loaded = sorted(m for m in sys.modules if m == 'scipy' or m.startswith('scipy.'))\n"

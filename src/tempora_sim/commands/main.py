@@ -92,10 +92,10 @@ def run() -> None:
     and no command leaves an exit handler behind; what the teardown would do is free Numba's
     compiled code and the loaded modules, which costs a warm sweep about 0.3 s and serves
     nothing. A library caller that calls :data:`main` keeps the ordinary exit (and Numba's
-    ordinary start: :data:`tempora_sim.IN_PROGRAM`)."""
-    import tempora_sim
+    ordinary start: :data:`tempora_sim.process.IN_PROGRAM`)."""
+    from tempora_sim import process
 
-    tempora_sim.IN_PROGRAM = True
+    process.IN_PROGRAM = True
     code = main.main(standalone_mode=False)
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -38,7 +38,6 @@ import polars as pl
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tempora_sim import __version__
 from tempora_sim import analyses as an
 from tempora_sim import protocols as P
 
@@ -49,6 +48,7 @@ from tempora_sim.analyses.advice import _span as _span
 from tempora_sim.engine import grids
 from tempora_sim.errors import SimError
 from tempora_sim.palette import method_colour
+from tempora_sim.process import version
 from tempora_sim.sweeps.options import SweepOptions
 from tempora_sim.sweeps.replay import run_sweep
 from tempora_sim.sweeps.traces import TraceSet, group_lambdas
@@ -621,7 +621,7 @@ def build_data(
     all_methods = sorted({m for g in groups_out for m in g["methods"]})
     return {
         "version": DATA_VERSION,
-        "tool": f"tempora-sim {__version__}",
+        "tool": f"tempora-sim {version()}",
         "source": source,
         "scale": SCALE,
         "ci_level": boot.level,

@@ -159,12 +159,12 @@ def _numba_without_scipy():
     ``scipy.linalg.cython_blas`` only to learn whether its ``np.convolve``/``np.correlate``
     may call BLAS: 0.17 s of a 1 s sweep (SciPy's array-API layer imports ``numpy.f2py``). No
     replay kernel calls BLAS. In the ``tempora-sim`` program, where nothing but the replay
-    runs Numba (:data:`tempora_sim.IN_PROGRAM`), SciPy is hidden for that one import when it
+    runs Numba (:data:`tempora_sim.process.IN_PROGRAM`), SciPy is hidden for that one import when it
     is not loaded yet, then unhidden: a later ``import scipy`` works as ever, and Numba's
     ``np.dot`` and ``np.linalg`` still find it (they import it when they compile)."""
-    import tempora_sim
+    from tempora_sim import process
 
-    hide = tempora_sim.IN_PROGRAM and "scipy" not in sys.modules
+    hide = process.IN_PROGRAM and "scipy" not in sys.modules
     if hide:
         sys.modules["scipy"] = None  # type: ignore[assignment]  # an import of it raises ImportError
     try:

@@ -37,8 +37,8 @@ import platformdirs
 import polars as pl
 
 import tempora_schema
-import tempora_sim
 from tempora_schema.errors import OutputError
+from tempora_sim import process
 from tempora_toolkit.atomic_files import write_file
 
 #: Environment variable: the cache folder, or ``off`` to read every trace from its file.
@@ -103,7 +103,7 @@ def reader_fingerprint() -> str:
         try:
             digest.update(source.read_bytes())
         except OSError:  # no source on disk (a zip import): the code is what the version says
-            digest.update(f"{source.name} {tempora_sim.__version__}".encode())
+            digest.update(f"{source.name} {process.version()}".encode())
     return digest.hexdigest()[:16]
 
 
