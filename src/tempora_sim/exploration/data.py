@@ -169,7 +169,7 @@ class ShortKeys:
                 names[c].add(t.meta[c])
             names["group"].add(t.group.label(seed=False))
             names["method"].add(t.method)
-            names["episode"].update(t.episodes)
+            names["episode"].update(t.episodes, t.replay_arrays.episodes)  # the traces' rows, the replay's series
         self.codes = {c: _sorting_codes(v) for c, v in names.items()}
 
     def frame(self, frame: pl.DataFrame) -> pl.DataFrame:
