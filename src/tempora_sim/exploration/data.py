@@ -146,6 +146,52 @@ def group_grids(members, lam_max: float, opts) -> GroupGrids:
     return GroupGrids(rho, T, B, rho2, T2, B2)
 
 
+# ----------------------------------------------------------------------------- short keys
+#: The name columns of a group's replayed rows that the keys stand in for (the other text
+#: columns hold the simulator's own words: protocol, parameter, λ rule, arrivals).
+KEY_COLUMNS = ("dataset", "model", "device", "stream", "group", "method", "episode")
+
+
+class ShortKeys:
+    """Codes of a few characters for the names in one group's rows (methods, episodes, the
+    group's dataset, model, device, stream and label), which the views carry instead.
+
+    A view replays its group on dense grids and pools, resamples and matches the rows many
+    times over, row by row; the names (up to 512 characters each) are only shown, so a page
+    whose cost grew with them now costs the same for any name. Each code sorts against the
+    others, and against the pooled episode's ``__all__``, as its name does: every order the
+    analyses take, and so every resample, stays as it was, and the numbers are the same."""
+
+    def __init__(self, members) -> None:
+        names: dict[str, set[str]] = {c: set() for c in KEY_COLUMNS}
+        for t in members:
+            for c in ("dataset", "model", "device", "stream"):
+                names[c].add(t.meta[c])
+            names["group"].add(t.group.label(seed=False))
+            names["method"].add(t.method)
+            names["episode"].update(t.episodes, t.replay_arrays.episodes)  # the traces' rows, the replay's series
+        self.codes = {c: _sorting_codes(v) for c, v in names.items()}
+
+    def frame(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """``frame`` (a sweep's rows or the traces' rows) with every name replaced by its code."""
+        return frame.with_columns(
+            pl.col(c).replace_strict(codes, return_dtype=pl.String) for c, codes in self.codes.items() if c in frame.columns
+        )
+
+    def of(self, column: str, names: Sequence[str]) -> list[str]:
+        """The codes of ``names`` (a page's methods or episodes, in its order)."""
+        return [self.codes[column][n] for n in names]
+
+
+def _sorting_codes(names: set[str]) -> dict[str, str]:
+    """name -> code: zero-padded ranks that sort as the names do, prefixed so that they fall on
+    the same side of ``__all__`` (kept as it is) as the names."""
+    ordered = sorted(n for n in names if n != an.POOLED)
+    width = len(str(len(ordered)))
+    codes = {n: ("0" if n < an.POOLED else "~") + str(i).zfill(width) for i, n in enumerate(ordered)}
+    return codes | {an.POOLED: an.POOLED}
+
+
 # ----------------------------------------------------------------------------- encoding
 def _q(values, kind: str = "frac") -> list:
     """Rounded, JSON-ready nested lists of any shape: fractions as integers in 10⁻⁴, counts as
@@ -393,15 +439,17 @@ def _pooled_matrix(frame: pl.DataFrame, methods: list[str], xcol: str) -> tuple[
     return np.asarray(vals), U
 
 
-def _view_1d(members, protocol, x, opts_for, methods, episodes, rows, boot, refine_ok: bool) -> dict:
-    """A one-parameter protocol over grid ``x``: every array the page reads."""
+def _view_1d(members, protocol, x, opts_for, keys: ShortKeys, methods, episodes, rows, boot, refine_ok: bool) -> dict:
+    """A one-parameter protocol over grid ``x``: every array the page reads (``methods``,
+    ``episodes`` and ``rows`` in ``keys``' codes, as the view's rows are)."""
     param = P.get(protocol).param
     kw = {"rho": list(x)} if param == "rho" else {param: list(x)}
     result = run_sweep(members, opts_for(protocols=protocol, **kw))
-    frame = result.frame
+    frame = keys.frame(result.frame)
     # the traces' measured timing variability joins every interval and certainty, as in report
     # and advise (common random numbers across methods keep the leads paired)
     timing = replicates_of(result, boot.timing_replicates, boot.seed)
+    timing = timing.map(keys.frame) if timing is not None else None
     pooled = an.pool_seeds(frame)
     xkeys = [(round(float(v), 9),) for v in x]
     terms = [t[0] for t in P.get(protocol).page_terms]
@@ -425,7 +473,7 @@ def _view_1d(members, protocol, x, opts_for, methods, episodes, rows, boot, refi
         lead_lo[1:], lead_hi[1:], cert[1:] = l2[1:], h2[1:], c2[1:]
 
     def refine(values):
-        f = run_sweep(members, opts_for(protocols=protocol, **({"rho": values} if param == "rho" else {param: values}))).frame
+        f = keys.frame(run_sweep(members, opts_for(protocols=protocol, **({"rho": values} if param == "rho" else {param: values}))).frame)
         return _pooled_matrix(f, methods, "value")[1]
 
     sw = _switches(np.asarray(x), U[0].T, win[0], refine if refine_ok else None)
@@ -435,11 +483,12 @@ def _view_1d(members, protocol, x, opts_for, methods, episodes, rows, boot, refi
     }
 
 
-def _view_2d(members, protocol, x, y, opts_for, methods, episodes, boot) -> dict:
-    """A combined protocol over ``x`` (ρ) × ``y`` (T or B), cells flattened x-major."""
+def _view_2d(members, protocol, x, y, opts_for, keys: ShortKeys, methods, episodes, boot) -> dict:
+    """A combined protocol over ``x`` (ρ) × ``y`` (T or B), cells flattened x-major (``methods``
+    and ``episodes`` in ``keys``' codes)."""
     p2 = P.get(protocol).param2
     result = run_sweep(members, opts_for(protocols=protocol, rho=list(x), **{p2: list(y)}))
-    frame = result.frame
+    frame = keys.frame(result.frame)
     pooled = an.pool_seeds(frame)
     xkeys = [(round(float(a), 9), round(float(b), 9)) for a in x for b in y]
     terms = [t[0] for t in P.get(protocol).page_terms]
@@ -461,7 +510,7 @@ def _view_2d(members, protocol, x, y, opts_for, methods, episodes, boot) -> dict
         )
 
     timing = replicates_of(result, boot.timing_replicates, boot.seed)
-    timing = timing.map(to_cells) if timing is not None else None
+    timing = timing.map(lambda f: to_cells(keys.frame(f))) if timing is not None else None
     pooled_iv = an.utility_intervals(to_cells(frame).filter(pl.col("episode") != an.POOLED), None, boot, timing=timing)
     look = _row_lookup(pooled_iv)
     cells = [float(i) for i in range(len(xkeys))]
@@ -581,7 +630,8 @@ def build_data(
                 ts = TraceSet(members)
                 lam = sorted({lambdas[t.group] for t in members})
                 gg = group_grids(members, max(lam), ropts)
-                rows = an.trace_rows(members)
+                keys = ShortKeys(members)
+                rows = keys.frame(an.trace_rows(members))
                 g = _group_meta(members, label, lam)
                 off = _offline(ts, options, boot)
                 methods = an.method_order(off["frame"]) if off else sorted({t.method for t in members})
@@ -589,6 +639,7 @@ def build_data(
                 g["methods"] = methods
                 g["episodes"] = episodes
                 g["offline"] = _offline_pack(off, methods, episodes) if off else None
+                coded = (keys.of("method", methods), keys.of("episode", episodes))
                 if bar:
                     bar.advance(task)
                 views: dict[str, dict] = {}
@@ -606,10 +657,10 @@ def build_data(
                             x = gg.dense(P.get(p).param)
                             # per-corruption intervals resample batches (report's rule): periodic arrivals only
                             cell_rows = rows if (not P.get(p).arrival_bound or resolved[ai].arrivals.periodic) else None
-                            views[key] = _view_1d(ts, p, x, opts_for, methods, episodes, cell_rows, boot, refine_ok=True)
+                            views[key] = _view_1d(ts, p, x, opts_for, keys, *coded, cell_rows, boot, refine_ok=True)
                         else:
                             y = gg.dense_2d(P.get(p).param2)
-                            views[key] = _view_2d(ts, p, gg.rho2, y, opts_for, methods, episodes, boot)
+                            views[key] = _view_2d(ts, p, gg.rho2, y, opts_for, keys, *coded, boot)
                         views[key]["arrivals"] = arr if p in arrival_bound else None
                         if bar:
                             bar.advance(task)

@@ -208,12 +208,6 @@ CASES = {
 }
 
 
-#: Cases this module adds to the hostile-input suite (docs/reference/errors.md counts them): the table
-#: above, a failed write, a full and a closed standard output (the closed one for each tool).
-SIM_CASE_COUNT = len(CASES) + 3
-TRACE_CASE_COUNT = 1
-
-
 def _args(args, ws):
     return [a.replace("{ws}", str(ws)) for a in args]
 
@@ -225,6 +219,52 @@ def test_refused_in_one_line_and_nothing_changes(case, ws):
         setup(ws)
     before = snapshot(ws)
     assert_refused(invoke(main, _args(args, ws)), PROG, needle, before, ws)
+
+
+# ------------------------------------------------------------------------ names from the data
+#: Names in a trace and its live file that a terminal would obey: validate shows them as text.
+#: name -> (metadata key renamed in the live file and its traces, the name, how it is shown)
+VALIDATE_NAMES = {
+    "validate: model named with escape sequences and markup": (
+        "model",
+        "\x1b[2J\x1b]0;title\x07[bold red]m[/]",
+        "\\x1b[2J\\x1b]0;title\\x07[bold red]m[/]",
+    ),
+    # the table's method column holds ten characters: one name for each
+    "validate: method named with rich markup": ("method", "[i]m[/]", "[i]m[/]"),
+    "validate: method named with an escape sequence": ("method", "\x1b[7mm", "\\x1b[7mm"),
+}
+
+
+def _renamed(path: Path, key: str, name: str) -> None:
+    table = pq.read_table(path)
+    meta = json.loads(table.schema.metadata[METADATA_KEY.encode()])
+    pq.write_table(table.replace_schema_metadata({METADATA_KEY: json.dumps(meta | {key: name})}), path)
+
+
+@pytest.mark.parametrize("case", list(VALIDATE_NAMES))
+def test_validate_shows_names_from_the_data_as_text(case, ws):
+    """The live run and its trace renamed alike (the method only on tent's trace): validate
+    pairs them as before and prints the name with its control characters visible and its
+    markup as written, never applied; it writes nothing."""
+    key, name, shown = VALIDATE_NAMES[case]
+    for trace in ("tent", "standard") if key != "method" else ("tent",):
+        _renamed(ws / "traces" / f"{trace}.parquet", key, name)
+    write_live(ws / "live" / "tent.live.parquet", change_meta=lambda meta: meta.__setitem__(key, name))
+    before = snapshot(ws)
+    res = invoke(main, ["validate", ws / "live", "--traces", ws / "traces"])
+    assert res.exit_code == 0 and "every check within tolerance" in res.output, res.output + res.stderr
+    everything = res.output + res.stderr
+    assert "\x1b" not in everything and "\x07" not in everything and "Traceback" not in everything
+    assert shown in res.output, res.output
+    assert snapshot(ws) == before
+
+
+#: Cases this module adds to the hostile-input suite (docs/reference/errors.md counts them): the table
+#: of refusals, a failed write, a full and a closed standard output (the closed one for each tool), and
+#: validate's names from the data.
+SIM_CASE_COUNT = len(CASES) + 3 + len(VALIDATE_NAMES)
+TRACE_CASE_COUNT = 1
 
 
 # ------------------------------------------------------------------------ nothing lost

@@ -732,6 +732,70 @@ def test_a_label_beyond_the_bound_is_refused_by_the_readers(tmp_path):
     assert_refused(invoke(sim, ["sweep", tmp_path / "t"]), "tempora-sim", "metadata 'model' is 100,000 characters long", before, tmp_path)
 
 
+def _labelled_traces(folder: Path, chars: int) -> Path:
+    """A group whose every name (dataset, model, device, method, two domains) has ``chars``
+    characters, with measured timing variability (so the page replays timing replicates too)."""
+    from tempora_sim.sweeps.synthetic import SyntheticVariability
+
+    def name(tag: str) -> str:
+        return (tag + "x" * chars)[:chars]
+
+    kw = dict(num_batches=12, checkpoints=(0, 4), frozen_eval=4, batch_size=8, num_classes=10, variability=SyntheticVariability())
+    kw |= dict(episodes=(name("fog__"), name("snow_")), model=name("model"), dataset=name("datas"), device=name("devic"))
+    write_trace_set(folder, ("standard", "tent"), **kw)
+    write_trace(folder / "long.parquet", name("meth_"), profile=PROFILES["eta"], rng_seed=7, **kw)
+    return folder
+
+
+def test_the_pages_memory_does_not_grow_with_the_length_of_names(tmp_path, monkeypatch):
+    """Names of 512 characters (the bound) cost the page what names of 5 do: the rows its views
+    pool, resample and match (the frames handed to the intervals, with their timing replicates,
+    and the intervals' index) and the Python objects built on the way (traced peak, after a first
+    build has loaded the kernels). Before the views carried short codes, 512-character names took
+    19 times the frames' memory and 1.6 times the traced peak of 5-character ones."""
+    import tracemalloc
+
+    from tempora_sim import analyses as an
+    from tempora_sim.exploration.page import build_page_data
+    from tempora_sim.sweeps.options import SweepOptions
+    from tempora_sim.uncertainty.bootstrap import BootstrapOptions
+
+    intervals = an.utility_intervals
+    frames: list[int] = []
+
+    def measured(df, rows=None, opts=None, pooled=True, timing=None):
+        out = intervals(df, rows, opts, pooled, timing)
+        held = [df, out.index] + ([rows] if rows is not None else []) + ([timing.base, *timing.reps] if timing is not None else [])
+        frames.append(sum(f.estimated_size() for f in held))
+        return out
+
+    monkeypatch.setattr(an, "utility_intervals", measured)
+    options = SweepOptions.build(None, protocols="discrete,discrete-continuous")
+    boot = BootstrapOptions(resamples=200, timing_replicates=5)
+
+    def build(chars: int, run: str) -> tuple[int, int, dict]:
+        folder = _labelled_traces(tmp_path / run, chars)
+        frames.clear()
+        tracemalloc.start()
+        try:
+            data = build_page_data([folder], options, ("periodic",), boot, progress=False)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        return sum(frames), peak, data
+
+    build(5, "warm-up")
+    short_frames, short_peak, short = build(5, "short")
+    long_frames, long_peak, long = build(512, "long")
+    assert short_frames > 0 and long_frames <= 1.25 * short_frames, (long_frames, short_frames)
+    assert long_peak <= 1.25 * short_peak, (long_peak, short_peak)
+    # the page shows the names whole, and the same utilities for the same batches under other names
+    (g_short,), (g_long,) = short["groups"], long["groups"]
+    assert sorted(map(len, g_long["methods"])) == [4, 8, 512] and sorted(map(len, g_long["episodes"])) == [7, 512, 512]
+    assert [len(m) for m in g_short["methods"]] == [len(m) if len(m) != 512 else 5 for m in g_long["methods"]]
+    assert {k: v["u"] for k, v in g_long["views"].items()} == {k: v["u"] for k, v in g_short["views"].items()}
+
+
 def test_a_method_that_adapted_on_no_batch_is_not_called_harmed():
     from tempora_sim.reporting.sentences import below_frozen_sentence
 
@@ -742,6 +806,7 @@ def test_a_method_that_adapted_on_no_batch_is_not_called_harmed():
 
 
 #: Cases this module adds to the hostile-input suite (docs/reference/errors.md counts them): the
-#: table, live's two predictions (trace), and the long label a reader refuses (simulator).
+#: table, live's two predictions (trace), the long label a reader refuses and the page's memory
+#: with labels at the bound (simulator).
 TRACE_CASE_COUNT = len(CASES) + 2 + 2  # + check-method's two refused params
-SIM_CASE_COUNT = 1
+SIM_CASE_COUNT = 2
