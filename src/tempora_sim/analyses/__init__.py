@@ -45,7 +45,7 @@ Conventions, stated once and used everywhere:
 from __future__ import annotations
 
 from tempora_schema.vocabulary import BASELINE_METHOD as BASELINE
-from tempora_sim.analyses.budget import budget_spent, pareto
+from tempora_sim.analyses.budget import budget_protocol, budget_spent, pareto
 from tempora_sim.analyses.cells_and_orders import (
     CANONICAL_EPISODES,
     CATEGORIES,
@@ -63,9 +63,7 @@ from tempora_sim.analyses.cells_and_orders import (
     with_scenario,
 )
 from tempora_sim.analyses.decompositions import (
-    amortised_decomposition,
-    continuous_decomposition,
-    discrete_decomposition,
+    decomposition,
     insolvency,
     strict_terms,
     strictest_value,
@@ -91,16 +89,15 @@ __all__ = [
     "SEEDS",
     "adaptation_rates",
     "align_group_dtypes",
-    "amortised_decomposition",
     "attach_intervals",
     "below_standard",
+    "budget_protocol",
     "budget_spent",
     "cell_keys",
     "cells",
     "check_utility_table",
-    "continuous_decomposition",
+    "decomposition",
     "deficits",
-    "discrete_decomposition",
     "episode_order",
     "format_value",
     "group_columns",

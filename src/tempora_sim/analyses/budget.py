@@ -7,9 +7,19 @@ import math
 
 import polars as pl
 
-from tempora_sim.analyses.cells_and_orders import DEFAULT_TOL, method_order, sort_methods
+from tempora_sim import protocols as P
+from tempora_sim.analyses.cells_and_orders import DEFAULT_TOL, AnalysisError, method_order, sort_methods
 from tempora_sim.analyses.decompositions import pooled_rows
 from tempora_sim.sweeps.utility_table import POOLED, SEED, _seed_keys, group_columns
+
+
+def budget_protocol() -> str:
+    """The protocol whose grid is an overhead budget spent batch by batch (amortised, B): the one
+    the budget and its Pareto frontier are read from."""
+    found = [p for p in P.temporal() if P.get(p).spends_budget]
+    if not found:
+        raise AnalysisError("no protocol spends an adaptation budget")
+    return found[0]
 
 
 def budget_spent(trace_rows: pl.DataFrame, utility: pl.DataFrame) -> pl.DataFrame:
@@ -23,7 +33,7 @@ def budget_spent(trace_rows: pl.DataFrame, utility: pl.DataFrame) -> pl.DataFram
     rows = rows.sort(g + ["method", "episode", "step"]).with_columns(
         (pl.col("delta_ms") - pl.col("lambda_ms")).clip(lower_bound=0).cum_sum().over(g + ["method", "episode"]).alias("_cum"),
     )
-    am = utility.filter((pl.col("protocol") == "amortised") & (pl.col("episode") != POOLED))
+    am = utility.filter((pl.col("protocol") == budget_protocol()) & (pl.col("episode") != POOLED))
     am = am.with_columns((pl.col("m") - 1).cast(pl.Int64).alias("_last"))
     spent = am.join(
         rows.select(g + ["method", "episode", pl.col("step").cast(pl.Int64).alias("_last"), "_cum"]),
@@ -46,7 +56,7 @@ def pareto(df: pl.DataFrame, spent: pl.DataFrame | None = None, tol: float = DEF
     of the same method with less x; ``gain_pp_per_s`` is the utility gained (pp) per extra
     second of x since the previous efficient point; ``best_at_B`` marks the method(s) with
     the highest utility at that budget."""
-    part = pooled_rows(df, "amortised").filter(pl.col("utility").is_not_null())
+    part = pooled_rows(df, budget_protocol()).filter(pl.col("utility").is_not_null())
     g = group_columns(part)
     if spent is not None:
         spent = spent.filter(pl.col("episode") == POOLED).drop("episode")

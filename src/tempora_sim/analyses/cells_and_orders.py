@@ -55,15 +55,21 @@ def pressure_order(protocol: str, value: float | None) -> tuple[int, float]:
     return (p, P.get(protocol).pressure_key(value))
 
 
+def _without_value() -> list[str]:
+    """The protocols without a grid (offline): their scenarios carry no parameter value."""
+    return [p for p in P.single() if not P.get(p).grids]
+
+
 def with_scenario(df: pl.DataFrame) -> pl.DataFrame:
     """Add ``scenario`` (label) and ``scenario_order`` (int, strict → relaxed) columns."""
-    pairs = df.select("protocol", "value").unique()
-    pairs = sorted(pairs.iter_rows(), key=lambda r: pressure_order(r[0], None if r[0] == "offline" else r[1]))
+    no_value = _without_value()
+    pairs = [(p, None if p in no_value else v) for p, v in df.select("protocol", "value").unique().iter_rows()]
+    pairs = sorted(pairs, key=lambda r: pressure_order(*r))
     keys = pl.DataFrame(
         {
             "protocol": [p for p, _ in pairs],
-            "value": [None if p == "offline" else v for p, v in pairs],
-            "scenario": [format_value(p, None if p == "offline" else v) for p, v in pairs],
+            "value": [v for _, v in pairs],
+            "scenario": [format_value(p, v) for p, v in pairs],
             "scenario_order": list(range(len(pairs))),
         },
         schema={
@@ -76,7 +82,7 @@ def with_scenario(df: pl.DataFrame) -> pl.DataFrame:
     base = df.drop([c for c in ("scenario", "scenario_order") if c in df.columns])
     if base.schema["value"] == pl.Null:
         base = base.with_columns(pl.col("value").cast(pl.Float64))
-    base = base.with_columns(pl.when(pl.col("protocol") == "offline").then(None).otherwise(pl.col("value")).alias("value"))
+    base = base.with_columns(pl.when(pl.col("protocol").is_in(no_value)).then(None).otherwise(pl.col("value")).alias("value"))
     return base.join(keys, on=["protocol", "value"], how="left", nulls_equal=True)
 
 
@@ -106,7 +112,7 @@ def cells(df: pl.DataFrame, temporal_only: bool = False) -> pl.DataFrame:
     df = pool_seeds(df)
     out = df.filter((pl.col("episode") != POOLED) & pl.col("utility").is_not_null())
     if temporal_only:
-        out = out.filter(pl.col("protocol") != "offline")
+        out = out.filter(pl.col("protocol") != P.reference())
     return with_scenario(out)
 
 
@@ -116,28 +122,30 @@ def cell_keys(df: pl.DataFrame) -> list[str]:
 
 
 def method_order(df: pl.DataFrame, baseline: str = BASELINE) -> list[str]:
-    """Methods in reading order: the baseline first, then fastest to slowest as measured by
-    pooled availability α at the strictest ρ (ties and missing α: by name). This puts
-    gradient-free methods before gradient-based ones, like the paper's tables."""
+    """Methods in reading order: the baseline first, then fastest to slowest as measured by the
+    speed term a protocol declares (pooled availability α at the strictest ρ; ties and missing
+    values: by name). This puts gradient-free methods before gradient-based ones, like the
+    paper's tables."""
     df = pool_seeds(df)
     methods = sorted(set(df.get_column("method").to_list()))
-    alpha: dict[str, float] = {}
-    disc = df.filter((pl.col("protocol") == "discrete") & (pl.col("episode") == POOLED) & pl.col("value").is_not_null())
-    if disc.height and "alpha" in disc.columns:
-        strict = disc.get_column("value").max()
-        for m, a in disc.filter(pl.col("value") == strict).group_by("method").agg(pl.col("alpha").mean()).iter_rows():
+    speed: dict[str, float] = {}
+    by = next((P.get(p) for p in P.temporal() if P.get(p).speed_term), None)
+    part = df.filter((pl.col("protocol") == by.name) & (pl.col("episode") == POOLED) & pl.col("value").is_not_null()) if by else df.clear()
+    if part.height and by.speed_term in part.columns:
+        strict = part.get_column("value").max() if by.strictest == "max" else part.get_column("value").min()
+        for m, a in part.filter(pl.col("value") == strict).group_by("method").agg(pl.col(by.speed_term).mean()).iter_rows():
             if a is not None:
-                alpha[m] = a
+                speed[m] = a
     # a method's policy traces (tent@every:4, docs/design/design.md §11) follow the method itself
-    base_alpha: dict[str, float] = {}
+    base_speed: dict[str, float] = {}
     for m in methods:
         b = split_label(m)[0]
         if b == m or b not in methods:
-            base_alpha[b] = max(base_alpha.get(b, -1.0), alpha.get(m, -1.0))
+            base_speed[b] = max(base_speed.get(b, -1.0), speed.get(m, -1.0))
 
     def key(m: str) -> tuple:
         b, policy = split_label(m)
-        return (-base_alpha.get(b, -1.0), b, policy is not None, -alpha.get(m, -1.0), m)
+        return (-base_speed.get(b, -1.0), b, policy is not None, -speed.get(m, -1.0), m)
 
     rest = sorted((m for m in methods if m != baseline), key=key)
     return ([baseline] if baseline in methods else []) + rest

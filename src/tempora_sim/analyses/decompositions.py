@@ -22,6 +22,7 @@ from tempora_sim.sweeps.utility_table import POOLED, group_columns, pool_seeds
 
 
 def pooled_rows(df: pl.DataFrame, protocol: str) -> pl.DataFrame:
+    """The protocol's rows pooled over seeds and episodes (refused in one line where there are none)."""
     check_utility_table(df)
     part = pool_seeds(df).filter((pl.col("protocol") == protocol) & (pl.col("episode") == POOLED))
     if part.height == 0:
@@ -66,55 +67,39 @@ def _required(utility_col: str, factor: str) -> pl.Expr:
     )
 
 
-def discrete_decomposition(df: pl.DataFrame, rho: float | None = None) -> pl.DataFrame:
-    """Table 3 at ρ (default: the strictest): α, |Q|, ā_served, U, and insolvency: the served
-    accuracy needed to match the best competitor (best other U / α); insolvent if > 1."""
-    part = _at(df, "discrete", rho).with_columns(_required("best_other", "alpha").alias("required_served_acc"))
-    part = part.with_columns((pl.col("required_served_acc") > 1).alias("insolvent"))
+def decomposition(df: pl.DataFrame, protocol: str, value: float | None = None) -> pl.DataFrame:
+    """A protocol's decomposition at ``value`` (default: its strictest), pooled over episodes
+    (paper Tables 3–5): per method its decomposition terms and U. Where a timing factor caps
+    the protocol's utility (α, κ̄), the accuracy term needed to match the best competitor (best
+    other U / factor, ``required_<accuracy term>``) and ``insolvent`` where that is above 1;
+    elsewhere ``below_standard``, whether adaptation was harmful (U below the baseline's U at
+    the same value)."""
+    proto = P.get(protocol)
+    if not proto.decomposition_terms:
+        raise AnalysisError(f"protocol '{protocol}' has no decomposition")
+    part = _at(df, protocol, value)
     g = group_columns(part)
-    cols = g + [
-        "value",
-        "method",
-        "alpha",
-        "served",
-        "served_acc",
-        "utility",
-        "best_other_method",
-        "best_other",
-        "required_served_acc",
-        "insolvent",
-    ]
-    return sort_methods(part.select(cols), method_order(df), g)
-
-
-def continuous_decomposition(df: pl.DataFrame, T_ms: float | None = None) -> pl.DataFrame:
-    """Table 4 at T (default: the strictest): ā, κ̄, Cov(a, κ), U, and the accuracy needed to
-    match the best competitor at zero alignment (best other U / κ̄); insolvent if > 1."""
-    part = _at(df, "continuous", T_ms).with_columns(_required("best_other", "kappa").alias("required_acc"))
-    part = part.with_columns((pl.col("required_acc") > 1).alias("insolvent"))
-    g = group_columns(part)
-    cols = g + ["value", "method", "acc", "kappa", "cov", "utility", "best_other_method", "best_other", "required_acc", "insolvent"]
-    return sort_methods(part.select(cols), method_order(df), g)
-
-
-def amortised_decomposition(df: pl.DataFrame, B_ms: float | None = None) -> pl.DataFrame:
-    """Table 5 at B (default: the strictest): β, m, ā_adapt, ā_frozen, U, and whether
-    adaptation was harmful (U below the baseline's U in the same scenario)."""
-    part = _at(df, "amortised", B_ms)
-    g = group_columns(part)
-    base = part.filter(pl.col("method") == BASELINE).select(g + ["value", pl.col("utility").alias("_base")])
-    if base.height:
-        part = part.join(base, on=g + ["value"], how="left").with_columns((pl.col("utility") < pl.col("_base")).alias("below_standard"))
+    cols = g + ["value", "method", *proto.decomposition_terms, "utility"]
+    if proto.insolvency_factor:
+        need = f"required_{proto.insolvency_accuracy}"
+        part = part.with_columns(_required("best_other", proto.insolvency_factor).alias(need))
+        part = part.with_columns((pl.col(need) > 1).alias("insolvent"))
+        cols += ["best_other_method", "best_other", need, "insolvent"]
     else:
-        part = part.with_columns(pl.lit(None, pl.Boolean).alias("below_standard"))
-    cols = g + ["value", "method", "beta", "m", "acc_adapt", "acc_frozen", "frozen_gap", "utility", "below_standard"]
+        base = part.filter(pl.col("method") == BASELINE).select(g + ["value", pl.col("utility").alias("_base")])
+        if base.height:
+            part = part.join(base, on=g + ["value"], how="left").with_columns((pl.col("utility") < pl.col("_base")).alias("below_standard"))
+        else:
+            part = part.with_columns(pl.lit(None, pl.Boolean).alias("below_standard"))
+        cols += ["below_standard"]
     return sort_methods(part.select([c for c in cols if c in part.columns]), method_order(df), g)
 
 
 def strict_terms(df: pl.DataFrame) -> pl.DataFrame:
-    """Table 14: the timing-derived terms under the strictest pressure of each protocol:
-    pooled α at max ρ, pooled κ̄ at min T, and the per-episode cut-off m at min B (mean, min,
-    max over episodes; ``exhausted`` = the budget ran out before the end in some episode)."""
+    """Table 14: the timing-derived terms under the strictest pressure of each protocol: the
+    pooled insolvency factors (α at max ρ, κ̄ at min T) and the per-episode terms a protocol
+    summarises over episodes (the cut-off m at min B: mean, min, max; ``exhausted`` = the
+    budget ran out before the end in some episode)."""
     parts = []
     for proto, col in _insolvency_factors():
         try:
@@ -125,19 +110,15 @@ def strict_terms(df: pl.DataFrame) -> pl.DataFrame:
         parts.append(p.select(g + ["method", pl.col("value").alias(f"{col}_at"), pl.col(col)]))
     df = pool_seeds(df)
     g = group_columns(df)
-    am = df.filter((pl.col("protocol") == "amortised") & (pl.col("episode") != POOLED) & pl.col("value").is_not_null())
-    if am.height:
-        sel = strictest_value(am, "amortised")
-        am = am.join(sel, on=g + ["value"], how="inner") if g else am.filter(pl.col("value") == sel.item())
-        parts.append(
-            am.group_by(g + ["method"]).agg(
-                pl.col("value").first().alias("m_at"),
-                pl.col("m").mean().alias("m_mean"),
-                pl.col("m").min().alias("m_min"),
-                pl.col("m").max().alias("m_max"),
-                (pl.col("beta") < 1).any().alias("exhausted"),
-            )
-        )
+    for proto in P.temporal():
+        summary = P.get(proto).strict_episode_terms()
+        if not summary:
+            continue
+        ep = df.filter((pl.col("protocol") == proto) & (pl.col("episode") != POOLED) & pl.col("value").is_not_null())
+        if ep.height:
+            sel = strictest_value(ep, proto)
+            ep = ep.join(sel, on=g + ["value"], how="inner") if g else ep.filter(pl.col("value") == sel.item())
+            parts.append(ep.group_by(g + ["method"]).agg([e.alias(n) for n, e in summary.items()]))
     if not parts:
         raise AnalysisError("no temporal results to decompose")
     out = parts[0]

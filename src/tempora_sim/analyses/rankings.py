@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from tempora_sim import protocols as P
 from tempora_sim.analyses.cells_and_orders import cell_keys, cells, check_utility_table, method_order, sort_methods
 from tempora_sim.sweeps.utility_table import group_columns, pool_seeds
 from tempora_sim.uncertainty import bootstrap as st
@@ -23,12 +24,13 @@ def rank_correlation_cells(df: pl.DataFrame) -> pl.DataFrame:
     cell's utility ranking (methods present in both; average ranks for ties)."""
     c = cells(df)
     g = group_columns(c)
-    off = c.filter(pl.col("protocol") == "offline").select(g + ["episode", "method", pl.col("utility").alias("offline")])
-    tmp = c.filter(pl.col("protocol") != "offline").join(off, on=g + ["episode", "method"], how="inner")
+    reference = P.reference()
+    off = c.filter(pl.col("protocol") == reference).select(g + ["episode", "method", pl.col("utility").alias("_reference")])
+    tmp = c.filter(pl.col("protocol") != reference).join(off, on=g + ["episode", "method"], how="inner")
     keys = cell_keys(c)
     tmp = tmp.with_columns(
         pl.col("utility").rank("average").over(keys).alias("_r"),
-        pl.col("offline").rank("average").over(keys).alias("_ro"),
+        pl.col("_reference").rank("average").over(keys).alias("_ro"),
     )
     out = tmp.group_by(keys + ["protocol", "param", "value", "scenario_order"]).agg(
         _pearson(pl.col("_ro"), pl.col("_r")).alias("spearman"), pl.len().alias("n_methods")
@@ -73,7 +75,7 @@ def offline_table(df: pl.DataFrame) -> pl.DataFrame:
     """Offline accuracy per episode and method, with the rank within the episode (1 = best,
     ties share the best rank), plus pooled (paper Tables 1 and 10)."""
     check_utility_table(df)
-    off = pool_seeds(df).filter((pl.col("protocol") == "offline") & pl.col("utility").is_not_null())
+    off = pool_seeds(df).filter((pl.col("protocol") == P.reference()) & pl.col("utility").is_not_null())
     g = group_columns(off)
     off = off.with_columns(pl.col("utility").rank("min", descending=True).over(g + ["episode"]).cast(pl.Int64).alias("rank"))
     out = off.select(g + ["episode", "method", "utility", "rank"])
