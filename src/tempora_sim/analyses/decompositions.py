@@ -41,6 +41,7 @@ def strictest_value(df: pl.DataFrame, protocol: str) -> pl.DataFrame:
 
 
 def _at(df: pl.DataFrame, protocol: str, value: float | None) -> pl.DataFrame:
+    """The protocol's pooled rows at ``value`` (its strictest where None), each with its best competitor."""
     part = pooled_rows(df, protocol)
     g = group_columns(part)
     if value is None:
@@ -81,7 +82,7 @@ def decomposition(df: pl.DataFrame, protocol: str, value: float | None = None) -
     g = group_columns(part)
     cols = g + ["value", "method", *proto.decomposition_terms, "utility"]
     if proto.insolvency_factor:
-        need = f"required_{proto.insolvency_accuracy}"
+        need = f"required_{proto.insolvency_accuracy}" if proto.insolvency_accuracy else "required"
         part = part.with_columns(_required("best_other", proto.insolvency_factor).alias(need))
         part = part.with_columns((pl.col(need) > 1).alias("insolvent"))
         cols += ["best_other_method", "best_other", need, "insolvent"]
