@@ -2,7 +2,7 @@
 
 Measures, with wall and CPU time (CPU time is what a loaded machine cannot inflate):
 
-(a) ``analyses.utility_intervals`` for every row of the demo sweep (per-batch resampling of
+(a) ``analyses.intervals.utility_intervals`` for every row of the demo sweep (per-batch resampling of
     every cell, unit resampling of every pooled row, 1000 resamples);
 (b) the whole ``tempora-sim report traces/demo`` in a fresh process (target: < 30 s);
 (c) ``advise`` warm, in-process, once per constraint kind (target: < 2 s each).

@@ -141,6 +141,35 @@ def test_a_registered_protocol_reaches_the_analyses_and_the_tables(toy, traceset
     assert "Every-k-th utility (%) across k" in text and "k=4" in text
 
 
+class Decomposed(EveryKth):
+    """The toy with a decomposition at its strictest k: its utility is capped by α like discrete's."""
+
+    decomposition_terms = ("alpha", "served", "served_acc")
+    insolvency_factor = "alpha"
+    insolvency_accuracy = "served_acc"
+
+
+def test_a_declared_decomposition_reaches_the_analyses(traceset):
+    with P.registered(Decomposed()):
+        u = run_sweep(traceset, protocols="offline,every-kth").frame
+        d = an.decomposition(u, "every-kth")
+        with pytest.raises(an.AnalysisError, match="no decomposition"):
+            an.decomposition(u, P.reference())
+    assert P.reference() == "offline"
+    assert d.get_column("value").unique().to_list() == [4.0]  # the strictest: the largest k
+    insolvency = ["best_other_method", "best_other", "required_served_acc", "insolvent"]
+    assert d.columns[-8:] == ["alpha", "served", "served_acc", "utility"] + insolvency
+    pooled = u.filter((pl.col("protocol") == "every-kth") & (pl.col("episode") == ALL_EPISODES) & (pl.col("value") == 4.0))
+    utility = dict(zip(pooled.get_column("method"), pooled.get_column("utility")))
+    alpha = dict(zip(pooled.get_column("method"), pooled.get_column("alpha")))
+    assert sorted(d.get_column("method").to_list()) == sorted(utility)
+    for r in d.iter_rows(named=True):
+        best_other = max(x for m, x in utility.items() if m != r["method"])
+        assert r["best_other"] == pytest.approx(best_other)
+        assert r["required_served_acc"] == pytest.approx(best_other / alpha[r["method"]])
+        assert r["insolvent"] == (best_other / alpha[r["method"]] > 1)
+
+
 def test_combined_protocols_are_replayed_under_arrivals_only():
     with pytest.raises(NotImplementedError, match="arrivals"):
         P.get(COMBINED_PROTOCOLS[0]).replay_python(None, (), {})

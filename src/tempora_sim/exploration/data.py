@@ -280,7 +280,7 @@ def _leads(intervals, lookup, episodes, methods, xvals, win, ru, tie, only_poole
     """Per [episode, x]: the paired interval of the winner's lead over the runner-up and
     whether the winner is certain (docs/design/statistics.md: the interval lies above 0; a tie is
     uncertain with lead 0), from the bootstrap distributions in ``intervals``: the rule of
-    :func:`tempora_sim.analyses.with_certainty`, read off the same resamples."""
+    :func:`tempora_sim.analyses.wins.with_certainty`, read off the same resamples."""
     E, X = win.shape
     lead_lo = np.full((E, X), np.nan)
     lead_hi = np.full((E, X), np.nan)

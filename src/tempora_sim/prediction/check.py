@@ -7,8 +7,8 @@ For every predicted group the measured group of the same configuration on the pr
   (predicted / measured − 1), and of λ per group (from the two ``standard`` traces);
 * **decisions**, over the sweep's default grids (every protocol): both sets are swept with the
   same library calls as ``tempora-sim report`` (:func:`tempora_sim.sweeps.replay.run_sweep`, timing
-  replicates, :func:`tempora_sim.analyses.utility_intervals` and
-  :func:`~tempora_sim.analyses.winners`), and per temporal (episode × scenario) cell: whether the
+  replicates, :func:`tempora_sim.analyses.intervals.utility_intervals` and
+  :func:`~tempora_sim.analyses.wins.winners`), and per temporal (episode × scenario) cell: whether the
   winners agree, whether a *certain* measured winner is also the predicted one, Spearman r_s
   between the two sets' utilities of the methods, and whether the measured U lies in the
   predicted interval (coverage);

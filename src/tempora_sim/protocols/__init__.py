@@ -42,6 +42,7 @@ __all__ = [
     "grid_of",
     "names",
     "parse_protocols",
+    "reference",
     "register",
     "registered",
     "single",
@@ -114,6 +115,12 @@ def single() -> tuple[str, ...]:
 def temporal() -> tuple[str, ...]:
     """The single-pressure protocols that put time pressure on the stream (every one but offline)."""
     return tuple(n for n, p in _REGISTRY.items() if not p.combined and p.grids)
+
+
+def reference() -> str:
+    """The single-pressure protocol without time pressure (no grid: offline), whose ranking of
+    the methods the temporal ones are compared with."""
+    return next(n for n, p in _REGISTRY.items() if not p.combined and not p.grids)
 
 
 def combined() -> tuple[str, ...]:

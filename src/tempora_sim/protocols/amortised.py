@@ -4,6 +4,7 @@ U = β · ā_adapt + (1 − β) · ā_frozen (docs/design/design.md §3)."""
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 
 from tempora_sim.engine import grids
 from tempora_sim.engine.oracle import amortised_reference
@@ -26,6 +27,8 @@ class Amortised(Protocol):
         ("acc_adapt", "ā_adapt", "frac"),
         ("acc_frozen", "ā_frozen", "frac"),
     )
+    decomposition_terms = ("beta", "m", "acc_adapt", "acc_frozen", "frozen_gap")
+    spends_budget = True
 
     def decomposition_cells(self, r: dict, pct) -> list[str]:
         return [
@@ -41,6 +44,21 @@ class Amortised(Protocol):
         frozen = "" if mech["acc_frozen"] is None else f", then ā_frozen = {pc(mech['acc_frozen'])}"
         adapt = "" if mech["acc_adapt"] is None else f" (ā_adapt = {pc(mech['acc_adapt'])})"
         return f"{m} adapts on β = {pc(mech['beta'])} of the stream{adapt}{frozen}"
+
+    def strict_episode_terms(self) -> dict[str, pl.Expr]:
+        """The cut-off m over the episodes (the budget is per episode); ``exhausted``: the budget
+        ran out before the end (β < 1) in some episode."""
+        return {
+            "m_at": pl.col("value").first(),
+            "m_mean": pl.col("m").mean(),
+            "m_min": pl.col("m").min(),
+            "m_max": pl.col("m").max(),
+            "exhausted": (pl.col("beta") < 1).any(),
+        }
+
+    def strict_sentence(self, r: dict, rival, pc, name) -> str:
+        frozen = "" if r["acc_frozen"] is None else f", then ā_frozen = {pc(r['acc_frozen'])} frozen"
+        return f"it adapts on β = {pc(r['beta'])} of the stream{frozen}, U = {pc(r['utility'])}."
 
     def warm(self, K) -> None:
         a, off, lam, v = warm_inputs()

@@ -171,6 +171,18 @@ class Protocol:
     #: the terms the interactive page shows: (column, what it is, kind), kind "frac" (a
     #: fraction), "count" (an integer) or "real" (one decimal)
     page_terms: tuple[tuple[str, str, str], ...] = ()
+    #: the terms of its decomposition at the strictest value (the report's Tables 3–5), in column
+    #: order; empty where it has none
+    decomposition_terms: tuple[str, ...] = ()
+    #: the accuracy term its insolvency factor multiplies (ā_served, ā): its decomposition's
+    #: ``required_<term>`` is the value of that term that would match the best competitor
+    insolvency_accuracy: str | None = None
+    #: the term that orders the tables' methods from fastest to slowest, read pooled at its
+    #: strictest value (availability α); None where it orders nothing
+    speed_term: str | None = None
+    #: its grid is an overhead budget spent batch by batch (B): what a method spends of it and
+    #: the Pareto frontier over it are read from its rows
+    spends_budget: bool = False
 
     # ------------------------------------------------------------------ grid
     @property
@@ -237,6 +249,18 @@ class Protocol:
         """``advise``'s sentence on why ``method`` scores what it does (``mech``: its
         :attr:`advise_terms`; ``pc`` formats a fraction in %)."""
         return f"{method}: " + ", ".join(f"{k} = {pc(v)}" for k, v in mech.items())
+
+    def strict_episode_terms(self) -> dict[str, pl.Expr]:
+        """Its columns in the table of timing terms at the strictest values (Table 14), as
+        aggregations over one method's per-episode rows at its strictest value; empty where that
+        table reads its pooled insolvency factor instead."""
+        return {}
+
+    def strict_sentence(self, winner: dict, rival: tuple[str, dict] | None, pc: Callable, name: Callable) -> str:
+        """The report's words on the winner at its strictest value (``winner``: its row of the
+        decomposition) and, where given, on the offline favourite (``rival``: its name and row);
+        ``pc`` formats a fraction in %, ``name`` a method's name."""
+        return f"U = {pc(winner['utility'])}."
 
     def scenario_columns(self, xs, raw: dict, frame: pl.DataFrame, pooled: bool) -> list[pl.Series]:
         """A combined protocol's own columns beside the discrete ones it is framed with."""

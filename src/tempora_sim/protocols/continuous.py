@@ -21,12 +21,24 @@ class Continuous(Protocol):
     title = "Continuous utility (%) across HCI threshold T"
     decomposition_headers = ("ā (%)", "κ̄ (%)", "Cov(a, κ)", "U_continuous (%)")
     page_terms = (("acc", "accuracy ā", "frac"), ("kappa", "responsiveness κ̄", "frac"), ("cov", "Cov(a, κ)", "frac"))
+    decomposition_terms = ("acc", "kappa", "cov")
+    insolvency_accuracy = "acc"
 
     def decomposition_cells(self, r: dict, pct) -> list[str]:
         return [pct(r["acc"]), pct(r["kappa"], 1), f"{r['cov']:+.4f}", pct(r["utility"])]
 
     def advise_why(self, m: str, mech: dict, pc) -> str:
         return f"{m}: ā = {pc(mech['acc'])} discounted by κ̄ = {pc(mech['kappa'])}"
+
+    def strict_sentence(self, r: dict, rival, pc, name) -> str:
+        s = f"its {pc(r['acc'])} accuracy, discounted by responsiveness κ̄ = {pc(r['kappa'])}, gives U = {pc(r['utility'])}."
+        if rival:
+            other, o = rival
+            s += (
+                f" {name(other)}'s {pc(o['acc'])} accuracy is discounted to U = {pc(o['utility'])} (κ̄ = "
+                f"{pc(o['kappa'])}); it would need {pc(o['required_acc'])} accuracy to match" + (" — insolvent." if o["insolvent"] else ".")
+            )
+        return s
 
     def warm(self, K) -> None:
         a, off, lam, v = warm_inputs()

@@ -23,12 +23,26 @@ class Discrete(Protocol):
     title = "Discrete utility (%) across utilisation ρ"  # + the arrival process, if not periodic
     decomposition_headers = ("α (%)", "|Q|", "ā_served (%)", "U_discrete (%)")
     page_terms = (("alpha", "availability α", "frac"), ("served", "served batches |Q|", "count"), ("served_acc", "ā_served", "frac"))
+    decomposition_terms = ("alpha", "served", "served_acc")
+    insolvency_accuracy = "served_acc"
+    speed_term = "alpha"
 
     def decomposition_cells(self, r: dict, pct) -> list[str]:
         return [pct(r["alpha"], 1), f"{int(r['served']):,}", pct(r["served_acc"]), pct(r["utility"])]
 
     def advise_why(self, m: str, mech: dict, pc) -> str:
         return f"{m} serves α = {pc(mech['alpha'])} of batches at ā_served = {pc(mech['served_acc'])}"
+
+    def strict_sentence(self, r: dict, rival, pc, name) -> str:
+        s = f"it serves α = {pc(r['alpha'])} of batches at {pc(r['served_acc'])} served accuracy, U = {pc(r['utility'])}."
+        if rival:
+            other, o = rival
+            s += (
+                f" {name(other)} serves only α = {pc(o['alpha'])}; to match the best competitor it would need "
+                f"{pc(o['required_served_acc'])} served accuracy (it reaches {pc(o['served_acc'])})"
+                + (" — insolvent: no accuracy gain can close the gap." if o["insolvent"] else ".")
+            )
+        return s
 
     def warm(self, K) -> None:
         a, off, lam, v = warm_inputs()

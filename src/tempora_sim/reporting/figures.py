@@ -24,7 +24,7 @@ from matplotlib.patches import Patch, Rectangle
 from tempora_schema.policies import split_label
 from tempora_sim import analyses as an
 from tempora_sim import protocols as P
-from tempora_sim.analyses import episode_order
+from tempora_sim.analyses.cells_and_orders import episode_order
 from tempora_sim.palette import method_colour
 from tempora_sim.reporting.groups import filter_group, group_label
 from tempora_sim.reporting.inputs import ReportError
@@ -79,8 +79,8 @@ def winners_grid(winners: pl.DataFrame, counts: pl.DataFrame, title: str = ""):
     """Episodes × scenarios, each cell coloured by its winner (paper Figure 1 / Table 15).
     Tied cells are white, hatched and labelled 'tie'; uncertain wins (``certain`` is False:
     the lead's paired bootstrap interval contains 0) are pale, dotted and end in '?'.
-    ``winners`` and ``counts`` are one group's :func:`analyses.winners` and
-    :func:`analyses.win_counts`."""
+    ``winners`` and ``counts`` are one group's :func:`~tempora_sim.analyses.wins.winners` and
+    :func:`~tempora_sim.analyses.wins.win_counts`."""
     scen = winners.select("scenario", "scenario_order", "protocol").unique().sort("scenario_order")
     scenarios = scen.get_column("scenario").to_list()
     protocols = scen.get_column("protocol").to_list()

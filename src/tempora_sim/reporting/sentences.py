@@ -39,7 +39,7 @@ def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
     episodes = an.episode_order(w.get_column("episode").unique().to_list())
     n_ep = len(episodes)
     methods = an.method_order(u)
-    temporal = w.filter(pl.col("protocol") != "offline")
+    temporal = w.filter(pl.col("protocol") != P.reference())
     scope = (
         f" and {temporal.select('scenario').n_unique()} temporal scenarios ({temporal.height} temporal cells)"
         if temporal.height
@@ -63,7 +63,7 @@ def summary_lines(inp: ReportInputs, group: dict) -> list[str]:
                 "intervals include that spread (re-trace on a quiet machine to measure the seeds alone)."
             )
     # offline favourite vs temporal winners
-    off = w.filter(pl.col("protocol") == "offline").explode("winners")
+    off = w.filter(pl.col("protocol") == P.reference()).explode("winners")
     fav = None
     if off.height:
         oc = off.group_by("winners").len().sort(["len", "winners"], descending=[True, False])
@@ -131,8 +131,9 @@ def _seed_lambdas(utility: pl.DataFrame, group: dict) -> list[tuple[int, float]]
 def _changed_cells(w: pl.DataFrame) -> pl.DataFrame:
     """Temporal cells whose winner(s) differ from the same episode's offline winner(s)."""
     g = an.group_columns(w)
-    off = w.filter(pl.col("protocol") == "offline").select(g + ["episode", pl.col("winner").alias("_off")])
-    t = w.filter(pl.col("protocol") != "offline").join(off, on=g + ["episode"], how="left")
+    reference = P.reference()
+    off = w.filter(pl.col("protocol") == reference).select(g + ["episode", pl.col("winner").alias("_off")])
+    t = w.filter(pl.col("protocol") != reference).join(off, on=g + ["episode"], how="left")
     return t.filter(pl.col("_off").is_not_null() & (pl.col("winner") != pl.col("_off")))
 
 
@@ -193,7 +194,8 @@ def _budget_sentence(par: pl.DataFrame) -> str:
             runs[-1][2] = b
         else:
             runs.append([m, b, b])
-    fmt = lambda b: an.format_value("amortised", b).removeprefix("B=")  # noqa: E731
+    budget = an.budget_protocol()
+    fmt = lambda b: an.format_value(budget, b).removeprefix("B=")  # noqa: E731
     parts = [f"{md_name(m)} at B = {fmt(lo)}" if lo == hi else f"{md_name(m)} for B = {fmt(lo)}–{fmt(hi)}" for m, lo, hi in runs]
     return "**What a budget buys** (pooled amortised utility): best is " + "; ".join(parts) + "."
 
@@ -230,38 +232,27 @@ def _strict_sentences(inp: ReportInputs, group: dict, w: pl.DataFrame, n_ep: int
             head += f" ({int(cell.get_column('certain').fill_null(False).sum())} of them certain)"
         other = fav if fav and fav != lead else None
         o = _row(t, method=other) if other else None
-        if proto == "discrete":
-            s = f"{head}: it serves α = {_pc(r['alpha'])} of batches at {_pc(r['served_acc'])} served accuracy, U = {_pc(r['utility'])}."
-            if o:
-                s += (
-                    f" {md_name(other)} serves only α = {_pc(o['alpha'])}; to match the best competitor it would need "
-                    f"{_pc(o['required_served_acc'])} served accuracy (it reaches {_pc(o['served_acc'])})"
-                    + (" — insolvent: no accuracy gain can close the gap." if o["insolvent"] else ".")
-                )
-        elif proto == "continuous":
-            s = f"{head}: its {_pc(r['acc'])} accuracy, discounted by responsiveness κ̄ = {_pc(r['kappa'])}, gives U = {_pc(r['utility'])}."
-            if o:
-                s += (
-                    f" {md_name(other)}'s {_pc(o['acc'])} accuracy is discounted to U = {_pc(o['utility'])} (κ̄ = "
-                    f"{_pc(o['kappa'])}); it would need {_pc(o['required_acc'])} accuracy to match"
-                    + (" — insolvent." if o["insolvent"] else ".")
-                )
-        elif proto == "amortised":
-            frozen = "" if r["acc_frozen"] is None else f", then ā_frozen = {_pc(r['acc_frozen'])} frozen"
-            s = f"{head}: it adapts on β = {_pc(r['beta'])} of the stream{frozen}, U = {_pc(r['utility'])}."
-            below = t.filter(pl.col("below_standard").fill_null(False)) if "below_standard" in t.columns else t.clear()
-            base = _row(t, method=an.BASELINE)
-            frozen_worse = below.filter((pl.col("beta") < 1) & (pl.col("acc_frozen") < base["utility"])) if base else below.clear()
-            s += below_frozen_sentence(frozen_worse)
-            rest = below.filter(~pl.col("method").is_in(frozen_worse.get_column("method").to_list()))
-            if rest.height:
-                names = [md_name(m) for m in rest.get_column("method").to_list()]
-                too = " too" if frozen_worse.height else ""
-                s += f" {_count_phrase(names)} {'is' if len(names) == 1 else 'are'} below standard inference{too}."
-        else:
-            continue
+        s = f"{head}: " + P.get(proto).strict_sentence(r, (other, o) if o else None, _pc, md_name)
+        if "below_standard" in t.columns:
+            s += _below_standard_clause(t)
         out.append(s)
     return out
+
+
+def _below_standard_clause(t: pl.DataFrame) -> str:
+    """Which methods of a decomposition that marks harmful adaptation (``below_standard``) end
+    below standard inference: those whose budget ran out with a frozen model worse than the
+    baseline (:func:`below_frozen_sentence`), then the rest."""
+    below = t.filter(pl.col("below_standard").fill_null(False))
+    base = _row(t, method=an.BASELINE)
+    frozen_worse = below.filter((pl.col("beta") < 1) & (pl.col("acc_frozen") < base["utility"])) if base else below.clear()
+    s = below_frozen_sentence(frozen_worse)
+    rest = below.filter(~pl.col("method").is_in(frozen_worse.get_column("method").to_list()))
+    if rest.height:
+        names = [md_name(m) for m in rest.get_column("method").to_list()]
+        too = " too" if frozen_worse.height else ""
+        s += f" {_count_phrase(names)} {'is' if len(names) == 1 else 'are'} below standard inference{too}."
+    return s
 
 
 def below_frozen_sentence(frozen_worse: pl.DataFrame) -> str:

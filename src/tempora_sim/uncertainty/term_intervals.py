@@ -230,7 +230,7 @@ def pooled_bounds(frame: pl.DataFrame, opts: st.BootstrapOptions | None = None, 
 
     One row per (group columns, method, protocol, param, value, scenario columns), with
     ``<term>_lo`` / ``<term>_hi``: the (seed, episode) units resampled as
-    :func:`tempora_sim.analyses.utility_intervals` resamples them (same draws, so
+    :func:`tempora_sim.analyses.intervals.utility_intervals` resamples them (same draws, so
     ``utility_lo``/``utility_hi`` equal its ``lo``/``hi``), each term a ratio of resampled sums
     as :func:`tempora_sim.sweeps.utility_table.pool_seeds` pools it, plus the timing replicates' shifts of
     the seed-pooled rows (``timing``: :class:`tempora_sim.uncertainty.timing_replicates.TimingReplicates`)."""

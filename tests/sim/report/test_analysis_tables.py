@@ -290,7 +290,7 @@ def _pooled_rows() -> list[dict]:
 
 def test_discrete_decomposition_flags_the_insolvent_method():
     t = utility_frame(_pooled_rows())
-    d = {r["method"]: r for r in an.discrete_decomposition(t).iter_rows(named=True)}
+    d = {r["method"]: r for r in an.decomposition(t, "discrete").iter_rows(named=True)}
     assert set(d) == {"standard", "adabn", "sar"} and d["sar"]["value"] == 1.0
     # sar must match adabn's 0.27 with α = 0.1: 270 % served accuracy → insolvent
     assert d["sar"]["best_other_method"] == "adabn"
@@ -298,17 +298,17 @@ def test_discrete_decomposition_flags_the_insolvent_method():
     # the winner's best competitor is the runner-up (standard, 0.20 / 0.9)
     assert d["adabn"]["best_other_method"] == "standard"
     assert d["adabn"]["required_served_acc"] == pytest.approx(0.20 / 0.9) and d["adabn"]["insolvent"] is False
-    assert an.discrete_decomposition(t).get_column("method").to_list() == ["standard", "adabn", "sar"]
+    assert an.decomposition(t, "discrete").get_column("method").to_list() == ["standard", "adabn", "sar"]
     # an explicit, relaxed ρ: sar needs 0.30 / 0.5 = 60 % → solvent
-    d5 = {r["method"]: r for r in an.discrete_decomposition(t, rho=0.5).iter_rows(named=True)}
+    d5 = {r["method"]: r for r in an.decomposition(t, "discrete", 0.5).iter_rows(named=True)}
     assert d5["sar"]["required_served_acc"] == pytest.approx(0.6) and d5["sar"]["insolvent"] is False
     with pytest.raises(an.AnalysisError, match="ρ=70%"):
-        an.discrete_decomposition(t, rho=0.7)
+        an.decomposition(t, "discrete", 0.7)
 
 
 def test_continuous_decomposition_and_insolvency_by_multiplication():
     t = utility_frame(_pooled_rows())
-    d = {r["method"]: r for r in an.continuous_decomposition(t).iter_rows(named=True)}
+    d = {r["method"]: r for r in an.decomposition(t, "continuous").iter_rows(named=True)}
     assert d["sar"]["required_acc"] == pytest.approx(0.27 / 0.2) and d["sar"]["insolvent"] is True
     assert d["standard"]["required_acc"] == pytest.approx(0.27) and d["standard"]["insolvent"] is False
 
@@ -321,7 +321,7 @@ def test_zero_availability_is_insolvent_unless_nobody_scores():
             {"method": "y", "episode": p, "protocol": "discrete", "value": 1.0, "utility": 0.1, "alpha": 1.0},
         ]
     )
-    d = {r["method"]: r for r in an.discrete_decomposition(t).iter_rows(named=True)}
+    d = {r["method"]: r for r in an.decomposition(t, "discrete").iter_rows(named=True)}
     assert d["x"]["required_served_acc"] == math.inf and d["x"]["insolvent"] is True
 
 
@@ -334,7 +334,7 @@ def test_amortised_decomposition_and_strict_terms():
             {"method": "sar", "episode": ep, "protocol": "amortised", "value": 1000.0, "utility": 0.01, "m": m_sar, "beta": m_sar / 50},
         ]
     t = utility_frame(rows)
-    a = {r["method"]: r for r in an.amortised_decomposition(t).iter_rows(named=True)}
+    a = {r["method"]: r for r in an.decomposition(t, "amortised").iter_rows(named=True)}
     assert a["sar"]["below_standard"] is True and a["standard"]["below_standard"] is False
     assert a["sar"]["acc_frozen"] == 0.0 and a["sar"]["beta"] == 0.05
     st = {r["method"]: r for r in an.strict_terms(t).iter_rows(named=True)}

@@ -1,0 +1,99 @@
+"""How uncertain each utility is: bootstrap intervals of every seed-pooled utility (per-episode
+cells and pooled rows), and those intervals joined onto the tables."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from tempora_sim.analyses.cells_and_orders import check_utility_table
+from tempora_sim.analyses.latency import align_group_dtypes
+from tempora_sim.sweeps.utility_table import POOLED, SEED, group_columns, pool_seeds
+from tempora_sim.uncertainty import bootstrap as st
+
+
+def utility_intervals(
+    df: pl.DataFrame,
+    rows: pl.DataFrame | None = None,
+    opts: st.BootstrapOptions | None = None,
+    pooled: bool = True,
+    timing=None,
+) -> st.Intervals:
+    """Bootstrap distributions and percentile intervals of every seed-pooled utility.
+
+    ``df`` is the sweep's per-seed table. Per-episode cells resample the episode's batches
+    (the seeds' batches concatenated) and need ``rows``, the traces' adapt rows with
+    ``correct``, ``n``, ``e_ms``, ``l_ms`` (:func:`~tempora_sim.analyses.latency.trace_rows`); without them only the pooled
+    rows get intervals. Pooled rows resample the (seed, episode) units, weighted by their
+    batches. Methods of one cell share resamples, so their differences are paired.
+    ``pooled=False`` leaves the pooled rows out (only the per-episode cells).
+
+    ``timing`` (:class:`tempora_sim.uncertainty.timing_replicates.TimingReplicates` of the same sweep) adds the
+    traces' measured timing variability to every draw (:func:`tempora_sim.uncertainty.bootstrap.with_timing`)."""
+    check_utility_table(df)
+    opts = opts or st.BootstrapOptions()
+    g = group_columns(df)
+    per_ep = df.filter((pl.col("episode") != POOLED) & pl.col("utility").is_not_null())
+    if per_ep.schema["value"] == pl.Null:
+        per_ep = per_ep.with_columns(pl.col("value").cast(pl.Float64))
+    parts = []
+    need = ("correct", "n", "e_ms", "l_ms", "episode", "step", "method")
+    if rows is not None and per_ep.height and all(c in rows.columns for c in need):
+        parts.append(_cell_intervals(per_ep, rows, g, opts))
+    if per_ep.height and pooled:
+        parts.append(_pooled_intervals(per_ep, g, opts))
+    out = st.concat(parts)
+    if timing is not None and timing.count and out.index.height:
+        keys = [c for c in g if c in out.index.columns] + ["method", "episode", "protocol", "value"]
+        out = st.with_timing(out, timing.shifts(out.index, keys, "utility", pool=pool_seeds))
+    return out
+
+
+def _cell_intervals(per_ep: pl.DataFrame, rows: pl.DataFrame, g: list[str], opts) -> st.Intervals:
+    has_seed = SEED in per_ep.columns and SEED in rows.columns
+    sk = [c for c in g if c in rows.columns] + ([SEED] if has_seed else [])
+    if "phase" in rows.columns:
+        rows = rows.filter(pl.col("phase") == "adapt")
+    rows = align_group_dtypes(rows, per_ep)
+    by_trace = rows.sort(sk + ["method", "episode", "step"]).partition_by(sk + ["method", "episode"], as_dict=True)
+    collected: dict[tuple, list[tuple[int, np.ndarray]]] = {}
+    names = g + ["method", "episode", "protocol", "value"]
+    for key, urows in per_ep.partition_by(sk + ["method", "episode"], as_dict=True).items():
+        trows = by_trace.get(key)
+        if trows is None:
+            continue
+        seed = urows.get_column(SEED)[0] if has_seed else 0
+        for r, scores in zip(urows.iter_rows(named=True), st.batch_scores(trows, urows)):
+            collected.setdefault(tuple(r[c] for c in names), []).append((seed, scores))
+    cell_scores = [(dict(zip(names, k)), np.concatenate([s for _, s in sorted(v, key=lambda x: x[0])])) for k, v in collected.items()]
+    return st.episode_intervals(cell_scores, opts)
+
+
+def _pooled_intervals(per_ep: pl.DataFrame, g: list[str], opts) -> st.Intervals:
+    unit_cols = ([SEED] if SEED in per_ep.columns else []) + ["episode"]
+    weight = pl.col("num_batches").cast(pl.Float64) if "num_batches" in per_ep.columns else pl.lit(1.0)
+    grouped = (
+        per_ep.with_columns(weight.alias("_w"))
+        .sort(unit_cols)
+        .group_by(g + ["method", "protocol", "value"], maintain_order=True)
+        .agg(pl.col("utility"), pl.col("_w"), pl.concat_str([pl.col(c).cast(pl.String) for c in unit_cols], separator="/").alias("_unit"))
+    )
+    units = []
+    for r in grouped.iter_rows(named=True):
+        key = {c: r[c] for c in g} | {"method": r["method"], "episode": POOLED, "protocol": r["protocol"], "value": r["value"]}
+        units.append((key, np.asarray(r["utility"], np.float64), np.asarray(r["_w"], np.float64), tuple(r["_unit"])))
+    return st.unit_intervals(units, opts)
+
+
+def attach_intervals(t: pl.DataFrame, intervals: st.Intervals | None, episode: str | None = None) -> pl.DataFrame:
+    """Join ``lo``/``hi`` (the utility's interval) onto a table with group columns, ``method``,
+    ``protocol``, ``value`` and ``episode`` (or the given ``episode`` for pooled tables)."""
+    if intervals is None or not intervals.index.height:
+        return t.with_columns(pl.lit(None, pl.Float64).alias("lo"), pl.lit(None, pl.Float64).alias("hi"))
+    idx = intervals.index
+    t2 = t if "episode" in t.columns else t.with_columns(pl.lit(episode).alias("episode"))
+    keys = [c for c in group_columns(t2) if c in idx.columns] + ["method", "episode", "protocol", "value"]
+    look = idx.select(keys + ["lo", "hi"]).with_columns(pl.col("value").cast(pl.Float64))
+    t2 = t2.with_columns(pl.col("value").cast(pl.Float64))
+    out = t2.join(look, on=keys, how="left", nulls_equal=True)
+    return out if "episode" in t.columns else out.drop("episode")
