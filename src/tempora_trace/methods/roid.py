@@ -83,7 +83,7 @@ class ROID(GradientMethod):
     departures = (
         Departure(
             point="constant diversity or certainty score in a batch (one sample, identical predictions)",
-            default="normalises to 0 (the batch is kept with weight 1)",
+            default="that score normalises to 0, so every kept sample gets weight exp(0) = 1",
             reference="as default",
             authors="min-max normalisation divides 0 by 0: NaN weights, a NaN loss, and NaN parameters from then on",
             reason="one degenerate batch should not end the stream",
