@@ -10,7 +10,7 @@ from tempora_trace.methods import builtin_methods, get_method
 from tempora_trace.methods.testing import check_warm_up
 
 #: methods whose adapt step runs a forward on a selected subset of the batch
-SUBSET_PASSES = {"cmf", "deyo"}
+SUBSET_PASSES = {"cmf", "deyo", "roid"}
 #: options that fit the 8-px test images
 SMALL = {"spa": {"image_size": 8, "noise_patch": 4}}
 
