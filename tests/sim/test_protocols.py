@@ -17,7 +17,7 @@ from tempora_sim.engine.grids import Grid, parse_rho
 from tempora_sim.errors import GridError
 from tempora_sim.protocols.base import Protocol, Rows, div, series_slices
 from tempora_sim.reporting.terminal import print_report
-from tempora_sim.sweeps.replay import ALL_EPISODES, run_sweep
+from tempora_sim.sweeps.replay import POOLED, run_sweep
 from tempora_sim.sweeps.synthetic import write_trace_set
 from tempora_sim.sweeps.traces import load_traces
 
@@ -122,8 +122,8 @@ def test_a_registered_protocol_is_replayed_and_framed(toy, traceset, engine):
     assert k1.height == 9 and np.allclose(k1["utility"], k1["off"]) and (k1["alpha"] == 1.0).all()
     # k = 2 serves 6 of 12 batches per episode (12 of 24 pooled)
     k2 = rows.filter(pl.col("value") == 2.0)
-    assert (k2.filter(pl.col("episode") != ALL_EPISODES)["served"] == 6).all()
-    assert (k2.filter(pl.col("episode") == ALL_EPISODES)["served"] == 12).all()
+    assert (k2.filter(pl.col("episode") != POOLED)["served"] == 6).all()
+    assert (k2.filter(pl.col("episode") == POOLED)["served"] == 12).all()
 
 
 def test_a_registered_protocol_reaches_the_analyses_and_the_tables(toy, traceset):

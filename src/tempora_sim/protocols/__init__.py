@@ -19,10 +19,10 @@ from tempora_schema.vocabulary import COMBINED_PROTOCOLS, PROTOCOLS
 from tempora_sim.engine.grids import Grid
 from tempora_sim.errors import GridError
 from tempora_sim.protocols.base import (
-    ALL_EPISODES,
     BASE_COLUMNS,
     COLUMNS,
     MEASURES,
+    POOLED,
     SCENARIO_COLUMNS,
     Protocol,
     Rows,
@@ -30,9 +30,9 @@ from tempora_sim.protocols.base import (
 )
 
 __all__ = [
-    "ALL_EPISODES",
     "BASE_COLUMNS",
     "COLUMNS",
+    "POOLED",
     "SCENARIO_COLUMNS",
     "Protocol",
     "Rows",

@@ -7,6 +7,7 @@ import numpy as np
 
 from tempora_sim.engine import grids
 from tempora_sim.engine.oracle import amortised_reference
+from tempora_sim.engine.replay_options import ReplayOptions
 from tempora_sim.errors import ProtocolError
 from tempora_sim.protocols.base import Protocol, Rows, div, series_slices, warm_inputs
 
@@ -60,7 +61,7 @@ class Amortised(Protocol):
             np.array([2.0]),
         )
 
-    def replay_numba(self, series, B, opts: dict) -> dict:
+    def replay_numba(self, series, B, replay: ReplayOptions) -> dict:
         from tempora_sim.engine import kernels as K  # Numba loads only when a kernel runs
 
         s = series
@@ -72,7 +73,7 @@ class Amortised(Protocol):
             pc_,
             s.offsets,
             np.asarray(B, np.float64),
-            opts["budget_rule"] == "overshoot",
+            replay.overshoot,
             s.frozen_from_adapt,
             s.ck_offsets,
             s.ck_values,
@@ -83,7 +84,7 @@ class Amortised(Protocol):
         )
         return {"m": m, "adapt_sum": adapt_sum, "frozen_acc": frozen_acc, "gap": gap}
 
-    def replay_python(self, series, B, opts: dict) -> dict:
+    def replay_python(self, series, B, replay: ReplayOptions) -> dict:
         s = series
         sl = series_slices(s)
         S = len(sl)
@@ -102,7 +103,7 @@ class Amortised(Protocol):
                 nn = np.append(suf_n[:-1] - suf_n[1:], suf_n[-1])
                 rows[int(s.ck_values[c])] = list(zip(s.f_steps[r0:r1].tolist(), corr.tolist(), nn.tolist()))
             for k, b in enumerate(B):
-                res = amortised_reference(a, d, float(s.lam[i]), b, rows, opts["budget_rule"], bool(s.frozen_from_adapt[i]))
+                res = amortised_reference(a, d, float(s.lam[i]), b, rows, replay.budget_rule, bool(s.frozen_from_adapt[i]))
                 m[i, k] = res.m
                 asum[i, k] = sum(a[: res.m])
                 if res.m < len(a):

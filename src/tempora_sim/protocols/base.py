@@ -22,8 +22,10 @@ import numpy as np
 import polars as pl
 
 from tempora_sim.engine.grids import Grid
+from tempora_sim.engine.replay_options import ReplayOptions
 
-ALL_EPISODES = "__all__"
+#: The pooled episode's name in a sweep's rows: a trace's episodes (and arrival seeds) pooled.
+POOLED = "__all__"
 
 BASE_COLUMNS = {
     "dataset": pl.Utf8,
@@ -59,11 +61,6 @@ SCENARIO_COLUMNS = {"param2": pl.Utf8, "value2": pl.Float64, "arrivals": pl.Utf8
 COLUMNS = BASE_COLUMNS | SCENARIO_COLUMNS
 #: The measures a protocol may fill (the columns from ``utility`` to ``num_batches``).
 MEASURES = tuple(list(BASE_COLUMNS)[list(BASE_COLUMNS).index("utility") : -1])
-
-
-def skip_mode(K, opts: dict) -> int:
-    """The kernels' code for how a skipped batch is scored (``--skipped``, ``--fallback``)."""
-    return K.SKIP_FALLBACK if opts["fallback"] else (K.SKIP_RANDOM if opts["skipped"] == "random" else K.SKIP_NULL)
 
 
 def div(num, den):
@@ -149,6 +146,9 @@ class Protocol:
     combined: bool = False
     #: replayed under the arrival process (periodic on its own kernel, others on the general one)
     arrival_bound: bool = False
+    #: its periodic replay has an idle-effect variant (events after an idle gap run at the
+    #: measured speed: tempora_sim.sweeps.variability.apply_idle_effect, on its first grid)
+    has_idle_effect: bool = False
     #: protocols whose replay this one uses (discrete-amortised freezes where amortised stops)
     needs: tuple[str, ...] = ()
     #: the measure columns it fills beyond ``utility``: the terms of its decomposition
@@ -203,11 +203,11 @@ class Protocol:
     def warm(self, K) -> None:
         """Compile (or load from the cache) its kernels on a tiny input."""
 
-    def replay_numba(self, series, values, opts: dict) -> dict:
+    def replay_numba(self, series, values, replay: ReplayOptions) -> dict:
         """Per-series sums under every grid value, from the Numba kernels."""
         raise NotImplementedError(f"protocol '{self.name}' is replayed under arrivals (tempora_sim.sweeps.scenarios)")
 
-    def replay_python(self, series, values, opts: dict) -> dict:
+    def replay_python(self, series, values, replay: ReplayOptions) -> dict:
         """The same sums from the plain-Python oracle (tempora_sim.engine.oracle)."""
         raise NotImplementedError(f"protocol '{self.name}' is replayed under arrivals (tempora_sim.sweeps.scenarios)")
 
@@ -267,7 +267,7 @@ def frame(series, protocol: Protocol, values, stats: dict, pooled: bool) -> pl.D
             return np.add.reduceat(x, starts, axis=0)
 
         N = agg(n)
-        episodes = [ALL_EPISODES] * len(starts)
+        episodes = [POOLED] * len(starts)
         lam = s.lam[starts]
         nep = np.diff(np.r_[starts, len(s.episode)])
     else:

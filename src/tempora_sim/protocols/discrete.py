@@ -7,7 +7,8 @@ import numpy as np
 
 from tempora_sim.engine import grids
 from tempora_sim.engine.oracle import discrete_reference
-from tempora_sim.protocols.base import Protocol, Rows, div, series_slices, skip_mode, warm_inputs
+from tempora_sim.engine.replay_options import ReplayOptions
+from tempora_sim.protocols.base import Protocol, Rows, div, series_slices, warm_inputs
 
 
 class Discrete(Protocol):
@@ -15,6 +16,7 @@ class Discrete(Protocol):
     grids = (grids.RHO,)
     strictest = "max"
     arrival_bound = True
+    has_idle_effect = True
     terms = ("alpha", "served", "served_acc")
     insolvency_factor = "alpha"
     interval_terms = ("alpha", "served_acc")
@@ -34,7 +36,7 @@ class Discrete(Protocol):
         a, off, lam, v = warm_inputs()
         K.discrete_kernel(a, a + 1, off, lam, v, 1, False, 0, lam, lam, lam)
 
-    def replay_numba(self, series, rho, opts: dict) -> dict:
+    def replay_numba(self, series, rho, replay: ReplayOptions) -> dict:
         from tempora_sim.engine import kernels as K  # Numba loads only when a kernel runs
 
         s = series
@@ -47,16 +49,16 @@ class Discrete(Protocol):
             s.offsets,
             s.lam,
             np.asarray(rho, np.float64),
-            int(opts["queue"]),
-            opts["sync"] == "strict",
-            skip_mode(K, opts),
+            replay.queue,
+            replay.strict_sync,
+            replay.skip_mode(K),
             s.skip_value,
             max_delta,
             K.offline_kernel(s.a, s.offsets),
         )
         return {"served": served, "served_sum": served_sum, "score_sum": score}
 
-    def replay_python(self, series, rho, opts: dict) -> dict:
+    def replay_python(self, series, rho, replay: ReplayOptions) -> dict:
         s = series
         sl = series_slices(s)
         S = len(sl)
@@ -70,11 +72,11 @@ class Discrete(Protocol):
                     a,
                     d,
                     float(s.lam[i]) / r,
-                    opts["queue"],
-                    opts["sync"],
-                    opts["skipped"],
+                    replay.queue,
+                    replay.sync,
+                    replay.skipped,
                     int(round(1.0 / s.skip_value[i])),
-                    opts["fallback"],
+                    replay.fallback,
                 )
                 served[i, k], ssum[i, k], score[i, k] = res.served, res.served_sum, res.score_sum
         return {"served": served, "served_sum": ssum, "score_sum": score}

@@ -143,10 +143,12 @@ def _build_report(
         from tempora_sim.exploration.page import DEFAULT_PROTOCOLS, render_page
 
         t_explore = time.perf_counter()
-        opts = inp.sweep_options if isinstance(inp.sweep_options, SweepOptions) else SweepOptions.build(**(inp.sweep_options or {}))
-        if "protocols" not in opts.given():
-            opts = SweepOptions.build(opts, protocols=DEFAULT_PROTOCOLS)  # the page moves both pressures at once too
-        data = build_data(inp.traceset, opts, (opts.arrivals,), inp.bootstrap, source=inp.source)
+        sweep_options = (
+            inp.sweep_options if isinstance(inp.sweep_options, SweepOptions) else SweepOptions.build(**(inp.sweep_options or {}))
+        )
+        if "protocols" not in sweep_options.given():
+            sweep_options = SweepOptions.build(sweep_options, protocols=DEFAULT_PROTOCOLS)  # the page moves both pressures at once too
+        data = build_data(inp.traceset, sweep_options, (sweep_options.arrivals,), inp.bootstrap, source=inp.source)
         write_file(out / EXPLORE_FILE, render_page(data))
         seconds["explore"] = time.perf_counter() - t_explore
         md += [
@@ -194,8 +196,8 @@ def _build_report(
 
 def _temporal(options) -> bool:
     """Do the report's sweep options ask for a temporal protocol (what the page moves)?"""
-    opts = options if isinstance(options, SweepOptions) else SweepOptions.build(**(options or {}))
-    return "protocols" not in opts.given() or any(p != "offline" for p in opts.resolve().protocols)
+    sweep_options = options if isinstance(options, SweepOptions) else SweepOptions.build(**(options or {}))
+    return "protocols" not in sweep_options.given() or any(p != "offline" for p in sweep_options.resolve().protocols)
 
 
 FIGURE_CAPTIONS = {

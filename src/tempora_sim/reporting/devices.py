@@ -23,7 +23,7 @@ def device_winners(utility: pl.DataFrame) -> dict[tuple, pl.DataFrame]:
     (the best utility pooled over episodes and seeds)."""
     if utility.height == 0 or "device" not in utility.columns:
         return {}
-    rows = an.pool_seeds(utility.filter(pl.col("episode") == "__all__"))
+    rows = an.pool_seeds(utility.filter(pl.col("episode") == an.POOLED))
     out = {}
     for key, part in rows.group_by(list(SETTING), maintain_order=True):
         devices = part["device"].unique(maintain_order=True).to_list()

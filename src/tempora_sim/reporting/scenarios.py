@@ -62,7 +62,7 @@ def scenario_sweeps(traces, options, burst: str = DEFAULT_BURST, seeds: int = DE
 
 
 def _pooled(frame: pl.DataFrame) -> pl.DataFrame:
-    rows = frame.filter(pl.col("episode") == "__all__")
+    rows = frame.filter(pl.col("episode") == an.POOLED)
     return an.pool_seeds(rows) if an.SEED in rows.columns else rows
 
 

@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 
 from tempora_sim.sweeps import variability
-from tempora_sim.sweeps.replay import ALL_EPISODES, run_sweep
+from tempora_sim.sweeps.replay import POOLED, run_sweep
 from tempora_sim.sweeps.traces import TraceSet
 from tempora_sim.uncertainty.timing_replicates import replicates_of
 
@@ -70,7 +70,7 @@ def timing_interval(
             TraceSet([restricted]), protocols="amortised", B_ms=[float(run["budget_ms"])], lambda_ms=lam, budget_rule=run["budget_rule"]
         )
     reps = replicates_of(res, replicates, seed, models=[model])
-    pooled = [r.filter(pl.col("episode") == ALL_EPISODES).row(0, named=True) for r in reps.reps]
+    pooled = [r.filter(pl.col("episode") == POOLED).row(0, named=True) for r in reps.reps]
     q = [(1 - level) / 2, 1 - (1 - level) / 2]
     utilities = np.array([p["utility"] for p in pooled])
     if run["protocol"] != "discrete":
@@ -105,7 +105,7 @@ def served_set_sd(variance: dict[str, float], reps: Sequence[pl.DataFrame]) -> n
     (Σ N)² for the pooled U. Zero when every batch is served."""
     out = np.empty(len(reps))
     for i, r in enumerate(reps):
-        e = r.filter(pl.col("episode") != ALL_EPISODES)
+        e = r.filter(pl.col("episode") != POOLED)
         served = e["served"].to_numpy().astype(float)
         n = e["num_batches"].to_numpy().astype(float)
         s2 = np.array([variance.get(ep, 0.0) for ep in e["episode"].to_list()])

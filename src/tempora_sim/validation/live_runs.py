@@ -34,7 +34,7 @@ from tempora_schema import PHASE_ADAPT, GroupKey, TraceSchemaError, method_label
 from tempora_schema.live import comparable_group, decode_live_metadata, validate_live_table
 from tempora_sim.errors import GroupError, SimError, TraceFileError
 from tempora_sim.sweeps import variability
-from tempora_sim.sweeps.replay import ALL_EPISODES, run_sweep
+from tempora_sim.sweeps.replay import POOLED, run_sweep
 from tempora_sim.sweeps.traces import Trace, TraceSet, check_out_outside, load_traces
 from tempora_sim.uncertainty import coverage
 from tempora_sim.validation.tolerances import (
@@ -332,8 +332,8 @@ def replay_setting(trace: Trace, first: LiveRunStats, speed: float = 1.0) -> dic
             TraceSet([restricted]), protocols="amortised", B_ms=[float(run["budget_ms"])], lambda_ms=lam, budget_rule=run["budget_rule"]
         )
     frame = res.frame
-    pooled = frame.filter(pl.col("episode") == ALL_EPISODES).row(0, named=True)
-    per_ep = {r["episode"]: r for r in frame.filter(pl.col("episode") != ALL_EPISODES).iter_rows(named=True)}
+    pooled = frame.filter(pl.col("episode") == POOLED).row(0, named=True)
+    per_ep = {r["episode"]: r for r in frame.filter(pl.col("episode") != POOLED).iter_rows(named=True)}
     return {"pooled": pooled, "episodes": per_ep}
 
 
