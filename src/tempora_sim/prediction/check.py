@@ -32,6 +32,7 @@ import polars as pl
 from tempora_schema import GroupKey
 from tempora_schema.prediction import PREDICTED_MARK, is_predicted, measured_device
 from tempora_sim import analyses as an
+from tempora_sim import protocols as P
 from tempora_sim.errors import SimError
 from tempora_sim.prediction.transfer import predict
 from tempora_sim.sweeps.replay import run_sweep
@@ -203,7 +204,7 @@ def decision_check(pairs: list[tuple[list[Trace], list[Trace]]], bootstrap: st.B
         memo[key] = _swept(meas, {}, bootstrap)
     fm, _, wm = memo[key]
     keys = an.cell_keys(wm)
-    temporal = pl.col("protocol") != "offline"
+    temporal = pl.col("protocol") != P.reference()
     w = (
         wm.filter(temporal)
         .select(keys + ["winner", "certain"])

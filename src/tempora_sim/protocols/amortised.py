@@ -15,6 +15,8 @@ from tempora_sim.protocols.base import Protocol, Rows, div, series_slices, warm_
 class Amortised(Protocol):
     name = "amortised"
     grids = (grids.B,)
+    live = True
+    live_setting = ("budget_ms", "budget_rule")
     terms = ("m", "beta", "acc_adapt", "acc_frozen", "frozen_gap")
     interval_terms = ("m", "beta", "acc_adapt", "acc_frozen")
     advise_terms = ("beta", "acc_adapt", "acc_frozen")
@@ -42,6 +44,15 @@ class Amortised(Protocol):
         frozen = "" if mech["acc_frozen"] is None else f", then ā_frozen = {pc(mech['acc_frozen'])}"
         adapt = "" if mech["acc_adapt"] is None else f" (ā_adapt = {pc(mech['acc_adapt'])})"
         return f"{m} adapts on β = {pc(mech['beta'])} of the stream{adapt}{frozen}"
+
+    def live_setting_values(self, run: dict) -> dict:
+        return {"budget_ms": float(run["budget_ms"]), "budget_rule": run["budget_rule"]}
+
+    def live_key(self, run: dict) -> tuple:
+        return (float(run["budget_ms"]), run["budget_rule"])
+
+    def live_replay(self, run: dict, lam: float) -> dict:
+        return {"protocols": self.name, "B_ms": [float(run["budget_ms"])], "budget_rule": run["budget_rule"]}
 
     def warm(self, K) -> None:
         a, off, lam, v = warm_inputs()

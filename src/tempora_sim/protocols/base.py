@@ -149,6 +149,14 @@ class Protocol:
     #: its periodic replay has an idle-effect variant (events after an idle gap run at the
     #: measured speed: tempora_sim.sweeps.variability.apply_idle_effect, on its first grid)
     has_idle_effect: bool = False
+    #: played against a real clock by ``tempora-trace live`` (a word of
+    #: tempora_schema.vocabulary.LIVE_PROTOCOLS); ``tempora-sim validate`` replays its live runs
+    live: bool = False
+    #: a live run's setting beside λ, as the validation's columns name it (keys of the run's metadata)
+    live_setting: tuple[str, ...] = ()
+    #: it serves a subset of the batches: a live run has an availability α, compared with the
+    #: replay's, and serve/skip decisions its own measured times must reproduce (self-consistency)
+    serves_subset: bool = False
     #: protocols whose replay this one uses (discrete-amortised freezes where amortised stops)
     needs: tuple[str, ...] = ()
     #: the measure columns it fills beyond ``utility``: the terms of its decomposition
@@ -241,6 +249,20 @@ class Protocol:
     def scenario_columns(self, xs, raw: dict, frame: pl.DataFrame, pooled: bool) -> list[pl.Series]:
         """A combined protocol's own columns beside the discrete ones it is framed with."""
         return []
+
+    # ------------------------------------------------------------------ live runs
+    def live_setting_values(self, run: dict) -> dict:
+        """A live run's :attr:`live_setting`, typed, from its metadata ``run``."""
+        raise NotImplementedError(f"protocol '{self.name}' is not played live")
+
+    def live_key(self, run: dict) -> tuple:
+        """What makes two live runs (at one λ) the same setting, pooled as repeats."""
+        raise NotImplementedError(f"protocol '{self.name}' is not played live")
+
+    def live_replay(self, run: dict, lam: float) -> dict:
+        """The sweep options (:class:`~tempora_sim.sweeps.options.SweepOptions` field names) that
+        replay one live run's setting at λ = ``lam``."""
+        raise NotImplementedError(f"protocol '{self.name}' is not played live")
 
 
 def reduce_rows(xs, x, pooled: bool) -> np.ndarray:

@@ -17,6 +17,9 @@ class Discrete(Protocol):
     strictest = "max"
     arrival_bound = True
     has_idle_effect = True
+    live = True
+    live_setting = ("rho", "gamma_ms", "queue")
+    serves_subset = True
     terms = ("alpha", "served", "served_acc")
     insolvency_factor = "alpha"
     interval_terms = ("alpha", "served_acc")
@@ -31,6 +34,15 @@ class Discrete(Protocol):
 
     def advise_why(self, m: str, mech: dict, pc) -> str:
         return f"{m} serves α = {pc(mech['alpha'])} of batches at ā_served = {pc(mech['served_acc'])}"
+
+    def live_setting_values(self, run: dict) -> dict:
+        return {"rho": float(run["rho"]), "gamma_ms": float(run["gamma_ms"]), "queue": int(run["queue"])}
+
+    def live_key(self, run: dict) -> tuple:
+        return (round(float(run["gamma_ms"]), 9), int(run["queue"]))
+
+    def live_replay(self, run: dict, lam: float) -> dict:
+        return {"protocols": self.name, "rho": [lam / float(run["gamma_ms"])], "queue": int(run["queue"])}
 
     def warm(self, K) -> None:
         a, off, lam, v = warm_inputs()

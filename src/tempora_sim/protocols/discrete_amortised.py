@@ -18,6 +18,8 @@ class DiscreteAmortised(Discrete):
     grids = (grids.RHO, grids.B)
     combined = True
     has_idle_effect = False  # the general kernel replays every event at its traced time
+    live = False
+    serves_subset = True
     needs = ("amortised",)  # its cut-offs and frozen accuracies drive the freeze
     terms = ("alpha", "served", "served_acc", "m", "beta", "acc_frozen")
     insolvency_factor = None

@@ -62,7 +62,7 @@ def markdown(utility: pl.DataFrame) -> list[str]:
             "|---" * (len(devices) + 1) + "|",
         ]
         for r in t.iter_rows(named=True):
-            cell = "offline" if r["protocol"] == "offline" else f"{r['protocol']} {an.format_value(r['protocol'], r['value'])}"
+            cell = r["protocol"] if r["protocol"] == P.reference() else f"{r['protocol']} {an.format_value(r['protocol'], r['value'])}"
             mark = " ←" if r["differs"] else ""
             md.append(f"| {cell} | " + " | ".join(str(r[d]) for d in devices) + f"{mark} |")
         md.append("")

@@ -63,7 +63,7 @@ def terminal_frame(t: pl.DataFrame) -> pl.DataFrame:
 def value_label(param: str | None, value: float | None) -> str:
     """Column header of one grid value: ``ρ=70%``, ``T=50ms``, ``B=1s``."""
     if param is None or value is None:
-        return "offline"
+        return P.reference()
     return P.grid_of(param).label(value)
 
 

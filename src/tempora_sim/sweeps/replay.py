@@ -41,7 +41,7 @@ from tempora_sim.errors import GridError, ProtocolError, SimWarning  # noqa: F40
 from tempora_sim.protocols import BASE_COLUMNS, COLUMNS, POOLED, SCENARIO_COLUMNS  # noqa: F401  (re-exported)
 from tempora_sim.protocols.base import warm_general_kernel, warm_inputs
 from tempora_sim.sweeps import variability
-from tempora_sim.sweeps.options import BUDGET_RULES, ENGINES, SKIPPED_MODES, SYNC_MODES, SweepOptions  # noqa: F401
+from tempora_sim.sweeps.options import BUDGET_RULES, ENGINES, SKIPPED_MODES, SYNC_MODES, ResolvedOptions, SweepOptions  # noqa: F401
 from tempora_sim.sweeps.scenarios import replay_scenarios, scenario_frame
 from tempora_sim.sweeps.traces import Trace, TraceSet, group_lambdas, group_warnings, load_traces
 
@@ -259,13 +259,20 @@ def _replay(series: Series, protocols, opt) -> dict:
 # --------------------------------------------------------------------------------------
 
 
-def run_sweep(source, options: SweepOptions | None = None, /, **changes) -> SweepResult:
+def run_sweep(source, options: SweepOptions | ResolvedOptions | None = None, /, **changes) -> SweepResult:
     """Replay ``source`` (path(s) or a TraceSet) and return rows, timings, λ and warnings.
 
     ``options`` is a :class:`~tempora_sim.sweeps.options.SweepOptions`; keyword arguments (its field
-    names) override it. Every option is checked before a trace is read."""
+    names) override it. Every option is checked before a trace is read. A caller that has
+    resolved its options already (a command checks them before anything is read) passes the
+    :class:`~tempora_sim.sweeps.options.ResolvedOptions`, used as they are."""
     t_start = time.perf_counter()
-    opt = SweepOptions.build(options, **changes).resolve()
+    if isinstance(options, ResolvedOptions):
+        if changes:
+            raise TypeError("run_sweep: resolved options take no changes; change the SweepOptions and resolve them again")
+        opt = options
+    else:
+        opt = SweepOptions.build(options, **changes).resolve()
     protos, rho_v, T_v, B_v, lambda_ms = opt.protocols, opt.rho, opt.T_ms, opt.B_ms, opt.lambda_ms
     engine, spec = opt.engine, opt.arrivals
 
