@@ -152,11 +152,13 @@ def explore(
     command does."""
     from tempora_sim.exploration.page import DEFAULT_PROTOCOLS, build_page_data, check_out_file, write_page
 
-    opts = SweepOptions.build(**options)
-    if "protocols" not in opts.given():
-        opts = SweepOptions.build(opts, protocols=DEFAULT_PROTOCOLS)
+    sweep_options = SweepOptions.build(**options)
+    if "protocols" not in sweep_options.given():
+        sweep_options = SweepOptions.build(sweep_options, protocols=DEFAULT_PROTOCOLS)
     path = check_out_file(os.fspath(out))
-    data = build_page_data([Path(p) for p in _paths(source)], opts, tuple(arrivals), bootstrap or BootstrapOptions(), progress=progress)
+    data = build_page_data(
+        [Path(p) for p in _paths(source)], sweep_options, tuple(arrivals), bootstrap or BootstrapOptions(), progress=progress
+    )
     return write_page(data, path)
 
 

@@ -404,11 +404,11 @@ def check_tasks(campaign: Campaign) -> None:
     where = {id(t): f"{campaign.path}: groups[{t.group}] {t.method}" for t in campaign.tasks}
     for task in campaign.tasks:
         try:
-            opts = trace_options.parse_args("run", task.argv(campaign.out, 1.0 if task.budgets_ms else None)[1:])
+            cli_values = trace_options.parse_args("run", task.argv(campaign.out, 1.0 if task.budgets_ms else None)[1:])
         except click.ClickException as exc:
             raise CampaignError(f"{where[id(task)]}: {_first_line(exc.format_message())}") from None
         try:
-            cfg = TraceConfig(**trace_options.config_kwargs("run", opts)).resolved()
+            cfg = TraceConfig(**trace_options.config_kwargs("run", cli_values)).resolved()
             check_method_params(cfg)
         except TemporaError as exc:
             raise CampaignError(f"{where[id(task)]}: {exc}") from None
@@ -448,10 +448,10 @@ class TaskResult:
 def task_config(task: TraceTask, out_root: Path):
     """The resolved :class:`TraceConfig` the ``tempora-trace run`` process of ``task`` builds."""
     try:  # the options exactly as the `tempora-trace run` process will parse and map them
-        opts = trace_options.parse_args("run", task.argv(out_root)[1:])
+        cli_values = trace_options.parse_args("run", task.argv(out_root)[1:])
     except click.ClickException as exc:
         raise CampaignError(f"{task.label}: {exc.format_message()}") from None
-    return TraceConfig(**trace_options.config_kwargs("run", opts)).resolved()
+    return TraceConfig(**trace_options.config_kwargs("run", cli_values)).resolved()
 
 
 def trace_location(task: TraceTask, out_root: Path) -> Path:
@@ -753,16 +753,16 @@ def run_ray(
         results: list[TaskResult] = []
 
         def submit(task: TraceTask, lam: float | None):
-            opts: dict[str, Any] = {"max_retries": retries, "retry_exceptions": True}
+            ray_options: dict[str, Any] = {"max_retries": retries, "retry_exceptions": True}
             if task.machine.device == "cuda":
-                opts["num_gpus"] = 1
-                opts["num_cpus"] = task.machine.cpus_per_trace
+                ray_options["num_gpus"] = 1
+                ray_options["num_cpus"] = task.machine.cpus_per_trace
                 if task.machine.accelerator:
-                    opts["accelerator_type"] = task.machine.accelerator
+                    ray_options["accelerator_type"] = task.machine.accelerator
             else:
-                opts["num_cpus"] = task.machine.cpus_per_trace
+                ray_options["num_cpus"] = task.machine.cpus_per_trace
             progress.start(task)
-            return remote.options(**opts).remote(task, str(campaign.out), lam, campaign.shared_storage, node_root, force)
+            return remote.options(**ray_options).remote(task, str(campaign.out), lam, campaign.shared_storage, node_root, force)
 
         def collect(pending: dict) -> None:
             while pending:

@@ -104,8 +104,8 @@ cli = click.option(
 
 
 # ------------------------------------------------------------------------ options
-def _method_required(opts: dict[str, Any]) -> None:
-    if opts["method"] is None:
+def _method_required(cli_values: dict[str, Any]) -> None:
+    if cli_values["method"] is None:
         from .methods import available_methods  # lazy: loads torch; `--help` and refused options do not
 
         raise ConfigError(f"--method is required; available: {', '.join(available_methods())}")
@@ -114,18 +114,18 @@ def _method_required(opts: dict[str, Any]) -> None:
 # ------------------------------------------------------------------------ subcommands
 @cli.command("run", cls=_TraceCommand)
 @click_options("run")
-def run_command(**opts: Any) -> None:
+def run_command(**cli_values: Any) -> None:
     """Trace one method: warm up, stream every domain through it under the clock, score frozen
     checkpoints on the side, and write <out>/<name>.parquet atomically."""
     from .config import config_from_options  # lazy: loads torch; `--help` and refused options do not
     from .runner import trace_run
 
-    _method_required(opts)
-    policies = policies_of(opts)
-    if len(policies) > 1 and opts["name"] is not None:
+    _method_required(cli_values)
+    policies = policies_of(cli_values)
+    if len(policies) > 1 and cli_values["name"] is not None:
         raise ConfigError("--name names one file, and --policy lists several: leave --name out (each policy names its own file)")
     # every configuration checked before the first trace starts
-    configs = [config_from_options("run", opts, policy=p) for p in policies]
+    configs = [config_from_options("run", cli_values, policy=p) for p in policies]
     # two policies that name one trace (fraction:0.5 and fraction:0.5:SEED with the run's own
     # seed, or values equal to the label's precision) are one trace: traced once, said so
     first: dict[str, str | None] = {}
@@ -151,7 +151,7 @@ def run_command(**opts: Any) -> None:
 
 @cli.command("profile", cls=_TraceCommand)
 @click_options("profile")
-def profile_command(**opts: Any) -> None:
+def profile_command(**cli_values: Any) -> None:
     """Profile one method: the first --profile-batches batches of every episode of the stream
     `run` would trace with these options, timing only (no frozen checkpoints; the speed probe
     and the timing-variability measurement kept). Writes <out>/<name>.parquet atomically
@@ -160,11 +160,11 @@ def profile_command(**opts: Any) -> None:
     from .config import config_from_options  # lazy: loads torch; `--help` and refused options do not
     from .runner import profile_run
 
-    _method_required(opts)
-    policies = policies_of(opts)
-    if len(policies) > 1 and opts["name"] is not None:
+    _method_required(cli_values)
+    policies = policies_of(cli_values)
+    if len(policies) > 1 and cli_values["name"] is not None:
         raise ConfigError("--name names one file, and --policy lists several: leave --name out (each policy names its own file)")
-    configs = [config_from_options("profile", opts, policy=p) for p in policies]
+    configs = [config_from_options("profile", cli_values, policy=p) for p in policies]
     for cfg in configs:
         try:
             path = profile_run(cfg)
@@ -175,14 +175,14 @@ def profile_command(**opts: Any) -> None:
 
 @cli.command("calibrate", cls=_TraceCommand)
 @click_options("calibrate")
-def calibrate_command(**opts: Any) -> None:
+def calibrate_command(**cli_values: Any) -> None:
     """Trace `standard` (or reuse its complete trace) and print λ = mean + 6σ of its per-batch latency.
 
     The trace is the one `run --method standard` writes, so it doubles as the group's baseline."""
     from .calibration import calibrate, calibration_lines  # lazy: loads torch; `--help` and refused options do not
     from .config import config_from_options
 
-    cfg = config_from_options("calibrate", opts, method=BASELINE_METHOD)
+    cfg = config_from_options("calibrate", cli_values, method=BASELINE_METHOD)
     echo = (lambda s: None) if cfg.quiet else (lambda s: click.echo(s))
     try:
         result = calibrate(cfg, echo)
@@ -194,7 +194,7 @@ def calibrate_command(**opts: Any) -> None:
 
 @cli.command("live", cls=_TraceCommand)
 @click_options("live")
-def live_command(**opts: Any) -> None:
+def live_command(**cli_values: Any) -> None:
     """Play one method live against a real clock and write <out>/<name>.live.parquet.
 
     Discrete: batch i arrives at t0 + i·γ, a queue of b, the pipeline takes the oldest waiting
@@ -203,14 +203,14 @@ def live_command(**opts: Any) -> None:
     from .config import config_from_options  # lazy: loads torch; `--help` and refused options do not
     from .live import LiveSettings, run_live
 
-    _method_required(opts)
-    if opts["resume"]:
+    _method_required(cli_values)
+    if cli_values["resume"]:
         raise ConfigError("--resume: a live run cannot be resumed (its clock would not be one run); start it again")
-    policies = policies_of(opts)
+    policies = policies_of(cli_values)
     if len(policies) > 1:
-        raise ConfigError(f"--policy {opts['policy']}: a live run plays one policy; run live once per policy")
-    settings = LiveSettings(**live_kwargs(opts)).checked()
-    cfg = config_from_options("live", opts, policy=policies[0])
+        raise ConfigError(f"--policy {cli_values['policy']}: a live run plays one policy; run live once per policy")
+    settings = LiveSettings(**live_kwargs(cli_values)).checked()
+    cfg = config_from_options("live", cli_values, policy=policies[0])
     try:
         path = run_live(cfg, settings)
     except KeyboardInterrupt:

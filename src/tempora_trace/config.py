@@ -350,15 +350,15 @@ class TraceConfig:
         return out
 
 
-def config_from_options(command: str, opts: Mapping[str, Any], **extra: Any) -> TraceConfig:
+def config_from_options(command: str, cli_values: Mapping[str, Any], **extra: Any) -> TraceConfig:
     """A resolved :class:`TraceConfig` from ``command``'s parsed options (mapped as
     :mod:`tempora_trace.options` declares them) and ``extra`` fields; every value is checked
     here, before any model, data or output is touched."""
-    cfg = TraceConfig(**{**config_kwargs(command, opts), **extra}).resolved()
-    if opts["resume"] and opts["force"]:
+    cfg = TraceConfig(**{**config_kwargs(command, cli_values), **extra}).resolved()
+    if cli_values["resume"] and cli_values["force"]:
         raise ConfigError("--resume and --force contradict each other; pass one")
     default_root = "profiles" if cfg.profile_batches is not None else "traces"
     check_output_dir(cfg.out if cfg.out is not None else default_root)  # writable, before any work
-    if opts["offline"]:
+    if cli_values["offline"]:
         os.environ["TEMPORA_OFFLINE"] = "1"  # read where weights are fetched (models.pretrained)
     return cfg

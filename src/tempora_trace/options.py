@@ -596,41 +596,41 @@ def click_options(command: str) -> Callable:
     return apply
 
 
-def method_params(opts: Mapping[str, Any]) -> dict[str, Any]:
+def method_params(cli_values: Mapping[str, Any]) -> dict[str, Any]:
     """``--param`` pairs plus ``--profile`` (which is the method parameter ``profile``)."""
-    params = dict(parse_param(p) for p in opts.get("params") or ())
-    if opts.get("profile") is not None:
-        if params.get("profile", opts["profile"]) != opts["profile"]:
-            raise ConfigError(f"--profile {opts['profile']} contradicts --param profile={params['profile']}")
-        params["profile"] = opts["profile"]
+    params = dict(parse_param(p) for p in cli_values.get("params") or ())
+    if cli_values.get("profile") is not None:
+        if params.get("profile", cli_values["profile"]) != cli_values["profile"]:
+            raise ConfigError(f"--profile {cli_values['profile']} contradicts --param profile={params['profile']}")
+        params["profile"] = cli_values["profile"]
     return params
 
 
-def config_kwargs(command: str, opts: Mapping[str, Any]) -> dict[str, Any]:
+def config_kwargs(command: str, cli_values: Mapping[str, Any]) -> dict[str, Any]:
     """The :class:`TraceConfig` fields that the parsed options of ``command`` set."""
     out: dict[str, Any] = {}
     for option in options_of(command):
         target = option.config_field
-        if target is None or (command == LIVE and option.live is not None) or option.name not in opts:
+        if target is None or (command == LIVE and option.live is not None) or option.name not in cli_values:
             continue
-        out[target] = option.value(opts[option.name])
+        out[target] = option.value(cli_values[option.name])
     if any(o.name == "params" for o in options_of(command)):
-        out["method_params"] = method_params(opts)
+        out["method_params"] = method_params(cli_values)
     return out
 
 
-def live_kwargs(opts: Mapping[str, Any]) -> dict[str, Any]:
+def live_kwargs(cli_values: Mapping[str, Any]) -> dict[str, Any]:
     """The :class:`LiveSettings` fields of ``live``'s parsed options."""
-    return {o.live: o.value(opts[o.name]) for o in options_of(LIVE) if o.live is not None and o.name in opts}
+    return {o.live: o.value(cli_values[o.name]) for o in options_of(LIVE) if o.live is not None and o.name in cli_values}
 
 
-def policies_of(opts: Mapping[str, Any]) -> list[str | None]:
+def policies_of(cli_values: Mapping[str, Any]) -> list[str | None]:
     """The canonical policies of ``--policy`` (a comma list; None: every batch), parsed and
     checked before any work (one ``--policy`` line on bad input)."""
-    text = opts.get("policy")
+    text = cli_values.get("policy")
     if text is None:
         return [None]
-    seed = int(opts.get("seed") if opts.get("seed") is not None else DEFAULT_SEED)
+    seed = int(cli_values.get("seed") if cli_values.get("seed") is not None else DEFAULT_SEED)
     return [None if p is None else p.spec(seed) for p in parse_policies(text)]
 
 

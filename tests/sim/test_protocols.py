@@ -10,14 +10,17 @@ import polars as pl
 import pytest
 from rich.console import Console
 
-from tempora_schema.vocabulary import COMBINED_PROTOCOLS, PROTOCOLS
+from tempora_schema.vocabulary import COMBINED_PROTOCOLS, LIVE_PROTOCOLS, PROTOCOLS
 from tempora_sim import analyses as an
 from tempora_sim import protocols as P
+from tempora_sim.engine import kernels as K
 from tempora_sim.engine.grids import Grid, parse_rho
+from tempora_sim.engine.replay_options import ReplayOptions
 from tempora_sim.errors import GridError
 from tempora_sim.protocols.base import Protocol, Rows, div, series_slices
 from tempora_sim.reporting.terminal import print_report
-from tempora_sim.sweeps.replay import ALL_EPISODES, run_sweep
+from tempora_sim.sweeps.options import SweepOptions
+from tempora_sim.sweeps.replay import POOLED, run_sweep
 from tempora_sim.sweeps.synthetic import write_trace_set
 from tempora_sim.sweeps.traces import load_traces
 
@@ -54,10 +57,10 @@ class EveryKth(Protocol):
                 served[i, k], ssum[i, k] = pick.size, pick.sum()
         return {"served": served, "served_sum": ssum}
 
-    def replay_numba(self, series, values, opts):
+    def replay_numba(self, series, values, replay):
         return self._sums(series, values)
 
-    def replay_python(self, series, values, opts):
+    def replay_python(self, series, values, replay):
         return self._sums(series, values)
 
     def batch_scores(self, row, a, j, delays):
@@ -91,6 +94,42 @@ def test_the_built_in_protocols_are_the_vocabulary_words():
     assert P.with_grids(("rho", "B_ms")) == COMBINED_PROTOCOLS[1]
 
 
+def test_what_the_protocol_objects_say_in_place_of_their_names():
+    assert P.reference() == "offline" and not P.get(P.reference()).grids
+    assert P.live() == LIVE_PROTOCOLS
+    assert [p for p in P.names() if P.get(p).has_idle_effect] == ["discrete"]
+    assert [p for p in P.live() if P.get(p).serves_subset] == ["discrete"]
+    # one column per setting value, the discrete protocol's first (the validation's column order)
+    assert P.live_setting_columns() == ("rho", "gamma_ms", "queue", "budget_ms", "budget_rule")
+    # a live run at λ = 10 ms, γ = 20 ms is ρ = 50 %; its replay is the sweep at that one value
+    disc = {"protocol": "discrete", "rho": 0.5, "gamma_ms": 20.0, "queue": 2}
+    assert P.get("discrete").live_replay(disc, 10.0) == {"protocols": "discrete", "rho": [0.5], "queue": 2}
+    assert P.get("discrete").live_setting_values(disc) == {"rho": 0.5, "gamma_ms": 20.0, "queue": 2}
+    amort = {"protocol": "amortised", "budget_ms": 500, "budget_rule": "overshoot"}
+    assert P.get("amortised").live_replay(amort, 10.0) == {"protocols": "amortised", "B_ms": [500.0], "budget_rule": "overshoot"}
+    assert P.get("amortised").live_key(amort) == (500.0, "overshoot")
+    with pytest.raises(NotImplementedError, match="not played live"):
+        P.get("continuous").live_replay({}, 10.0)
+
+
+def test_the_replay_options_are_typed_and_resolved_once():
+    resolved = SweepOptions(queue=3, sync="strict", fallback=True, budget_rule="overshoot").resolve()
+    replay = resolved.replay
+    assert replay == ReplayOptions(queue=3, sync="strict", skipped="null", fallback=True, budget_rule="overshoot")
+    assert replay.strict_sync and replay.overshoot and replay.skip_mode(K) == K.SKIP_FALLBACK
+    plain = SweepOptions(skipped="random").resolve().replay
+    assert not plain.strict_sync and not plain.overshoot and plain.skip_mode(K) == K.SKIP_RANDOM
+    assert SweepOptions().resolve().replay.skip_mode(K) == K.SKIP_NULL
+
+
+def test_resolved_options_are_replayed_as_they_are(traceset):
+    options = SweepOptions(protocols="discrete,amortised", rho="1,0.5", B_ms="100ms")
+    once = run_sweep(traceset, options.resolve())
+    assert once.frame.equals(run_sweep(traceset, options).frame)
+    with pytest.raises(TypeError, match="resolved options take no changes"):
+        run_sweep(traceset, options.resolve(), queue=2)
+
+
 def test_a_registered_protocol_is_parsed_and_listed(toy):
     assert P.parse_protocols("offline,every-kth") == ("offline", "every-kth")
     assert "every-kth" in P.parse_protocols("all")
@@ -122,8 +161,8 @@ def test_a_registered_protocol_is_replayed_and_framed(toy, traceset, engine):
     assert k1.height == 9 and np.allclose(k1["utility"], k1["off"]) and (k1["alpha"] == 1.0).all()
     # k = 2 serves 6 of 12 batches per episode (12 of 24 pooled)
     k2 = rows.filter(pl.col("value") == 2.0)
-    assert (k2.filter(pl.col("episode") != ALL_EPISODES)["served"] == 6).all()
-    assert (k2.filter(pl.col("episode") == ALL_EPISODES)["served"] == 12).all()
+    assert (k2.filter(pl.col("episode") != POOLED)["served"] == 6).all()
+    assert (k2.filter(pl.col("episode") == POOLED)["served"] == 12).all()
 
 
 def test_a_registered_protocol_reaches_the_analyses_and_the_tables(toy, traceset):
@@ -159,7 +198,7 @@ def test_a_declared_decomposition_reaches_the_analyses(traceset):
     assert d.get_column("value").unique().to_list() == [4.0]  # the strictest: the largest k
     insolvency = ["best_other_method", "best_other", "required_served_acc", "insolvent"]
     assert d.columns[-8:] == ["alpha", "served", "served_acc", "utility"] + insolvency
-    pooled = u.filter((pl.col("protocol") == "every-kth") & (pl.col("episode") == ALL_EPISODES) & (pl.col("value") == 4.0))
+    pooled = u.filter((pl.col("protocol") == "every-kth") & (pl.col("episode") == POOLED) & (pl.col("value") == 4.0))
     utility = dict(zip(pooled.get_column("method"), pooled.get_column("utility")))
     alpha = dict(zip(pooled.get_column("method"), pooled.get_column("alpha")))
     assert sorted(d.get_column("method").to_list()) == sorted(utility)

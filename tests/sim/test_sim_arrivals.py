@@ -209,7 +209,7 @@ def test_rho_to_zero_gives_mean_a_kappa_of_e():
 # ------------------------------------------------------------------ through the sweep
 import polars as pl  # noqa: E402
 
-from tempora_sim.sweeps.replay import ALL_EPISODES, run_sweep  # noqa: E402
+from tempora_sim.sweeps.replay import POOLED, run_sweep  # noqa: E402
 from tempora_sim.sweeps.synthetic import write_trace_set  # noqa: E402
 
 METHODS = ("standard", "tent", "eta", "shot-im", "neo")
@@ -223,9 +223,7 @@ def traces(tmp_path_factory):
 
 
 def _pooled(frame, protocol):
-    return frame.filter((pl.col("episode") == ALL_EPISODES) & (pl.col("protocol") == protocol)).sort(
-        "method", "value", "value2", nulls_last=True
-    )
+    return frame.filter((pl.col("episode") == POOLED) & (pl.col("protocol") == protocol)).sort("method", "value", "value2", nulls_last=True)
 
 
 def test_huge_patience_reduces_to_discrete(traces):
@@ -249,10 +247,10 @@ def test_unlimited_budget_reduces_to_discrete_and_zero_budget_to_the_frozen_mode
         (pl.col("protocol") == "discrete-amortised")
         & (pl.col("value2") == 0)
         & (pl.col("method") == "tent")
-        & (pl.col("episode") != ALL_EPISODES)
+        & (pl.col("episode") != POOLED)
     )
     am = run_sweep(traces, protocols="amortised", B_ms="0", budget_rule="strict").frame.filter(
-        (pl.col("method") == "tent") & (pl.col("episode") != ALL_EPISODES)
+        (pl.col("method") == "tent") & (pl.col("episode") != POOLED)
     )
     assert (am["m"] == 0).all()
     from tempora_sim.sweeps.traces import load_traces
@@ -293,9 +291,9 @@ def test_scenarios_agree_with_the_python_engine(traces):
 def test_arrival_seeds_pool_like_episodes(traces):
     f = run_sweep(traces, protocols="discrete", rho="0.7", arrivals="poisson:5", arrival_seeds=3).frame
     tent = f.filter(pl.col("method") == "tent")
-    per = tent.filter(pl.col("episode") != ALL_EPISODES)
+    per = tent.filter(pl.col("episode") != POOLED)
     assert sorted(per["arrival_seed"].unique().to_list()) == [5, 6, 7]
-    pooled = tent.filter(pl.col("episode") == ALL_EPISODES)
+    pooled = tent.filter(pl.col("episode") == POOLED)
     assert pooled["arrival_seed"].is_null().all() and pooled["arrivals"].to_list() == ["poisson"]
     assert pooled["served"][0] == per["served"].sum()
     expect = (per["utility"] * per["num_batches"]).sum() / per["num_batches"].sum()

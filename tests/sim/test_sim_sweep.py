@@ -19,7 +19,7 @@ import tempora_sim
 from tempora_schema import METADATA_KEY
 from tempora_sim.commands.main import main
 from tempora_sim.errors import GridError, GroupError, ProtocolError, TraceFileError
-from tempora_sim.sweeps.replay import ALL_EPISODES, COLUMNS, run_sweep, sweep
+from tempora_sim.sweeps.replay import COLUMNS, POOLED, run_sweep, sweep
 from tempora_sim.sweeps.synthetic import make_trace, write_trace, write_trace_set
 from tempora_sim.sweeps.traces import lambda_from_standard, load_traces
 
@@ -71,7 +71,7 @@ def test_output_columns_and_invariants(traceset):
     assert df.columns == list(COLUMNS)
     assert set(df["protocol"].unique()) == {"offline", "discrete", "continuous", "amortised"}
     n_eval = 4 * 3  # traces × episodes
-    assert df.filter(pl.col("episode") != ALL_EPISODES).height == n_eval * (1 + 3 + 3 + 4)
+    assert df.filter(pl.col("episode") != POOLED).height == n_eval * (1 + 3 + 3 + 4)
     disc = df.filter(pl.col("protocol") == "discrete")
     assert disc["alpha"].is_between(0, 1).all()
     assert np.allclose(disc["utility"], disc["alpha"] * disc["served_acc"], atol=1e-12)
@@ -87,8 +87,8 @@ def test_output_columns_and_invariants(traceset):
 
 def test_pooled_rows_are_means_over_equal_length_episodes(traceset):
     df = sweep(traceset, **GRID)
-    per_ep = df.filter(pl.col("episode") != ALL_EPISODES)
-    pooled = df.filter(pl.col("episode") == ALL_EPISODES)
+    per_ep = df.filter(pl.col("episode") != POOLED)
+    pooled = df.filter(pl.col("episode") == POOLED)
     mean = per_ep.group_by(["method", "protocol", "value"]).agg(pl.col("utility").mean().alias("mean_u"))
     joined = pooled.join(mean, on=["method", "protocol", "value"], nulls_equal=True)
     assert joined.height == pooled.height
@@ -100,7 +100,7 @@ def test_pooled_rows_are_means_over_equal_length_episodes(traceset):
 
 def test_limits_recover_offline(traceset):
     df = sweep(traceset, rho="1e-9", T_ms="1e12", B_ms="1e15")
-    pooled = df.filter(pl.col("episode") == ALL_EPISODES)
+    pooled = df.filter(pl.col("episode") == POOLED)
     offline = dict(pooled.filter(pl.col("protocol") == "offline").select("method", "utility").iter_rows())
     for proto in ("discrete", "continuous", "amortised"):
         got = dict(pooled.filter(pl.col("protocol") == proto).select("method", "utility").iter_rows())
@@ -110,7 +110,7 @@ def test_limits_recover_offline(traceset):
 
 def test_zero_budget_freezes_slow_methods_at_step_zero(traceset):
     df = sweep(traceset, protocols="amortised", B_ms="0")
-    tent = df.filter((pl.col("method") == "tent") & (pl.col("episode") != ALL_EPISODES))
+    tent = df.filter((pl.col("method") == "tent") & (pl.col("episode") != POOLED))
     assert (tent["m"] == 0).all() and (tent["frozen_gap"] == 0).all()
 
 
@@ -180,7 +180,7 @@ def test_cli_json(trace_dir):
     assert res.exit_code == 0
     rows = json.loads(res.stdout)
     assert {r["method"] for r in rows} == set(METHODS)
-    assert all(r["episode"] == ALL_EPISODES and r["protocol"] == "discrete" for r in rows)
+    assert all(r["episode"] == POOLED and r["protocol"] == "discrete" for r in rows)
 
 
 def _bad_file(tmp_path, mutate, name="bad.parquet"):

@@ -424,7 +424,7 @@ def test_replay_at_another_speed_is_the_replay_at_scaled_rates(synthetic_trace, 
     under a budget the charges max(0, f·δ − λ) are f·max(0, δ − λ/f): the original at λ/f and
     B/f. validate's "at live speed" replay is therefore the replay of a faster or slower
     machine, nothing else."""
-    from tempora_sim.sweeps.replay import ALL_EPISODES, run_sweep
+    from tempora_sim.sweeps.replay import POOLED, run_sweep
     from tempora_sim.sweeps.traces import TraceSet
     from tempora_sim.validation.live_runs import at_speed
 
@@ -433,7 +433,7 @@ def test_replay_at_another_speed_is_the_replay_at_scaled_rates(synthetic_trace, 
     plain = TraceSet([synthetic_trace])
 
     def pooled(ts, **kw):
-        return run_sweep(ts, lambda_ms=kw.pop("lam"), **kw).frame.filter(pl.col("episode") == ALL_EPISODES).row(0, named=True)
+        return run_sweep(ts, lambda_ms=kw.pop("lam"), **kw).frame.filter(pl.col("episode") == POOLED).row(0, named=True)
 
     a = pooled(scaled, protocols="discrete", rho=[rho], queue=queue, lam=lam)
     b = pooled(plain, protocols="discrete", rho=[rho * factor], queue=queue, lam=lam)

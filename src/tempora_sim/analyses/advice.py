@@ -217,9 +217,10 @@ def advise(source, constraint: Constraint, bootstrap=None, sweep_opts: dict | No
 
         # one scenario: label it as a single-parameter one so the interval machinery reads it
         def relabel(f, c=c):
-            return f.with_columns(pl.lit(c.value).alias("value"), pl.lit("discrete" if c.second else c.protocol).alias("protocol")).drop(
-                [x for x in ("param2", "value2") if x in f.columns]
-            )
+            return f.with_columns(
+                pl.lit(c.value).alias("value"),
+                pl.lit(P.with_grids((P.get(c.protocol).grids[0].param,)) if c.second else c.protocol).alias("protocol"),
+            ).drop([x for x in ("param2", "value2") if x in f.columns])
 
         frame = relabel(frame)
         # the traces' measured timing variability, replayed and combined with the resamples

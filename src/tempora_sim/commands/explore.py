@@ -24,7 +24,7 @@ from tempora_sim.exploration.page import (
     write_page,
 )
 from tempora_sim.sweeps.options import SweepOptions, from_click
-from tempora_sim.sweeps.options import click_options as sweep_options
+from tempora_sim.sweeps.options import click_options as sweep_click_options
 from tempora_sim.uncertainty.bootstrap import bootstrap_options, make_bootstrap
 
 __all__ = ["DEFAULT_PROTOCOLS", "build", "check_out_file", "render_page", "vendor_record", "write_page"]
@@ -55,7 +55,7 @@ def _arrivals_multiple(fn):
 @click.option("--out", "out", required=True, type=click.Path(path_type=str), help="The HTML file to write (e.g. explore.html).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @_arrivals_multiple
-@sweep_options
+@sweep_click_options
 @bootstrap_options
 def explore_command(traces, out, quiet, ci_level, resamples, ci_seed, timing_replicates, **options):
     """Write one self-contained HTML page to move ρ, T and B over TRACES and watch the winners.
@@ -63,13 +63,13 @@ def explore_command(traces, out, quiet, ci_level, resamples, ci_seed, timing_rep
     Every protocol is replayed on dense grids (≥ 100 values of ρ, T and B, the combined
     protocols on 2-D grids) with bootstrap intervals; the page opens from disk, offline."""
     arrivals = tuple(options.pop("arrivals", ()) or ())
-    opts = from_click(options)
-    if "protocols" not in opts.given():
-        opts = SweepOptions.build(opts, protocols=DEFAULT_PROTOCOLS)
+    sweep_options = from_click(options)
+    if "protocols" not in sweep_options.given():
+        sweep_options = SweepOptions.build(sweep_options, protocols=DEFAULT_PROTOCOLS)
     path = check_out_file(out)
     boot = make_bootstrap(ci_level, resamples, ci_seed, timing_replicates)
     t0 = time.perf_counter()
-    data = build(traces, opts, arrivals, boot, progress=not quiet)
+    data = build(traces, sweep_options, arrivals, boot, progress=not quiet)
     write_page(data, path)
     size = path.stat().st_size
     click.echo(f"wrote {path} ({size / 1e6:.2f} MB, {len(data['groups'])} group(s)) in {time.perf_counter() - t0:.1f} s")

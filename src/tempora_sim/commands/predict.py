@@ -100,7 +100,7 @@ def validate_prediction_command(predicted, measured, sources, profiles, ci_level
     # lazy: the replay, the analyses and polars load when the command runs
     from tempora_sim.prediction.check import check_lines, validate_prediction
 
-    opts = st.make_bootstrap(ci_level, resamples, ci_seed, timing_replicates)
-    checks = validate_prediction(list(predicted), measured, opts, sources, profiles)
+    bootstrap = st.make_bootstrap(ci_level, resamples, ci_seed, timing_replicates)
+    checks = validate_prediction(list(predicted), measured, bootstrap, sources, profiles)
     for line in check_lines(checks):
         click.echo(line)

@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from tempora_sim.commands.main import main
-from tempora_sim.sweeps.options import click_options as sweep_options
+from tempora_sim.sweeps.options import click_options as sweep_click_options
 from tempora_sim.sweeps.options import from_click
 from tempora_sim.uncertainty.bootstrap import bootstrap_options, make_bootstrap
 
@@ -25,7 +25,7 @@ from tempora_sim.uncertainty.bootstrap import bootstrap_options, make_bootstrap
 @click.option(
     "--out", "out", type=click.Path(path_type=str), default=None, help="Directory for utility.parquet and utility.csv (omit to only print)."
 )
-@sweep_options
+@sweep_click_options
 @click.option(
     "--intervals",
     is_flag=True,
@@ -49,9 +49,11 @@ def sweep_command(traces, out, fmt, intervals, ci_level, resamples, ci_seed, tim
     from tempora_sim.reporting.sweep_files import json_row_chunks, sweep_into
     from tempora_sim.reporting.terminal import print_report
 
-    opts = from_click(options)
+    sweep_options = from_click(options)
     boot = make_bootstrap(ci_level, resamples, ci_seed, timing_replicates)  # checked before anything is read
-    sweep = sweep_into(traces, opts, boot, intervals, out, on_warning=lambda line: click.echo(f"tempora-sim: warning: {line}", err=True))
+    sweep = sweep_into(
+        traces, sweep_options, boot, intervals, out, on_warning=lambda line: click.echo(f"tempora-sim: warning: {line}", err=True)
+    )
     result = sweep.result
     if fmt == "json":
         for text in json_row_chunks(result.frame):

@@ -505,7 +505,7 @@ def _view_2d(members, protocol, x, y, opts_for, keys: ShortKeys, methods, episod
         return (
             f.with_columns(pl.col("value").cast(pl.Float64).round(9).alias("_a"), pl.col("value2").cast(pl.Float64).round(9).alias("_b"))
             .join(lookup, on=["_a", "_b"], how="inner")
-            .with_columns(pl.col("_cell").alias("value"), pl.lit("discrete").alias("protocol"))
+            .with_columns(pl.col("_cell").alias("value"), pl.lit(P.with_grids(("rho",))).alias("protocol"))
             .drop([c for c in ("param2", "value2", "_a", "_b", "_cell") if c in f.columns or c.startswith("_")])
         )
 
@@ -677,7 +677,7 @@ def build_data(
         "scale": SCALE,
         "ci_level": boot.level,
         "resamples": boot.resamples,
-        "protocols": [p for p in ("offline", *one_d, *two_d) if p == "offline" or p in protocols],
+        "protocols": [p for p in (P.reference(), *one_d, *two_d) if p == P.reference() or p in protocols],
         "arrivals": arrivals,
         "terms": {p: [[c, name, kind] for c, name, kind in P.get(p).page_terms] for p in P.names() if P.get(p).page_terms},
         "colours": {m: method_colour(m) for m in all_methods},
@@ -713,7 +713,7 @@ def _group_meta(members, label: str, lam: list[float]) -> dict:
 
 
 def _offline(ts, options, boot) -> dict | None:
-    frame = run_sweep(ts, SweepOptions.build(options, protocols="offline", arrivals="periodic", arrival_seeds=1)).frame
+    frame = run_sweep(ts, SweepOptions.build(options, protocols=P.reference(), arrivals="periodic", arrival_seeds=1)).frame
     if not frame.height:
         return None
     return {"frame": frame, "pooled": an.pool_seeds(frame)}

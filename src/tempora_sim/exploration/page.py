@@ -85,6 +85,7 @@ def build_page_data(traces, options, arrivals, bootstrap, progress: bool = True,
     """The page's data for ``traces`` (paths) under ``options`` (a SweepOptions) and each
     arrival process of ``arrivals``. The offline replay runs first, refused or warned about
     exactly as ``sweep`` is; its warnings go to ``warn`` (default: re-issued as SimWarning)."""
+    from tempora_sim import protocols as P  # lazy, as the replay below: the page module loads with `--help`
     from tempora_sim.exploration.data import build_data, check_grid_sizes
     from tempora_sim.sweeps.replay import SimWarning, run_sweep
     from tempora_sim.sweeps.traces import load_traces
@@ -95,7 +96,7 @@ def build_page_data(traces, options, arrivals, bootstrap, progress: bool = True,
     traceset = load_traces([str(p) for p in traces] if len(traces) > 1 else str(traces[0]))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SimWarning)
-        run_sweep(traceset, type(options).build(options, protocols="offline", arrivals="periodic", arrival_seeds=1))
+        run_sweep(traceset, type(options).build(options, protocols=P.reference(), arrivals="periodic", arrival_seeds=1))
     for w in caught:
         if issubclass(w.category, SimWarning):
             if warn is not None:

@@ -32,6 +32,7 @@ import polars as pl
 from tempora_schema import GroupKey
 from tempora_schema.prediction import PREDICTED_MARK, is_predicted, measured_device
 from tempora_sim import analyses as an
+from tempora_sim import protocols as P
 from tempora_sim.errors import SimError
 from tempora_sim.prediction.transfer import predict
 from tempora_sim.sweeps.replay import run_sweep
@@ -157,7 +158,7 @@ def time_errors(pairs: list[tuple[list[Trace], list[Trace]]]) -> tuple[list[Meth
     return methods, lambdas
 
 
-def _swept(traces: list[Trace], relabel: dict[str, str], opts: st.BootstrapOptions):
+def _swept(traces: list[Trace], relabel: dict[str, str], bootstrap: st.BootstrapOptions):
     """The sweep of ``traces`` over the default grids, its per-episode intervals (timing
     replicates included) and its winners, with predicted groups named as their measured ones."""
     result = run_sweep(TraceSet(traces))
@@ -170,12 +171,12 @@ def _swept(traces: list[Trace], relabel: dict[str, str], opts: st.BootstrapOptio
             named.append(pl.col("device").str.replace(PREDICTED_MARK, "", literal=True))
         return frame.with_columns(named)
 
-    timing = replicates_of(result, opts.timing_replicates, opts.seed)
+    timing = replicates_of(result, bootstrap.timing_replicates, bootstrap.seed)
     if timing is not None and relabel:
         timing = timing.map(rename)
     frame = rename(result.frame)
     rows = rename(an.trace_rows(traces))
-    intervals = an.utility_intervals(frame, an.align_group_dtypes(rows, frame), opts, pooled=False, timing=timing)
+    intervals = an.utility_intervals(frame, an.align_group_dtypes(rows, frame), bootstrap, pooled=False, timing=timing)
     return frame, intervals, an.winners(frame, intervals=intervals)
 
 
@@ -188,7 +189,7 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float | None:
     return float((da * db).sum() / den) if den > 0 else None
 
 
-def decision_check(pairs: list[tuple[list[Trace], list[Trace]]], opts: st.BootstrapOptions, memo: dict | None = None) -> DecisionCheck:
+def decision_check(pairs: list[tuple[list[Trace], list[Trace]]], bootstrap: st.BootstrapOptions, memo: dict | None = None) -> DecisionCheck:
     """Winner agreement, certain-winner agreement, Spearman r_s, coverage, per-protocol |ΔU|, |Δα|.
     ``memo`` keeps the measured sweep between the transfers compared with the same traces."""
     pred = [t for p, _ in pairs for t in p]
@@ -196,14 +197,14 @@ def decision_check(pairs: list[tuple[list[Trace], list[Trace]]], opts: st.Bootst
     relabel = {}
     for p, m in pairs:
         relabel[p[0].group.label(seed=False)] = m[0].group.label(seed=False)
-    fp, ip, wp = _swept(pred, relabel, opts)
+    fp, ip, wp = _swept(pred, relabel, bootstrap)
     key = tuple(id(t) for t in meas)
     memo = {} if memo is None else memo
     if key not in memo:
-        memo[key] = _swept(meas, {}, opts)
+        memo[key] = _swept(meas, {}, bootstrap)
     fm, _, wm = memo[key]
     keys = an.cell_keys(wm)
-    temporal = pl.col("protocol") != "offline"
+    temporal = pl.col("protocol") != P.reference()
     w = (
         wm.filter(temporal)
         .select(keys + ["winner", "certain"])
@@ -253,31 +254,31 @@ def decision_check(pairs: list[tuple[list[Trace], list[Trace]]], opts: st.Bootst
 
 
 def check_transfer(
-    name: str, predicted: TraceSet, measured: TraceSet, opts: st.BootstrapOptions, memo: dict | None = None
+    name: str, predicted: TraceSet, measured: TraceSet, bootstrap: st.BootstrapOptions, memo: dict | None = None
 ) -> TransferCheck:
     pairs = pair_groups(predicted, measured)
     methods, lambdas = time_errors(pairs)
-    return TransferCheck(name, methods, lambdas, decision_check(pairs, opts, memo))
+    return TransferCheck(name, methods, lambdas, decision_check(pairs, bootstrap, memo))
 
 
 def validate_prediction(
     predicted: str | os.PathLike | Sequence[str | os.PathLike],
     measured: str | os.PathLike | Sequence[str | os.PathLike],
-    opts: st.BootstrapOptions | None = None,
+    bootstrap: st.BootstrapOptions | None = None,
     sources=None,
     profiles=None,
 ) -> list[TransferCheck]:
     """The fitted transfer's check, then (with ``sources`` and ``profiles``) the baselines'."""
-    opts = opts or st.BootstrapOptions()
+    bootstrap = bootstrap or st.BootstrapOptions()
     if (sources is None) != (profiles is None):
         raise PredictionCheckError("--source and --profiles go together: the baselines are predicted from both")
     measured_set = load_traces(measured)
     memo: dict = {}
-    checks = [check_transfer("fit", load_traces(predicted), measured_set, opts, memo)]
+    checks = [check_transfer("fit", load_traces(predicted), measured_set, bootstrap, memo)]
     if sources is not None:
         baselines = predict(sources, profiles, transfers=("speed-probe", "method-median"))
         for name, items in baselines.traces.items():
-            checks.append(check_transfer(name, TraceSet([t for _, t in items]), measured_set, opts, memo))
+            checks.append(check_transfer(name, TraceSet([t for _, t in items]), measured_set, bootstrap, memo))
     return checks
 
 

@@ -15,14 +15,14 @@ import pkgutil
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
-from tempora_schema.vocabulary import COMBINED_PROTOCOLS, PROTOCOLS
+from tempora_schema.vocabulary import COMBINED_PROTOCOLS, LIVE_PROTOCOLS, PROTOCOLS
 from tempora_sim.engine.grids import Grid
 from tempora_sim.errors import GridError
 from tempora_sim.protocols.base import (
-    ALL_EPISODES,
     BASE_COLUMNS,
     COLUMNS,
     MEASURES,
+    POOLED,
     SCENARIO_COLUMNS,
     Protocol,
     Rows,
@@ -30,9 +30,9 @@ from tempora_sim.protocols.base import (
 )
 
 __all__ = [
-    "ALL_EPISODES",
     "BASE_COLUMNS",
     "COLUMNS",
+    "POOLED",
     "SCENARIO_COLUMNS",
     "Protocol",
     "Rows",
@@ -40,6 +40,8 @@ __all__ = [
     "frame",
     "get",
     "grid_of",
+    "live",
+    "live_setting_columns",
     "names",
     "parse_protocols",
     "reference",
@@ -128,6 +130,16 @@ def combined() -> tuple[str, ...]:
     return tuple(n for n, p in _REGISTRY.items() if p.combined)
 
 
+def live() -> tuple[str, ...]:
+    """The protocols played against a real clock (``tempora-trace live``), in table order."""
+    return tuple(n for n, p in _REGISTRY.items() if p.live)
+
+
+def live_setting_columns() -> tuple[str, ...]:
+    """Every live protocol's setting columns, in table order (a validation row fills its own)."""
+    return tuple(dict.fromkeys(k for n in live() for k in _REGISTRY[n].live_setting))
+
+
 def parse_protocols(spec: str | Sequence[str]) -> tuple[str, ...]:
     """``--protocol``: a comma list of protocol names, ``all`` for every single-pressure one."""
     items = [p.strip() for p in spec.split(",")] if isinstance(spec, str) else list(spec)
@@ -155,6 +167,11 @@ def _register_built_ins() -> None:
     words = PROTOCOLS + COMBINED_PROTOCOLS
     if set(found) != set(words):
         raise ImportError(f"tempora_sim.protocols: modules for {sorted(found)}, but tempora_schema.vocabulary names {list(words)}")
+    played = tuple(name for name in words if found[name].live)
+    if played != LIVE_PROTOCOLS:
+        raise ImportError(
+            f"tempora_sim.protocols: {list(played)} are played live, but tempora_schema.vocabulary names {list(LIVE_PROTOCOLS)}"
+        )
     for name in words:
         register(found[name])
 

@@ -8,6 +8,7 @@ import polars as pl
 
 from tempora_sim.engine import grids
 from tempora_sim.engine.oracle import amortised_reference
+from tempora_sim.engine.replay_options import ReplayOptions
 from tempora_sim.errors import ProtocolError
 from tempora_sim.protocols.base import Protocol, Rows, div, series_slices, warm_inputs
 
@@ -15,6 +16,8 @@ from tempora_sim.protocols.base import Protocol, Rows, div, series_slices, warm_
 class Amortised(Protocol):
     name = "amortised"
     grids = (grids.B,)
+    live = True
+    live_setting = ("budget_ms", "budget_rule")
     terms = ("m", "beta", "acc_adapt", "acc_frozen", "frozen_gap")
     interval_terms = ("m", "beta", "acc_adapt", "acc_frozen")
     advise_terms = ("beta", "acc_adapt", "acc_frozen")
@@ -60,6 +63,15 @@ class Amortised(Protocol):
         frozen = "" if r["acc_frozen"] is None else f", then ā_frozen = {pc(r['acc_frozen'])} frozen"
         return f"it adapts on β = {pc(r['beta'])} of the stream{frozen}, U = {pc(r['utility'])}."
 
+    def live_setting_values(self, run: dict) -> dict:
+        return {"budget_ms": float(run["budget_ms"]), "budget_rule": run["budget_rule"]}
+
+    def live_key(self, run: dict) -> tuple:
+        return (float(run["budget_ms"]), run["budget_rule"])
+
+    def live_replay(self, run: dict, lam: float) -> dict:
+        return {"protocols": self.name, "B_ms": [float(run["budget_ms"])], "budget_rule": run["budget_rule"]}
+
     def warm(self, K) -> None:
         a, off, lam, v = warm_inputs()
         pa_, _ = K.amortised_prefixes(a, a, off, lam)
@@ -78,7 +90,7 @@ class Amortised(Protocol):
             np.array([2.0]),
         )
 
-    def replay_numba(self, series, B, opts: dict) -> dict:
+    def replay_numba(self, series, B, replay: ReplayOptions) -> dict:
         from tempora_sim.engine import kernels as K  # Numba loads only when a kernel runs
 
         s = series
@@ -90,7 +102,7 @@ class Amortised(Protocol):
             pc_,
             s.offsets,
             np.asarray(B, np.float64),
-            opts["budget_rule"] == "overshoot",
+            replay.overshoot,
             s.frozen_from_adapt,
             s.ck_offsets,
             s.ck_values,
@@ -101,7 +113,7 @@ class Amortised(Protocol):
         )
         return {"m": m, "adapt_sum": adapt_sum, "frozen_acc": frozen_acc, "gap": gap}
 
-    def replay_python(self, series, B, opts: dict) -> dict:
+    def replay_python(self, series, B, replay: ReplayOptions) -> dict:
         s = series
         sl = series_slices(s)
         S = len(sl)
@@ -120,7 +132,7 @@ class Amortised(Protocol):
                 nn = np.append(suf_n[:-1] - suf_n[1:], suf_n[-1])
                 rows[int(s.ck_values[c])] = list(zip(s.f_steps[r0:r1].tolist(), corr.tolist(), nn.tolist()))
             for k, b in enumerate(B):
-                res = amortised_reference(a, d, float(s.lam[i]), b, rows, opts["budget_rule"], bool(s.frozen_from_adapt[i]))
+                res = amortised_reference(a, d, float(s.lam[i]), b, rows, replay.budget_rule, bool(s.frozen_from_adapt[i]))
                 m[i, k] = res.m
                 asum[i, k] = sum(a[: res.m])
                 if res.m < len(a):

@@ -22,8 +22,10 @@ import numpy as np
 import polars as pl
 
 from tempora_sim.engine.grids import Grid
+from tempora_sim.engine.replay_options import ReplayOptions
 
-ALL_EPISODES = "__all__"
+#: The pooled episode's name in a sweep's rows: a trace's episodes (and arrival seeds) pooled.
+POOLED = "__all__"
 
 BASE_COLUMNS = {
     "dataset": pl.Utf8,
@@ -59,11 +61,6 @@ SCENARIO_COLUMNS = {"param2": pl.Utf8, "value2": pl.Float64, "arrivals": pl.Utf8
 COLUMNS = BASE_COLUMNS | SCENARIO_COLUMNS
 #: The measures a protocol may fill (the columns from ``utility`` to ``num_batches``).
 MEASURES = tuple(list(BASE_COLUMNS)[list(BASE_COLUMNS).index("utility") : -1])
-
-
-def skip_mode(K, opts: dict) -> int:
-    """The kernels' code for how a skipped batch is scored (``--skipped``, ``--fallback``)."""
-    return K.SKIP_FALLBACK if opts["fallback"] else (K.SKIP_RANDOM if opts["skipped"] == "random" else K.SKIP_NULL)
 
 
 def div(num, den):
@@ -149,6 +146,17 @@ class Protocol:
     combined: bool = False
     #: replayed under the arrival process (periodic on its own kernel, others on the general one)
     arrival_bound: bool = False
+    #: its periodic replay has an idle-effect variant (events after an idle gap run at the
+    #: measured speed: tempora_sim.sweeps.variability.apply_idle_effect, on its first grid)
+    has_idle_effect: bool = False
+    #: played against a real clock by ``tempora-trace live`` (a word of
+    #: tempora_schema.vocabulary.LIVE_PROTOCOLS); ``tempora-sim validate`` replays its live runs
+    live: bool = False
+    #: a live run's setting beside λ, as the validation's columns name it (keys of the run's metadata)
+    live_setting: tuple[str, ...] = ()
+    #: it serves a subset of the batches: a live run has an availability α, compared with the
+    #: replay's, and serve/skip decisions its own measured times must reproduce (self-consistency)
+    serves_subset: bool = False
     #: protocols whose replay this one uses (discrete-amortised freezes where amortised stops)
     needs: tuple[str, ...] = ()
     #: the measure columns it fills beyond ``utility``: the terms of its decomposition
@@ -215,11 +223,11 @@ class Protocol:
     def warm(self, K) -> None:
         """Compile (or load from the cache) its kernels on a tiny input."""
 
-    def replay_numba(self, series, values, opts: dict) -> dict:
+    def replay_numba(self, series, values, replay: ReplayOptions) -> dict:
         """Per-series sums under every grid value, from the Numba kernels."""
         raise NotImplementedError(f"protocol '{self.name}' is replayed under arrivals (tempora_sim.sweeps.scenarios)")
 
-    def replay_python(self, series, values, opts: dict) -> dict:
+    def replay_python(self, series, values, replay: ReplayOptions) -> dict:
         """The same sums from the plain-Python oracle (tempora_sim.engine.oracle)."""
         raise NotImplementedError(f"protocol '{self.name}' is replayed under arrivals (tempora_sim.sweeps.scenarios)")
 
@@ -266,6 +274,20 @@ class Protocol:
         """A combined protocol's own columns beside the discrete ones it is framed with."""
         return []
 
+    # ------------------------------------------------------------------ live runs
+    def live_setting_values(self, run: dict) -> dict:
+        """A live run's :attr:`live_setting`, typed, from its metadata ``run``."""
+        raise NotImplementedError(f"protocol '{self.name}' is not played live")
+
+    def live_key(self, run: dict) -> tuple:
+        """What makes two live runs (at one λ) the same setting, pooled as repeats."""
+        raise NotImplementedError(f"protocol '{self.name}' is not played live")
+
+    def live_replay(self, run: dict, lam: float) -> dict:
+        """The sweep options (:class:`~tempora_sim.sweeps.options.SweepOptions` field names) that
+        replay one live run's setting at λ = ``lam``."""
+        raise NotImplementedError(f"protocol '{self.name}' is not played live")
+
 
 def reduce_rows(xs, x, pooled: bool) -> np.ndarray:
     """Rows of ``x`` [S·seeds, K] flattened as the frame orders them (pooled per trace if asked)."""
@@ -291,7 +313,7 @@ def frame(series, protocol: Protocol, values, stats: dict, pooled: bool) -> pl.D
             return np.add.reduceat(x, starts, axis=0)
 
         N = agg(n)
-        episodes = [ALL_EPISODES] * len(starts)
+        episodes = [POOLED] * len(starts)
         lam = s.lam[starts]
         nep = np.diff(np.r_[starts, len(s.episode)])
     else:

@@ -45,7 +45,7 @@ class Continuous(Protocol):
         d = K.response_delays(a, a, off, lam)
         K.continuous_kernel(a, d, off, lam, v + 1)
 
-    def replay_numba(self, series, T, opts: dict) -> dict:
+    def replay_numba(self, series, T, replay) -> dict:
         from tempora_sim.engine import kernels as K  # Numba loads only when a kernel runs
 
         s = series
@@ -57,7 +57,7 @@ class Continuous(Protocol):
         K.use_threads(total)
         return {"sum_ak": sum_ak, "sum_k": sum_k, "cov": cov, "sum_a": K.offline_kernel(s.a, s.offsets)}
 
-    def replay_python(self, series, T, opts: dict) -> dict:
+    def replay_python(self, series, T, replay) -> dict:
         s = series
         sl = series_slices(s)
         S = len(sl)

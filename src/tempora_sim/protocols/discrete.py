@@ -7,7 +7,8 @@ import numpy as np
 
 from tempora_sim.engine import grids
 from tempora_sim.engine.oracle import discrete_reference
-from tempora_sim.protocols.base import Protocol, Rows, div, series_slices, skip_mode, warm_inputs
+from tempora_sim.engine.replay_options import ReplayOptions
+from tempora_sim.protocols.base import Protocol, Rows, div, series_slices, warm_inputs
 
 
 class Discrete(Protocol):
@@ -15,6 +16,10 @@ class Discrete(Protocol):
     grids = (grids.RHO,)
     strictest = "max"
     arrival_bound = True
+    has_idle_effect = True
+    live = True
+    live_setting = ("rho", "gamma_ms", "queue")
+    serves_subset = True
     terms = ("alpha", "served", "served_acc")
     insolvency_factor = "alpha"
     interval_terms = ("alpha", "served_acc")
@@ -44,11 +49,20 @@ class Discrete(Protocol):
             )
         return s
 
+    def live_setting_values(self, run: dict) -> dict:
+        return {"rho": float(run["rho"]), "gamma_ms": float(run["gamma_ms"]), "queue": int(run["queue"])}
+
+    def live_key(self, run: dict) -> tuple:
+        return (round(float(run["gamma_ms"]), 9), int(run["queue"]))
+
+    def live_replay(self, run: dict, lam: float) -> dict:
+        return {"protocols": self.name, "rho": [lam / float(run["gamma_ms"])], "queue": int(run["queue"])}
+
     def warm(self, K) -> None:
         a, off, lam, v = warm_inputs()
         K.discrete_kernel(a, a + 1, off, lam, v, 1, False, 0, lam, lam, lam)
 
-    def replay_numba(self, series, rho, opts: dict) -> dict:
+    def replay_numba(self, series, rho, replay: ReplayOptions) -> dict:
         from tempora_sim.engine import kernels as K  # Numba loads only when a kernel runs
 
         s = series
@@ -61,16 +75,16 @@ class Discrete(Protocol):
             s.offsets,
             s.lam,
             np.asarray(rho, np.float64),
-            int(opts["queue"]),
-            opts["sync"] == "strict",
-            skip_mode(K, opts),
+            replay.queue,
+            replay.strict_sync,
+            replay.skip_mode(K),
             s.skip_value,
             max_delta,
             K.offline_kernel(s.a, s.offsets),
         )
         return {"served": served, "served_sum": served_sum, "score_sum": score}
 
-    def replay_python(self, series, rho, opts: dict) -> dict:
+    def replay_python(self, series, rho, replay: ReplayOptions) -> dict:
         s = series
         sl = series_slices(s)
         S = len(sl)
@@ -84,11 +98,11 @@ class Discrete(Protocol):
                     a,
                     d,
                     float(s.lam[i]) / r,
-                    opts["queue"],
-                    opts["sync"],
-                    opts["skipped"],
+                    replay.queue,
+                    replay.sync,
+                    replay.skipped,
                     int(round(1.0 / s.skip_value[i])),
-                    opts["fallback"],
+                    replay.fallback,
                 )
                 served[i, k], ssum[i, k], score[i, k] = res.served, res.served_sum, res.score_sum
         return {"served": served, "served_sum": ssum, "score_sum": score}

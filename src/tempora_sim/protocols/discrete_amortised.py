@@ -17,6 +17,9 @@ class DiscreteAmortised(Discrete):
     name = "discrete-amortised"
     grids = (grids.RHO, grids.B)
     combined = True
+    has_idle_effect = False  # the general kernel replays every event at its traced time
+    live = False
+    serves_subset = True
     needs = ("amortised",)  # its cut-offs and frozen accuracies drive the freeze
     terms = ("alpha", "served", "served_acc", "m", "beta", "acc_frozen")
     insolvency_factor = None
@@ -44,9 +47,9 @@ class DiscreteAmortised(Discrete):
         warm_general_kernel(K)
 
     def replay_arrivals(self, ctx) -> dict:
-        amortised = ctx.amortised
+        amortised = ctx.needed["amortised"]
         m, facc = amortised["m"], amortised["frozen_acc"]
-        fdelta = ctx.frozen_latency()
+        fdelta = ctx.frozen_latency(amortised)
         B_v = ctx.grid(grids.B)
         nB = len(B_v)
         scale = np.repeat(ctx.gamma, nB, axis=1)  # (ρ_i, B_b) -> i·nB + b

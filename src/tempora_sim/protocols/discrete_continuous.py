@@ -15,6 +15,9 @@ class DiscreteContinuous(Discrete):
     name = "discrete-continuous"
     grids = (grids.RHO, grids.T)
     combined = True
+    has_idle_effect = False  # the general kernel replays every event at its traced time
+    live = False
+    serves_subset = True
     terms = ("alpha", "served", "served_acc", "kappa")
     insolvency_factor = None
     decomposition_headers = ()

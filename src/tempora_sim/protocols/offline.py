@@ -12,13 +12,13 @@ class Offline(Protocol):
     title = "Offline utility (%): mean accuracy, no time pressure"
     page_terms = (("acc", "accuracy ā", "frac"),)
 
-    def replay_numba(self, series, values, opts: dict) -> dict:
+    def replay_numba(self, series, values, replay) -> dict:
         from tempora_sim.engine import kernels as K  # Numba loads only when a kernel runs
 
         K.use_threads(int(series.a.shape[0]))
         return {"sum_a": K.offline_kernel(series.a, series.offsets)}
 
-    def replay_python(self, series, values, opts: dict) -> dict:
+    def replay_python(self, series, values, replay) -> dict:
         return {"sum_a": np.array([sum(series.a[x].tolist()) for x in series_slices(series)])}
 
     def batch_scores(self, row: dict, a, j, delays) -> np.ndarray:

@@ -13,6 +13,7 @@ import polars as pl
 
 from tempora_schema.prediction import is_predicted, prediction_error
 from tempora_sim import analyses as an
+from tempora_sim import protocols as P
 from tempora_sim.reporting.devices import markdown as devices_markdown
 from tempora_sim.reporting.groups import filter_group, group_label, groups_of
 from tempora_sim.reporting.inputs import RESULTS_FILE, TRACE_TIMES_FILE, ReportError, ReportInputs
@@ -137,16 +138,16 @@ def _build_report(
             "`tempora-sim validate-prediction` measures how far such predictions carry against full traces.",
             "",
         ]
-    if explore and inp.traceset is not None and _temporal(inp.sweep_options):
+    if explore and inp.traceset is not None and _temporal(inp):
         # the page and its renderer load only when a page is written (tempora_sim.exploration.page)
         from tempora_sim.exploration.data import build_data
         from tempora_sim.exploration.page import DEFAULT_PROTOCOLS, render_page
 
         t_explore = time.perf_counter()
-        opts = inp.sweep_options if isinstance(inp.sweep_options, SweepOptions) else SweepOptions.build(**(inp.sweep_options or {}))
-        if "protocols" not in opts.given():
-            opts = SweepOptions.build(opts, protocols=DEFAULT_PROTOCOLS)  # the page moves both pressures at once too
-        data = build_data(inp.traceset, opts, (opts.arrivals,), inp.bootstrap, source=inp.source)
+        sweep_options = inp.sweep_options or SweepOptions()
+        if "protocols" not in sweep_options.given():
+            sweep_options = SweepOptions.build(sweep_options, protocols=DEFAULT_PROTOCOLS)  # the page moves both pressures at once too
+        data = build_data(inp.traceset, sweep_options, (sweep_options.arrivals,), inp.bootstrap, source=inp.source)
         write_file(out / EXPLORE_FILE, render_page(data))
         seconds["explore"] = time.perf_counter() - t_explore
         md += [
@@ -192,10 +193,12 @@ def _build_report(
     return ReportResult(report, table_paths, fig_paths, seconds)
 
 
-def _temporal(options) -> bool:
-    """Do the report's sweep options ask for a temporal protocol (what the page moves)?"""
-    opts = options if isinstance(options, SweepOptions) else SweepOptions.build(**(options or {}))
-    return "protocols" not in opts.given() or any(p != "offline" for p in opts.resolve().protocols)
+def _temporal(inp: ReportInputs) -> bool:
+    """Do the report's sweep options ask for a temporal protocol (what the page moves)? Read
+    from the options resolved when the traces were swept."""
+    given = inp.sweep_options.given() if inp.sweep_options is not None else {}
+    resolved = inp.resolved_options
+    return "protocols" not in given or resolved is None or any(P.get(p).grids for p in resolved.protocols)
 
 
 FIGURE_CAPTIONS = {

@@ -23,7 +23,7 @@ def device_winners(utility: pl.DataFrame) -> dict[tuple, pl.DataFrame]:
     (the best utility pooled over episodes and seeds)."""
     if utility.height == 0 or "device" not in utility.columns:
         return {}
-    rows = an.pool_seeds(utility.filter(pl.col("episode") == "__all__"))
+    rows = an.pool_seeds(utility.filter(pl.col("episode") == an.POOLED))
     out = {}
     for key, part in rows.group_by(list(SETTING), maintain_order=True):
         devices = part["device"].unique(maintain_order=True).to_list()
@@ -62,7 +62,7 @@ def markdown(utility: pl.DataFrame) -> list[str]:
             "|---" * (len(devices) + 1) + "|",
         ]
         for r in t.iter_rows(named=True):
-            cell = "offline" if r["protocol"] == "offline" else f"{r['protocol']} {an.format_value(r['protocol'], r['value'])}"
+            cell = r["protocol"] if r["protocol"] == P.reference() else f"{r['protocol']} {an.format_value(r['protocol'], r['value'])}"
             mark = " ←" if r["differs"] else ""
             md.append(f"| {cell} | " + " | ".join(str(r[d]) for d in devices) + f"{mark} |")
         md.append("")

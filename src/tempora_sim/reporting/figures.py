@@ -396,7 +396,7 @@ def _group_figures(inp, group, computed, fig_dir, prefix, all_episodes, episodes
         chosen = list(episodes)
     else:
         chosen = eps_all if all_episodes else an.representative_episodes(eps_all)
-    if chosen and u.filter(pl.col("protocol") != "offline").height:
+    if chosen and u.filter(pl.col("protocol") != P.reference()).height:
         made["curves"] = tuple(save(utility_curves(u, chosen, an.method_order(u), label), fig_dir, prefix + "curves"))
     lat = computed["latency"]
     if lat is not None and filter_group(lat, group).height:

@@ -19,7 +19,7 @@ import polars as pl
 from tempora_sim import analyses as an
 from tempora_sim.errors import SimError
 from tempora_sim.reporting.scenarios import scenario_sweeps, split
-from tempora_sim.sweeps.options import SweepOptions
+from tempora_sim.sweeps.options import ResolvedOptions, SweepOptions
 from tempora_sim.sweeps.replay import run_sweep
 from tempora_sim.sweeps.traces import check_out_outside, load_traces
 from tempora_sim.uncertainty import bootstrap as st
@@ -50,10 +50,11 @@ class ReportInputs:
     scenarios: pl.DataFrame | None = None
     #: the sweep behind ``utility`` when it came from traces (timing replicates replay it again)
     sweep_result: object = field(default=None, repr=False)
-    #: the loaded traces and the sweep options they were swept with (traces only): the
-    #: interactive page (explore.html) replays them on its own dense grids
+    #: the loaded traces and the sweep options they were swept with, as given and resolved
+    #: (traces only): the interactive page (explore.html) replays them on its own dense grids
     traceset: object | None = None
-    sweep_options: object | None = None
+    sweep_options: SweepOptions | None = None
+    resolved_options: ResolvedOptions | None = None
     _cache: dict = field(default_factory=dict, repr=False)
 
     def lambdas(self) -> pl.DataFrame:
@@ -139,7 +140,7 @@ def load_inputs(
 def _load_inputs(sources, sweep_options, out, scenarios: bool = False) -> ReportInputs:
     if not isinstance(sweep_options, SweepOptions):
         sweep_options = SweepOptions.build(**(sweep_options or {}))
-    sweep_options.resolve()  # every option checked before anything is read
+    resolved = sweep_options.resolve()  # every option checked before anything is read, once
     items = [sources] if isinstance(sources, (str, Path)) else list(sources)
     if not items:
         raise ReportError("no results or traces given")
@@ -149,8 +150,8 @@ def _load_inputs(sources, sweep_options, out, scenarios: bool = False) -> Report
     results = [results_path(i) for i in items]
     if all(r is not None for r in results):
         if sweep_options.given():
-            opts = ", ".join(sorted(sweep_options.given()))
-            raise ReportError(f"sweep options ({opts}) apply to traces, but {items[0]} holds sweep results")
+            given = ", ".join(sorted(sweep_options.given()))
+            raise ReportError(f"sweep options ({given}) apply to traces, but {items[0]} holds sweep results")
         try:
             utility = pl.concat([pl.read_parquet(r) for r in results], how="diagonal_relaxed")
         except Exception as exc:  # noqa: BLE001 - any unreadable file is a one-line user error
@@ -169,7 +170,7 @@ def _load_inputs(sources, sweep_options, out, scenarios: bool = False) -> Report
     if out is not None:
         check_out_outside(items, out)
     traces = load_traces(items if len(items) > 1 else items[0])
-    result = run_sweep(traces, sweep_options)
+    result = run_sweep(traces, resolved)
     utility = result.frame
     rows = an.align_group_dtypes(an.trace_rows(traces.traces), utility)
     extra = None
@@ -183,5 +184,6 @@ def _load_inputs(sources, sweep_options, out, scenarios: bool = False) -> Report
         scenarios=extra,
         traceset=traces,
         sweep_options=sweep_options,
+        resolved_options=resolved,
         sweep_result=result,
     )

@@ -62,7 +62,7 @@ def scenario_sweeps(traces, options, burst: str = DEFAULT_BURST, seeds: int = DE
 
 
 def _pooled(frame: pl.DataFrame) -> pl.DataFrame:
-    rows = frame.filter(pl.col("episode") == "__all__")
+    rows = frame.filter(pl.col("episode") == an.POOLED)
     return an.pool_seeds(rows) if an.SEED in rows.columns else rows
 
 
@@ -80,8 +80,9 @@ def best_per_cell(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
 
 def burst_comparison(paper: pl.DataFrame, scen: pl.DataFrame) -> pl.DataFrame | None:
     """Per ρ: the discrete winner under periodic arrivals and under each bursty process."""
-    periodic = _pooled(paper.filter(pl.col("protocol") == "discrete"))
-    bursty = _pooled(scen.filter(pl.col("protocol") == "discrete"))
+    on_rho = P.with_grids((RHO.param,))  # the protocol the arrival process drives
+    periodic = _pooled(paper.filter(pl.col("protocol") == on_rho))
+    bursty = _pooled(scen.filter(pl.col("protocol") == on_rho))
     if periodic.height == 0 or bursty.height == 0:
         return None
     p = best_per_cell(periodic, ["value"]).rename({"winner": "periodic_winner", "utility": "periodic_utility"})

@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 
 from tempora_sim.sweeps.options import SweepOptions
-from tempora_sim.sweeps.replay import ALL_EPISODES, SimWarning, SweepResult, run_sweep
+from tempora_sim.sweeps.replay import POOLED, SimWarning, SweepResult, run_sweep
 from tempora_sim.sweeps.traces import check_out_outside
 from tempora_sim.uncertainty import timing_replicates
 from tempora_sim.uncertainty.bootstrap import BootstrapOptions
@@ -50,13 +50,13 @@ def write_outputs(frame: pl.DataFrame, out: Path, traces: Iterable[str | os.Path
 
 def sweep_into(
     traces: Iterable[str | os.PathLike],
-    opts: SweepOptions,
+    sweep_options: SweepOptions,
     boot: BootstrapOptions,
     intervals: bool = False,
     out: str | None = None,
     on_warning: Callable[[str], None] = lambda line: None,
 ) -> Sweep:
-    """Replay ``traces`` under ``opts``; with ``intervals`` add every term's bounds (and the
+    """Replay ``traces`` under ``sweep_options``; with ``intervals`` add every term's bounds (and the
     traces' timing replicates), with ``out`` write the frame there (checked before anything is
     read or replayed). The replay's warnings go to ``on_warning`` as it ends, one line each."""
     traces = list(traces)
@@ -66,7 +66,7 @@ def sweep_into(
         check_out_outside(traces, folder)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SimWarning)
-        result = run_sweep([str(p) for p in traces], opts)
+        result = run_sweep([str(p) for p in traces], sweep_options)
     for w in caught:
         if issubclass(w.category, SimWarning):
             on_warning(str(w.message))
@@ -84,7 +84,7 @@ def json_row_chunks(frame: pl.DataFrame) -> Iterator[str]:
     """The rows pooled over episodes as one JSON array of row objects (polars' own writer,
     compact), a chunk of rows at a time: a 1,000,000-value grid never holds its rows as Python
     objects, nor their whole text, at once (``json.dumps(frame.to_dicts())`` needed 13 GB there)."""
-    pooled = frame.filter(pl.col("episode") == ALL_EPISODES)
+    pooled = frame.filter(pl.col("episode") == POOLED)
     yield "["
     for start in range(0, pooled.height, JSON_CHUNK_ROWS):
         text = pooled.slice(start, JSON_CHUNK_ROWS).write_json()

@@ -27,7 +27,7 @@ from rich.table import Table
 from tempora_sim import analyses as an
 from tempora_sim import protocols as P
 from tempora_sim.reporting.scenarios import best_per_cell
-from tempora_sim.sweeps.replay import ALL_EPISODES, SweepResult
+from tempora_sim.sweeps.replay import POOLED, SweepResult
 from tempora_sim.uncertainty.bootstrap import BootstrapOptions
 from tempora_toolkit.command_line import visible
 
@@ -63,7 +63,7 @@ def terminal_frame(t: pl.DataFrame) -> pl.DataFrame:
 def value_label(param: str | None, value: float | None) -> str:
     """Column header of one grid value: ``ρ=70%``, ``T=50ms``, ``B=1s``."""
     if param is None or value is None:
-        return "offline"
+        return P.reference()
     return P.grid_of(param).label(value)
 
 
@@ -288,12 +288,12 @@ def print_report(result: SweepResult, console: Console | None = None, bootstrap:
     single = terminal_frame(_shown_rows(frame.filter(pl.col("protocol").is_in(P.single()))))
     intervals = an.utility_intervals(single, None, bootstrap) if single.height else None
     certain = {}
-    if intervals is not None and single.filter(pl.col("episode") == ALL_EPISODES).height:
+    if intervals is not None and single.filter(pl.col("episode") == POOLED).height:
         pw = an.pooled_winners(single, intervals)
         g = an.group_columns(pw)
         for r in pw.iter_rows(named=True):
             certain[(tuple(r[c] for c in g), r["protocol"], _key(r["value"]))] = r["certain"]
-    everything = terminal_frame(frame.filter(pl.col("episode") == ALL_EPISODES))
+    everything = terminal_frame(frame.filter(pl.col("episode") == POOLED))
     view = grid_view(everything)
     pooled = an.pool_seeds(_table_rows(everything, view))
     for label, group in _groups(pooled):

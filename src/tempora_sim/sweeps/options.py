@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 from tempora_schema.provision import LAMBDA_RULES
 from tempora_schema.vocabulary import BUDGET_RULES
 from tempora_sim.engine import grids
+from tempora_sim.engine.replay_options import ReplayOptions
 from tempora_sim.errors import GridError
 from tempora_toolkit.command_line import INT32_MAX
 
@@ -177,11 +178,7 @@ class SweepOptions:
             explicit_T=self.T_ms is not None,
             lambda_ms=lam,
             lambda_rule=self.lambda_rule,
-            queue=queue,
-            sync=self.sync,
-            skipped=self.skipped,
-            fallback=bool(self.fallback),
-            budget_rule=self.budget_rule,
+            replay=ReplayOptions(queue, self.sync, self.skipped, bool(self.fallback), self.budget_rule),
             engine=self.engine,
             arrivals=spec,
             arrival_seeds=seeds,
@@ -201,11 +198,8 @@ class ResolvedOptions:
     explicit_T: bool
     lambda_ms: float | None
     lambda_rule: str
-    queue: int
-    sync: str
-    skipped: str
-    fallback: bool
-    budget_rule: str
+    #: what every kernel and oracle call reads (queue, sync, skipped, fallback, budget rule)
+    replay: ReplayOptions
     engine: str
     arrivals: Any = None  # tempora_sim.engine.arrivals.ArrivalSpec
     arrival_seeds: tuple[int, ...] = (0,)

@@ -38,10 +38,10 @@ from tempora_schema import GroupKey
 from tempora_sim import protocols as P
 from tempora_sim.engine.grids import T as T_GRID
 from tempora_sim.errors import GridError, ProtocolError, SimWarning  # noqa: F401  (GridError, SimWarning re-exported)
-from tempora_sim.protocols import ALL_EPISODES, BASE_COLUMNS, COLUMNS, SCENARIO_COLUMNS  # noqa: F401  (re-exported)
+from tempora_sim.protocols import BASE_COLUMNS, COLUMNS, POOLED, SCENARIO_COLUMNS  # noqa: F401  (re-exported)
 from tempora_sim.protocols.base import warm_general_kernel, warm_inputs
 from tempora_sim.sweeps import variability
-from tempora_sim.sweeps.options import BUDGET_RULES, ENGINES, SKIPPED_MODES, SYNC_MODES, SweepOptions  # noqa: F401
+from tempora_sim.sweeps.options import BUDGET_RULES, ENGINES, SKIPPED_MODES, SYNC_MODES, ResolvedOptions, SweepOptions  # noqa: F401
 from tempora_sim.sweeps.scenarios import replay_scenarios, scenario_frame
 from tempora_sim.sweeps.traces import Trace, TraceSet, group_lambdas, group_warnings, load_traces
 
@@ -243,14 +243,14 @@ def _finish_warm_up(protocols) -> float:
     return waited + warm_kernels(protocols)
 
 
-def _replay(series: Series, protocols, opt, opts: dict) -> dict:
+def _replay(series: Series, protocols, opt) -> dict:
     """Per-series sums of each protocol in ``protocols`` (single-pressure, periodic arrivals):
     the Numba kernels, or the plain-Python oracle with ``engine="python"``."""
     out = {}
     for name in protocols:
         proto = P.get(name)
         run = proto.replay_numba if opt.engine == "numba" else proto.replay_python
-        out[name] = run(series, proto.values(opt), opts)
+        out[name] = run(series, proto.values(opt), opt.replay)
     return out
 
 
@@ -259,13 +259,20 @@ def _replay(series: Series, protocols, opt, opts: dict) -> dict:
 # --------------------------------------------------------------------------------------
 
 
-def run_sweep(source, options: SweepOptions | None = None, /, **changes) -> SweepResult:
+def run_sweep(source, options: SweepOptions | ResolvedOptions | None = None, /, **changes) -> SweepResult:
     """Replay ``source`` (path(s) or a TraceSet) and return rows, timings, λ and warnings.
 
     ``options`` is a :class:`~tempora_sim.sweeps.options.SweepOptions`; keyword arguments (its field
-    names) override it. Every option is checked before a trace is read."""
+    names) override it. Every option is checked before a trace is read. A caller that has
+    resolved its options already (a command checks them before anything is read) passes the
+    :class:`~tempora_sim.sweeps.options.ResolvedOptions`, used as they are."""
     t_start = time.perf_counter()
-    opt = SweepOptions.build(options, **changes).resolve()
+    if isinstance(options, ResolvedOptions):
+        if changes:
+            raise TypeError("run_sweep: resolved options take no changes; change the SweepOptions and resolve them again")
+        opt = options
+    else:
+        opt = SweepOptions.build(options, **changes).resolve()
     protos, rho_v, T_v, B_v, lambda_ms = opt.protocols, opt.rho, opt.T_ms, opt.B_ms, opt.lambda_ms
     engine, spec = opt.engine, opt.arrivals
 
@@ -311,11 +318,11 @@ def run_sweep(source, options: SweepOptions | None = None, /, **changes) -> Swee
 def replay_frames(series: Series, opt, stats: SweepStats | None = None, idle_curves=None) -> list[pl.DataFrame]:
     """Replay ``series`` under the resolved options ``opt``: the output frames, one per
     (protocol, per-episode | pooled). ``idle_curves`` (tempora_sim.sweeps.variability) replays the
-    periodic discrete protocol with the measured idle effect; by default it is taken from the
-    traces' timing-variability data unless ``opt.no_idle_effect``."""
+    protocols that have an idle effect (``Protocol.has_idle_effect``, on periodic arrivals) with
+    the measured one; by default it is taken from the traces' timing-variability data unless
+    ``opt.no_idle_effect``."""
     protos, rho_v, T_v, B_v = opt.protocols, opt.rho, opt.T_ms, opt.B_ms
     spec, seeds, absolute, engine = opt.arrivals, list(opt.arrival_seeds), opt.arrivals_absolute, opt.engine
-    opts = {"queue": int(opt.queue), "budget_rule": opt.budget_rule, "skipped": opt.skipped, "sync": opt.sync, "fallback": opt.fallback}
     t0 = time.perf_counter()
     # single-pressure protocols on their own kernels; non-periodic arrivals and the combined
     # protocols go to the general kernel (tempora_sim.sweeps.scenarios)
@@ -323,14 +330,17 @@ def replay_frames(series: Series, opt, stats: SweepStats | None = None, idle_cur
     for need in (n for p in protos for n in P.get(p).needs):
         if need not in on_own_kernel:
             on_own_kernel.append(need)
-    raw = _replay(series, on_own_kernel, opt, opts)
-    if idle_curves is None and not opt.no_idle_effect and "discrete" in raw:
+    raw = _replay(series, on_own_kernel, opt)
+    idle = [name for name in raw if P.get(name).has_idle_effect]
+    if idle_curves is None and not opt.no_idle_effect and idle:
         idle_curves = variability.idle_curves(series, [variability.timing_model(t) for t in series.traces])
     if idle_curves is not None:
-        variability.apply_idle_effect(series, raw, rho_v, opts, idle_curves)
+        for name in idle:
+            variability.apply_idle_effect(series, raw[name], P.get(name).values(opt), opt.replay, idle_curves)
     for name, stats_ in raw.items():
         P.get(name).check_replay(series, stats_, P.get(name).values(opt))
-    scen = replay_scenarios(series, protos, rho_v, T_v, B_v, opts, spec, seeds, absolute, engine, raw.get("amortised"))
+    needed = {n: raw[n] for p in protos for n in P.get(p).needs}
+    scen = replay_scenarios(series, protos, rho_v, T_v, B_v, opt.replay, spec, seeds, absolute, engine, needed)
     if stats is not None:
         stats.kernel_s = time.perf_counter() - t0
 

@@ -26,8 +26,8 @@ from tempora_sim import protocols as P
 from tempora_sim.engine.arrivals import ArrivalSpec, arrival_times
 from tempora_sim.engine.grids import Grid
 from tempora_sim.engine.oracle import discrete_reference
+from tempora_sim.engine.replay_options import ReplayOptions
 from tempora_sim.errors import GridError
-from tempora_sim.protocols.base import skip_mode
 
 
 def expand_seeds(series, n_seeds: int):
@@ -74,9 +74,8 @@ def frozen_latency(series, amortised: dict) -> np.ndarray:
     return out
 
 
-def _replay(series, u, scale, opts, h, n_adapt, f_delta, f_acc, engine):
+def _replay(series, u, scale, replay: ReplayOptions, h, n_adapt, f_delta, f_acc, engine):
     """Every series × cell once: (served, served_sum, score_sum, ak[S, K, H], frozen_served)."""
-    strict = opts["sync"] == "strict"
     if engine == "numba":
         from tempora_sim.engine import kernels as K  # Numba loads only when a kernel runs
 
@@ -89,9 +88,9 @@ def _replay(series, u, scale, opts, h, n_adapt, f_delta, f_acc, engine):
             scale,
             series.offsets,
             series.lam,
-            int(opts["queue"]),
-            strict,
-            skip_mode(K, opts),
+            replay.queue,
+            replay.strict_sync,
+            replay.skip_mode(K),
             series.skip_value,
             h,
             n_adapt,
@@ -112,11 +111,11 @@ def _replay(series, u, scale, opts, h, n_adapt, f_delta, f_acc, engine):
                 series.a[sl].tolist(),
                 series.delta[sl].tolist(),
                 None,
-                opts["queue"],
-                opts["sync"],
-                opts["skipped"],
+                replay.queue,
+                replay.sync,
+                replay.skipped,
                 int(round(1.0 / series.skip_value[s])),
-                opts["fallback"],
+                replay.fallback,
                 arrivals=(u[sl] * scale[s, c]).tolist(),
                 e=series.e[sl].tolist(),
                 lam=lam,
@@ -133,7 +132,9 @@ def _replay(series, u, scale, opts, h, n_adapt, f_delta, f_acc, engine):
 @dataclass
 class ArrivalReplay:
     """What a protocol replayed under arrivals works with: the series, the ρ grid and the
-    periods it sets, the other grids, and ``run``, the general kernel over every arrival seed."""
+    periods it sets, the other grids, the per-series sums of the protocols it ``needs``
+    (:attr:`~tempora_sim.protocols.base.Protocol.needs`) by name, and ``run``, the general kernel
+    over every arrival seed."""
 
     series: object
     S: int
@@ -142,7 +143,7 @@ class ArrivalReplay:
     rho_a: np.ndarray
     gamma: np.ndarray
     grids: dict[str, tuple]
-    amortised: dict | None
+    needed: dict[str, dict]
     run: Callable
 
     def grid(self, grid: Grid) -> tuple:
@@ -152,15 +153,29 @@ class ArrivalReplay:
         """Every batch adapts (no freeze): n_adapt = N and no frozen latency or accuracy."""
         return np.repeat(self.series.n.astype(np.int64)[:, None], cells, axis=1), np.full((self.S, cells), np.nan)
 
-    def frozen_latency(self) -> np.ndarray:
-        return frozen_latency(self.series, self.amortised)
+    def frozen_latency(self, amortised: dict) -> np.ndarray:
+        """Mean δ of the frozen checkpoint each (series, B) of the amortised sums falls back to."""
+        return frozen_latency(self.series, amortised)
 
 
-def replay_scenarios(series, protos, rho_v, T_v, B_v, opts, spec: ArrivalSpec, seeds, absolute, engine, amortised=None) -> dict:
+def replay_scenarios(
+    series,
+    protos,
+    rho_v,
+    T_v,
+    B_v,
+    replay: ReplayOptions,
+    spec: ArrivalSpec,
+    seeds,
+    absolute,
+    engine,
+    needed: dict[str, dict] | None = None,
+) -> dict:
     """Raw per-(series·seed, grid cell) sums of the protocols in ``protos`` replayed under
     arrivals: the arrival-bound ones (discrete) when arrivals are not periodic, and the
     combined ones; values hold arrays shaped [S·n_seeds, cells] plus ``values`` / ``values2``
-    (the grid cells, flattened ρ-major)."""
+    (the grid cells, flattened ρ-major). ``needed``: the single-pressure sums the protocols'
+    ``needs`` name."""
     S = len(series.episode)
     ns = len(seeds)
     units = unit_arrivals(series, spec, seeds, absolute)
@@ -171,10 +186,10 @@ def replay_scenarios(series, protos, rho_v, T_v, B_v, opts, spec: ArrivalSpec, s
 
     def run(scale, h, n_adapt, f_delta, f_acc):
         """Stack the seeds' results into rows s·ns + k."""
-        parts = [_replay(series, u, scale, opts, h, n_adapt, f_delta, f_acc, engine) for u in units]
+        parts = [_replay(series, u, scale, replay, h, n_adapt, f_delta, f_acc, engine) for u in units]
         return [np.stack(p, axis=1).reshape((S * ns,) + p[0].shape[1:]) for p in zip(*parts)]
 
-    ctx = ArrivalReplay(series, S, ns, tuple(rho_v), rho_a, gamma, {"rho": rho_v, "T_ms": T_v, "B_ms": B_v}, amortised, run)
+    ctx = ArrivalReplay(series, S, ns, tuple(rho_v), rho_a, gamma, {"rho": rho_v, "T_ms": T_v, "B_ms": B_v}, needed or {}, run)
     out = {}
     for name in protos:
         proto = P.get(name)

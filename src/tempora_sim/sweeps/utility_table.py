@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from tempora_sim.protocols.base import POOLED  # noqa: F401  (an.POOLED)
+
 #: Columns that identify a comparison group: the readable keys plus ``group``, the label of the
 #: full group key without its seed (severity, domains, weights, threads …: tempora_schema.GroupKey).
 #: The seed is *not* one of them: traces of one setting taken with different seeds are
@@ -18,8 +20,6 @@ GROUP_COLUMNS = ("dataset", "model", "device", "batch_size", "stream", "group")
 SEED = "seed"
 #: Seed-pooled tables list the seeds they pooled here (e.g. "2025, 2026, 2027").
 SEEDS = "seeds"
-#: The pooled episode's name in a sweep's rows.
-POOLED = "__all__"
 
 
 def group_columns(df: pl.DataFrame) -> list[str]:

@@ -63,6 +63,7 @@ import numpy as np
 from tempora_schema import VARIABILITY_KEY, probe_median_ms
 from tempora_schema.prediction import prediction_error
 from tempora_sim.engine.idle import idle_factor as _idle_rule
+from tempora_sim.engine.replay_options import ReplayOptions
 
 #: Default number of timing replicates behind an interval (``--timing-replicates``).
 DEFAULT_REPLICATES = 20
@@ -319,7 +320,7 @@ def idle_factor(gap: float, gaps: np.ndarray, factors: np.ndarray) -> float:
     return float(_idle_rule(float(gap), np.asarray(gaps, np.float64), np.asarray(factors, np.float64)))
 
 
-def discrete_idle_kernel(series, curves, rho, opts) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def discrete_idle_kernel(series, curves, rho, replay: ReplayOptions) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Discrete replay with the idle effect, for the series whose trace shows one.
 
     Returns (series indices, served, served_sum, score_sum) for those series × ``rho``."""
@@ -328,17 +329,15 @@ def discrete_idle_kernel(series, curves, rho, opts) -> tuple[np.ndarray, np.ndar
 
     c_off, c_gaps, c_factors = curves
     which = np.flatnonzero(np.diff(c_off) > 0).astype(np.int64)
-    kernel = K.discrete_idle_kernel
-    mode = K.SKIP_FALLBACK if opts["fallback"] else (K.SKIP_RANDOM if opts["skipped"] == "random" else K.SKIP_NULL)
-    served, ssum, score = kernel(
+    served, ssum, score = K.discrete_idle_kernel(
         series.a,
         series.delta,
         series.offsets,
         series.lam,
         np.asarray(rho, np.float64),
-        int(opts["queue"]),
-        opts["sync"] == "strict",
-        mode,
+        replay.queue,
+        replay.strict_sync,
+        replay.skip_mode(K),
         series.skip_value,
         c_off,
         c_gaps,
@@ -348,12 +347,12 @@ def discrete_idle_kernel(series, curves, rho, opts) -> tuple[np.ndarray, np.ndar
     return which, served, ssum, score
 
 
-def apply_idle_effect(series, raw: dict, rho, opts, curves) -> None:
-    """Replace the discrete sums of the series that show an idle effect (in place)."""
-    if curves is None or "discrete" not in raw or not np.any(np.diff(curves[0]) > 0):
+def apply_idle_effect(series, d: dict, rho, replay: ReplayOptions, curves) -> None:
+    """Replace, in the discrete per-series sums ``d`` (served, served_sum, score_sum over
+    ``rho``), those of the series that show an idle effect (in place)."""
+    if curves is None or not np.any(np.diff(curves[0]) > 0):
         return
-    which, served, ssum, score = discrete_idle_kernel(series, curves, rho, opts)
-    d = raw["discrete"]
+    which, served, ssum, score = discrete_idle_kernel(series, curves, rho, replay)
     d["served"], d["served_sum"], d["score_sum"] = (np.array(d[k]) for k in ("served", "served_sum", "score_sum"))
     d["served"][which], d["served_sum"][which], d["score_sum"][which] = served, ssum, score
 

@@ -145,7 +145,7 @@ def percentile_interval(boot: np.ndarray, level: float) -> tuple[np.ndarray, np.
     return q[0], q[1]
 
 
-def mean_interval(values, opts: BootstrapOptions = BootstrapOptions(), weights=None) -> tuple[float, float]:
+def mean_interval(values, bootstrap: BootstrapOptions = BootstrapOptions(), weights=None) -> tuple[float, float]:
     """Percentile bootstrap interval of the (weighted) mean of a 1-D sample."""
     x = np.asarray(values, np.float64).ravel()
     if x.size == 0:
@@ -154,10 +154,10 @@ def mean_interval(values, opts: BootstrapOptions = BootstrapOptions(), weights=N
         return (float(x[0]), float(x[0]))
     boot = bootstrap_means(
         x[None, :],
-        resample_counts(x.size, opts.resamples, opts.seed),
+        resample_counts(x.size, bootstrap.resamples, bootstrap.seed),
         None if weights is None else np.asarray(weights, np.float64)[None, :],
     )
-    lo, hi = percentile_interval(boot[0], opts.level)
+    lo, hi = percentile_interval(boot[0], bootstrap.level)
     return float(lo), float(hi)
 
 
@@ -223,7 +223,7 @@ class Intervals:
 
     index: pl.DataFrame
     boot: np.ndarray
-    opts: BootstrapOptions
+    bootstrap: BootstrapOptions
 
     def difference(self, rows_a: np.ndarray, rows_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Percentile interval of utility(a) − utility(b) for each pair of rows.
@@ -234,10 +234,10 @@ class Intervals:
         if len(rows_a) == 0:
             return np.zeros(0), np.zeros(0)
         diff = self.boot[np.asarray(rows_a, np.int64)] - self.boot[np.asarray(rows_b, np.int64)]
-        return percentile_interval(diff, self.opts.level)
+        return percentile_interval(diff, self.bootstrap.level)
 
 
-def episode_intervals(cell_scores: list[tuple[dict, np.ndarray]], opts: BootstrapOptions) -> Intervals:
+def episode_intervals(cell_scores: list[tuple[dict, np.ndarray]], bootstrap: BootstrapOptions) -> Intervals:
     """Intervals of per-episode utilities from their per-batch score vectors.
 
     ``cell_scores``: (key dict, scores) pairs; vectors of one length share one set of
@@ -245,17 +245,17 @@ def episode_intervals(cell_scores: list[tuple[dict, np.ndarray]], opts: Bootstra
     by_len: dict[int, list[int]] = {}
     for i, (_, s) in enumerate(cell_scores):
         by_len.setdefault(int(s.size), []).append(i)
-    boot = np.empty((len(cell_scores), opts.resamples))
+    boot = np.empty((len(cell_scores), bootstrap.resamples))
     pair = np.empty(len(cell_scores), np.int64)
     for n, members in by_len.items():
-        counts = resample_counts(n, opts.resamples, opts.seed)
+        counts = resample_counts(n, bootstrap.resamples, bootstrap.seed)
         values = np.stack([cell_scores[i][1] for i in members]) if n else np.zeros((len(members), 0))
         boot[members] = bootstrap_means(values, counts) if n else np.nan
         pair[members] = n
-    return _make(cell_scores, boot, pair, opts)
+    return _make(cell_scores, boot, pair, bootstrap)
 
 
-def unit_intervals(units: list[tuple[dict, np.ndarray, np.ndarray, tuple]], opts: BootstrapOptions) -> Intervals:
+def unit_intervals(units: list[tuple[dict, np.ndarray, np.ndarray, tuple]], bootstrap: BootstrapOptions) -> Intervals:
     """Intervals of pooled utilities from per-unit values and weights.
 
     ``units``: (key dict, values, weights, unit ids) with the units (seed, episode) in one
@@ -263,7 +263,7 @@ def unit_intervals(units: list[tuple[dict, np.ndarray, np.ndarray, tuple]], opts
     by_ids: dict[tuple, list[int]] = {}
     for i, (_, _, _, ids) in enumerate(units):
         by_ids.setdefault(ids, []).append(i)
-    boot = np.empty((len(units), opts.resamples))
+    boot = np.empty((len(units), bootstrap.resamples))
     pair = np.empty(len(units), np.int64)
     for p, (ids, members) in enumerate(by_ids.items()):
         n = len(ids)
@@ -272,13 +272,13 @@ def unit_intervals(units: list[tuple[dict, np.ndarray, np.ndarray, tuple]], opts
         if n == 1:
             boot[members] = values[:, :1]
         else:
-            boot[members] = bootstrap_means(values, resample_counts(n, opts.resamples, opts.seed), weights)
+            boot[members] = bootstrap_means(values, resample_counts(n, bootstrap.resamples, bootstrap.seed), weights)
         pair[members] = p
-    return _make([(k, None) for k, *_ in units], boot, pair, opts)
+    return _make([(k, None) for k, *_ in units], boot, pair, bootstrap)
 
 
-def _make(keys: list[tuple[dict, object]], boot: np.ndarray, pair: np.ndarray, opts: BootstrapOptions) -> Intervals:
-    lo, hi = percentile_interval(boot, opts.level) if boot.size else (np.zeros(0), np.zeros(0))
+def _make(keys: list[tuple[dict, object]], boot: np.ndarray, pair: np.ndarray, bootstrap: BootstrapOptions) -> Intervals:
+    lo, hi = percentile_interval(boot, bootstrap.level) if boot.size else (np.zeros(0), np.zeros(0))
     index = pl.DataFrame([k for k, _ in keys]) if keys else pl.DataFrame()
     index = index.with_columns(
         pl.Series("row", np.arange(len(keys), dtype=np.int64)),
@@ -286,7 +286,7 @@ def _make(keys: list[tuple[dict, object]], boot: np.ndarray, pair: np.ndarray, o
         pl.Series("lo", np.asarray(lo, np.float64)),
         pl.Series("hi", np.asarray(hi, np.float64)),
     )
-    return Intervals(index, boot, opts)
+    return Intervals(index, boot, bootstrap)
 
 
 def with_timing(intervals: Intervals, shifts: np.ndarray) -> Intervals:
@@ -302,9 +302,9 @@ def with_timing(intervals: Intervals, shifts: np.ndarray) -> Intervals:
     if shifts.shape[0] != intervals.boot.shape[0]:
         raise StatsError(f"timing shifts have {shifts.shape[0]} rows for {intervals.boot.shape[0]} intervals")
     boot = intervals.boot + shifts[:, np.arange(intervals.boot.shape[1]) % shifts.shape[1]]
-    lo, hi = percentile_interval(boot, intervals.opts.level)
+    lo, hi = percentile_interval(boot, intervals.bootstrap.level)
     index = intervals.index.with_columns(pl.Series("lo", np.asarray(lo, np.float64)), pl.Series("hi", np.asarray(hi, np.float64)))
-    return Intervals(index, boot, intervals.opts)
+    return Intervals(index, boot, intervals.bootstrap)
 
 
 def concat(parts: list[Intervals]) -> Intervals:
@@ -317,4 +317,4 @@ def concat(parts: list[Intervals]) -> Intervals:
         frames.append(p.index.with_columns(pl.col("row") + offset, pl.col("pair") + pair_offset))
         offset += p.index.height
         pair_offset += int(p.index.get_column("pair").max()) + 1
-    return Intervals(pl.concat(frames, how="diagonal_relaxed"), np.concatenate([p.boot for p in parts]), parts[0].opts)
+    return Intervals(pl.concat(frames, how="diagonal_relaxed"), np.concatenate([p.boot for p in parts]), parts[0].bootstrap)

@@ -21,8 +21,9 @@ from typing import Sequence
 import numpy as np
 import polars as pl
 
+from tempora_sim import protocols as P
 from tempora_sim.sweeps import variability
-from tempora_sim.sweeps.replay import ALL_EPISODES, run_sweep
+from tempora_sim.sweeps.replay import POOLED, run_sweep
 from tempora_sim.sweeps.traces import TraceSet
 from tempora_sim.uncertainty.timing_replicates import replicates_of
 
@@ -61,19 +62,13 @@ def timing_interval(
     setting (it serves every batch in order, the batches the replay scores)."""
     if model is None:
         return None
-    if run["protocol"] == "discrete":
-        res = run_sweep(
-            TraceSet([restricted]), protocols="discrete", rho=[lam / float(run["gamma_ms"])], lambda_ms=lam, queue=int(run["queue"])
-        )
-    else:
-        res = run_sweep(
-            TraceSet([restricted]), protocols="amortised", B_ms=[float(run["budget_ms"])], lambda_ms=lam, budget_rule=run["budget_rule"]
-        )
+    protocol = P.get(run["protocol"])
+    res = run_sweep(TraceSet([restricted]), lambda_ms=lam, **protocol.live_replay(run, lam))
     reps = replicates_of(res, replicates, seed, models=[model])
-    pooled = [r.filter(pl.col("episode") == ALL_EPISODES).row(0, named=True) for r in reps.reps]
+    pooled = [r.filter(pl.col("episode") == POOLED).row(0, named=True) for r in reps.reps]
     q = [(1 - level) / 2, 1 - (1 - level) / 2]
     utilities = np.array([p["utility"] for p in pooled])
-    if run["protocol"] != "discrete":
+    if not protocol.serves_subset:
         u_lo, u_hi = np.quantile(utilities, q)
         return None, None, float(u_lo), float(u_hi)
     sd = served_set_sd(batch_variance(restricted), reps.reps)
@@ -105,7 +100,7 @@ def served_set_sd(variance: dict[str, float], reps: Sequence[pl.DataFrame]) -> n
     (Σ N)² for the pooled U. Zero when every batch is served."""
     out = np.empty(len(reps))
     for i, r in enumerate(reps):
-        e = r.filter(pl.col("episode") != ALL_EPISODES)
+        e = r.filter(pl.col("episode") != POOLED)
         served = e["served"].to_numpy().astype(float)
         n = e["num_batches"].to_numpy().astype(float)
         s2 = np.array([variance.get(ep, 0.0) for ep in e["episode"].to_list()])

@@ -40,22 +40,21 @@ ALL_TERMS = ("utility", "alpha", "served_acc", "acc", "kappa", "cov", "m", "beta
 FRACTIONS = frozenset({"utility", "alpha", "served_acc", "acc", "kappa", "beta", "acc_adapt", "acc_frozen"})
 #: Per-episode terms that another draw of batches does not move (timing variability only).
 SCHEDULE_TERMS = frozenset({"alpha", "m", "beta", "acc_frozen"})
-ALL = "__all__"
 
 
-def interval_columns(result, opts: st.BootstrapOptions | None = None, timing=None) -> pl.DataFrame:
+def interval_columns(result, bootstrap: st.BootstrapOptions | None = None, timing=None) -> pl.DataFrame:
     """``result.frame`` (a :class:`~tempora_sim.sweeps.replay.SweepResult`) with the bound columns.
 
     ``timing``: :class:`tempora_sim.uncertainty.timing_replicates.TimingReplicates` of the same sweep (its
     ``base`` is ``result.frame``), or None for intervals conditional on the traced times."""
-    opts = opts or st.BootstrapOptions()
+    bootstrap = bootstrap or st.BootstrapOptions()
     frame = result.frame
-    n_rows, R = frame.height, opts.resamples
+    n_rows, R = frame.height, bootstrap.resamples
     boot = {t: np.full((n_rows, R), np.nan) for t in ALL_TERMS}
     has = {t: np.zeros(n_rows, bool) for t in ALL_TERMS}
     f = frame.with_row_index("_row")
-    _pooled(f, boot, has, opts)
-    _episodes(result, f, boot, has, opts)
+    _pooled(f, boot, has, bootstrap)
+    _episodes(result, f, boot, has, bootstrap)
     if timing is not None and timing.count:
         for term in ALL_TERMS:
             rows = np.flatnonzero(has[term])
@@ -73,7 +72,7 @@ def interval_columns(result, opts: st.BootstrapOptions | None = None, timing=Non
         rows = np.flatnonzero(has[term])
         if rows.size:
             with np.errstate(all="ignore"), _quiet():
-                q = np.nanquantile(boot[term][rows], [(1 - opts.level) / 2, 1 - (1 - opts.level) / 2], axis=1)
+                q = np.nanquantile(boot[term][rows], [(1 - bootstrap.level) / 2, 1 - (1 - bootstrap.level) / 2], axis=1)
             lo[rows], hi[rows] = q[0], q[1]
         columns += [pl.Series(f"{term}_lo", lo, nan_to_null=True), pl.Series(f"{term}_hi", hi, nan_to_null=True)]
     status = _status(result, timing)
@@ -132,11 +131,11 @@ def _ratio_boot(num: np.ndarray, den: np.ndarray, counts: np.ndarray) -> np.ndar
         return np.where(d > 0, (num @ counts.T) / np.where(d > 0, d, 1.0), np.nan)
 
 
-def _pooled(f: pl.DataFrame, boot: dict, has: dict, opts: st.BootstrapOptions) -> None:
+def _pooled(f: pl.DataFrame, boot: dict, has: dict, bootstrap: st.BootstrapOptions) -> None:
     """Pooled rows: resample the trace's episodes (ratio of resampled sums, per term)."""
     keys = [c for c in ("group", "seed", "method", "protocol", "value", "param2", "value2", "arrivals", "arrival_seed")]
-    per = f.filter(pl.col("episode") != ALL)
-    pooled = f.filter(pl.col("episode") == ALL).select(keys + ["_row"])
+    per = f.filter(pl.col("episode") != P.POOLED)
+    pooled = f.filter(pl.col("episode") == P.POOLED).select(keys + ["_row"])
     # units in (seed, episode) order, as tempora_sim.analyses resamples them: the same draws
     grouped = per.sort(["seed", "episode"]).group_by(keys, maintain_order=True).agg(pl.all().exclude(keys))
     grouped = grouped.join(pooled.rename({"_row": "_pooled_row"}), on=keys, how="inner", nulls_equal=True)
@@ -144,7 +143,7 @@ def _pooled(f: pl.DataFrame, boot: dict, has: dict, opts: st.BootstrapOptions) -
     for r in grouped.iter_rows(named=True):
         by_n.setdefault(len(r["_row"]), []).append(r)
     for n, members in by_n.items():
-        counts = st.resample_counts(n, opts.resamples, opts.seed) if n > 1 else np.ones((opts.resamples, 1))
+        counts = st.resample_counts(n, bootstrap.resamples, bootstrap.seed) if n > 1 else np.ones((bootstrap.resamples, 1))
         frames = [pl.DataFrame({k: v for k, v in r.items() if k not in keys and k != "_pooled_row"}) for r in members]
         out_rows = np.array([r["_pooled_row"] for r in members], np.int64)
         proto = [r["protocol"] for r in members]
@@ -172,11 +171,11 @@ def _terms(protocol: str) -> tuple[str, ...]:
     return P.get(protocol).interval_terms
 
 
-def _episodes(result, f: pl.DataFrame, boot: dict, has: dict, opts: st.BootstrapOptions) -> None:
+def _episodes(result, f: pl.DataFrame, boot: dict, has: dict, bootstrap: st.BootstrapOptions) -> None:
     """Per-episode rows of the paper protocols (periodic arrivals): resample the batches."""
     s = result.series
     rows = f.filter(
-        (pl.col("episode") != ALL)
+        (pl.col("episode") != P.POOLED)
         & pl.col("protocol").is_in(P.single())
         & (pl.col("arrivals").is_null() | (pl.col("arrivals") == "periodic"))
         & pl.col("param2").is_null()
@@ -197,7 +196,7 @@ def _episodes(result, f: pl.DataFrame, boot: dict, has: dict, opts: st.Bootstrap
         if n == 0:
             continue
         if n not in counts_of:
-            counts_of[n] = st.resample_counts(n, opts.resamples, opts.seed) if n > 1 else np.ones((opts.resamples, 1))
+            counts_of[n] = st.resample_counts(n, bootstrap.resamples, bootstrap.seed) if n > 1 else np.ones((bootstrap.resamples, 1))
         counts = counts_of[n]
         trows = pl.DataFrame({"correct": s.a[lo:hi], "n": np.ones(n), "e_ms": s.e[lo:hi], "l_ms": s.l[lo:hi], "delta_ms": s.delta[lo:hi]})
         scores = st.batch_scores(trows, urows)
@@ -225,7 +224,7 @@ def _episodes(result, f: pl.DataFrame, boot: dict, has: dict, opts: st.Bootstrap
                     has[term][row] = True
 
 
-def pooled_bounds(frame: pl.DataFrame, opts: st.BootstrapOptions | None = None, timing=None) -> pl.DataFrame:
+def pooled_bounds(frame: pl.DataFrame, bootstrap: st.BootstrapOptions | None = None, timing=None) -> pl.DataFrame:
     """Bounds of U and every term of each seed-pooled, episode-pooled row of a sweep table.
 
     One row per (group columns, method, protocol, param, value, scenario columns), with
@@ -234,23 +233,23 @@ def pooled_bounds(frame: pl.DataFrame, opts: st.BootstrapOptions | None = None, 
     ``utility_lo``/``utility_hi`` equal its ``lo``/``hi``), each term a ratio of resampled sums
     as :func:`tempora_sim.sweeps.utility_table.pool_seeds` pools it, plus the timing replicates' shifts of
     the seed-pooled rows (``timing``: :class:`tempora_sim.uncertainty.timing_replicates.TimingReplicates`)."""
-    opts = opts or st.BootstrapOptions()
+    bootstrap = bootstrap or st.BootstrapOptions()
     g = ut.group_columns(frame)
     scen = [c for c in ("param2", "value2", "arrivals", "arrival_seed") if c in frame.columns]
     keys = g + ["method", "protocol", "param", "value"] + scen
-    per = frame.filter((pl.col("episode") != ALL) & pl.col("utility").is_not_null())
+    per = frame.filter((pl.col("episode") != P.POOLED) & pl.col("utility").is_not_null())
     if not per.height:
         return pl.DataFrame()
     unit_cols = ([ut.SEED] if ut.SEED in per.columns else []) + ["episode"]
     grouped = per.sort(unit_cols).group_by(keys, maintain_order=True).agg(pl.all().exclude(keys))
-    R = opts.resamples
+    R = bootstrap.resamples
     boot = {t: np.full((grouped.height, R), np.nan) for t in ALL_TERMS}
     has = {t: np.zeros(grouped.height, bool) for t in ALL_TERMS}
     lists = grouped.drop(keys)
     for i, r in enumerate(lists.iter_rows(named=True)):
         p = pl.DataFrame(r)
         n = p.height
-        counts = st.resample_counts(n, R, opts.seed) if n > 1 else np.ones((R, 1))
+        counts = st.resample_counts(n, R, bootstrap.seed) if n > 1 else np.ones((R, 1))
         proto = grouped.get_column("protocol")[i]
         for term in ("utility",) + tuple(t for t in _terms(proto) if t != "cov"):
             needs = {"alpha": "served", "beta": "m"}.get(term, term)
@@ -262,7 +261,7 @@ def pooled_bounds(frame: pl.DataFrame, opts: st.BootstrapOptions | None = None, 
         if "cov" in _terms(proto) and has["acc"][i] and has["kappa"][i]:
             boot["cov"][i] = boot["utility"][i] - boot["acc"][i] * boot["kappa"][i]
             has["cov"][i] = True
-    out = grouped.select(keys).with_columns(pl.lit(ALL).alias("episode"))
+    out = grouped.select(keys).with_columns(pl.lit(P.POOLED).alias("episode"))
     if timing is not None and timing.count:
         idx = out.select(keys + ["episode"])
         shift_keys = [k for k in keys if k != "param"] + ["episode"]
@@ -280,7 +279,7 @@ def pooled_bounds(frame: pl.DataFrame, opts: st.BootstrapOptions | None = None, 
         rows = np.flatnonzero(has[term])
         if rows.size:
             with np.errstate(all="ignore"), _quiet():
-                q = np.nanquantile(boot[term][rows], [(1 - opts.level) / 2, 1 - (1 - opts.level) / 2], axis=1)
+                q = np.nanquantile(boot[term][rows], [(1 - bootstrap.level) / 2, 1 - (1 - bootstrap.level) / 2], axis=1)
             lo[rows], hi[rows] = q[0], q[1]
         cols += [pl.Series(f"{term}_lo", lo, nan_to_null=True), pl.Series(f"{term}_hi", hi, nan_to_null=True)]
     return out.with_columns(cols)

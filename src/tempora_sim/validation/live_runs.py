@@ -32,9 +32,10 @@ import pyarrow.parquet as pq
 
 from tempora_schema import PHASE_ADAPT, GroupKey, TraceSchemaError, method_label
 from tempora_schema.live import comparable_group, decode_live_metadata, validate_live_table
+from tempora_sim import protocols as P
 from tempora_sim.errors import GroupError, SimError, TraceFileError
 from tempora_sim.sweeps import variability
-from tempora_sim.sweeps.replay import ALL_EPISODES, run_sweep
+from tempora_sim.sweeps.replay import POOLED, run_sweep
 from tempora_sim.sweeps.traces import Trace, TraceSet, check_out_outside, load_traces
 from tempora_sim.uncertainty import coverage
 from tempora_sim.validation.tolerances import (
@@ -127,9 +128,7 @@ class LiveRunStats:
             tuple(self.episodes),
             tuple(self.num_batches[e] for e in self.episodes),
         )
-        if r["protocol"] == "discrete":
-            return base + (round(float(r["gamma_ms"]), 9), int(r["queue"]))
-        return base + (float(r["budget_ms"]), r["budget_rule"])
+        return base + P.get(r["protocol"]).live_key(r)
 
 
 def run_stats(live: LiveFile) -> list[LiveRunStats]:
@@ -146,10 +145,10 @@ def run_stats(live: LiveFile) -> list[LiveRunStats]:
         stats = LiveRunStats(
             live, run, episodes, sizes, served.height, part.height, sum_a / served.height if served.height else None, sum_a / part.height
         )
-        if run["protocol"] == "amortised":
-            stats.m = {e: int(part.filter((pl.col("episode") == e) & (pl.col("mode") == "adapt")).height) for e in episodes}
-        else:
+        if P.get(run["protocol"]).serves_subset:
             self_consistency(stats, part)
+        else:
+            stats.m = {e: int(part.filter((pl.col("episode") == e) & (pl.col("mode") == "adapt")).height) for e in episodes}
         out.append(stats)
     return out
 
@@ -324,16 +323,9 @@ def replay_setting(trace: Trace, first: LiveRunStats, speed: float = 1.0) -> dic
         restricted = at_speed(restricted, speed)
     lam = float(first.file.meta["lambda_ms"])
     run = first.run
-    if run["protocol"] == "discrete":
-        rho = lam / float(run["gamma_ms"])
-        res = run_sweep(TraceSet([restricted]), protocols="discrete", rho=[rho], lambda_ms=lam, queue=int(run["queue"]))
-    else:
-        res = run_sweep(
-            TraceSet([restricted]), protocols="amortised", B_ms=[float(run["budget_ms"])], lambda_ms=lam, budget_rule=run["budget_rule"]
-        )
-    frame = res.frame
-    pooled = frame.filter(pl.col("episode") == ALL_EPISODES).row(0, named=True)
-    per_ep = {r["episode"]: r for r in frame.filter(pl.col("episode") != ALL_EPISODES).iter_rows(named=True)}
+    frame = run_sweep(TraceSet([restricted]), lambda_ms=lam, **P.get(run["protocol"]).live_replay(run, lam)).frame
+    pooled = frame.filter(pl.col("episode") == POOLED).row(0, named=True)
+    per_ep = {r["episode"]: r for r in frame.filter(pl.col("episode") != POOLED).iter_rows(named=True)}
     return {"pooled": pooled, "episodes": per_ep}
 
 
@@ -373,9 +365,8 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
     all_runs: list[LiveRunStats] = []
     for live in lives:
         for st in run_stats(live):
-            if st.run["protocol"] == "discrete":
-                # recompute with the requested tie tolerance
-                st.disagreements = [dict(d, near_tie=d["margin_us"] <= tol.tie_us) for d in st.disagreements]
+            # recompute with the requested tie tolerance (only a served subset has disagreements)
+            st.disagreements = [dict(d, near_tie=d["margin_us"] <= tol.tie_us) for d in st.disagreements]
             all_runs.append(st)
     settings: dict[tuple, list[LiveRunStats]] = {}
     for st in all_runs:
@@ -393,6 +384,7 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
         speed = clocks["delta_live_ms"] / clocks["delta_trace_ms"] if clocks["delta_live_ms"] else 1.0
         at_live = replay if speed == 1.0 else replay_setting(trace, first, speed)["pooled"]
         proto = first.run["protocol"]
+        protocol = P.get(proto)
         u = np.array([r.utility for r in runs])
         a = np.array([r.alpha for r in runs])
         row = {
@@ -403,11 +395,9 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
             "protocol": proto,
             "lambda_ms": float(meta["lambda_ms"]),
             "runs": len(runs),
-            "rho": float(first.run["rho"]) if proto == "discrete" else None,
-            "gamma_ms": float(first.run["gamma_ms"]) if proto == "discrete" else None,
-            "queue": int(first.run["queue"]) if proto == "discrete" else None,
-            "budget_ms": float(first.run["budget_ms"]) if proto == "amortised" else None,
-            "budget_rule": first.run["budget_rule"] if proto == "amortised" else None,
+            # every live protocol's setting columns, this one's filled
+            **dict.fromkeys(P.live_setting_columns()),
+            **protocol.live_setting_values(first.run),
             "num_batches": first.total,
             "trace": str(trace.path),
             # the trace was taken in the live runs' own process, episode by episode beside them
@@ -424,13 +414,13 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
                 coverage.timing_interval(
                     models[id(trace)], _restricted(trace, first.episodes, first.num_batches), first.run, float(meta["lambda_ms"])
                 ),
-                [r.alpha for r in runs] if proto == "discrete" else [None] * len(runs),
+                [r.alpha for r in runs] if protocol.serves_subset else [None] * len(runs),
                 [r.utility for r in runs],
             )
         )
         row["delta_utility_pp"] = 100 * (row["utility_replay"] - row["utility_live"])
         row["delta_utility_live_speed_pp"] = 100 * (row["utility_replay_live_speed"] - row["utility_live"])
-        if proto == "discrete":
+        if protocol.serves_subset:
             sacc = [r.served_acc for r in runs if r.served_acc is not None]
             row.update(
                 alpha_live=float(a.mean()),
@@ -464,7 +454,7 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
         setting_rows.append(row)
         for r in runs:
             ok = True
-            if proto == "discrete":
+            if protocol.serves_subset:
                 ok = (100 * r.agreement >= tol.min_agreement_pct - 1e-9) and all(d["near_tie"] for d in r.disagreements)
             run_rows.append(
                 {

@@ -17,6 +17,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from tempora_sim import protocols as P
 from tempora_sim.reporting.terminal import term_name
 from tempora_sim.uncertainty.coverage import describe, overall
 from tempora_sim.validation.live_runs import Validation
@@ -90,11 +91,12 @@ def print_validation(result: Validation, console: Console) -> None:
     ):
         t.add_column(col, justify="left" if col in ("method", "setting") else "right")
     for row in s.iter_rows(named=True):
-        if row["protocol"] == "discrete":
+        disc = P.get(row["protocol"]).serves_subset
+        if disc:
             setting = f"λ={row['lambda_ms']:.4g}ms ρ={row['rho'] * 100:.4g}% b={row['queue']}"
             mine = runs.filter(
                 (pl.col("method") == row["method"])
-                & (pl.col("protocol") == "discrete")
+                & (pl.col("protocol") == row["protocol"])
                 & ((pl.col("lambda_ms") - row["lambda_ms"]).abs() < 1e-9)
                 & ((pl.col("rho") - row["rho"]).abs() < 1e-9)
                 & (pl.col("queue") == row["queue"])
@@ -118,7 +120,6 @@ def print_validation(result: Validation, console: Console) -> None:
             cells = ["–"] * 7
         # α's spread and tolerance beside U's: on random weights (timing only) U is ~0 and
         # only α says anything
-        disc = row["protocol"] == "discrete"
         spread = f"{_f(row.get('spread_alpha_pp') if disc else None, scale=1)}/{_f(row.get('spread_utility_pp'), scale=1)}"
         tol = f"{_f(row.get('tolerance_alpha_pp') if disc else None, scale=1)}/{_f(row['tolerance_pp'], scale=1)}"
         t.add_row(
@@ -183,7 +184,7 @@ def print_validation(result: Validation, console: Console) -> None:
             "the tolerances are checked on the replay as traced",
             style="dim",
         )
-    disc = runs.filter(pl.col("protocol") == "discrete")
+    disc = runs.filter(pl.col("protocol").is_in([n for n in P.live() if P.get(n).serves_subset]))
     if disc.height:
         console.print(
             f"self-consistency: {disc.height} discrete run(s), identical decisions {disc['agreement_pct'].min():.2f}–"
