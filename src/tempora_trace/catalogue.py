@@ -7,14 +7,15 @@ from collections.abc import Iterator
 
 from .data import DATASETS
 from .errors import ConfigError
-from .methods import builtin_methods, method_clashes, methods_for_model, plugin_methods
+from .methods import FIELD_METHODS, builtin_methods, method_clashes, methods_for_model, plugin_methods
 from .models import MODEL_NORMS, available_models, get_model
 from .norms import describe_norms
 
 
-def methods_for_line(model: str) -> str:
-    """The methods that run on ``model``, space-separated (for scripts)."""
-    return " ".join(methods_for_model(model))
+def methods_for_line(model: str, demo_set: bool = False) -> str:
+    """The methods that run on ``model``, space-separated (for scripts); with ``demo_set``,
+    without the field's methods (:data:`tempora_trace.methods.FIELD_METHODS`)."""
+    return " ".join(m for m in methods_for_model(model) if not (demo_set and m in FIELD_METHODS))
 
 
 def model_lines(model: str, input_size: int | None = None) -> Iterator[str]:

@@ -260,12 +260,15 @@ def synthesize_command(
     "nothing downloaded): its normalisation layers and the methods that fit it.",
 )
 @click.option("--input-size", type=click.IntRange(8, 8192), default=None, metavar="PX", help="With --model: the image side.")
-def list_command(methods_for: str | None, model: str | None, input_size: int | None) -> None:
+@click.option(
+    "--demo-set", is_flag=True, help="With --methods-for: leave out the field's methods, as the demo set does (cotta, rotta, roid, t3a, memo, eata)."
+)
+def list_command(methods_for: str | None, model: str | None, input_size: int | None, demo_set: bool) -> None:
     """List methods, models and datasets (or the methods that fit one model)."""
     from .catalogue import catalogue_lines, methods_for_line, model_lines  # lazy: loads torch; `--help` and refused options do not
 
     if methods_for is not None:
-        click.echo(methods_for_line(methods_for))
+        click.echo(methods_for_line(methods_for, demo_set))
         return
     lines = model_lines(model, input_size) if model is not None else catalogue_lines()
     for line in lines:

@@ -154,6 +154,12 @@ def get_method(name: str) -> type[TTAMethod]:
     return resolve_method(name).cls
 
 
+#: Built-ins from the field's benchmark code bases, beyond the paper's study. The committed demo
+#: set and ``make demo`` leave them out (several cost many forward passes per batch);
+#: ``tempora-trace list --methods-for MODEL --demo-set`` prints the others.
+FIELD_METHODS = ("cotta", "rotta", "roid", "t3a", "memo", "eata")
+
+
 def methods_for_model(model: str, input_size: int | None = None, unusable: list[str] | None = None) -> list[str]:
     """Methods that fit ``model``'s normalisation layers (:func:`tempora_trace.norms.method_fits`):
     a built-in's are known without building it; a model by spec (``timm:NAME``, a factory …)
