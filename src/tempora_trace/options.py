@@ -531,11 +531,10 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
     TraceOption(
         "--rounds",
         "Times a continual, gradual or mixed stream plays its domains, each round shuffled afresh "
-        "(a long stream, to show collapse over time).",
+        "(a long stream, to show collapse over time). A campaign names them in its streams: continual:x10.",
         _ALL,
         default=1,
         type=click.IntRange(1, MAX_ROUNDS),
-        campaign=int,
     ),
     TraceOption(
         "--dirichlet-alpha",

@@ -1,4 +1,4 @@
-"""The mixed, gradual and repeated streams (docs/guide/tracer.md, "Streams"; docs/design/design.md §9):
+"""The mixed, gradual and repeated streams (docs/guide/tracer.md, "Mixed, gradual and long streams"; docs/design/design.md §1):
 their batch plans against plain-Python references, their determinism per seed, their identity,
 and traces of each on tiny data, a folder and the demo set, swept by the simulator."""
 
@@ -279,6 +279,18 @@ def test_traces_of_each_stream_on_tiny_data(cifar_c_root, tiny_models, tmp_path,
     assert [r["step"] for r in adapt] == list(range(len(expected)))
 
 
+@pytest.mark.parametrize("stream", ["gradual", "mixed:x2"])
+def test_a_profile_times_the_first_batches_of_the_stream(cifar_c_root, tiny_models, tmp_path, stream):
+    from tempora_trace.runner import profile_run
+
+    base, rounds = schema.stream_base(stream), schema.stream_rounds(stream)
+    cfg = tiny_config(cifar_c_root, tmp_path, stream=base, rounds=rounds, profile_batches=6, threads=1, warmup_batches=1)
+    meta, adapt = _adapt_rows(profile_run(cfg))
+    assert meta["stream"] == stream and meta["profile_batches"] == 6
+    (full,) = plan_stream(stream, ["gaussian_noise", "fog"], Opener({"gaussian_noise": 32, "fog": 32}), 5, 8, cfg.seed)
+    assert [(r["domain"], r["severity"]) for r in adapt] == [(n, s) for n, s, _ in _steps(full)[:6]]
+
+
 class Killed(Exception):
     pass
 
@@ -327,7 +339,9 @@ def test_streams_on_a_folder_with_corruptions_on_the_fly(tmp_path, stream):
     meta, adapt = _adapt_rows(trace_run(cfg))
     assert meta["domains"] == ["gaussian_noise", "brightness"] and meta["severity"] == 2
     if stream == "gradual":
-        assert [(r["domain"], r["severity"]) for r in adapt] == [(d, s) for d in ("gaussian_noise", "brightness") for s in (1, 2, 1) for _ in range(2)]
+        assert [(r["domain"], r["severity"]) for r in adapt] == [
+            (d, s) for d in ("gaussian_noise", "brightness") for s in (1, 2, 1) for _ in range(2)
+        ]
     else:
         assert [(r["domain"], r["severity"]) for r in adapt] == [("mixed", 2)] * 4
 
@@ -365,3 +379,43 @@ def test_demo_traces_of_each_stream_are_their_own_groups(tmp_path, monkeypatch):
     rows = frame.filter(pl.col("episode") != "__all__")
     assert set(zip(rows["stream"], rows["episode"])) == {("mixed", "mixed"), ("gradual", "gradual"), ("continual:x2", "continual")}
     assert frame.filter(pl.col("episode") == "__all__").height == 6
+
+
+# ---------------------------------------------------------------------- campaigns
+_CAMPAIGN = """
+[campaign]
+name = "streams"
+out = "traces"
+
+[machines.cpu]
+device = "cpu"
+
+[[groups]]
+machine = "cpu"
+dataset = "demo"
+batch_size = 32
+methods = ["tent"]
+domains = ["gaussian_noise", "fog"]
+streams = STREAMS
+options = { max_batches = 2, threads = 1 }
+"""
+
+
+def test_a_campaign_traces_the_new_streams_by_name(tmp_path):
+    from tempora_trace import options as trace_options
+    from tempora_trace.campaign import CampaignError, load_campaign, trace_location
+
+    path = tmp_path / "c.toml"
+    path.write_text(_CAMPAIGN.replace("STREAMS", '["mixed", "gradual", "continual:x3"]'))
+    campaign = load_campaign(path)
+    names = sorted(trace_location(t, campaign.out).name for t in campaign.tasks)
+    assert names == sorted(f"{m}-bs32-{s}.parquet" for m in ("standard", "tent") for s in ("mixed", "gradual", "continualx3"))
+    long = next(t for t in campaign.tasks if t.stream == "continual:x3")
+    opts = trace_options.parse_args("run", long.argv(campaign.out)[1:])
+    assert opts["stream"] == "continual" and opts["rounds"] == 3
+    assert len({t.group_key for t in campaign.tasks}) == 3
+    for bad in ('["episodic:x2"]', '["continual:x1"]', '["wild"]'):
+        path.write_text(_CAMPAIGN.replace("STREAMS", bad))
+        with pytest.raises(CampaignError) as err:
+            load_campaign(path)
+        assert "\n" not in str(err.value)
