@@ -73,18 +73,23 @@ class Episode:
     domains: list[Domain]
     #: per domain, the list of index batches (drop_last, shuffled from (seed, domain)).
     batches: list[list[np.ndarray]] = field(default_factory=list)
+    #: cumulative batch counts of the segments (filled by :meth:`locate`)
+    _ends: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), init=False, repr=False, compare=False)
 
     @property
     def num_batches(self) -> int:
         return sum(len(b) for b in self.batches)
 
     def locate(self, step: int) -> tuple[Domain, np.ndarray]:
-        """The domain and sample indices of the batch at 0-based ``step``."""
-        for domain, batches in zip(self.domains, self.batches):
-            if step < len(batches):
-                return domain, batches[step]
-            step -= len(batches)
-        raise IndexError(step)
+        """The domain and sample indices of the batch at 0-based ``step`` (a binary search over
+        the segments: a long stream holds thousands of them, one per domain, ramp step and round)."""
+        ends = self._ends
+        if len(ends) != len(self.batches):
+            ends = self._ends = np.cumsum([len(b) for b in self.batches], dtype=np.int64)
+        if not 0 <= step < (int(ends[-1]) if len(ends) else 0):
+            raise IndexError(step)
+        k = int(np.searchsorted(ends, step, side="right"))
+        return self.domains[k], self.batches[k][step - (int(ends[k - 1]) if k else 0)]
 
 
 def expand_domains(names: Sequence[str], available: Sequence[str]) -> list[str]:

@@ -419,3 +419,18 @@ def test_a_campaign_traces_the_new_streams_by_name(tmp_path):
         with pytest.raises(CampaignError) as err:
             load_campaign(path)
         assert "\n" not in str(err.value)
+
+
+def test_locate_finds_every_step_of_many_segments():
+    """``Episode.locate`` (a binary search over segments, some empty) against a flat list."""
+    from tempora_trace.data.streams import Episode
+
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        lens = rng.integers(0, 4, rng.integers(1, 9)).tolist()
+        ep = Episode("e", [Domain(f"d{k}", None, None) for k in range(len(lens))], [[np.array([i]) for i in range(n)] for n in lens])
+        flat = [(f"d{k}", i) for k, n in enumerate(lens) for i in range(n)]
+        assert [(ep.locate(s)[0].name, int(ep.locate(s)[1][0])) for s in range(ep.num_batches)] == flat
+        for bad in (-1, ep.num_batches):
+            with pytest.raises(IndexError):
+                ep.locate(bad)
