@@ -74,11 +74,14 @@ def build_episodes(open_domain, cfg: TraceConfig) -> list[Episode]:
 
 def check_folder_images(episodes: Sequence[Episode]) -> None:
     """Open the header of every image the run's batches use (the line names a bad file)."""
+    used: dict[str, tuple] = {}  # a domain's images once, however many ramp steps and rounds replay them
     for ep in episodes:
         for domain, batches in zip(ep.domains, ep.batches):
             check = getattr(domain.source, "check_readable", None)
             if check is not None and batches:
-                check(np.unique(np.concatenate(batches)), workers=default_workers(os.cpu_count()))
+                used.setdefault(domain.name, (check, []))[1].extend(batches)
+    for check, batches in used.values():
+        check(np.unique(np.concatenate(batches)), workers=default_workers(os.cpu_count()))
 
 
 def left_over_images(episodes: Sequence[Episode], cfg: TraceConfig) -> list[str]:
