@@ -515,8 +515,16 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
         metavar="LIST",
         convert=parse_domains,
     ),
-    TraceOption("--severity", "Corruption severity.", _ALL, default=DEFAULT_SEVERITY, type=click.IntRange(1, 5)),
-    TraceOption("--max-batches", "At most this many batches per domain.", _ALL, type=click.IntRange(1, INT32_MAX), campaign=int),
+    TraceOption(
+        "--severity", "Corruption severity (the peak of a gradual ramp).", _ALL, default=DEFAULT_SEVERITY, type=click.IntRange(1, 5)
+    ),
+    TraceOption(
+        "--max-batches",
+        "At most this many batches per domain (per step of a gradual ramp; this many times the domains for a mixed stream), per round.",
+        _ALL,
+        type=click.IntRange(1, INT32_MAX),
+        campaign=int,
+    ),
     TraceOption("--batch-size", "Images per batch.", _ALL, default=DEFAULT_BATCH_SIZE, type=click.IntRange(1, INT32_MAX)),
     TraceOption("--seed", "Seed of the batch order and the method.", _ALL, default=DEFAULT_SEED, type=click.IntRange(0, INT64_MAX)),
     TraceOption(
