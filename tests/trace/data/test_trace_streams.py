@@ -372,13 +372,17 @@ def test_demo_traces_of_each_stream_are_their_own_groups(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.glob("*.parquet")) == sorted(
         f"{m}-bs32-{s}.parquet" for m in ("standard", "tent") for s in ("mixed", "sev3-gradual", "continualx2")
     )
-    frame = run_sweep(tmp_path, protocols="offline").frame
-    assert set(frame["stream"].unique()) == {"mixed", "gradual", "continual:x2"}
     import polars as pl
 
+    frame = run_sweep(tmp_path, protocols="offline").frame
+    assert set(frame["stream"].unique()) == {"mixed", "gradual", "continual:x2"}
     rows = frame.filter(pl.col("episode") != "__all__")
     assert set(zip(rows["stream"], rows["episode"])) == {("mixed", "mixed"), ("gradual", "gradual"), ("continual:x2", "continual")}
     assert frame.filter(pl.col("episode") == "__all__").height == 6
+    # every protocol replays them, the amortised one on their frozen checkpoints
+    every = run_sweep(tmp_path, protocols="offline,discrete,continuous,amortised").frame
+    assert set(every["protocol"].unique()) == {"offline", "discrete", "continuous", "amortised"}
+    assert set(every["stream"].unique()) == {"mixed", "gradual", "continual:x2"}
 
 
 # ---------------------------------------------------------------------- campaigns
