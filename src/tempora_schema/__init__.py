@@ -71,14 +71,55 @@ def stream_alpha(stream: str) -> float | None:
     return alpha if math.isfinite(alpha) and alpha > 0 else None
 
 
+#: Streams of one episode that never resets: ``continual`` (the domains in order), ``gradual``
+#: (each domain's severity ramped 1 → peak → 1) and ``mixed`` (every domain's samples shuffled
+#: together, so each batch draws from all of them). Only these repeat over rounds.
+UNRESET_STREAMS = ("continual", "gradual", "mixed")
+#: Every stream name but ``dirichlet:<α>`` (which names its concentration).
+TRACE_STREAMS = ("episodic", *UNRESET_STREAMS)
+#: A stream repeated over ``r ≥ 2`` rounds is named ``<stream>:x<r>`` (``continual:x10``);
+#: one round carries no suffix, so a one-round stream is named as it always was.
+ROUNDS_MARK = ":x"
+#: The rows' domain of a mixed stream: each of its batches holds samples of every listed domain.
+MIXED_DOMAIN = "mixed"
+_ROUNDS = re.compile(r"(continual|gradual|mixed):x([1-9][0-9]*)")
+
+
+def stream_rounds(stream: str) -> int:
+    """How many times the stream plays its domain sequence (1 unless named ``<stream>:x<r>``)."""
+    found = _ROUNDS.fullmatch(stream) if isinstance(stream, str) else None
+    return int(found.group(2)) if found else 1
+
+
+def stream_base(stream: str) -> str:
+    """The stream without its rounds (``continual:x3`` → ``continual``)."""
+    found = _ROUNDS.fullmatch(stream) if isinstance(stream, str) else None
+    return found.group(1) if found else stream
+
+
+def stream_name(base: str, rounds: int = 1) -> str:
+    """The canonical name of ``base`` played over ``rounds`` rounds."""
+    return base if rounds == 1 else f"{base}{ROUNDS_MARK}{rounds}"
+
+
+def gradual_severities(peak: int) -> list[int]:
+    """The severities a gradual stream plays within each domain, in order: 1 up to ``peak`` and
+    back down to 1 (``[1, 2, 3, 4, 5, 4, 3, 2, 1]`` for the default 5)."""
+    return [*range(1, peak + 1), *range(peak - 1, 0, -1)]
+
+
 def is_stream(stream: object) -> bool:
-    """``episodic``, ``continual`` or ``dirichlet:<α>`` with a finite α > 0."""
-    return stream in STREAMS or stream_alpha(stream) is not None  # type: ignore[arg-type]
+    """``episodic``, ``continual``, ``gradual``, ``mixed`` (the last three optionally over
+    ``:x<r>`` rounds, r ≥ 2) or ``dirichlet:<α>`` with a finite α > 0."""
+    if stream in TRACE_STREAMS or stream_alpha(stream) is not None:  # type: ignore[arg-type]
+        return True
+    return isinstance(stream, str) and stream_base(stream) != stream and stream_rounds(stream) >= 2
 
 
 def resets_per_episode(stream: str) -> bool:
-    """Every stream but ``continual`` resets the method at each episode (domain)."""
-    return stream != "continual"
+    """``episodic`` and ``dirichlet`` reset the method at each episode (domain); ``continual``,
+    ``gradual`` and ``mixed`` play one episode that never resets."""
+    return stream_base(stream) not in UNRESET_STREAMS
 
 
 #: ``checkpoint`` value of adapt rows.
@@ -421,7 +462,9 @@ def validate_metadata(meta: Mapping[str, Any], path: object = "<trace>") -> int:
         if not _is_int(meta[key]) or meta[key] < 0:
             raise TraceSchemaError(path, f"metadata '{key}' must be a non-negative integer, got {meta[key]!r}")
     if not is_stream(meta["stream"]):
-        raise TraceSchemaError(path, f"metadata 'stream' must be one of {', '.join(STREAMS)} or dirichlet:<α>, got {meta['stream']!r}")
+        raise TraceSchemaError(
+            path, f"metadata 'stream' must be one of {', '.join(TRACE_STREAMS)} (with :x<rounds>) or dirichlet:<α>, got {meta['stream']!r}"
+        )
     if not isinstance(meta["method_params"], dict):
         raise TraceSchemaError(path, "metadata 'method_params' must be a JSON object")
     fe = meta["frozen_eval"]
@@ -800,12 +843,15 @@ def check_metadata_matches_rows(
     """v2 cross-checks: the rows' domains are the listed ones, their severity the recorded
     one, ``max_batches`` bounds every episode, and the probe names real episodes and steps."""
     listed = set(meta["domains"])
-    extra = sorted(set(domains) - listed)
+    base = stream_base(meta["stream"])
+    extra = sorted(set(domains) - listed - ({MIXED_DOMAIN} if base == "mixed" else set()))
     if extra:
         raise TraceSchemaError(path, f"rows hold domain(s) {extra[:3]} not listed in metadata 'domains'")
     sev = {int(s) for s in severities if s is not None}
-    if meta["severity"] is not None and sev - {meta["severity"]}:
-        raise TraceSchemaError(path, f"rows have severity {sorted(sev)} but metadata 'severity' is {meta['severity']}")
+    if meta["severity"] is not None:
+        allowed = set(gradual_severities(meta["severity"])) if base == "gradual" else {meta["severity"]}
+        if sev - allowed:
+            raise TraceSchemaError(path, f"rows have severity {sorted(sev)} but metadata 'severity' is {meta['severity']}")
     mb = meta["max_batches"]
     if mb is not None and resets_per_episode(meta["stream"]) and adapt_counts.size and int(adapt_counts.max()) > mb * len(listed):
         raise TraceSchemaError(path, f"an episode has {int(adapt_counts.max())} batches, more than max_batches allows")

@@ -52,7 +52,7 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as Bar
 
-from tempora_schema import decode_metadata
+from tempora_schema import decode_metadata, is_stream, stream_base, stream_rounds
 from tempora_schema.errors import OutputLockedError, TemporaError, output_error
 from tempora_schema.policies import parse_policies
 from tempora_schema.vocabulary import BASELINE_METHOD
@@ -178,6 +178,8 @@ class TraceTask:
         }
         if self.stream.startswith("dirichlet:"):
             values["stream"], values["dirichlet_alpha"] = "dirichlet", self.stream.split(":", 1)[1]
+        elif is_stream(self.stream) and stream_rounds(self.stream) > 1:  # ``continual:x3``: the stream and its --rounds
+            values["stream"], values["rounds"] = stream_base(self.stream), stream_rounds(self.stream)
         else:
             values["stream"] = self.stream
         if self.budgets_ms and lambda_ms is not None:

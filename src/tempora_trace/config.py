@@ -39,7 +39,9 @@ from .options import (
     DEFAULT_STAGE_MB,
     DEFAULT_TIMING_PASSES,
     DEFAULT_TIMING_SAMPLE,
+    LIVE,
     MAX_PARAM_DEPTH,
+    MAX_ROUNDS,
     WARMUP_BATCHES,
     config_kwargs,
 )
@@ -63,6 +65,8 @@ _IDENTITY_EXCLUDE = {
     "resume", "force", "quiet", "workers", "stage_mb", "out", "name", "data_root", "method_spec",
     # timed after the main pass, outside every row (tempora_trace.variability)
     "timing_sample", "timing_passes", "idle_gaps",
+    # carried by the stream's name (``continual:x3``), which is in the identity
+    "rounds",
 }  # fmt: skip
 
 
@@ -124,6 +128,36 @@ def canonical_policy(text: str | None, seed: int) -> str | None:
     return None if policy is None else policy.spec(seed)
 
 
+def _stream_rounds(stream: str, rounds: int) -> tuple[str, int]:
+    """The canonical stream name and its rounds, from ``--stream`` (which may already name its
+    rounds, as a campaign or a resumed identity does) and ``--rounds``."""
+    named = schema.stream_rounds(stream)
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= MAX_ROUNDS:
+        raise ConfigError(f"--rounds must be in 1..{MAX_ROUNDS}, not {rounds}")
+    if named > 1 and rounds not in (1, named):
+        raise ConfigError(f"--stream {stream} names {named} rounds but --rounds is {rounds}; pass one")
+    rounds = max(named, rounds)
+    base = schema.stream_base(stream)
+    if rounds > 1 and base not in schema.UNRESET_STREAMS:
+        kind = "dirichlet" if schema.stream_alpha(stream) is not None else base
+        raise ConfigError(f"--rounds repeats a stream that never resets (continual, gradual, mixed); --stream {kind} resets per domain")
+    return schema.stream_name(base, rounds), rounds
+
+
+def _check_gradual(cfg: "TraceConfig", spec) -> None:
+    """A gradual stream ramps each corruption's severity 1 → ``--severity`` → 1: it needs data
+    with severities, a peak above 1, and no ``clean`` domain (ConfigError otherwise)."""
+    if schema.stream_base(cfg.stream) != "gradual":
+        return
+    if not spec.has_severity:
+        hint = " (a folder of clean images takes them with --corruptions)" if spec.folder else ""
+        raise ConfigError(f"--stream gradual ramps the corruption severity, and dataset '{spec.name}' has no severities{hint}")
+    if cfg.severity < 2:
+        raise ConfigError(f"--stream gradual ramps the severity 1 → --severity → 1: it needs --severity 2..5, not {cfg.severity}")
+    if "clean" in (cfg.domains or ()):
+        raise ConfigError("--stream gradual ramps each corruption's severity; the 'clean' domain has none (leave it out of --domains)")
+
+
 @dataclass
 class TraceConfig:
     #: a method name, or ``module:CLASS`` / ``PATH.py:CLASS`` (resolved() keeps that in
@@ -150,6 +184,9 @@ class TraceConfig:
     stream: str = "episodic"
     #: Dirichlet concentration of a ``dirichlet`` stream (resolved into ``stream = dirichlet:<α>``).
     dirichlet_alpha: float | None = None
+    #: times an unreset stream (continual, gradual, mixed) plays its domain sequence (resolved
+    #: into ``stream = <stream>:x<rounds>`` when more than one).
+    rounds: int = 1
     #: later batches scored per checkpoint; None = all of them (exact).
     frozen_sample: int | None = DEFAULT_FROZEN_SAMPLE
     default_checkpoints: bool = True
@@ -218,14 +255,18 @@ class TraceConfig:
         elif cfg.dirichlet_alpha is not None and schema.stream_alpha(cfg.stream) is None:
             raise ConfigError("--dirichlet-alpha is for --stream dirichlet")
         if not schema.is_stream(cfg.stream):
-            raise ConfigError(f"--stream must be episodic, continual or dirichlet (with --dirichlet-alpha), not '{cfg.stream}'")
+            raise ConfigError(
+                f"--stream must be episodic, continual, gradual, mixed or dirichlet (with --dirichlet-alpha), not '{cfg.stream}'"
+            )
         cfg.dirichlet_alpha = schema.stream_alpha(cfg.stream)
+        cfg.stream, cfg.rounds = _stream_rounds(cfg.stream, cfg.rounds)
         if not 1 <= cfg.batch_size <= INT32_MAX:
             raise ConfigError(f"--batch-size must be in 1..{INT32_MAX}, not {cfg.batch_size}")
         if not 0 <= cfg.seed <= INT64_MAX:
             raise ConfigError(f"--seed must be in 0..{INT64_MAX}, not {cfg.seed}")
         if spec.has_severity and not 1 <= cfg.severity <= 5:
             raise ConfigError(f"--severity must be 1..5, not {cfg.severity}")
+        _check_gradual(cfg, spec)
         if cfg.max_batches is not None and not 1 <= cfg.max_batches <= INT32_MAX:
             raise ConfigError(f"--max-batches must be in 1..{INT32_MAX}, not {cfg.max_batches}")
         if cfg.frozen_sample is not None and cfg.frozen_sample < 1:
@@ -355,6 +396,8 @@ def config_from_options(command: str, cli_values: Mapping[str, Any], **extra: An
     :mod:`tempora_trace.options` declares them) and ``extra`` fields; every value is checked
     here, before any model, data or output is touched."""
     cfg = TraceConfig(**{**config_kwargs(command, cli_values), **extra}).resolved()
+    if command == LIVE and (cfg.rounds > 1 or schema.stream_base(cfg.stream) in ("gradual", "mixed")):
+        raise ConfigError("tempora-trace live plays episodic and continual streams; trace gradual, mixed and repeated ones with run")
     if cli_values["resume"] and cli_values["force"]:
         raise ConfigError("--resume and --force contradict each other; pass one")
     default_root = "profiles" if cfg.profile_batches is not None else "traces"

@@ -65,7 +65,9 @@ DEFAULT_PROFILE_BATCHES = 8
 #: The subcommands that trace; a :class:`TraceOption` names the ones that take it.
 COMMANDS = ("run", "live", "calibrate", "profile")
 RUN, LIVE, CALIBRATE, PROFILE = COMMANDS
-STREAMS = ("episodic", "continual", "dirichlet")
+STREAMS = ("episodic", "continual", "gradual", "mixed", "dirichlet")
+#: Most rounds a stream may repeat (``--rounds``; tempora_trace.config checks the same bound).
+MAX_ROUNDS = 1000
 PROFILES = ("default", "paper")
 
 
@@ -513,17 +515,34 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
         metavar="LIST",
         convert=parse_domains,
     ),
-    TraceOption("--severity", "Corruption severity.", _ALL, default=DEFAULT_SEVERITY, type=click.IntRange(1, 5)),
-    TraceOption("--max-batches", "At most this many batches per domain.", _ALL, type=click.IntRange(1, INT32_MAX), campaign=int),
+    TraceOption(
+        "--severity", "Corruption severity (the peak of a gradual ramp).", _ALL, default=DEFAULT_SEVERITY, type=click.IntRange(1, 5)
+    ),
+    TraceOption(
+        "--max-batches",
+        "At most this many batches per domain (per step of a gradual ramp; this many times the domains for a mixed stream), per round.",
+        _ALL,
+        type=click.IntRange(1, INT32_MAX),
+        campaign=int,
+    ),
     TraceOption("--batch-size", "Images per batch.", _ALL, default=DEFAULT_BATCH_SIZE, type=click.IntRange(1, INT32_MAX)),
     TraceOption("--seed", "Seed of the batch order and the method.", _ALL, default=DEFAULT_SEED, type=click.IntRange(0, INT64_MAX)),
     TraceOption(
         "--stream",
-        "episodic: reset per domain; continual: never reset; dirichlet: reset per domain, batches in a "
-        "label-shifted order (classes spread over time by Dirichlet(α)).",
+        "episodic: reset per domain; continual: never reset; gradual: never reset, each domain's severity "
+        "ramped 1 → --severity → 1; mixed: never reset, every batch drawn from all the domains at once; "
+        "dirichlet: reset per domain, batches in a label-shifted order (classes spread over time by Dirichlet(α)).",
         _ALL,
         default="episodic",
         type=click.Choice(list(STREAMS)),
+    ),
+    TraceOption(
+        "--rounds",
+        "Times a continual, gradual or mixed stream plays its domains, each round shuffled afresh "
+        "(a long stream, to show collapse over time). A campaign names them in its streams: continual:x10.",
+        _ALL,
+        default=1,
+        type=click.IntRange(1, MAX_ROUNDS),
     ),
     TraceOption(
         "--dirichlet-alpha",

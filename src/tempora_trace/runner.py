@@ -35,10 +35,10 @@ from tempora_toolkit.command_line import visible
 from . import __version__
 from .checkpoints import BudgetCutoffs, default_schedule, sample_steps
 from .config import TraceConfig, check_param_values
-from .data import Episode, batch_order
+from .data import Episode
 from .data.folder import MIN_CORRUPTION_SIZE
-from .data.streams import dirichlet_order, domain_seed, source_labels
-from .errors import ConfigError, DataError, TraceError
+from .data.streams import domain_seed, plan_stream
+from .errors import ConfigError, TraceError
 from .heap import FaultTally, apply_heap_policy
 from .methods import resolve_method
 from .methods.base import MethodContext, TTAMethod
@@ -66,40 +66,34 @@ from .writer import RowBuffer, TraceWriter
 
 
 # ------------------------------------------------------------------------ streams
-def build_episodes(domains, cfg: TraceConfig) -> list[Episode]:
-    """Episodic: one episode per domain. Continual: one episode over all domains in order.
-    Dirichlet: one episode per domain, its batches in a label-shifted order."""
-    orders = []
-    alpha = schema.stream_alpha(cfg.stream)
-    for d in domains:
-        if len(d.source) < cfg.batch_size:
-            raise DataError(f"domain '{d.name}' has {len(d.source)} samples, fewer than one batch of {cfg.batch_size}")
-        if alpha is not None:
-            orders.append(dirichlet_order(source_labels(d.source), cfg.batch_size, cfg.seed, d.name, alpha, cfg.max_batches))
-        else:
-            orders.append(batch_order(len(d.source), cfg.batch_size, cfg.seed, d.name, cfg.max_batches))
-    if cfg.stream == "continual":
-        return [Episode("continual", list(domains), orders)]
-    return [Episode(d.name, [d], [o]) for d, o in zip(domains, orders)]
+def build_episodes(open_domain, cfg: TraceConfig) -> list[Episode]:
+    """The episodes of ``cfg``'s stream (:func:`~tempora_trace.data.streams.plan_stream`), each
+    domain opened by ``open_domain(name, severity)``."""
+    return plan_stream(cfg.stream, cfg.domains or [], open_domain, cfg.severity, cfg.batch_size, cfg.seed, cfg.max_batches)
 
 
 def check_folder_images(episodes: Sequence[Episode]) -> None:
     """Open the header of every image the run's batches use (the line names a bad file)."""
+    used: dict[str, tuple] = {}  # a domain's images once, however many ramp steps and rounds replay them
     for ep in episodes:
         for domain, batches in zip(ep.domains, ep.batches):
             check = getattr(domain.source, "check_readable", None)
             if check is not None and batches:
-                check(np.concatenate(batches), workers=default_workers(os.cpu_count()))
+                used.setdefault(domain.name, (check, []))[1].extend(batches)
+    for check, batches in used.values():
+        check(np.unique(np.concatenate(batches)), workers=default_workers(os.cpu_count()))
 
 
 def left_over_images(episodes: Sequence[Episode], cfg: TraceConfig) -> list[str]:
     """One line per domain whose image count is not a multiple of the batch size (and whose
     stream ``--max-batches`` does not cut anyway): the images left out of its batches."""
-    lines = []
+    lines: list[str] = []
     for ep in episodes:
         for domain, batches in zip(ep.domains, ep.batches):
             used, total = sum(len(b) for b in batches), len(domain.source)
             if used < total and (cfg.max_batches is None or len(batches) < cfg.max_batches):
+                if any(f"domain '{domain.name}' holds" in line for line in lines):  # a later round or ramp step of it
+                    continue
                 lines.append(
                     f"domain '{domain.name}' holds {total} images: its stream uses {used} in batches of {cfg.batch_size} and "
                     f"leaves out {total - used} (a fixed random choice, the same on every run); they are neither traced nor checked"
@@ -287,7 +281,7 @@ class MethodRun:
         self.speed_probe: list[dict] = []
         self.speed_probe_kind = schema.PROBE_NOT_MEASURED
         root = self.dataset.root(cfg.data_root)
-        self.episodes = build_episodes([self.dataset.open(d, cfg.severity, root) for d in cfg.domains], cfg)
+        self.episodes = build_episodes(lambda name, severity: self.dataset.open(name, severity, root), cfg)
         if self.dataset.folder:  # a file that is not an image is refused before anything is written
             check_folder_images(self.episodes)
             for line in left_over_images(self.episodes, cfg):

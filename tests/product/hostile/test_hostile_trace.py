@@ -190,6 +190,19 @@ CASES.update(
             "needs BatchNorm layers but model",
             _byo,
         ),
+        "stream: gradual on a folder without severities": (
+            [*BYO, "--model", "{ws}/model.py:build", "--stream", "gradual"],
+            "has no severities (a folder of clean images takes them with --corruptions)",
+            lambda ws: _byo(ws, nested=True),
+        ),
+        "stream: gradual at severity 1": ([*RUN, "--stream", "gradual", "--severity", "1"], "needs --severity 2..5, not 1", None),
+        "stream: rounds of an episodic stream": ([*RUN, "--rounds", "3"], "--rounds repeats a stream that never resets", None),
+        "stream: zero rounds": ([*RUN, "--stream", "continual", "--rounds", "0"], "--rounds", None),
+        "live: a mixed stream": (
+            ["live", "--method", "tent", "--rho", "1", "--stream", "mixed"],
+            "live plays episodic and continual",
+            None,
+        ),
     }
 )
 
