@@ -78,17 +78,8 @@ from .live_clock import (
 )
 from .live_settings import LiveSettings, RunPlan, plan_runs, standard_trace_lambda
 from .progress import ProgressView
-from .runner import (
-    NON_FINITE,
-    REWARM_AFTER_S,
-    MethodRun,
-    TraceRun,
-    capture_rng,
-    host_snapshot,
-    prediction_problem,
-    restore_rng,
-    summarize,
-)
+from .run_support import NON_FINITE, capture_rng, host_snapshot, prediction_problem, restore_rng, summarize
+from .runner import REWARM_AFTER_S, MethodRun, TraceRun
 from .timing import (
     Event,
     clock_resolution_ns,
