@@ -66,6 +66,8 @@ from tempora_schema.identity import (  # noqa: F401  (re-exported)
     policy_file_label,
     weights_identity,
 )
+from tempora_schema.policies import file_part as policy_file_part  # noqa: F401  (re-exported)
+from tempora_schema.policies import parse_policy, policy_label, validate_policy_metadata  # noqa: F401  (re-exported)
 from tempora_schema.prediction import (  # noqa: F401  (re-exported)
     KIND_KEY,
     KIND_PROFILE,
@@ -75,7 +77,8 @@ from tempora_schema.prediction import (  # noqa: F401  (re-exported)
     validate_kind,
 )
 from tempora_schema.provision import LAMBDA_RULES, LAMBDA_SIGMAS, MAD_TO_SIGMA, lambda_ms  # noqa: F401  (re-exported)
-from tempora_schema.validation import (  # noqa: F401  (re-exported; the two private rules for tempora_schema.live)
+from tempora_schema.validation import (  # noqa: F401  (re-exported; the private rules other modules of both stages use)
+    _SHA256,
     RowArrays,
     RowLayout,
     _arrow_kind_ok,
