@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import importlib.util
 import inspect
 import re
 import sys
