@@ -68,9 +68,8 @@ def test_a_method_file_and_a_model_file_are_one_module_per_content(user_file):
     assert module.__name__.startswith(user_code.MODULE_PREFIX)
     assert module.LOADS == 1 and module.MyTent is method.cls
     assert user_code.load_file(path).module is module
-    assert [n for n in sys.modules if n.startswith(user_code.MODULE_PREFIX) and n.endswith(hashlib.sha256(path.read_bytes()).hexdigest()[:12])] == [
-        module.__name__
-    ]
+    own = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    assert [n for n in sys.modules if n.startswith(user_code.MODULE_PREFIX) and n.endswith(own)] == [module.__name__]
     # one identity: the method's provenance and the model's source record the same digest, which
     # covers the helper (so it is not the file's bytes alone)
     assert method.source.sha256 == spec.source["file_sha256"] == user_code.load_file(path).sha256
@@ -115,8 +114,8 @@ def test_the_users_file_sees_only_its_own_path_in_argv(tmp_path, monkeypatch):
     seen = tmp_path / "argv.py"
     seen.write_text("import sys\nARGV = list(sys.argv)\n")
     monkeypatch.setattr(sys, "argv", ["tempora-trace", "run", "--method", "x"])
+    loaded = user_code.load_file(seen)
     try:
-        loaded = user_code.load_file(seen)
         assert loaded.module.ARGV == [str(seen.resolve())]
         assert sys.argv == ["tempora-trace", "run", "--method", "x"]
     finally:
