@@ -183,7 +183,7 @@ def paired_events(plugin_file: Path, batches: int, batch_size: int, device: str)
         "built-in": get_method("tent")(demo_model("bn", device), context),
         "plugin": get_method(f"{plugin_file}:Tent")(demo_model("bn", device), context),
     }
-    assert type(methods["plugin"]).__module__.startswith("tempora_user_method_")
+    assert type(methods["plugin"]).__module__.startswith("tempora_user_code_")
     clock = DeviceClock(torch.device(device))
     deltas: dict[str, list[float]] = {k: [] for k in methods}
     for m in methods.values():  # warm-up

@@ -23,7 +23,8 @@ from .config import TraceConfig
 from .errors import ConfigError
 from .live import LiveSettings, run_live
 from .options import DEFAULT_PROFILE_BATCHES
-from .runner import profile_run, trace_run
+from .profiling import profile_run
+from .runner import trace_run
 
 __all__ = ["trace", "profile", "calibrate", "live", "TraceConfig", "LiveSettings", "Calibration"]
 

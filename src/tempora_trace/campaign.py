@@ -20,13 +20,15 @@ Two engines place those processes:
 
 Both run each group's ``standard`` trace first (its λ sets budget checkpoints), skip traces
 that are already complete, and report done / running / failed as they go.
+
+The file, its tasks and its checks are :mod:`tempora_trace.campaign_file`; this module runs
+them: one trace as one process, the two engines, the locks and the progress.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import math
 import os
 import re
@@ -37,14 +39,9 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
 
 import click
 import pyarrow.parquet as pq
@@ -52,388 +49,19 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as Bar
 
-from tempora_schema import decode_metadata, is_stream, stream_base, stream_rounds
-from tempora_schema.errors import OutputLockedError, TemporaError, output_error
-from tempora_schema.policies import parse_policies
+from tempora_schema import decode_metadata
+from tempora_schema.errors import OutputLockedError, output_error
 from tempora_schema.vocabulary import BASELINE_METHOD
 from tempora_toolkit.atomic_files import check_output_dir, output_lock, write_file
 
 from . import options as trace_options
 from .calibration import lambda_ms_of
+from .campaign_file import ENGINES, Campaign, CampaignError, TraceTask, first_line, load_campaign
+from .campaign_file import TRACE_OPTIONS as TRACE_OPTIONS  # importable from here, where the campaign runs
 from .config import TraceConfig, path_part
-from .data import expand_domains, get_dataset
 from .errors import ConfigError, TraceError
-from .methods import MethodError, available_methods, get_method, resolve_method
-from .methods.base import MethodContext
-from .methods.gradient import check_param_types
-from .models import MODEL_NORMS, model_norms
-from .norms import describe_norms, method_fits
-from .policies import adapts_after_prediction
 from .timing import device_slug, resolve_device
 from .writer import identity_differences
-
-DEVICE_TYPES = ("cpu", "cuda")
-ENGINES = ("local", "ray")
-#: Tracer options a group may set under ``options`` (the `tempora-trace run` flags, as keys),
-#: declared with the options themselves (:data:`tempora_trace.options.CAMPAIGN_OPTIONS`).
-TRACE_OPTIONS = trace_options.CAMPAIGN_OPTIONS
-_GROUP_KEYS = {
-    "machine",
-    "dataset",
-    "model",
-    "weights",
-    "batch_size",
-    "severities",
-    "seeds",
-    "streams",
-    "methods",
-    "domains",
-    "options",
-    "params",
-    "budgets_ms",
-    "policies",
-}
-_MACHINE_KEYS = {"device", "data_root", "accelerator", "cpus_per_trace", "gpus"}
-
-
-class CampaignError(TraceError):
-    """A campaign file that cannot be run (one line: the file, the place, the rule)."""
-
-
-@dataclass(frozen=True)
-class Machine:
-    """A kind of machine: the device its traces use and where it keeps the data."""
-
-    kind: str
-    device: str = "cpu"
-    data_root: str | None = None
-    accelerator: str | None = None
-    cpus_per_trace: int = 1
-    #: local engine: the GPU indices to use (default: every visible GPU)
-    gpus: tuple[int, ...] | None = None
-
-
-@dataclass(frozen=True)
-class TraceTask:
-    """One trace file of the campaign, as the arguments of one ``tempora-trace run``."""
-
-    group: int
-    machine: Machine
-    dataset: str
-    model: str | None
-    method: str
-    batch_size: int
-    severity: int
-    seed: int
-    stream: str
-    domains: tuple[str, ...] | None = None
-    weights: str | None = None
-    options: tuple[tuple[str, Any], ...] = ()
-    params: tuple[tuple[str, Any], ...] = ()
-    budgets_ms: tuple[float, ...] = ()
-    #: sparse-adaptation policy (docs/design/design.md §11); None: adapt on every batch
-    policy: str | None = None
-
-    @property
-    def label(self) -> str:
-        method = self.method if self.policy is None else f"{self.method}@{self.policy}"
-        return (
-            f"{self.dataset}/{self.model or 'default'}/{self.machine.device}/{method}"
-            f" bs{self.batch_size} sev{self.severity} seed{self.seed} {self.stream}"
-        )
-
-    @property
-    def group_key(self) -> tuple:
-        """Traces that share λ: everything but the method."""
-        return (
-            self.group,
-            self.machine.kind,
-            self.dataset,
-            self.model,
-            self.batch_size,
-            self.severity,
-            self.seed,
-            self.stream,
-            self.domains,
-        )
-
-    def values(self, lambda_ms: float | None = None, device: str | None = None) -> dict[str, Any]:
-        """The ``tempora-trace run`` options of this trace, by name (:mod:`tempora_trace.options`)."""
-        values: dict[str, Any] = {
-            "method": self.method,
-            "dataset": self.dataset,
-            "device": device or self.machine.device,
-            "batch_size": self.batch_size,
-            "severity": self.severity,
-            "seed": self.seed,
-            "quiet": True,
-            "model": self.model,
-            "weights": self.weights,
-            "data_root": str(Path(self.machine.data_root).expanduser()) if self.machine.data_root else None,
-            "domains": self.domains or None,
-            "policy": self.policy,
-            **dict(self.options),
-            # JSON for non-strings, as `--param` parses them (a TOML true stays a boolean)
-            "params": [f"{key}={value if isinstance(value, str) else json.dumps(value)}" for key, value in self.params],
-        }
-        if self.stream.startswith("dirichlet:"):
-            values["stream"], values["dirichlet_alpha"] = "dirichlet", self.stream.split(":", 1)[1]
-        elif is_stream(self.stream) and stream_rounds(self.stream) > 1:  # ``continual:x3``: the stream and its --rounds
-            values["stream"], values["rounds"] = stream_base(self.stream), stream_rounds(self.stream)
-        else:
-            values["stream"] = self.stream
-        if self.budgets_ms and lambda_ms is not None:
-            values["budgets_ms"], values["lambda_ms"] = list(self.budgets_ms), f"{lambda_ms:.6f}"
-        return values
-
-    def argv(self, out_root: Path, lambda_ms: float | None = None, device: str | None = None) -> list[str]:
-        """``tempora-trace run`` arguments writing into ``out_root/<dataset>/<model>/<device-slug>``."""
-        return ["run", *trace_options.to_argv(self.values(lambda_ms, device))]
-
-
-@dataclass
-class Campaign:
-    path: Path
-    name: str
-    out: Path
-    shared_storage: bool
-    machines: dict[str, Machine]
-    tasks: list[TraceTask] = field(default_factory=list)
-
-    def ordered(self) -> tuple[list[TraceTask], list[TraceTask]]:
-        """(the groups' ``standard`` traces, everything else): the first set runs first."""
-        first = [t for t in self.tasks if t.method == BASELINE_METHOD]
-        return first, [t for t in self.tasks if t.method != BASELINE_METHOD]
-
-
-# --------------------------------------------------------------------------- loading
-def _read_toml(path: Path) -> dict:
-    try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
-    except FileNotFoundError:
-        raise CampaignError(f"{path}: no such campaign file") from None
-    except OSError as exc:
-        raise CampaignError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise CampaignError(f"{path}: not valid TOML ({exc})") from None
-
-
-def _list(value: Any, where: str, kind: type | tuple) -> list:
-    items = value if isinstance(value, list) else [value]
-    for item in items:
-        if isinstance(item, bool) or not isinstance(item, kind):
-            raise CampaignError(
-                f"{where}: expected {'a list of ' if isinstance(value, list) else ''}{getattr(kind, '__name__', 'value')}, got {item!r}"
-            )
-    return items
-
-
-def _corruptions(value: Any) -> list[str] | None:
-    """``options.corruptions`` as a list (a comma-separated string or a TOML list)."""
-    if value is None:
-        return None
-    return [str(v) for v in value] if isinstance(value, list) else [value]
-
-
-def load_campaign(path: str | os.PathLike) -> Campaign:
-    """Parse, expand and check a campaign file (CampaignError on the first problem)."""
-    path = Path(path)
-    raw = _read_toml(path)
-    unknown = set(raw) - {"campaign", "machines", "groups"}
-    if unknown:
-        raise CampaignError(f"{path}: unknown table(s) {sorted(unknown)}; expected campaign, machines, groups")
-    head = _table(raw.get("campaign", {}), f"{path}: [campaign]")
-    bad = set(head) - {"name", "out", "shared_storage"}
-    if bad:
-        raise CampaignError(f"{path}: [campaign] has unknown key(s) {sorted(bad)}; known: name, out, shared_storage")
-    for key, kind in (("name", str), ("out", str), ("shared_storage", bool)):
-        if key in head and not isinstance(head[key], kind):
-            raise CampaignError(f"{path}: [campaign] {key} must be a {kind.__name__}, got {head[key]!r}")
-    out = Path(str(head.get("out", "traces"))).expanduser()
-    if not out.is_absolute():
-        out = (path.parent / out).resolve() if "out" in head else Path("traces").resolve()
-    machines: dict[str, Machine] = {}
-    for kind, spec in _table(raw.get("machines") or {"cpu": {"device": "cpu"}}, f"{path}: [machines]").items():
-        if not isinstance(spec, dict):
-            raise CampaignError(f"{path}: [machines.{kind}] must be a table")
-        for key in ("device", "data_root", "accelerator"):
-            if key in spec and not isinstance(spec[key], str):
-                raise CampaignError(f"{path}: [machines.{kind}] {key} must be a string, got {spec[key]!r}")
-        bad = set(spec) - _MACHINE_KEYS
-        if bad:
-            raise CampaignError(f"{path}: [machines.{kind}] has unknown key(s) {sorted(bad)}; known: {', '.join(sorted(_MACHINE_KEYS))}")
-        device = spec.get("device", "cpu")
-        if device not in DEVICE_TYPES:
-            raise CampaignError(f"{path}: [machines.{kind}] device must be cpu or cuda, not {device!r}")
-        cpus = spec.get("cpus_per_trace", 1)
-        if isinstance(cpus, bool) or not isinstance(cpus, int) or cpus < 1:
-            raise CampaignError(f"{path}: [machines.{kind}] cpus_per_trace must be an integer >= 1")
-        gpus = spec.get("gpus")
-        if gpus is not None:
-            gpus = tuple(_list(gpus, f"{path}: [machines.{kind}] gpus", int))
-        machines[kind] = Machine(kind, device, spec.get("data_root"), spec.get("accelerator"), cpus, gpus)
-    groups = raw.get("groups")
-    if not isinstance(groups, list) or not groups:
-        raise CampaignError(f"{path}: no [[groups]]: a campaign needs at least one trace group")
-    methods_known = set(available_methods())
-    tasks: list[TraceTask] = []
-    for g, group in enumerate(groups):
-        where = f"{path}: groups[{g}]"
-        group = _table(group, where)
-        for key in ("machine", "dataset", "model", "weights"):
-            if key in group and not isinstance(group[key], str):
-                raise CampaignError(f"{where}: {key} must be a string, got {group[key]!r}")
-        bad = set(group) - _GROUP_KEYS
-        if bad:
-            raise CampaignError(f"{where}: unknown key(s) {sorted(bad)}; known: {', '.join(sorted(_GROUP_KEYS))}")
-        kind = group.get("machine", next(iter(machines)))
-        if kind not in machines:
-            raise CampaignError(f"{where}: machine kind {kind!r} is not declared under [machines] (declared: {', '.join(machines)})")
-        machine = machines[kind]
-        dataset = group.get("dataset", "demo")
-        options = _table(group.get("options", {}), f"{where} options")
-        for key, value in options.items():
-            if key not in TRACE_OPTIONS:
-                raise CampaignError(f"{where}: options.{key} is not a tracer option here; known: {', '.join(sorted(TRACE_OPTIONS))}")
-            if isinstance(value, bool) != (TRACE_OPTIONS[key] is bool) or not isinstance(value, TRACE_OPTIONS[key]):
-                raise CampaignError(f"{where}: options.{key} has the wrong type ({value!r})")
-        try:
-            spec = get_dataset(dataset, options.get("class_map"), _corruptions(options.get("corruptions")))
-        except TraceError as exc:
-            raise CampaignError(f"{where}: {exc}") from None
-        if spec.data_folder is not None and not machine.data_root and not os.environ.get("TEMPORA_DATA"):
-            raise CampaignError(
-                f"{where}: dataset {dataset!r} needs data, but machine kind {kind!r} has no "
-                f'data_root (set [machines.{kind}] data_root = "/path")'
-            )
-        model = group.get("model")
-        try:  # a model by spec is built once, untrained, to learn its normalisation layers
-            norms = model_norms(model or spec.default_model, options.get("input_size"))
-        except TraceError as exc:
-            raise CampaignError(f"{where}: {exc}") from None
-        written = _list(group.get("methods", []), f"{where} methods", str)
-        if not written:
-            raise CampaignError(f"{where}: methods is empty")
-        methods, full_of = [], {}
-        for m in written:
-            # a PATH.py:CLASS spec is relative to the campaign file, like `out`
-            target, colon, attr = m.rpartition(":")
-            full = m
-            if colon and (target.endswith(".py") or "/" in target) and not Path(target).expanduser().is_absolute():
-                full = f"{(path.parent / target).resolve()}:{attr}"
-            if not colon and m not in methods_known:
-                raise CampaignError(
-                    f"{where}: unknown method {m!r}; available: {', '.join(sorted(methods_known))} (or MODULE:CLASS, PATH.py:CLASS)"
-                )
-            try:
-                cls = resolve_method(full).cls
-            except MethodError as exc:
-                raise CampaignError(f"{where}: {exc}") from None
-            if not method_fits(cls, norms):
-                raise CampaignError(
-                    f"{where}: method {m!r} does not run on model {model or spec.default_model!r} ({describe_norms(norms)})"
-                )
-            methods.append(full)
-            full_of[m] = full
-        if BASELINE_METHOD not in methods:
-            methods = [BASELINE_METHOD, *methods]  # λ of the group comes from its standard trace
-        params = {}
-        for m, given in _table(group.get("params") or {}, f"{where} params").items():
-            _table(given, f"{where} params.{m}")
-            if full_of.get(m, m) not in methods:
-                raise CampaignError(f"{where}: params.{m} is for a method the group does not trace ({', '.join(methods)})")
-            params[full_of.get(m, m)] = given
-        batch_size = group.get("batch_size", 64)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
-            raise CampaignError(f"{where}: batch_size must be an integer, got {batch_size!r}")
-        domains = group.get("domains")
-        if domains is not None:
-            domains = tuple(_list(domains, f"{where} domains", str))
-            try:
-                expand_domains(list(domains), spec.domains)
-            except ConfigError as exc:
-                raise CampaignError(f"{where}: {exc}") from None
-        budgets = tuple(float(b) for b in _list(group.get("budgets_ms", []), f"{where} budgets_ms", (int, float)))
-        # sparse-adaptation policies: each method with an adapt step is traced as it is and under each
-        policy_items = _list(group.get("policies", []), f"{where} policies", str)
-        try:
-            policies = [p for p in parse_policies(",".join(policy_items)) if p is not None] if policy_items else []
-        except TemporaError as exc:
-            raise CampaignError(f"{where}: policies: {exc}") from None
-        for sev in _list(group.get("severities", [5]), f"{where} severities", int):
-            for seed in _list(group.get("seeds", [2025]), f"{where} seeds", int):
-                for stream in _list(group.get("streams", ["episodic"]), f"{where} streams", str):
-                    for m in methods:
-                        variants = [None] + ([p.spec(seed) for p in policies] if adapts_after_prediction(get_method(m)) else [])
-                        for policy in variants:
-                            tasks.append(
-                                TraceTask(
-                                    g,
-                                    machine,
-                                    dataset,
-                                    model,
-                                    m,
-                                    batch_size,
-                                    sev,
-                                    seed,
-                                    stream,
-                                    domains,
-                                    group.get("weights"),
-                                    tuple(sorted(options.items())),
-                                    tuple(sorted(params.get(m, {}).items())),
-                                    budgets if m != BASELINE_METHOD else (),
-                                    policy,
-                                )
-                            )
-    campaign = Campaign(path, str(head.get("name", path.stem)), out, bool(head.get("shared_storage", True)), machines, tasks)
-    check_tasks(campaign)
-    return campaign
-
-
-def _table(value: Any, where: str) -> dict:
-    if not isinstance(value, dict):
-        raise CampaignError(f"{where} must be a table, got {value!r}")
-    return value
-
-
-def check_tasks(campaign: Campaign) -> None:
-    """Every trace of ``campaign`` checked as ``tempora-trace run`` checks its options, before
-    any work: the values the run would refuse one trace at a time (severity 9, a negative seed,
-    batch size 0, an infinite budget, a checkpoint that is not a number, a method parameter of
-    the wrong type …) are one line naming the group. Budgets are checked with a stand-in λ
-    (the real one comes from the group's standard trace)."""
-    where = {id(t): f"{campaign.path}: groups[{t.group}] {t.method}" for t in campaign.tasks}
-    for task in campaign.tasks:
-        try:
-            cli_values = trace_options.parse_args("run", task.argv(campaign.out, 1.0 if task.budgets_ms else None)[1:])
-        except click.ClickException as exc:
-            raise CampaignError(f"{where[id(task)]}: {_first_line(exc.format_message())}") from None
-        try:
-            cfg = TraceConfig(**trace_options.config_kwargs("run", cli_values)).resolved()
-            check_method_params(cfg)
-        except TemporaError as exc:
-            raise CampaignError(f"{where[id(task)]}: {exc}") from None
-
-
-def check_method_params(cfg) -> None:
-    """The method's own check of its parameters' names and types (as at construction), from
-    the published defaults of this run's context; no model is built."""
-    method = get_method(cfg.method_spec or cfg.method)  # a module/file spec resolves to its class's name
-    spec = cfg.dataset_spec()
-    context = MethodContext(
-        num_classes=spec.num_classes,
-        dataset_family=spec.family,
-        batch_size=cfg.batch_size,
-        device=str(cfg.device),
-        model_name=str(cfg.model),
-        norm_kind=MODEL_NORMS.get(str(cfg.model), "bn"),
-    )
-    check_param_types(method.name, method.all_params(context), dict(cfg.method_params))
-
-
-def _first_line(text: str) -> str:
-    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
 
 
 # --------------------------------------------------------------------------- one trace
@@ -735,7 +363,7 @@ def run_ray(
         try:
             ray.init(address=address, **kwargs)
         except ConnectionError as exc:  # an OSError: not "cannot access output"
-            raise CampaignError(f"--address {address}: {_first_line(str(exc)) or 'cannot connect to the Ray cluster'}") from None
+            raise CampaignError(f"--address {address}: {first_line(str(exc)) or 'cannot connect to the Ray cluster'}") from None
     try:
         resources = ray.cluster_resources()
         for t in campaign.tasks:

@@ -158,7 +158,7 @@ def profile_command(**cli_values: Any) -> None:
     (default folder profiles/<dataset>/<model>/<device>/); `tempora-sim predict` turns a trace
     taken elsewhere and this profile into a predicted trace of this device."""
     from .config import config_from_options  # lazy: loads torch; `--help` and refused options do not
-    from .runner import profile_run
+    from .profiling import profile_run
 
     _method_required(cli_values)
     policies = policies_of(cli_values)

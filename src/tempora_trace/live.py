@@ -28,12 +28,16 @@ happens outside the timed regions. Batches are staged before an episode's clock 
 episode larger than ``stage_mb`` is staged in chunks, and the episode clock is paused while a
 chunk stages (at a pickup, after the decision), so staging never shifts an arrival relative
 to the events.
+
+This module holds the runner (:class:`LiveRun`, :func:`run_live`) and its output (the
+live-run file, its rows and metadata). The two protocols on the clock are
+:mod:`tempora_trace.live_clock`; the settings, λ and the plan of runs are
+:mod:`tempora_trace.live_settings`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 import time
 import uuid
@@ -46,18 +50,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from tempora_schema import GroupKey, decode_metadata
-from tempora_schema.discrete import last_arrival as _schema_last_arrival
-from tempora_schema.discrete import next_pick
 from tempora_schema.live import (
     LIVE_COLUMNS,
     LIVE_SCHEMA_VERSION,
-    comparable_group,
     live_arrow_schema,
     validate_live_table,
 )
-from tempora_schema.provision import LAMBDA_RULES, inflated_lambda, lambda_provision
-from tempora_schema.vocabulary import BASELINE_METHOD, BUDGET_RULES, LIVE_PROTOCOLS
 from tempora_toolkit.atomic_files import (
     check_output_dir,
     output_lock,
@@ -69,20 +67,20 @@ from tempora_toolkit.atomic_files import (
 from .checkpoints import BudgetCutoffs
 from .config import TraceConfig, path_part
 from .errors import ConfigError, OutputError
-from .progress import ProgressView
-from .runner import (
-    NON_FINITE,
-    REWARM_AFTER_S,
-    MethodRun,
-    TraceRun,
-    capture_rng,
-    host_snapshot,
-    prediction_problem,
-    restore_rng,
-    summarize,
+from .live_clock import (
+    AmortisedHooks,
+    PrepareFn,
+    Served,
+    ServeFn,
+    last_arrival,
+    play_amortised,
+    play_discrete,
 )
+from .live_settings import LiveSettings, RunPlan, plan_runs, standard_trace_lambda
+from .progress import ProgressView
+from .run_support import NON_FINITE, capture_rng, host_snapshot, prediction_problem, restore_rng, summarize
+from .runner import REWARM_AFTER_S, MethodRun, TraceRun
 from .timing import (
-    SPIN_NS,
     Event,
     clock_resolution_ns,
     collect_between_chunks,
@@ -92,260 +90,8 @@ from .timing import (
     now_ns,
     resolve_device,
     timed_event,
-    wait_until,
 )
 from .writer import remove_empty_folders
-
-#: Longest λ and longest gap γ between two arrivals a live schedule may have (one hour):
-#: a live run waits for real, and beyond this an option is a typo, not an experiment.
-MAX_SCHEDULE_MS = 3_600_000.0
-
-
-def last_arrival(f_ms: float, gamma_ms: float) -> int:
-    """Largest i ≥ 0 with i·γ ≤ f: the schema's definition, the one the replay kernels compile."""
-    return int(_schema_last_arrival(float(f_ms), float(gamma_ms), 1.0 / float(gamma_ms)))
-
-
-# ------------------------------------------------------------------------ settings
-@dataclass
-class LiveSettings:
-    """The protocol side of a live run; the data/model/method/device side is a TraceConfig."""
-
-    protocols: Sequence[str] = ("discrete",)
-    #: utilisations ρ = λ/γ (discrete); or ``gamma_ms`` directly, not both.
-    rho: Sequence[float] | None = None
-    gamma_ms: Sequence[float] | None = None
-    queue: int = 1
-    budgets_ms: Sequence[float] = ()
-    budget_rule: str = "strict"
-    #: λ in ms; None = mean + 6σ of the group's ``standard`` trace, found at ``standard``
-    #: (a file or folder; default the folder the tracer writes this group's traces to).
-    lambda_ms: float | None = None
-    standard: str | None = None
-    #: how λ is computed from the standard trace (``paper`` or ``robust``, as in the simulator)
-    lambda_rule: str = "paper"
-    repeats: int = 1
-    spin_us: float = SPIN_NS / 1000
-    #: a folder: also trace the method in this run, each episode's trace pass beside its live
-    #: runs, into this folder (the paired comparison of docs/guide/validation.md)
-    trace_alongside: str | None = None
-    #: the trace taken alongside also holds the exact cut-off checkpoints of ``budgets_ms``
-    #: (at its own cut-offs, under the live λ), so its amortised replay needs no nearest one
-    budget_checkpoints: bool = False
-
-    def checked(self) -> "LiveSettings":
-        s = dataclasses.replace(self)
-        protos = [s.protocols] if isinstance(s.protocols, str) else list(s.protocols)
-        protos = [p.strip() for item in protos for p in str(item).split(",") if p.strip()]
-        bad = [p for p in protos if p not in LIVE_PROTOCOLS]
-        if bad or not protos:
-            raise ConfigError(f"--protocol must be discrete, amortised or both (comma-separated), not '{','.join(bad) or ''}'")
-        s.protocols = tuple(dict.fromkeys(protos))
-        if "discrete" in s.protocols:
-            if (s.rho is None) == (s.gamma_ms is None):
-                raise ConfigError("the discrete protocol needs exactly one of --rho (ρ = λ/γ) and --gamma-ms")
-            values = list(s.rho if s.rho is not None else s.gamma_ms)
-            if not values or any(not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0) for v in values):
-                name = "--rho" if s.rho is not None else "--gamma-ms"
-                raise ConfigError(f"{name} values must be > 0, got {', '.join(f'{v:g}' for v in values) or 'none'}")
-            if isinstance(s.queue, bool) or not isinstance(s.queue, int) or s.queue < 0:
-                raise ConfigError(f"--queue must be an integer ≥ 0, got {s.queue!r}")
-        if "amortised" in s.protocols:
-            if not s.budgets_ms:
-                raise ConfigError("the amortised protocol needs --B (overhead budgets)")
-            if any(not math.isfinite(b) or b < 0 for b in s.budgets_ms):
-                raise ConfigError("--B budgets must be ≥ 0 ms")
-            if s.budget_rule not in BUDGET_RULES:
-                raise ConfigError(f"--budget-rule must be strict or overshoot, not '{s.budget_rule}'")
-        if s.lambda_ms is not None and not (math.isfinite(s.lambda_ms) and s.lambda_ms > 0):
-            raise ConfigError(f"--lambda-ms must be > 0, got {s.lambda_ms:g}")
-        if s.lambda_ms is not None and s.lambda_ms > MAX_SCHEDULE_MS:
-            raise ConfigError(f"--lambda-ms {s.lambda_ms:g} is longer than a live run allows ({_schedule_bound()})")
-        if "discrete" in s.protocols and s.gamma_ms is not None:
-            check_schedule(s.gamma_ms, "--gamma-ms", lambda g: f"--gamma-ms {g:g}")
-        if "discrete" in s.protocols and s.rho is not None and s.lambda_ms is not None:
-            check_schedule([s.lambda_ms / r for r in s.rho], "--rho", None, s.rho)
-        if s.lambda_rule not in LAMBDA_RULES:
-            raise ConfigError(f"--lambda-rule must be one of {', '.join(LAMBDA_RULES)}, not '{s.lambda_rule}'")
-        if s.repeats < 1:
-            raise ConfigError("--repeats must be ≥ 1")
-        if not s.spin_us >= 0:
-            raise ConfigError("--spin-us must be ≥ 0")
-        if s.trace_alongside is not None and not str(s.trace_alongside).strip():
-            raise ConfigError("--trace-alongside needs a folder")
-        if s.budget_checkpoints and (s.trace_alongside is None or "amortised" not in s.protocols):
-            raise ConfigError(
-                "--budget-checkpoints adds checkpoints to the trace taken alongside: it needs --trace-alongside and --protocol amortised"
-            )
-        return s
-
-
-def standard_trace_lambda(cfg: TraceConfig, group, source: str | None, rule: str = "paper") -> tuple[float, str, str | None]:
-    """λ of the group from its ``standard`` trace under ``rule`` (the schema's definition, the
-    simulator's too), the file it came from, and a one-line warning when λ is above
-    1.5 × that trace's median δ (a wide spread or a few stalled batches; None otherwise).
-
-    ``source`` is a trace file or a folder searched recursively; default the folder the
-    tracer writes this group's traces to. The trace must be of the same comparable group as
-    the live run (:func:`~tempora_schema.live.comparable_group`; a trace of exactly this group wins).
-    """
-    want = comparable_group(group)
-    if source is None:
-        folder = cfg.output_dir(device_slug(resolve_device(cfg.device)))
-        candidates = sorted(folder.glob("*.parquet")) if folder.is_dir() else []
-        where = str(folder)
-    else:
-        path = Path(source).expanduser()
-        candidates = sorted(path.rglob("*.parquet")) if path.is_dir() else [path]
-        where = str(path)
-    found = []
-    for cand in candidates:
-        try:
-            meta = decode_metadata(pq.read_schema(cand), cand)
-            key = GroupKey.from_metadata(meta)
-        except Exception:  # not a trace, or one without a full group (schema v1): not a candidate
-            if source is not None and not Path(source).is_dir():
-                raise ConfigError(f"--standard: {cand} is not a readable Tempora trace with a complete group") from None
-            continue
-        if meta.get("method") == BASELINE_METHOD and comparable_group(key) == want:
-            found.append((key != group, str(cand)))
-    if not found:
-        raise ConfigError(
-            f"no λ: pass --lambda-ms, or trace the standard method of this group first (no standard trace of "
-            f"{group.label()} in {where}; `tempora-trace calibrate` with the same options writes one)"
-        )
-    path = min(found)[1]
-    table = pq.read_table(path, columns=["phase", "delta_ms"]).to_pydict()
-    delta = [d for p, d in zip(table["phase"], table["delta_ms"]) if p == "adapt"]
-    lam = lambda_provision(delta, rule)[0]
-    inflated = inflated_lambda(lam, delta)
-    warning = None
-    if inflated is not None:
-        warning = (
-            f"warning: λ = {lam:.3f} ms is {inflated[0]:.1f}× the robust λ of {path} ({inflated[1]:.3f} ms, "
-            "median + 6·1.4826·MAD): a few of its batches stalled, and every setting is lighter than its ρ or B says "
-            "(--lambda-rule robust, or trace standard again on a quiet machine)"
-        )
-    return lam, path, warning
-
-
-# ------------------------------------------------------------------------ the two protocols
-@dataclass
-class Served:
-    """One served batch on the episode clock (ms since t0)."""
-
-    event: int
-    pickup_ms: float
-    predict_ms: float
-    free_ms: float
-    ev: Event
-    #: correct predictions; in a live run None until the clock stands still (:class:`HeldScores`)
-    correct: Any
-    mode: str = "adapt"
-    charged_ms: float | None = None
-    spent_ms: float | None = None
-
-
-#: ``serve(i) -> (event, correct)``: run batch i (staged, on the device); ``correct`` may be
-#: None when the caller scores the batch later (:class:`HeldScores`).
-ServeFn = Callable[[int], tuple[Event, Any]]
-#: ``prepare(i) -> ns``: make batch i available (stage its chunk); returns the ns it took.
-PrepareFn = Callable[[int], int]
-
-
-def play_discrete(
-    num_batches: int,
-    gamma_ms: float,
-    queue: int,
-    serve: ServeFn,
-    prepare: PrepareFn | None = None,
-    spin_ns: int = SPIN_NS,
-    idle: Callable[[], object] | None = None,
-) -> list[Served | None]:
-    """Play one episode of the discrete protocol on the real clock; per batch, how it was served.
-
-    ``None`` marks a skipped batch. The decision after each event uses one clock reading
-    ``f`` (recorded as that event's ``free_ms`` and, when a batch is waiting, the next event's
-    ``pickup_ms``), so replaying the recorded times reproduces every decision. ``idle`` runs
-    only while the pipeline waits for an arrival (:func:`wait_until`), never between an
-    event's end and the next pickup.
-    """
-    if num_batches <= 0:
-        return []
-    out: list[Served | None] = [None] * num_batches
-    t0 = now_ns()
-    pickup = t0
-    nxt, p, j = 0, -1, 0
-    while True:
-        if prepare is not None:
-            paused = prepare(nxt)
-            t0 += paused  # the episode clock stands still while a chunk stages
-            pickup += paused
-        ev, correct = serve(nxt)
-        ready = now_ns()
-        out[nxt] = Served(j, (pickup - t0) / 1e6, (ev.predict_ns - t0) / 1e6, (ready - t0) / 1e6, ev, correct)
-        p, j = nxt, j + 1
-        f = (ready - t0) / 1e6
-        nxt, start = next_pick(p, last_arrival(f, gamma_ms), f, gamma_ms, queue, False, num_batches)
-        if nxt >= num_batches:
-            break
-        # start == f: the batch was waiting; else the pipeline idles until its arrival
-        pickup = ready if start == f else wait_until(t0 + math.ceil(start * 1e6), spin_ns, idle)
-    return out
-
-
-@dataclass
-class AmortisedHooks:
-    """What the amortised loop needs from the method, beyond running events."""
-
-    serve_adapt: ServeFn
-    serve_frozen: ServeFn
-    #: save / restore the state before a step (strict rule only), freeze for the rest.
-    save: Callable[[], Any]
-    undo: Callable[[Any], None]
-    freeze: Callable[[], None]
-
-
-def play_amortised(
-    num_batches: int, lambda_ms: float, budget_ms: float, rule: str, hooks: AmortisedHooks, prepare: PrepareFn | None = None
-) -> tuple[list[Served], int]:
-    """Play one episode of the amortised protocol; return the batches and the cut-off m."""
-    out: list[Served] = []
-    t0 = now_ns()
-    spent = 0.0
-    m: int | None = None
-    for i in range(num_batches):
-        if prepare is not None:
-            t0 += prepare(i)
-        if m is None and rule == "overshoot" and not spent < budget_ms:
-            m = i
-            hooks.freeze()
-        if m is not None:
-            ev, correct = hooks.serve_frozen(i)
-            out.append(
-                Served(i, (ev.start_ns - t0) / 1e6, (ev.predict_ns - t0) / 1e6, (now_ns() - t0) / 1e6, ev, correct, "frozen", 0.0, spent)
-            )
-            continue
-        saved = hooks.save() if rule == "strict" else None
-        ev, correct = hooks.serve_adapt(i)
-        charged = max(0.0, ev.e_ms + ev.l_ms - lambda_ms)
-        if rule == "strict" and spent + charged > budget_ms:
-            spent += charged  # the undone step was paid for in real time
-            m = i
-            hooks.undo(saved)
-            hooks.freeze()
-            ev, correct = hooks.serve_frozen(i)
-            out.append(
-                Served(
-                    i, (ev.start_ns - t0) / 1e6, (ev.predict_ns - t0) / 1e6, (now_ns() - t0) / 1e6, ev, correct, "frozen", charged, spent
-                )
-            )
-            continue
-        spent += charged
-        out.append(
-            Served(i, (ev.start_ns - t0) / 1e6, (ev.predict_ns - t0) / 1e6, (now_ns() - t0) / 1e6, ev, correct, "adapt", charged, spent)
-        )
-    return out, (num_batches if m is None else m)
 
 
 # ------------------------------------------------------------------------ the run
@@ -432,64 +178,6 @@ class RunTally:
     m: dict[str, int] = field(default_factory=dict)
     spent_ms: dict[str, float] = field(default_factory=dict)
     wall_ns: int = 0
-
-
-@dataclass
-class RunPlan:
-    run: int
-    protocol: str
-    repeat: int
-    rho: float | None = None
-    gamma_ms: float | None = None
-    queue: int | None = None
-    budget_ms: float | None = None
-    budget_rule: str | None = None
-    summary: dict = field(default_factory=dict)
-
-    def params(self) -> dict[str, Any]:
-        keys = ("rho", "gamma_ms", "queue") if self.protocol == "discrete" else ("budget_ms", "budget_rule")
-        return {"run": self.run, "protocol": self.protocol, "repeat": self.repeat, **{k: getattr(self, k) for k in keys}, **self.summary}
-
-    def label(self) -> str:
-        if self.protocol == "discrete":
-            return f"discrete ρ={self.rho * 100:.4g}% γ={self.gamma_ms:.2f} ms b={self.queue}"
-        return f"amortised B={self.budget_ms:g} ms ({self.budget_rule})"
-
-
-def _schedule_bound() -> str:
-    return f"at most {MAX_SCHEDULE_MS / 60_000:g} min between arrivals and for λ"
-
-
-def check_schedule(gammas: Sequence[float], option: str, label: Callable[[float], str] | None, rhos: Sequence[float] | None = None) -> None:
-    """Refuse an arrival gap γ beyond :data:`MAX_SCHEDULE_MS` (or not finite), naming the
-    option that asked for it: a live run would wait that long for real."""
-    for k, gamma in enumerate(gammas):
-        if not (math.isfinite(gamma) and gamma <= MAX_SCHEDULE_MS):
-            what = label(gamma) if label is not None else f"{option} {rhos[k]:g}"  # type: ignore[index]
-            shown = f"{gamma:.3g} ms" if math.isfinite(gamma) else "beyond any float"
-            raise ConfigError(f"{what}: arrivals {shown} apart are longer than a live run allows ({_schedule_bound()})")
-
-
-def plan_runs(settings: LiveSettings, lambda_ms: float) -> list[RunPlan]:
-    """Every setting once per repeat; repeats outermost, so two runs of one setting are apart in time.
-    Refuses a schedule beyond :data:`MAX_SCHEDULE_MS` (λ here may come from a standard trace)."""
-    if not lambda_ms <= MAX_SCHEDULE_MS:
-        raise ConfigError(f"λ = {lambda_ms:.3g} ms is longer than a live run allows ({_schedule_bound()})")
-    if "discrete" in settings.protocols and settings.rho is not None:
-        check_schedule([lambda_ms / float(r) for r in settings.rho], "--rho", None, list(settings.rho))
-    plans: list[RunPlan] = []
-    for rep in range(1, settings.repeats + 1):
-        if "discrete" in settings.protocols:
-            if settings.rho is not None:
-                pairs = [(float(r), lambda_ms / float(r)) for r in settings.rho]
-            else:
-                pairs = [(lambda_ms / float(g), float(g)) for g in settings.gamma_ms]  # type: ignore[union-attr]
-            for rho, gamma in pairs:
-                plans.append(RunPlan(len(plans), "discrete", rep, rho=rho, gamma_ms=gamma, queue=int(settings.queue)))
-        if "amortised" in settings.protocols:
-            for b in settings.budgets_ms:
-                plans.append(RunPlan(len(plans), "amortised", rep, budget_ms=float(b), budget_rule=settings.budget_rule))
-    return plans
 
 
 class LiveRun:

@@ -80,8 +80,8 @@ def test_numba_walk_is_the_rule(ep, queue, strict):
 
 
 def test_live_runner_decides_with_the_same_rule():
-    """tempora_trace.live imports the rule itself, not a copy of it."""
+    """The live runner's clock (tempora_trace.live_clock) imports the rule itself, not a copy of it."""
     pytest.importorskip("torch")
-    from tempora_trace import live
+    from tempora_trace import live_clock
 
-    assert live.next_pick is next_pick
+    assert live_clock.next_pick is next_pick

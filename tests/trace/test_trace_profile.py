@@ -82,7 +82,7 @@ def test_a_trace_and_a_profile_of_one_device_predict_it(cifar_c_root, tmp_path, 
 def test_an_interrupted_profile_resumes_and_refuses_another_length(cifar_c_root, tmp_path, capsys):
     from tempora_trace.config import config_from_options
     from tempora_trace.options import parse_args
-    from tempora_trace.runner import ProfileRun
+    from tempora_trace.profiling import ProfileRun
 
     args = [*common(cifar_c_root, tmp_path / "p"), "--profile-batches", "2"]
     cfg = config_from_options("profile", parse_args("profile", args))
@@ -105,7 +105,7 @@ def test_profile_episodes_keep_the_streams_first_batches():
     import numpy as np
 
     from tempora_trace.data import Episode
-    from tempora_trace.runner import profile_episodes
+    from tempora_trace.profiling import profile_episodes
 
     batches = lambda k, base: [np.arange(2) + base + 2 * i for i in range(k)]  # noqa: E731
     episodic = [Episode("fog", ["fog"], [batches(5, 0)]), Episode("snow", ["snow"], [batches(2, 100)])]

@@ -19,20 +19,17 @@ that is not a method, two sources for one name) is one :class:`MethodError` line
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import hashlib
 import importlib
-import importlib.util
 import inspect
 import re
 import sys
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, packages_distributions, version
 from importlib.metadata import entry_points as find
 from pathlib import Path
 from typing import Any
 
+from .. import user_code
 from .base import MethodError, TTAMethod
 
 #: The entry-point group a distribution declares its methods in.
@@ -113,7 +110,7 @@ def refresh_entry_points() -> None:
     """Forget the cached entry points (after installing a distribution in this process)."""
     global _ENTRY_POINTS
     _ENTRY_POINTS = None
-    _packages.cache_clear()
+    user_code.forget_distributions()
     importlib.invalidate_caches()
 
 
@@ -132,31 +129,10 @@ def entry_point_source(ep: Any) -> MethodSource:
 
 
 # ------------------------------------------------------------------------ provenance
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-@functools.lru_cache(maxsize=1)
-def _packages() -> dict[str, list[str]]:
-    """Top-level package → distributions providing it (a scan of every installed
-    distribution, so done once; :func:`refresh_entry_points` forgets it)."""
-    return packages_distributions()
-
-
-def _distribution_of(module_name: str) -> tuple[str, str] | None:
-    """(name, version) of the installed distribution providing the top-level package of
-    ``module_name``, or None."""
-    top = module_name.split(".", 1)[0]
-    for dist in _packages().get(top, []):
-        try:
-            return dist, version(dist)
-        except PackageNotFoundError:
-            continue
-    return None
+# A method file is the user's code: it is loaded, and its digest taken, by the one loader of
+# user code (tempora_trace.user_code); these names stay here for the registry's callers.
+file_sha256 = user_code.file_sha256
+code_sha256 = user_code.code_sha256
 
 
 def class_source(cls: type) -> MethodSource:
@@ -166,79 +142,19 @@ def class_source(cls: type) -> MethodSource:
     obj = f"{module}:{cls.__qualname__}"
     if module == BUILTIN_PACKAGE or module.startswith(BUILTIN_PACKAGE + "."):
         return MethodSource("builtin", obj)
-    dist = _distribution_of(module)
+    dist = user_code.distribution_of(module)
     if dist is not None:
         return MethodSource("distribution", obj, distribution=dist[0], version=dist[1])
     file = getattr(sys.modules.get(module), "__file__", None)
     if file is not None and Path(file).is_file():
         path = Path(file).resolve()
-        return MethodSource("file", cls.__qualname__, path=str(path), sha256=code_sha256(file_sha256(path), _LOCAL_IMPORTS.get(module, {})))
+        return MethodSource("file", cls.__qualname__, path=str(path), sha256=code_sha256(file_sha256(path), user_code.helpers(module)))
     # defined where there is no file (a notebook cell, exec): the class's own source text
     try:
         text = inspect.getsource(cls)
     except (OSError, TypeError):
         raise MethodError(f"method class {obj} has no source to record (define it in a module or a .py file)") from None
     return MethodSource("file", cls.__qualname__, path=f"<{module}>", sha256=hashlib.sha256(text.encode("utf-8")).hexdigest())
-
-
-#: module name → {path relative to its folder: SHA-256} of the Python files of the method's own
-#: folder (or package) first imported while the method's file or module was imported
-_LOCAL_IMPORTS: dict[str, dict[str, str]] = {}
-
-
-def _local_imports(before: set[str], folder: Path, own: Path) -> dict[str, str]:
-    """The Python files below ``folder`` (other than ``own``) of every module imported since
-    ``before`` was taken: the helpers a method file or package brings along, by content."""
-    found: dict[str, str] = {}
-    prefixes = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    for name in set(sys.modules) - before:
-        file = getattr(sys.modules.get(name), "__file__", None)
-        if not isinstance(file, str):
-            continue
-        try:
-            path = Path(file).resolve()
-        except (OSError, RuntimeError):
-            continue
-        if path == own or folder not in path.parents or not path.is_file():
-            continue
-        # a library the method imports for the first time is not the method's code, even when
-        # the environment lives below the method's folder (its distribution's version says it)
-        if {"site-packages", "dist-packages"} & set(path.parts) or any(p in path.parents for p in prefixes):
-            continue
-        if _distribution_of(name) is not None:
-            continue
-        found[path.relative_to(folder).as_posix()] = file_sha256(path)
-    return found
-
-
-def _unchanged(folder: Path, recorded: dict[str, str]) -> bool:
-    try:
-        return all(file_sha256(folder / rel) == sha for rel, sha in recorded.items())
-    except OSError:
-        return False
-
-
-def _forget(name: str, folder: Path, recorded: dict[str, str]) -> None:
-    """Drop a method file's module and the helper modules it imported from ``sys.modules``."""
-    helpers = {(folder / rel).resolve() for rel in recorded}
-    for other, module in list(sys.modules.items()):
-        file = getattr(module, "__file__", None)
-        if isinstance(file, str) and Path(file).resolve() in helpers:
-            del sys.modules[other]
-    sys.modules.pop(name, None)
-    _LOCAL_IMPORTS.pop(name, None)
-
-
-def code_sha256(own: str, imports: dict[str, str]) -> str:
-    """The ``sha256`` a method file's provenance records: its own bytes' digest alone when it
-    imports nothing from its folder, else a digest over it and every such file (path and
-    digest), so an edited helper changes the identity as an edited method file does."""
-    if not imports:
-        return own
-    digest = hashlib.sha256(own.encode())
-    for rel, sha in sorted(imports.items()):
-        digest.update(f"\0{rel}\0{sha}".encode("utf-8", "surrogateescape"))
-    return digest.hexdigest()
 
 
 # ------------------------------------------------------------------------ loading
@@ -254,57 +170,23 @@ def _import_failed(what: str, exc: BaseException) -> MethodError:
     return error
 
 
-def _load_file(path_text: str) -> Any:
-    path = Path(path_text).expanduser()
-    if not path.is_file():
-        raise MethodError(f"method file {path_text} not found" if not path.exists() else f"method file {path_text} is not a file")
-    path = path.resolve()
-    digest = file_sha256(path)
-    # one module per file content: the same file is imported once, an edited one afresh
-    name = f"tempora_user_method_{re.sub(r'[^0-9A-Za-z_]', '_', path.stem)}_{digest[:12]}"
-    if name in sys.modules:
-        recorded = _LOCAL_IMPORTS.get(name, {})
-        if _unchanged(path.parent, recorded):
-            return sys.modules[name], MethodSource("file", "", path=str(path), sha256=code_sha256(digest, recorded))
-        _forget(name, path.parent, recorded)  # a helper changed since: import the file and its helpers afresh
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise MethodError(f"method file {path_text} cannot be imported as Python (name it *.py)")
-    module = importlib.util.module_from_spec(spec)
-    before = set(sys.modules)
-    sys.modules[name] = module
+def _load_file(path_text: str) -> tuple[Any, MethodSource]:
     try:
-        with user_import(path):
-            spec.loader.exec_module(module)
-    except BaseException as exc:
-        del sys.modules[name]
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        raise _import_failed(f"method file {path_text}", exc) from exc
-    _LOCAL_IMPORTS[name] = _local_imports(before, path.parent, path)
-    return module, MethodSource("file", "", path=str(path), sha256=code_sha256(digest, _LOCAL_IMPORTS[name]))
-
-
-@contextlib.contextmanager
-def user_import(path: Path | str):
-    """Import the user's code as a guest: no ``__pycache__`` written beside their files, and
-    ``sys.argv`` holding only the file's path, so a module that parses arguments when imported
-    does not read Tempora's command line."""
-    saved_bytecode, saved_argv = sys.dont_write_bytecode, sys.argv
-    sys.dont_write_bytecode = True
-    sys.argv = [str(path)]
-    try:
-        yield
-    finally:
-        sys.dont_write_bytecode = saved_bytecode
-        sys.argv = saved_argv
+        loaded = user_code.load_file(path_text)
+    except FileNotFoundError:
+        raise MethodError(f"method file {path_text} not found") from None
+    except IsADirectoryError:
+        raise MethodError(f"method file {path_text} is not a file") from None
+    except user_code.NotPythonError:
+        raise MethodError(f"method file {path_text} cannot be imported as Python (name it *.py)") from None
+    except user_code.UserImportError as failed:
+        raise _import_failed(f"method file {path_text}", failed.cause) from failed.cause
+    return loaded.module, MethodSource("file", "", path=str(loaded.path), sha256=loaded.sha256)
 
 
 def _load_module(module_name: str) -> Any:
-    before = set(sys.modules)
     try:
-        with user_import(module_name):
-            module = importlib.import_module(module_name)
+        return user_code.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name is not None and (module_name == exc.name or module_name.startswith(exc.name + ".")):
             error = MethodError(f"no module named '{module_name}' (is it installed, or on PYTHONPATH? a file is PATH.py:CLASS)")
@@ -315,14 +197,6 @@ def _load_module(module_name: str) -> Any:
         raise
     except BaseException as exc:  # SystemExit from the user's module is an error like any other
         raise _import_failed(f"method module '{module_name}'", exc) from exc
-    if module_name not in _LOCAL_IMPORTS:
-        file = getattr(module, "__file__", None)
-        top = getattr(sys.modules.get(module_name.split(".", 1)[0]), "__file__", None)
-        if isinstance(file, str) and isinstance(top, str):
-            own = Path(file).resolve()
-            folder = Path(top).resolve().parent  # the package's folder (a lone module's own folder)
-            _LOCAL_IMPORTS[module_name] = _local_imports(before, folder, own)
-    return module
 
 
 def _method_classes(module: Any) -> list[str]:
@@ -383,7 +257,7 @@ def load_entry_point(ep: Any) -> MethodRef:
     """Import the class an entry point names and check it (name included)."""
     where = f"entry point '{ep.name}' of distribution {_dist_name(ep)} {_dist_version(ep)} ({ep.value})"
     try:
-        with user_import(ep.module):
+        with user_code.user_import(ep.module):
             module = importlib.import_module(ep.module)
     except KeyboardInterrupt:
         raise

@@ -26,15 +26,12 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import importlib
-import importlib.util
 import inspect
 import json
 import math
 import os
 import sys
 import traceback
-from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, packages_distributions, version
 from pathlib import Path
@@ -46,6 +43,7 @@ import torchvision
 from torchvision import models as tvm
 from torchvision.models import get_model_weights
 
+from .. import user_code
 from ..errors import ConfigError, UserCodeError, WeightsError
 from ..preprocess import Preprocess
 from . import pretrained
@@ -139,14 +137,6 @@ def state_identity(module: nn.Module) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 # ------------------------------------------------------------------------ the user's code
 def _format_exc(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".splitlines()[0]
@@ -156,46 +146,25 @@ def _traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
 
-@contextmanager
-def _no_bytecode():
-    """Import without writing ``__pycache__`` beside the user's files: a run writes only its
-    outputs (and nothing at all when it is refused)."""
-    before = sys.dont_write_bytecode
-    sys.dont_write_bytecode = True
-    try:
-        yield
-    finally:
-        sys.dont_write_bytecode = before
-
-
 def import_user_module(ref: ModelRef):
-    """Import the module of a ``module`` or ``file`` spec; failures are one line naming the
-    module and the exception (the traceback kept for ``--debug``)."""
+    """Import the module of a ``module`` or ``file`` spec through the one loader of user code;
+    failures are one line naming the module and the exception (the traceback kept for
+    ``--debug``)."""
     if ref.kind == "file":
         path = Path(ref.name).expanduser()
-        if not path.is_file():
-            raise ConfigError(f"--model {ref.name}:{ref.tag}: no such file {path}")
-        name = "tempora_user_model_" + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
-        if name in sys.modules:
-            return sys.modules[name]
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            raise ConfigError(f"--model {ref.name}:{ref.tag}: {path} is not a Python file")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
         try:
-            with _no_bytecode():
-                spec.loader.exec_module(module)
-        except (Exception, SystemExit) as exc:  # the user's file: any error (sys.exit() too) is theirs, in one line
-            del sys.modules[name]
-            raise UserCodeError(f"cannot import {path}: {_format_exc(exc)}", _traceback(exc)) from None
-        return module
+            return user_code.load_file(path).module
+        except (FileNotFoundError, IsADirectoryError):
+            raise ConfigError(f"--model {ref.name}:{ref.tag}: no such file {path}") from None
+        except user_code.NotPythonError:
+            raise ConfigError(f"--model {ref.name}:{ref.tag}: {path} is not a Python file") from None
+        except user_code.UserImportError as failed:  # the user's file: any error (sys.exit() too) is theirs, in one line
+            raise UserCodeError(f"cannot import {path}: {_format_exc(failed.cause)}", _traceback(failed.cause)) from None
     added = os.getcwd() not in sys.path and "" not in sys.path
     if added:  # a console script does not put the working folder on the path; `python -m` does
         sys.path.insert(0, os.getcwd())
     try:
-        with _no_bytecode():
-            return importlib.import_module(ref.name)
+        return user_code.import_module(ref.name)
     except (Exception, SystemExit) as exc:
         raise UserCodeError(f"cannot import module '{ref.name}': {_format_exc(exc)}", _traceback(exc)) from None
     finally:
@@ -464,7 +433,8 @@ def build_factory(ref: ModelRef, weights, num_classes: int | None, input_size: i
     source: dict[str, Any] = {"kind": "factory", "factory": ref.tag}
     if ref.kind == "file":
         file = Path(ref.name).expanduser()
-        source.update(file=str(file.resolve()), file_sha256=file_sha256(file))
+        # the file's code as the loader took it: its bytes, and the helpers it imports from its folder
+        source.update(file=str(file.resolve()), file_sha256=user_code.load_file(file).sha256)
     else:
         module = sys.modules.get(ref.name)
         source.update(module=ref.name, module_file=getattr(module, "__file__", None))

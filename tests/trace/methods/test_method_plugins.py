@@ -76,7 +76,7 @@ def on_path(monkeypatch):
 
     yield add
     for name in set(sys.modules) - before:
-        if name.startswith(("tempora_example_method", "tempora_user_method_", "byo_")):
+        if name.startswith(("tempora_example_method", "tempora_user_code_", "byo_")):
             del sys.modules[name]
     registry.refresh_entry_points()
 
