@@ -281,7 +281,7 @@ def test_traces_of_each_stream_on_tiny_data(cifar_c_root, tiny_models, tmp_path,
 
 @pytest.mark.parametrize("stream", ["gradual", "mixed:x2"])
 def test_a_profile_times_the_first_batches_of_the_stream(cifar_c_root, tiny_models, tmp_path, stream):
-    from tempora_trace.runner import profile_run
+    from tempora_trace.profiling import profile_run
 
     base, rounds = schema.stream_base(stream), schema.stream_rounds(stream)
     cfg = tiny_config(cifar_c_root, tmp_path, stream=base, rounds=rounds, profile_batches=6, threads=1, warmup_batches=1)
