@@ -67,6 +67,7 @@ bench: install
 	$(PY) bench/bench_folder.py
 	$(PY) bench/bench_explore.py
 	$(PY) bench/bench_help.py
+	$(PY) bench/bench_answers.py
 
 # `make vendor`: refresh the chart library the explore page inlines (Apache ECharts) from the
 # npm registry, its tarball checked against the pinned sha512 integrity (tools/vendor_echarts.py).

@@ -301,7 +301,11 @@ def with_timing(intervals: Intervals, shifts: np.ndarray) -> Intervals:
         return intervals
     if shifts.shape[0] != intervals.boot.shape[0]:
         raise StatsError(f"timing shifts have {shifts.shape[0]} rows for {intervals.boot.shape[0]} intervals")
-    boot = intervals.boot + shifts[:, np.arange(intervals.boot.shape[1]) % shifts.shape[1]]
+    rows, draws = intervals.boot.shape
+    if draws % shifts.shape[1] == 0:  # draw b = k·R + r takes replicate r: a broadcast, no [rows, draws] gather
+        boot = (intervals.boot.reshape(rows, -1, shifts.shape[1]) + shifts[:, None, :]).reshape(rows, draws)
+    else:
+        boot = intervals.boot + shifts[:, np.arange(draws) % shifts.shape[1]]
     lo, hi = percentile_interval(boot, intervals.bootstrap.level)
     index = intervals.index.with_columns(pl.Series("lo", np.asarray(lo, np.float64)), pl.Series("hi", np.asarray(hi, np.float64)))
     return Intervals(index, boot, intervals.bootstrap)

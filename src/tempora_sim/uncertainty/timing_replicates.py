@@ -77,26 +77,33 @@ def replicate_factors(series, models: list[TimingModel | None], replicate: int, 
 
     ``models[t]`` belongs to ``series.traces[t]`` (None: factor 1). Uniforms come from streams
     keyed by (seed, replicate, group) and (seed, replicate, group, episode), so every method of
-    a group — whatever its position in the series — gets the same draws."""
+    a group — whatever its position in the series — gets the same draws. Each stream is drawn
+    once per call and each trace's pass shift computed once: the methods of a group reuse them."""
     out = np.ones(series.a.shape[0], np.float64)
     u_group: dict[str, float] = {}
     w_trace: dict[int, float] = {}
+    shift_of: dict[int, float] = {}
+    draws: dict[tuple[str, object, int], np.ndarray] = {}
     for s_idx, ep in enumerate(series.episode):
         t = int(series.trace_of[s_idx])
         model = models[t]
         if model is None:
             continue
         label = series.traces[t].group.label()
-        if label not in u_group:
-            u_group[label] = float(_stream(seed, replicate, label).random())
+        if t not in shift_of:
+            if label not in u_group:
+                u_group[label] = float(_stream(seed, replicate, label).random())
+            shift = model.shift(u_group[label])
+            if model.prediction is not None:  # one draw per predicted trace, all its episodes alike
+                if t not in w_trace:
+                    w_trace[t] = float(_stream(seed, replicate, f"{label}\x00predicted\x00{series.traces[t].method}").random())
+                shift += model.prediction_shift(w_trace[t])
+            shift_of[t] = shift
         lo, hi = int(series.offsets[s_idx]), int(series.offsets[s_idx + 1])
-        v = _stream(seed, replicate, f"{label}\x00{ep}").random(hi - lo)
-        shift = model.shift(u_group[label])
-        if model.prediction is not None:  # one draw per predicted trace, all its episodes alike
-            if t not in w_trace:
-                w_trace[t] = float(_stream(seed, replicate, f"{label}\x00predicted\x00{series.traces[t].method}").random())
-            shift += model.prediction_shift(w_trace[t])
-        out[lo:hi] = np.exp(shift + _pick(model.residuals, v))
+        key = (label, ep, hi - lo)
+        if key not in draws:
+            draws[key] = _stream(seed, replicate, f"{label}\x00{ep}").random(hi - lo)
+        out[lo:hi] = np.exp(shift_of[t] + _pick(model.residuals, draws[key]))
     return out
 
 
@@ -121,6 +128,10 @@ class TimingReplicates:
     prediction: float = 0.0
     #: the frames after a ``pool`` function, by that function (every interval of a view pools alike)
     _pooled: dict = field(default_factory=dict, repr=False, compare=False)
+    #: per (pool, keys): each replicate's row of every base row ([base rows, R], -1: none)
+    _matched: dict = field(default_factory=dict, repr=False, compare=False)
+    #: per (pool, keys, column): the base column and the replicates' aligned to it ([base rows, R])
+    _aligned: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def count(self) -> int:
@@ -141,6 +152,50 @@ class TimingReplicates:
             self._pooled[pool] = [pool(f) for f in frames]
         return self._pooled[pool]
 
+    def _replicate_rows(self, pool: Callable | None, keys: tuple[str, ...]) -> np.ndarray:
+        """[base rows, R]: the row of each replicate holding a base row's keys (its first such
+        row; -1 where it has none), found once per (pool, keys), for every base row that holds
+        its keys first (the rows :meth:`shifts_of` reads). A replicate whose keys come in the
+        base's order (the replay writes them so) is read by position; the others are matched
+        together in one join."""
+        if (pool, keys) in self._matched:
+            return self._matched[(pool, keys)]
+        base, *reps = self._frames(pool)
+        base_keys = base.select(keys)
+        pos = np.full((base.height, len(reps)), -1, np.int64)
+        own = np.arange(base.height)  # the base rows that index rows match are their keys' first
+        others = []
+        for r, f in enumerate(reps):
+            if f.height == base.height and f.select(keys).equals(base_keys):
+                pos[:, r] = own
+            else:
+                others.append(f.select(keys).with_row_index("_j").with_columns(pl.lit(r, pl.Int64).alias("_r")))
+        if others:
+            cast = _value_cast(keys)
+            cands = pl.concat(others, how="vertical_relaxed").with_columns(cast).unique(subset=[*keys, "_r"], keep="first")
+            look = base_keys.with_columns(cast).with_row_index("_i")
+            hit = look.join(cands, on=list(keys), how="inner", nulls_equal=True)
+            i, r, j = (hit.get_column(c).cast(pl.Int64).to_numpy() for c in ("_i", "_r", "_j"))
+            pos[i, r] = j
+        self._matched[(pool, keys)] = pos
+        return pos
+
+    def _columns(self, pool: Callable | None, keys: tuple[str, ...], column: str) -> tuple[np.ndarray, np.ndarray]:
+        """``column`` of the base ([base rows]) and of every replicate at the base's rows
+        ([base rows, R]); NaN where a frame lacks the column, the row or the value."""
+        if (pool, keys, column) in self._aligned:
+            return self._aligned[(pool, keys, column)]
+        base, *reps = self._frames(pool)
+        pos = self._replicate_rows(pool, keys)
+        mat = np.full(pos.shape, np.nan)
+        for r, f in enumerate(reps):
+            if column in f.columns and f.height:
+                col = _floats(f, column)
+                mat[:, r] = np.where(pos[:, r] >= 0, col[np.maximum(pos[:, r], 0)], np.nan)
+        here = _floats(base, column) if column in base.columns else np.full(base.height, np.nan)
+        self._aligned[(pool, keys, column)] = (here, mat)
+        return here, mat
+
     def shifts(self, index: pl.DataFrame, keys: Sequence[str], column: str = "utility", pool: Callable | None = None) -> np.ndarray:
         """[index.height, R]: ``column`` of each replicate minus the base value, for the rows of
         ``index`` (matched on ``keys``; 0 where a row has no match or a value is missing).
@@ -150,38 +205,39 @@ class TimingReplicates:
     def shifts_of(
         self, index: pl.DataFrame, keys: Sequence[str], columns: Sequence[str], pool: Callable | None = None
     ) -> dict[str, np.ndarray]:
-        """:meth:`shifts` of several columns at once: every frame is pooled once and the rows
-        of ``index`` are matched once, on the base frame; a replicate whose keys come in the
-        base's order (the replay writes them so) is read by position, any other is matched
-        again."""
+        """:meth:`shifts` of several columns at once, as one array operation per column: the
+        rows of ``index`` are matched to the base's rows (one join), the replicates' rows to the
+        base's once per (pool, keys), and every replicate's column is read into one
+        [base rows, R] matrix once per (pool, keys, column)."""
         out = {c: np.zeros((index.height, self.count)) for c in columns}
         if not self.count or not index.height:
             return out
-        keys = list(keys)
-        cast = [pl.col("value").cast(pl.Float64)] if "value" in keys else []
+        keys = tuple(keys)
+        base = self._frames(pool)[0]
+        cast = _value_cast(keys)
         look = index.select(keys).with_columns(cast).with_row_index("_i")
-        frames = self._frames(pool)
-
-        def positions(frame: pl.DataFrame) -> np.ndarray:
-            sel = frame.select(keys).with_columns(cast).with_row_index("_j").unique(subset=keys, keep="first", maintain_order=True)
-            j = look.join(sel, on=keys, how="left", nulls_equal=True).sort("_i").get_column("_j")
-            return j.fill_null(-1).cast(pl.Int64).to_numpy()
-
-        base_keys = frames[0].select(keys)
-        base_pos = positions(frames[0])
-        values: dict[str, list[np.ndarray]] = {c: [] for c in columns}
-        for f in frames:
-            pos = base_pos if f.height == base_keys.height and f.select(keys).equals(base_keys) else positions(f)
-            for c in columns:
-                if c not in f.columns:
-                    values[c].append(np.full(index.height, np.nan))
-                    continue
-                col = f.get_column(c).cast(pl.Float64).fill_null(np.nan).to_numpy()
-                values[c].append(np.where(pos >= 0, col[np.maximum(pos, 0)], np.nan) if col.size else np.full(index.height, np.nan))
+        rows = base.select(keys).with_columns(cast).with_row_index("_j").unique(subset=list(keys), keep="first", maintain_order=True)
+        j = look.join(rows, on=list(keys), how="left", nulls_equal=True).sort("_i").get_column("_j")
+        at = j.fill_null(-1).cast(pl.Int64).to_numpy()
+        found = at >= 0
+        safe = np.maximum(at, 0)
         for c in columns:
-            diff = np.stack(values[c][1:], axis=1) - values[c][0][:, None]
-            out[c] = np.where(np.isfinite(diff), diff, 0.0)
+            here, mat = self._columns(pool, keys, c)
+            if not here.size:
+                continue
+            with np.errstate(invalid="ignore"):
+                diff = mat[safe] - here[safe][:, None]
+            out[c] = np.where(found[:, None] & np.isfinite(diff), diff, 0.0)
         return out
+
+
+def _value_cast(keys: Sequence[str]) -> list[pl.Expr]:
+    """``value`` compared as a float (a grid value may be read back as an integer)."""
+    return [pl.col("value").cast(pl.Float64)] if "value" in keys else []
+
+
+def _floats(frame: pl.DataFrame, column: str) -> np.ndarray:
+    return frame.get_column(column).cast(pl.Float64).fill_null(np.nan).to_numpy()
 
 
 def trace_label(trace) -> str:
