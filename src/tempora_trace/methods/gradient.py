@@ -306,9 +306,7 @@ class GradientMethod(TTAMethod):
         own = cls.__dict__.get("_update")
         if own is not None and "update" not in cls.__dict__:
             # a method written against the old private hook keeps working, with a warning
-            warnings.warn(
-                f"{cls.__qualname__}._update is deprecated: name the update hook `update`", DeprecationWarning, stacklevel=2
-            )
+            warnings.warn(f"{cls.__qualname__}._update is deprecated: name the update hook `update`", DeprecationWarning, stacklevel=2)
             cls.update = own  # type: ignore[method-assign]
 
     def _step(self, loss: torch.Tensor) -> None:
