@@ -153,7 +153,7 @@ class CoTTA(TeacherStudentMethod):
             point="random draws",
             default="a method-owned generator (augmentations and restore masks), part of the snapshot",
             reference=AS_DEFAULT,
-            authors="the global torch and NumPy generators",
+            authors="the global torch generator",
             reason="reset, snapshot and restore must replay the adapt path bit for bit (docs/design/design.md §2)",
         ),
     )
