@@ -55,14 +55,21 @@ def _uniform(gen: torch.Generator, lo: float, hi: float) -> float:
     return lo + (hi - lo) * torch.rand((), generator=gen, device=gen.device).item()
 
 
-def cotta_augment(x: torch.Tensor, gen: torch.Generator, gaussian_std: float = 0.005) -> torch.Tensor:
+def cotta_augment(
+    x: torch.Tensor, gen: torch.Generator, gaussian_std: float = 0.005, noise_gen: torch.Generator | None = None
+) -> torch.Tensor:
     """One draw of the CoTTA authors' test-time augmentation (their non-soft setting), applied
     to the whole batch ``x`` (float NCHW in [0, 1]): clip; brightness 0.6–1.4, contrast
     0.7–1.3, saturation 0.5–1.5, hue ±0.06 and gamma 0.7–1.3 in random order; edge padding by
     half the side; affine with rotation ±15°, translation up to 1/16 of the padded side,
     scale 0.9–1.1 (bilinear, zero fill); Gaussian blur (kernel 5, σ 0.001–0.5); centre crop
     back; horizontal flip with probability 0.5; Gaussian noise (σ ``gaussian_std``) per pixel;
-    clip. RoTTA uses the same transform on its memory bank."""
+    clip. RoTTA uses the same transform on its memory bank.
+
+    The transform's parameters come from ``gen`` (keep it on the CPU: each is read to the
+    host, which on a GPU generator would be a synchronisation per parameter, as the authors'
+    CPU draws are not); the noise comes from ``noise_gen`` (default ``gen``), best on the
+    batch's device."""
     h, w = x.shape[-2:]
     out = x.clamp(0.0, 1.0)
     order = torch.randperm(5, generator=gen, device=gen.device).tolist()
@@ -88,7 +95,8 @@ def cotta_augment(x: torch.Tensor, gen: torch.Generator, gaussian_std: float = 0
     out = blur_centre_crop(out, h, w, _uniform(gen, 0.001, 0.5))
     if torch.rand((), generator=gen, device=gen.device).item() < 0.5:
         out = TF.hflip(out)
-    noise = torch.randn(out.shape, generator=gen, device=gen.device).to(out.device)
+    noise_gen = gen if noise_gen is None else noise_gen
+    noise = torch.randn(out.shape, generator=noise_gen, device=noise_gen.device).to(out.device)
     return (out + gaussian_std * noise).clamp(0.0, 1.0)
 
 
@@ -207,9 +215,9 @@ class CoTTA(TeacherStudentMethod):
     def augmented_mean(self, x: torch.Tensor) -> torch.Tensor:
         """The teacher's mean output over ``n_augmentations`` augmented copies of ``x``; the
         views do not move the teacher's tracked BatchNorm statistics."""
-        gen = self.rng.get(x.device)
+        params, noise = self.rng.get("cpu"), self.rng.get(x.device)
         with no_stat_tracking(self.teacher_bn_layers):
-            outs = [self.teacher(cotta_augment(x, gen)) for _ in range(int(self.params["n_augmentations"]))]
+            outs = [self.teacher(cotta_augment(x, params, noise_gen=noise)) for _ in range(int(self.params["n_augmentations"]))]
         return torch.stack(outs).mean(0)
 
     def teacher_output(self, x: torch.Tensor) -> torch.Tensor:

@@ -252,7 +252,7 @@ class RoTTA(TeacherStudentMethod):
         data, ages = self.memory.contents()
         if data:
             bank = torch.stack(data)
-            strong = cotta_augment(bank, self.rng.get(bank.device))
+            strong = cotta_augment(bank, self.rng.get("cpu"), noise_gen=self.rng.get(bank.device))
             self.model.train()
             self.teacher.train()
             try:

@@ -33,6 +33,7 @@ import torch.nn as nn
 
 from ..norms import BN_TYPES
 from .augment import MethodRNG
+from .base import MethodContext
 from .gradient import GradientMethod, dense_nchw
 
 __all__ = ["TeacherStudentMethod", "ema_update", "stochastic_restore"]
@@ -93,7 +94,7 @@ class TeacherStudentMethod(GradientMethod):
     #: keep a frozen copy of the source model (``self.anchor``) beside student and teacher.
     uses_anchor: ClassVar[bool] = False
 
-    def __init__(self, model: nn.Module, context: Any, **params: Any):
+    def __init__(self, model: nn.Module, context: MethodContext, **params: Any):
         super().__init__(model, context, **params)
         #: the EMA of the student; its outputs are the predictions.
         self.teacher = self._frozen_copy(model)
