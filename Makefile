@@ -105,7 +105,8 @@ docs: $(if $(INSTALL),$(DOCS_STAMP))
 DEMO_DOMAINS ?= gaussian_noise fog contrast
 DEMO_MODELS  ?= demo-resnet demo-resnet-gn
 # Empty: every method that fits each demo model but the field's (asked of the tracer:
-# `list --methods-for MODEL --demo-set`). A list: just those.
+# `list --methods-for MODEL --demo-set`; the field's methods cost up to 90 times `standard`'s
+# events, docs/results/methods-parity.md). A list: just those.
 DEMO_METHODS ?=
 DEMO_DEVICE  ?= cpu
 DEMO_OUT     ?= $(RESULTS)/demo

@@ -33,6 +33,7 @@ from tempora_trace.methods.testing import (  # noqa: F401  (re-exported for the 
     check_hparams,
     check_reset_bit_identical,
     check_snapshot_restore,
+    check_updated_flag,
     forbid_backward,
     run_stream,
     state_of,

@@ -247,7 +247,7 @@ _register(
         "Means over every adapt batch: δ̄ = ē + ℓ̄ is the total; ē − λ is the intrinsic overhead (the "
         "prediction itself is late), ℓ̄ the extrinsic overhead (the pipeline is busy after predicting); "
         "δ̄/λ is the slowdown over standard inference; update rate is the fraction of batches that "
-        "changed parameters; peak memory is the device's, where it could be measured.",
+        "changed state later predictions depend on; peak memory is the device's, where it could be measured.",
         _latency,
         (
             Column("method", "method"),

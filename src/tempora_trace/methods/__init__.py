@@ -10,6 +10,7 @@ it in one of three ways (docs/guide/add-a-method.md):
 
 Everything a method author needs is importable from here: the base classes, the helpers for
 auxiliary forwards and the shape warm-up (methods of :class:`GradientMethod`), the
+teacher–student base :class:`TeacherStudentMethod` (EMA teacher, anchor, stochastic restore), the
 snapshot-safe random generator :class:`MethodRNG`, and the conformance kit
 (:mod:`tempora_trace.methods.testing`).
 """
@@ -40,11 +41,12 @@ from .base import (
     softmax_entropy,
 )
 from .gradient import GradientMethod, check_params, default_lr, dense_nchw, selected
+from .teacher import TeacherStudentMethod, ema_update, stochastic_restore
 
 _REGISTRY: dict[str, type[TTAMethod]] = {}
 _DISCOVERED = False
 #: Modules of this package that hold no method (the API, the registry, the kit).
-_SUPPORT_MODULES = frozenset({"base", "gradient", "augment", "testing"})
+_SUPPORT_MODULES = frozenset({"base", "gradient", "augment", "teacher", "testing"})
 
 
 def register(cls: type[TTAMethod]) -> type[TTAMethod]:
@@ -204,12 +206,14 @@ __all__ = [
     "MethodRef",
     "MethodSource",
     "TTAMethod",
+    "TeacherStudentMethod",
     "available_methods",
     "builtin_methods",
     "check_params",
     "configure_batchnorm",
     "default_lr",
     "dense_nchw",
+    "ema_update",
     "departures_markdown",
     "entropy_margin",
     "get_method",
@@ -224,4 +228,5 @@ __all__ = [
     "resolve_method",
     "selected",
     "softmax_entropy",
+    "stochastic_restore",
 ]

@@ -313,7 +313,7 @@ class ProjectorView:
 class DetachedTargetMethod(GradientMethod):
     """Base for SPA and ZeroSIAM: the prediction is a clean forward that only ever serves as a
     detached target, so by default ``predict`` runs it without a graph (no gradient could flow
-    through it) and hands ``(x, logits)`` to ``_update``, where the perturbed views are built,
+    through it) and hands ``(x, logits)`` to ``update``, where the perturbed views are built,
     forwarded with gradients and learnt from.
 
     ``profile=paper`` reproduces the Tempora reference, which records autograd on the clean
@@ -343,4 +343,4 @@ class DetachedTargetMethod(GradientMethod):
             return
         x, logits = pending  # (paper profile) holds the clean graph until the update returns
         with torch.enable_grad():
-            self.last_updated = bool(self._update(x, logits.detach()))
+            self.last_updated = bool(self.update(x, logits.detach()))

@@ -6,6 +6,12 @@ into ``predict`` exactly what must precede its output (forward pass, BN statisti
 filters that change the prediction) and into ``adapt`` everything after (backward, optimiser
 step, EMA/Kalman updates, resets). Methods never synchronise the device or read the clock.
 
+``updated`` (``last_updated``) means: this batch changed state that later predictions of the
+adapting method depend on (parameters, a teacher, a memory bank or support set, a running
+mean), not merely "changed parameters"; BatchNorm statistics tracked beside batch-statistics
+normalisation only for frozen inference do not count. The amortised replay and the adaptation
+rate read it, and the conformance kit checks it (``methods.testing.check_updated_flag``).
+
 Frozen mode (docs/design/design.md §5) means: the adapted parameters, BatchNorm in eval mode on *valid*
 running statistics, no parameter or buffer changes. Methods that discard source statistics
 keep ``track_running_stats`` on after resetting the buffers, so PyTorch's own momentum update
@@ -150,7 +156,8 @@ class TTAMethod(metaclass=_MethodMeta):
         self.params: dict[str, Any] = {}
         self.frozen = False
         self.optimizer: torch.optim.Optimizer | None = None
-        #: set by ``adapt``/``predict``: did this batch change parameters?
+        #: set by ``predict``/``adapt``: did this batch change state that later predictions
+        #: depend on (``updated`` in the trace)? Always False in frozen mode.
         self.last_updated = False
         self._train_modules: list[nn.Module] = []
         self._initial_state: Any = None

@@ -215,7 +215,7 @@ class CMF(GradientMethod):
         # the augmented view's forward and backward run on the selected samples only
         self.warm_auxiliary_sizes(x, self._view, backward=True)
 
-    def _update(self, x: torch.Tensor, logits: torch.Tensor) -> bool:
+    def update(self, x: torch.Tensor, logits: torch.Tensor) -> bool:
         with torch.no_grad():
             weights, keep = self._sample_weights(logits.detach())
         # One host synchronisation: the augmented view's batch size depends on the selection.

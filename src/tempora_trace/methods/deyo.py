@@ -87,7 +87,7 @@ class DeYO(GradientMethod):
         patch = int(self.params["patch_len"])
         self.warm_auxiliary_sizes(x, lambda v: patch_shuffle(v, patch, self.rng.get(v.device)), backward=False)
 
-    def _update(self, x: torch.Tensor, logits: torch.Tensor) -> bool:
+    def update(self, x: torch.Tensor, logits: torch.Tensor) -> bool:
         p = self.params
         entropy = softmax_entropy(logits)
         keep = selected(entropy < p["ent_threshold"])

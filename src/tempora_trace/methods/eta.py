@@ -70,7 +70,7 @@ class ETA(GradientMethod):
         #: how many samples each filter kept on the last batch (diagnostics and tests).
         self.last_kept: tuple[int, int] = (0, 0)
 
-    def _update(self, x: torch.Tensor, logits: torch.Tensor) -> bool:
+    def update(self, x: torch.Tensor, logits: torch.Tensor) -> bool:
         entropy = softmax_entropy(logits)
         reliable = selected(entropy < self.params["e_margin"])
         entropy, logits = entropy.index_select(0, reliable), logits.index_select(0, reliable)

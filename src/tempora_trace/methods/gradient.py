@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, ClassVar
 
 import torch
@@ -189,8 +190,10 @@ class GradientMethod(TTAMethod):
     6. ``build_optimizer(params)``: SGD with the options ``lr`` and ``momentum``.
 
     Each batch: ``predict`` runs the forward with autograd recording and returns detached
-    logits; ``adapt`` calls ``_update(x, logits)``, which by default back-propagates
-    ``loss(x, logits)`` and steps (``None`` means "nothing to learn from this batch"). Nothing
+    logits; ``adapt`` calls the update hook ``update(x, logits)``, which by default
+    back-propagates ``loss(x, logits)`` and steps (``None`` means "nothing to learn from this
+    batch") and returns whether the batch changed state that later predictions depend on
+    (``updated``). A sparse policy's skipped batch calls ``skip_adapt()`` instead of ``adapt()``. Nothing
     learnt from a batch can influence that batch's prediction, the predict-then-adapt order
     the papers evaluate. ``frozen`` predictions run under ``no_grad`` with BatchNorm in eval
     mode on its running buffers (docs/design/design.md §5).
@@ -260,7 +263,7 @@ class GradientMethod(TTAMethod):
     def loss(self, x: torch.Tensor, logits: torch.Tensor) -> torch.Tensor | None:
         """The objective for the batch ``x`` whose forward gave ``logits`` (graph attached);
         ``None`` when the batch gives nothing to learn (no step is taken)."""
-        raise NotImplementedError(f"{type(self).__name__} must implement loss() or _update()")
+        raise NotImplementedError(f"{type(self).__name__} must implement loss() or update()")
 
     # ------------------------------------------------------------ the two phases
     def predict(self, x: torch.Tensor) -> torch.Tensor:
@@ -281,15 +284,30 @@ class GradientMethod(TTAMethod):
             self.last_updated = False
             return
         with torch.enable_grad():
-            self.last_updated = bool(self._update(*pending))
+            self.last_updated = bool(self.update(*pending))
 
-    def _update(self, x: torch.Tensor, logits: torch.Tensor) -> bool:
-        """Learn from the batch ``x`` whose forward gave ``logits``; True when parameters changed."""
+    def update(self, x: torch.Tensor, logits: torch.Tensor) -> bool:
+        """The update hook: learn from the batch ``x`` whose forward gave ``logits`` (graph
+        attached), in ``adapt`` and so inside ℓ. Returns ``updated``: True when the batch changed
+        state that later predictions depend on (here: a step was taken). Override it when one
+        loss and one step are not enough."""
         loss = self.loss(x, logits)
         if loss is None:
             return False
         self._step(loss)
         return True
+
+    def _update(self, x: torch.Tensor, logits: torch.Tensor) -> bool:
+        """Deprecated name of :meth:`update` (kept for methods written against it)."""
+        return GradientMethod.update(self, x, logits)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("_update")
+        if own is not None and "update" not in cls.__dict__:
+            # a method written against the old private hook keeps working, with a warning
+            warnings.warn(f"{cls.__qualname__}._update is deprecated: name the update hook `update`", DeprecationWarning, stacklevel=2)
+            cls.update = own  # type: ignore[method-assign]
 
     def _step(self, loss: torch.Tensor) -> None:
         assert self.optimizer is not None

@@ -66,6 +66,8 @@ class NEO(TTAMethod):
 
     @torch.no_grad()
     def predict(self, x: torch.Tensor) -> torch.Tensor:
+        # the running mean moves with every unfrozen batch, and every later prediction uses it
+        self.last_updated = not self.frozen
         if self.frozen and self.paper_profile:
             return self.model(x)  # Tempora reference: frozen NEO is the uncentred source model
         handle = self.head.register_forward_pre_hook(self._centre)

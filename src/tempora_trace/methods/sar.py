@@ -173,7 +173,7 @@ class SAR(GradientMethod):
     def hparams(self) -> dict[str, Any]:
         return {**super().hparams(), "excluded_modules": list(self.excluded), "adapted_tensors": len(self.adapted)}
 
-    def _update(self, x: torch.Tensor, logits: torch.Tensor) -> bool:
+    def update(self, x: torch.Tensor, logits: torch.Tensor) -> bool:
         sam: SAM = self.optimizer  # type: ignore[assignment]
         paper = self.paper_profile
         self.last_recovered = False

@@ -130,7 +130,7 @@ class SPA(DetachedTargetMethod):
             raise MethodError(f"spa was set up for {size}x{size} images (option image_size), got {tuple(x.shape[-2:])}")
         return super().predict(x)
 
-    def _update(self, x: torch.Tensor, clean: torch.Tensor) -> bool:
+    def update(self, x: torch.Tensor, clean: torch.Tensor) -> bool:
         p = self.params
         gen = self.rng.get(x.device)
         low = low_frequency_amplitude_mask(x, float(p["mask_ratio"]), float(p["low_freq_region"]), gen)

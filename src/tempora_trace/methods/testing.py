@@ -11,6 +11,9 @@ kit runs a method on a few batches of the demo data, around a committed demo mod
 - ``reset``: after ``reset()`` the same stream gives bit-identical outputs;
 - ``snapshot-restore``: snapshot, a frozen detour, restore: the continuation is bit-identical;
 - ``frozen``: frozen ``predict``/``adapt`` change no parameter, buffer or method state;
+- ``updated``: the flag means what it says: a batch reported ``updated = False`` leaves the
+  next prediction exactly as it would be had the batch never been seen, and one reported
+  ``True`` changed the method's state;
 - ``predict-adapt``: ``predict`` returns detached ``[N, C]`` outputs and learns nothing
   (no backward pass, no parameter or optimiser change); a gradient-free method does no tensor
   work in ``adapt``;
@@ -55,6 +58,7 @@ from ..data.demo import corrupt_images, generate_clean
 from ..models import get_model
 from . import get_method
 from ._registry import MethodRef, check_method_class
+from .augment import MethodRNG
 from .base import MethodContext, MethodError, TTAMethod
 
 __all__ = [
@@ -72,6 +76,7 @@ __all__ = [
     "check_predict_adapt_split",
     "check_reset_bit_identical",
     "check_snapshot_restore",
+    "check_updated_flag",
     "check_warm_up",
     "demo_batches",
     "demo_model",
@@ -132,8 +137,10 @@ def assert_outputs_equal(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -
 
 
 # ---------------------------------------------------------------------- contract checks
-def check_reset_bit_identical(method: TTAMethod, xs: Sequence[torch.Tensor]) -> None:
-    """Adapting over ``xs``, resetting and adapting again reproduces every output exactly."""
+def check_reset_bit_identical(method: TTAMethod, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Adapting over ``xs``, resetting and adapting again reproduces every output exactly.
+    Returns the outputs (those of ``method`` as given, for a fresh method: what
+    :func:`check_warm_up` compares against)."""
     first = run_stream(method, xs)
     method.reset()
     second = run_stream(method, xs)
@@ -141,6 +148,7 @@ def check_reset_bit_identical(method: TTAMethod, xs: Sequence[torch.Tensor]) -> 
         assert_outputs_equal(first, second)
     except AssertionError as exc:
         raise AssertionError(f"after reset(), {exc} (is some state outside the model, optimiser and extra_state()?)") from None
+    return first
 
 
 def check_snapshot_restore(method: TTAMethod, xs: Sequence[torch.Tensor], split: int = 2) -> None:
@@ -181,6 +189,71 @@ def check_frozen_changes_nothing(method: TTAMethod, xs: Sequence[torch.Tensor], 
     _require(torch.equal(outs[0], again[0]), "frozen output of the same batch changed")
     method.unfreeze()
     return outs
+
+
+def _random_states(method: TTAMethod) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
+    """torch's global generator state and that of every MethodRNG the method holds."""
+    rngs = [v for v in vars(method).values() if isinstance(v, MethodRNG)]
+    return torch.get_rng_state(), [copy.deepcopy(r.state()) for r in rngs]
+
+
+def _set_random_states(method: TTAMethod, states: tuple[torch.Tensor, list[dict[str, torch.Tensor]]]) -> None:
+    rngs = [v for v in vars(method).values() if isinstance(v, MethodRNG)]
+    torch.set_rng_state(states[0])
+    for rng, state in zip(rngs, states[1]):
+        rng.load(copy.deepcopy(state))
+
+
+def _same_state(a: Any, b: Any) -> bool:
+    try:
+        assert_same_state(a, b)
+    except AssertionError:
+        return False
+    return True
+
+
+def check_updated_flag(method: TTAMethod, xs: Sequence[torch.Tensor]) -> str:
+    """``updated`` (``last_updated`` after ``adapt``) means "this batch changed state that later
+    predictions depend on". For each batch j but the last:
+
+    - reported False: the prediction of batch j + 1 after batch j equals, bit for bit, its
+      prediction from the state before batch j (batch j skipped), with the same random-number
+      states (torch's and every :class:`MethodRNG` of the method) in both;
+    - reported True: the method's state (model, optimiser, ``extra_state()``) differs from the
+      state before batch j (an unchanged state cannot change later predictions).
+
+    The stream then continues from batch j's state. Returns how many batches reported each."""
+    counts = {True: 0, False: 0}
+    for j in range(len(xs) - 1):
+        before = method.snapshot()
+        method.predict(xs[j])
+        method.adapt()
+        flag = method.last_updated
+        _require(isinstance(flag, bool), f"{method.name}.last_updated is {flag!r}, not a bool")
+        counts[flag] += 1
+        after = method.snapshot()
+        randoms = _random_states(method)
+        if flag:
+            _require(
+                not _same_state(before, after),
+                f"batch {j}: {method.name} reported updated = True but its state (model, optimiser, extra_state()) did not change",
+            )
+            continue
+        seen = method.predict(xs[j + 1]).clone()
+        method.skip_adapt()
+        method.restore(before)
+        _set_random_states(method, randoms)
+        skipped = method.predict(xs[j + 1]).clone()
+        method.skip_adapt()
+        if not torch.equal(seen, skipped):
+            raise AssertionError(
+                f"batch {j}: {method.name} reported updated = False, but the next prediction differs from the one made "
+                f"without batch {j} (max |Δ| = {(seen - skipped).abs().max().item():.3g}): report True when a batch changes "
+                "state that later predictions depend on"
+            )
+        method.restore(after)
+        _set_random_states(method, randoms)
+    return f"batches reporting updated: {counts[True]} true, {counts[False]} false"
 
 
 @contextlib.contextmanager
@@ -462,14 +535,18 @@ def tracer_warm_up(method: TTAMethod, x: torch.Tensor, copies: int = 5, seed: in
     method.reset()
 
 
-def check_warm_up(make: Callable[[], TTAMethod], xs: Sequence[torch.Tensor], copies: int = 1) -> None:
+def check_warm_up(
+    make: Callable[[], TTAMethod], xs: Sequence[torch.Tensor], copies: int = 1, fresh: Sequence[torch.Tensor] | None = None
+) -> None:
     """Every input shape the model meets over the stream (its own or a submodule's: a subset
     of the batch the method selects, an augmented view) was met during the tracer's warm-up,
     so a library's first pass at a new shape never lands in a timed event; and the warm-up
     leaves no trace (after it, the stream replays a fresh method's outputs bit for bit).
     ``copies``: noisy copies of the first batch (the tracer runs five; one is stricter, as a
-    shape met only by chance in a copy is not counted on)."""
-    fresh = run_stream(make(), xs)
+    shape met only by chance in a copy is not counted on). ``fresh``: the outputs of a fresh
+    ``make()`` over ``xs``, where already computed (the kit reuses the reset check's)."""
+    if fresh is None:
+        fresh = run_stream(make(), xs)
     method = make()
     shapes: list[set] = [set()]  # [warm-up, batch 0, batch 1, …]: (module name, input shape)
     remove = _record_shapes(method.model, shapes)
@@ -577,7 +654,7 @@ class CheckResult:
 
 
 #: The checks, in the order they run.
-CHECKS = ("build", "options", "reset", "snapshot-restore", "frozen", "predict-adapt", "no-sync", "warm-up")
+CHECKS = ("build", "options", "reset", "snapshot-restore", "frozen", "updated", "predict-adapt", "no-sync", "warm-up")
 
 
 def _resolve(method: str | type[TTAMethod]) -> type[TTAMethod]:
@@ -679,15 +756,24 @@ def _check_method(
 
     _check_given(cls, params, context, make)
 
+    #: a fresh method's outputs over xs, once the reset check has computed them (make() is
+    #: deterministic: it seeds torch), so the warm-up check need not run the stream again
+    fresh: dict[str, list[torch.Tensor]] = {}
+
+    def reset_check() -> str:
+        fresh["outputs"] = check_reset_bit_identical(make(), xs)
+        return ""
+
     tasks: dict[str, Callable[[], str]] = {
         "build": lambda: (check_hparams(make()), "")[1],
         "options": lambda: (check_options(make, context, params), "")[1],
-        "reset": lambda: (check_reset_bit_identical(make(), xs), "")[1],
+        "reset": reset_check,
         "snapshot-restore": lambda: (check_snapshot_restore(make(), xs, split=max(1, len(xs) // 2)), "")[1],
         "frozen": lambda: (check_frozen_changes_nothing(make(), xs, warmup=max(1, len(xs) // 2)), "")[1],
+        "updated": lambda: check_updated_flag(make(), xs),
         "predict-adapt": lambda: (check_predict_adapt_split(make(), xs, context.num_classes), "")[1],
         "no-sync": lambda: _host_note(check_no_sync(make(), xs)),
-        "warm-up": lambda: (check_warm_up(make, xs), "")[1],
+        "warm-up": lambda: (check_warm_up(make, xs, fresh=fresh.get("outputs")), "")[1],
     }
     results: list[CheckResult] = []
     built = True

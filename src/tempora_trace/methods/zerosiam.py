@@ -88,7 +88,7 @@ class ZeroSIAM(DetachedTargetMethod):
         super().__init__(model, context, **params)
         self.trainable = [q for _, q in self.adapted]
 
-    def _update(self, x: torch.Tensor, clean: torch.Tensor) -> bool:
+    def update(self, x: torch.Tensor, clean: torch.Tensor) -> bool:
         with self.view.active():
             view = self.model(x)
         loss = softmax_entropy(view).mean() + symmetric_kl(clean, view)

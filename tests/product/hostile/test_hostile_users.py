@@ -562,7 +562,7 @@ def test_check_method_counts_sys_exit_as_a_failure_and_prints_its_summary(ws):
     res = invoke(cli, ["check-method", f"{ws}/bad.py:Exits", "--batches", "2", "--batch-size", "4"])
     assert res.exit_code == 1, res.output + res.stderr
     assert "FAIL reset: raised in predict: SystemExit: 0" in res.output
-    assert re.search(r"exits: \d of 8 checks passed", res.output), res.output
+    assert re.search(r"exits: \d of \d+ checks passed", res.output), res.output
 
 
 def test_check_method_records_a_given_param_and_refuses_a_bad_one_in_one_line(ws):

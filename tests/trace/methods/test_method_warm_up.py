@@ -11,6 +11,8 @@ from tempora_trace.methods.testing import check_warm_up
 
 #: methods whose adapt step runs a forward on a selected subset of the batch
 SUBSET_PASSES = {"cmf", "deyo", "roid"}
+#: methods whose adapt step runs on a memory bank of up to this many samples (RoTTA's default)
+BANK_PASSES = {"rotta": 64}
 #: options that fit the 8-px test images
 SMALL = {"spa": {"image_size": 8, "noise_patch": 4}}
 
@@ -40,6 +42,9 @@ def test_warm_up_covers_the_subset_sizes_and_changes_nothing(name):
     if name in SUBSET_PASSES:
         # the auxiliary forward once at every size a selection can take
         assert sorted(seen) == [1, 2, 3, 4, 5, 6]
+    elif name in BANK_PASSES:
+        # the student's pass on the bank once at every size the bank can have
+        assert sorted(seen) == list(range(1, BANK_PASSES[name] + 1))
     else:
         assert seen == []
     # the kit's check: every shape of the stream was warmed, no gradient left, and after the
