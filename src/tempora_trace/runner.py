@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -177,6 +177,21 @@ def host_snapshot(method: TTAMethod) -> dict[str, Any]:
     return snap
 
 
+#: the seed of the fixed order in which a method's source samples are drawn from the clean split
+SOURCE_SAMPLE_SEED = 0
+
+
+def clean_images(dataset: Any, root: Path | None, n: int, batch_size: int) -> Iterator[torch.Tensor]:
+    """Up to ``n`` images of ``dataset``'s clean split, in a fixed shuffled order (seed
+    :data:`SOURCE_SAMPLE_SEED`, whatever the run's seed), as float [0, 1] NCHW batches of
+    ``batch_size``: the source samples of :attr:`MethodContext.source_images`."""
+    source = dataset.open("clean", None, root).source
+    order = np.random.default_rng(SOURCE_SAMPLE_SEED).permutation(len(source))[: max(0, int(n))]
+    for start in range(0, len(order), max(1, int(batch_size))):
+        images, _ = source.get_batch(order[start : start + batch_size])
+        yield images
+
+
 @dataclass
 class EpisodeSummary:
     episode: str
@@ -311,6 +326,7 @@ class MethodRun:
             device=str(self.device),
             model_name=cfg.model,
             norm_kind=self.model_spec.norm,
+            source_images=lambda n, batch_size: clean_images(self.dataset, root, n, batch_size),
         )
         try:
             self.method: TTAMethod = self.method_cls(model, context, **cfg.method_params)

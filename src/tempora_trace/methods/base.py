@@ -26,8 +26,8 @@ import copy
 import math
 from abc import ABCMeta, abstractmethod
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, ClassVar, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Iterable, Iterator
 
 import torch
 import torch.nn as nn
@@ -102,6 +102,11 @@ class MethodContext:
 
     ``dataset_family`` is ``imagenet`` or ``cifar`` (the demo set counts as ``cifar``: 32×32,
     10 classes), the switch the papers use for dataset-dependent hyperparameters.
+
+    ``source_images(n, batch_size)``, where the run has them, yields up to ``n`` clean images
+    of the dataset (its ``clean`` split, in a fixed shuffled order) as float [0, 1] NCHW
+    batches on the CPU, read only when called: the source samples a method may need before
+    the stream starts (EATA's Fisher regulariser). ``None`` where the run has none to give.
     """
 
     num_classes: int
@@ -110,6 +115,7 @@ class MethodContext:
     device: str = "cpu"
     model_name: str = ""
     norm_kind: str = "bn"
+    source_images: Callable[[int, int], Iterator[torch.Tensor]] | None = field(default=None, compare=False, repr=False)
 
 
 class TTAMethod(metaclass=_MethodMeta):
