@@ -553,11 +553,18 @@ class TinyLayerNormNet(nn.Module):
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, num_classes)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def features(self, x: torch.Tensor) -> torch.Tensor:
         h = self.embed(x - 0.5).flatten(2).transpose(1, 2)
         for block in self.blocks:
             h = h + block(h)
-        return self.head(self.norm(h).mean(1))
+        return self.norm(h).mean(1)
+
+    def features_and_classifier(self):
+        """Its head, declared for feature-level methods (tempora_trace.models.feature_head)."""
+        return self.features, self.head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
 
 
 @functools.lru_cache(maxsize=3)
