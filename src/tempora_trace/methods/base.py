@@ -136,6 +136,11 @@ class TTAMethod(metaclass=_MethodMeta):
     #: True for a method that adapts no normalisation layer (it runs on any network, also one
     #: without normalisation layers or with several families of them).
     norm_free: ClassVar[bool] = False
+    #: True for a method that learns from a batch before predicting it and leaves no trace of
+    #: that learning once ``predict`` returns (MEMO's per-sample adaptation and reset): its
+    #: backward pass belongs in ``e``, and the conformance kit checks that ``predict`` leaves
+    #: every parameter and the optimiser as it found them instead of forbidding the backward.
+    adapts_before_output: ClassVar[bool] = False
     #: one-line citation of the source paper, shown in the methods reference (docs/reference/methods.md).
     paper: ClassVar[str] = ""
     #: what the method updates, and where its overhead falls (the methods reference table).

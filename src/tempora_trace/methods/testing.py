@@ -305,12 +305,17 @@ def _parameters(method: TTAMethod) -> dict[str, torch.Tensor]:
 def check_predict_adapt_split(method: TTAMethod, xs: Sequence[torch.Tensor], num_classes: int) -> None:
     """``predict`` returns detached ``[N, num_classes]`` outputs and learns nothing from its
     batch (no backward pass, no parameter or optimiser change: that is ``adapt``'s work, timed
-    apart); a gradient-free method (``family = "gradient-free"``) does no work in ``adapt``."""
+    apart; a method that declares ``adapts_before_output`` may run a backward pass in
+    ``predict`` but must leave parameters and optimiser as they were); a gradient-free method
+    (``family = "gradient-free"``) does no work in ``adapt``."""
     for i, x in enumerate(xs):
         before = _parameters(method)
         opt = copy.deepcopy(method.optimizer.state_dict()) if method.optimizer is not None else None
-        with forbid_backward(f"{method.name}.predict ran a backward pass: learning from the batch belongs in adapt()"):
+        if method.adapts_before_output:  # learns inside predict, must undo it before returning
             out = method.predict(x)
+        else:
+            with forbid_backward(f"{method.name}.predict ran a backward pass: learning from the batch belongs in adapt()"):
+                out = method.predict(x)
         _require(not out.requires_grad, f"{method.name}.predict returned a tensor attached to the graph")
         _require(
             tuple(out.shape) == (x.shape[0], num_classes),
