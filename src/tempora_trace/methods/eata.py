@@ -6,10 +6,7 @@ Niu et al., "Efficient Test-Time Model Adaptation without Forgetting", ICML 2022
 probabilities with the moving average below ``d_margin`` ε), update that average, and minimise
 the re-weighted entropy ``mean(entropy · exp(e_margin − entropy))`` with SGD on the affine
 parameters of the normalisation layers. EATA adds to that loss the anti-forgetting term
-
-    ``fisher_alpha · Σ_i F_i · (θ_i − θ_i⁰)²``
-
-over the adapted parameters, with ``θ⁰`` the source parameters and ``F`` the diagonal Fisher
+``fisher_alpha · Σ_i F_i · (θ_i − θ_i⁰)²`` over the adapted parameters, with ``θ⁰`` the source parameters and ``F`` the diagonal Fisher
 information estimated once, before the stream, from ``fisher_size`` clean source samples: the
 model (normalisation on batch statistics, as it adapts) labels each batch of them with its own
 arg-max, and ``F`` is the mean over batches of the squared gradient of the batch's
@@ -44,6 +41,10 @@ from .gradient import dense_nchw
 
 @register
 class EATA(ETA):
+    """ETA's filtered, re-weighted entropy plus a Fisher-weighted pull towards the source.
+    Time split: the forward pass is ``predict`` (``e``); filters, backward and step are
+    ``adapt`` (``ℓ``); the Fisher estimate runs once at construction, untimed."""
+
     name = "eata"
     paper = "Niu et al., Efficient Test-Time Model Adaptation without Forgetting (EATA), ICML 2022"
     updates = "affine parameters of all normalisation layers, held near the source by a Fisher-weighted penalty"

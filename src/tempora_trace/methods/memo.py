@@ -220,6 +220,10 @@ def augmix_view(img: torch.Tensor, gen: torch.Generator, imagenet: bool) -> torc
 
 @register
 class MEMO(TTAMethod):
+    """Per test image: marginal entropy over its AugMix views, one SGD step on every parameter,
+    the prediction, the source parameters back. Time split: all of it is ``predict`` (``e``);
+    ``adapt`` is empty (``ℓ`` ≈ 0)."""
+
     name = "memo"
     family = "gradient-based"
     paper = "Zhang, Levine & Finn, MEMO: Test Time Robustness via Adaptation and Augmentation, NeurIPS 2022"

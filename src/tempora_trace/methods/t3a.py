@@ -56,6 +56,10 @@ def prototype_logits(z: torch.Tensor, supports: torch.Tensor, labels: torch.Tens
 
 @register
 class T3A(TTAMethod):
+    """Prototype classifier over an entropy-filtered support set of penultimate features.
+    Time split: everything (features, support-set update, prototypes) is ``predict`` (``e``);
+    ``adapt`` is empty (``ℓ`` ≈ 0)."""
+
     name = "t3a"
     family = "gradient-free"
     norm_free = True
