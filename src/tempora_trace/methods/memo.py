@@ -238,6 +238,13 @@ class MEMO(TTAMethod):
             reason="one code path on every device; the geometric operations match PIL's to one grey level (rounding)",
             authors="PIL operations on 8-bit images",
         ),
+        Departure(
+            point="ImageNet views' crop",
+            default="RandomResizedCrop (area 0.08-1) of the model's input, the preprocessed centre crop, resized back to its side",
+            reference="as default",
+            reason="a method sees the batch the tracer feeds the model, not the decoded file",
+            authors="RandomResizedCrop(224) of the whole decoded image",
+        ),
     )
 
     @classmethod
