@@ -124,7 +124,7 @@ DEMO_MODELS_OUT     ?= src/tempora_trace/models/weights
 DEMO_MODELS_OPTS    ?=
 
 # $(call demo_files,ROOT): ROOT/<model>/<device>/<method>.parquet for every method that fits
-# each demo model (asked of the tracer, so the lists never go stale). Expanded in recipes
+# each demo model (asked of the tracer, so the lists never go stale) but the field's. Expanded in recipes
 # only, after `install` made the tracer importable.
 demo_files = $(foreach model,$(DEMO_MODELS),\
     $(addprefix $(1)/$(model)/$(DEMO_DEVICE)/,$(addsuffix .parquet,$(or $(DEMO_METHODS),$(shell $(TRACE) list --methods-for $(model) --demo-set)))))

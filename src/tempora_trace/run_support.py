@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import random
 from dataclasses import dataclass
-from typing import Any, Sequence
+from pathlib import Path
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -185,3 +186,18 @@ def prediction_problem(logits: Any, n: int, num_classes: int, device: torch.devi
 
 #: The one phrase for a prediction holding NaN or ∞ (found where its values are read).
 NON_FINITE = "values that are NaN or infinite (the model's weights or the method's updates diverged)"
+
+
+#: the seed of the fixed order in which a method's source samples are drawn from the clean split
+SOURCE_SAMPLE_SEED = 0
+
+
+def clean_images(dataset: Any, root: Path | None, n: int, batch_size: int) -> Iterator[torch.Tensor]:
+    """Up to ``n`` images of ``dataset``'s clean split, in a fixed shuffled order (seed
+    :data:`SOURCE_SAMPLE_SEED`, whatever the run's seed), as float [0, 1] NCHW batches of
+    ``batch_size``: the source samples of :attr:`MethodContext.source_images`."""
+    source = dataset.open("clean", None, root).source
+    order = np.random.default_rng(SOURCE_SAMPLE_SEED).permutation(len(source))[: max(0, int(n))]
+    for start in range(0, len(order), max(1, int(batch_size))):
+        images, _ = source.get_batch(order[start : start + batch_size])
+        yield images

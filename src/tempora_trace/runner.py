@@ -55,6 +55,7 @@ from .run_support import (
     capture_rng,
     check_folder_images,
     check_model_fits,
+    clean_images,
     host_snapshot,
     left_over_images,
     prediction_problem,
@@ -160,6 +161,7 @@ class MethodRun:
             device=str(self.device),
             model_name=cfg.model,
             norm_kind=self.model_spec.norm,
+            source_images=lambda n, batch_size: clean_images(self.dataset, root, n, batch_size),
         )
         try:
             self.method: TTAMethod = self.method_cls(model, context, **cfg.method_params)

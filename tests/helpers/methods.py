@@ -67,9 +67,16 @@ class TinyCNN(nn.Module):
         self.norm = nn.LayerNorm(2 * width) if norm == "ln" else nn.Identity()
         self.fc = nn.Linear(2 * width, num_classes)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def features(self, x: torch.Tensor) -> torch.Tensor:
         h = self.layer2(self.layer1(x - 0.5))
-        return self.fc(self.norm(self.pool(h).flatten(1)))
+        return self.norm(self.pool(h).flatten(1))
+
+    def features_and_classifier(self):
+        """The declared head (tempora_trace.models.feature_head) that feature-level methods use."""
+        return self.features, self.fc
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.features(x))
 
 
 def tiny_model(norm: str = "bn", num_classes: int = 10, seed: int = 0, logit_scale: float = 30.0) -> nn.Module:
@@ -111,8 +118,15 @@ def confident_logits(cls: int, n: int, strength: float = 8.0, num_classes: int =
     return x + 0.01 * torch.arange(n * num_classes, dtype=torch.float32).reshape(n, num_classes) / (n * num_classes)
 
 
+def source_images(n: int, batch_size: int, size: int = 8):
+    """A context's ``source_images``: ``n`` reproducible random 8-px images in [0, 1] (the
+    clean split a method such as EATA reads at construction), in batches of ``batch_size``."""
+    g = torch.Generator().manual_seed(7)
+    yield from torch.rand(min(n, 32), 3, size, size, generator=g).split(max(1, batch_size))
+
+
 def context(num_classes: int = 10, family: str = "cifar", norm: str = "bn", batch_size: int = 16) -> MethodContext:
-    return MethodContext(num_classes=num_classes, dataset_family=family, batch_size=batch_size, norm_kind=norm)
+    return MethodContext(num_classes=num_classes, dataset_family=family, batch_size=batch_size, norm_kind=norm, source_images=source_images)
 
 
 def batches(n: int = 4, batch_size: int = 16, size: int = 8, seed: int = 1) -> list[torch.Tensor]:

@@ -32,8 +32,8 @@ import copy
 import math
 from abc import ABCMeta, abstractmethod
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, ClassVar, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Iterable, Iterator
 
 import torch
 import torch.nn as nn
@@ -108,6 +108,11 @@ class MethodContext:
 
     ``dataset_family`` is ``imagenet`` or ``cifar`` (the demo set counts as ``cifar``: 32×32,
     10 classes), the switch the papers use for dataset-dependent hyperparameters.
+
+    ``source_images(n, batch_size)``, where the run has them, yields up to ``n`` clean images
+    of the dataset (its ``clean`` split, in a fixed shuffled order) as float [0, 1] NCHW
+    batches on the CPU, read only when called: the source samples a method may need before
+    the stream starts (EATA's Fisher regulariser). ``None`` where the run has none to give.
     """
 
     num_classes: int
@@ -116,6 +121,7 @@ class MethodContext:
     device: str = "cpu"
     model_name: str = ""
     norm_kind: str = "bn"
+    source_images: Callable[[int, int], Iterator[torch.Tensor]] | None = field(default=None, compare=False, repr=False)
 
 
 class TTAMethod(metaclass=_MethodMeta):
@@ -136,6 +142,11 @@ class TTAMethod(metaclass=_MethodMeta):
     #: True for a method that adapts no normalisation layer (it runs on any network, also one
     #: without normalisation layers or with several families of them).
     norm_free: ClassVar[bool] = False
+    #: True for a method that learns from a batch before predicting it and leaves no trace of
+    #: that learning once ``predict`` returns (MEMO's per-sample adaptation and reset): its
+    #: backward pass belongs in ``e``, and the conformance kit checks that ``predict`` leaves
+    #: every parameter and the optimiser as it found them instead of forbidding the backward.
+    adapts_before_output: ClassVar[bool] = False
     #: one-line citation of the source paper, shown in the methods reference (docs/reference/methods.md).
     paper: ClassVar[str] = ""
     #: what the method updates, and where its overhead falls (the methods reference table).

@@ -80,6 +80,7 @@ __all__ = [
     "check_warm_up",
     "demo_batches",
     "demo_model",
+    "demo_source_images",
     "forbid_backward",
     "run_stream",
     "state_of",
@@ -377,12 +378,17 @@ def _parameters(method: TTAMethod) -> dict[str, torch.Tensor]:
 def check_predict_adapt_split(method: TTAMethod, xs: Sequence[torch.Tensor], num_classes: int) -> None:
     """``predict`` returns detached ``[N, num_classes]`` outputs and learns nothing from its
     batch (no backward pass, no parameter or optimiser change: that is ``adapt``'s work, timed
-    apart); a gradient-free method (``family = "gradient-free"``) does no work in ``adapt``."""
+    apart; a method that declares ``adapts_before_output`` may run a backward pass in
+    ``predict`` but must leave parameters and optimiser as they were); a gradient-free method
+    (``family = "gradient-free"``) does no work in ``adapt``."""
     for i, x in enumerate(xs):
         before = _parameters(method)
         opt = copy.deepcopy(method.optimizer.state_dict()) if method.optimizer is not None else None
-        with forbid_backward(f"{method.name}.predict ran a backward pass: learning from the batch belongs in adapt()"):
+        if method.adapts_before_output:  # learns inside predict, must undo it before returning
             out = method.predict(x)
+        else:
+            with forbid_backward(f"{method.name}.predict ran a backward pass: learning from the batch belongs in adapt()"):
+                out = method.predict(x)
         _require(not out.requires_grad, f"{method.name}.predict returned a tensor attached to the graph")
         _require(
             tuple(out.shape) == (x.shape[0], num_classes),
@@ -578,6 +584,23 @@ def check_warm_up(
 
 # ---------------------------------------------------------------------- demo data and models
 @functools.lru_cache(maxsize=4)
+def _demo_clean(n: int) -> torch.Tensor:
+    return to_float_nchw(generate_clean("test", n, workers=1)[0])
+
+
+def demo_source_images(available: int) -> Callable[[int, int], Iterator[torch.Tensor]]:
+    """The kit's :attr:`MethodContext.source_images`: a clean split of ``available`` demo test
+    images (the clean originals of the kit's stream), so a method that reads source samples
+    at construction (EATA's Fisher term) builds in a fraction of a second on every check."""
+
+    def source_images(n: int, batch_size: int) -> Iterator[torch.Tensor]:
+        x = _demo_clean(available)[: max(0, int(n))]
+        yield from x.split(max(1, int(batch_size)))
+
+    return source_images
+
+
+@functools.lru_cache(maxsize=4)
 def _demo_arrays(n: int, corruption: str, severity: int) -> tuple[Any, Any]:
     clean, labels = generate_clean("test", n, workers=1)
     images = corrupt_images(clean, corruption, severity, workers=1)
@@ -612,11 +635,18 @@ class TinyLayerNormNet(nn.Module):
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, num_classes)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def features(self, x: torch.Tensor) -> torch.Tensor:
         h = self.embed(x - 0.5).flatten(2).transpose(1, 2)
         for block in self.blocks:
             h = h + block(h)
-        return self.head(self.norm(h).mean(1))
+        return self.norm(h).mean(1)
+
+    def features_and_classifier(self):
+        """Its head, declared for feature-level methods (tempora_trace.models.feature_head)."""
+        return self.features, self.head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
 
 
 @functools.lru_cache(maxsize=3)
@@ -747,7 +777,13 @@ def _check_method(
         raise MethodError(f"unknown check(s) {unknown}; known: {', '.join(CHECKS)}")
     xs = demo_batches(batches, batch_size, device=device)
     context = MethodContext(
-        num_classes=10, dataset_family="cifar", batch_size=batch_size, device=str(device), model_name=DEMO_MODELS[norm], norm_kind=norm
+        num_classes=10,
+        dataset_family="cifar",
+        batch_size=batch_size,
+        device=str(device),
+        model_name=DEMO_MODELS[norm],
+        norm_kind=norm,
+        source_images=demo_source_images(batches * batch_size),
     )
 
     def make(**override: Any) -> TTAMethod:

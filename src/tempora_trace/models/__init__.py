@@ -29,6 +29,7 @@ from ..paths import tempora_home
 from .cifar_resnet import build_cifar_resnet18
 from .demo import build_demo_resnet
 from .external import SHORT_NAMES, Preprocess, build_external, is_external, model_label, parse_spec
+from .heads import FeatureHead, feature_head
 from .pretrained import fetch_hf, fetch_torchvision, offline_mode, timm_pretrained_cfg, torchvision_weights
 
 # Tempora's own CIFAR ResNet-18 normalises with the CIFAR training-set statistics. The
@@ -272,11 +273,13 @@ def model_norms(name: str, input_size: int | None = None) -> frozenset[str]:
 
 __all__ = [
     "MODEL_NORMS",
+    "FeatureHead",
     "ModelSpec",
     "Normalized",
     "Preprocess",
     "available_models",
     "compatible_models",
+    "feature_head",
     "get_model",
     "model_label",
     "model_norms",

@@ -16,13 +16,16 @@ import torch
 import torchvision.transforms.functional as TF
 from torchvision.transforms import InterpolationMode
 
-from helpers.methods import tiny_model
+from helpers.methods import source_images, tiny_model
 from tempora_trace.methods import MethodContext, MethodError, available_methods, get_method
 from tempora_trace.methods.augment import PatchNoise, _resized_crop_box, random_resized_crop_flip
 from tempora_trace.methods.base import BN_TYPES, PROFILES
 from tempora_trace.methods.shot_im import information_maximisation_loss
 
-CTX = {n: MethodContext(num_classes=10, dataset_family="cifar", batch_size=8, norm_kind=n) for n in ("bn", "gn", "ln")}
+CTX = {
+    n: MethodContext(num_classes=10, dataset_family="cifar", batch_size=8, norm_kind=n, source_images=source_images)
+    for n in ("bn", "gn", "ln")
+}
 
 
 def build(name, norm="bn", model=None, **params):

@@ -240,7 +240,7 @@ def test_list_model_shows_the_fitting_methods(model_file):
     assert result.exit_code == 0, result.output
     assert "BatchNorm" in result.output and "adabn" in result.output and "spa" not in result.output.split("methods:")[1]
     result = invoke(cli, ["list", "--model", f"{model_file}:build_plain", "--input-size", "16"])
-    assert "no normalisation layers" in result.output and result.output.split("methods: ")[1].split() == ["lame,", "standard"]
+    assert "no normalisation layers" in result.output and result.output.split("methods: ")[1].split() == ["lame,", "standard,", "t3a"]
 
 
 def test_debug_prints_the_traceback_of_the_users_code_above_the_line(model_file):
