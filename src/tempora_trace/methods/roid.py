@@ -182,7 +182,7 @@ class ROID(GradientMethod):
         if self.params["consistency"]:
             self.warm_auxiliary_sizes(x, self._view, backward=True)
 
-    def _update(self, x: torch.Tensor, logits: torch.Tensor) -> bool:
+    def update(self, x: torch.Tensor, logits: torch.Tensor) -> bool:
         p = self.params
         if p["weighting"]:
             with torch.no_grad():
