@@ -9,7 +9,7 @@ takes the oldest queued batch (docs/design/design.md §4). Two functions say it 
   comes next and when it starts.
 
 The replay kernels (:mod:`tempora_sim.engine.kernels`) compile both with Numba and the live runner
-(:mod:`tempora_trace.live`) calls them as plain Python, so a live run and its replay decide
+(:mod:`tempora_trace.live_runner`) calls them as plain Python, so a live run and its replay decide
 alike wherever the clock readings agree. The plain-Python oracle (:mod:`tempora_sim.engine.oracle`), an
 event-queue simulation written independently, is what the tests check them against. Plain
 floats and ints only: nothing here may import numpy, Numba or torch.

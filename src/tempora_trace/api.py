@@ -21,7 +21,7 @@ from .calibration import Calibration
 from .calibration import calibrate as _calibrate
 from .config import TraceConfig
 from .errors import ConfigError
-from .live import LiveSettings, run_live
+from .live_runner import LiveSettings, run_live
 from .options import DEFAULT_PROFILE_BATCHES
 from .profiling import profile_run
 from .runner import trace_run
@@ -63,7 +63,7 @@ def calibrate(config: TraceConfig | None = None, /, *, quiet: bool = True, **fie
 
 def live(config: TraceConfig | None = None, settings: LiveSettings | None = None, /, *, quiet: bool = True, **fields: Any) -> Path:
     """Play one method live against a real clock (``tempora-trace live``) and return the
-    live-run file. ``fields`` are TraceConfig's and :class:`~tempora_trace.live.LiveSettings`'
+    live-run file. ``fields`` are TraceConfig's and :class:`~tempora_trace.live_runner.LiveSettings`'
     (``protocols``, ``rho``, ``gamma_ms``, ``queue``, ``budgets_ms``, ``lambda_ms``, ``repeats``,
     ``trace_alongside`` …)."""
     live_fields = {k: v for k, v in fields.items() if k in _LIVE_FIELDS}

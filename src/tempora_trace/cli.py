@@ -201,7 +201,7 @@ def live_command(**cli_values: Any) -> None:
     batch; amortised: live overhead accounting, frozen from the cut-off on. Compare with the
     replay: `tempora-sim validate LIVE --traces DIR`."""
     from .config import config_from_options  # lazy: loads torch; `--help` and refused options do not
-    from .live import LiveSettings, run_live
+    from .live_runner import LiveSettings, run_live
 
     _method_required(cli_values)
     if cli_values["resume"]:

@@ -6,7 +6,7 @@ monotonic clock; each decision reads the clock once and applies the replay's own
 **Amortised** (:func:`play_amortised`): batches back to back, each adapting event charged
 ``max(0, δ − λ)`` against the budget until the cut-off. Both take the method's events as
 callables (:data:`ServeFn`, :class:`AmortisedHooks`), so they know nothing of models or files;
-:mod:`tempora_trace.live` runs them against a method and writes what they served.
+:mod:`tempora_trace.live_runner` runs them against a method and writes what they served.
 :func:`check_schedule` bounds a schedule (:data:`MAX_SCHEDULE_MS`): a live run waits for real.
 """
 

@@ -1,7 +1,7 @@
 """What a live invocation asks for, checked before anything runs: the protocol settings
 (:class:`LiveSettings`), λ from the group's ``standard`` trace (:func:`standard_trace_lambda`)
 and the runs it plans, every setting once per repeat (:func:`plan_runs`).
-:mod:`tempora_trace.live` plays the plan.
+:mod:`tempora_trace.live_runner` plays the plan.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 
 * the command-line options of ``run``, ``live``, ``calibrate`` and ``profile`` (:func:`click_options`),
 * the :class:`~tempora_trace.config.TraceConfig` fields a command line sets (:func:`config_kwargs`)
-  and the :class:`~tempora_trace.live.LiveSettings` of ``live`` (:func:`live_kwargs`),
+  and the :class:`~tempora_trace.live_runner.LiveSettings` of ``live`` (:func:`live_kwargs`),
 * the keys a campaign group may set under ``options`` (:data:`CAMPAIGN_OPTIONS`), and the
   ``tempora-trace run`` arguments of a campaign's trace (:func:`to_argv`, :func:`parse_args`).
 

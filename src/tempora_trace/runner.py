@@ -102,7 +102,7 @@ def _failing_phase(exc: BaseException, method: Any) -> str:
 class MethodRun:
     """Device, data, model, method, stager and clock of one run, built and checked once.
 
-    What the tracer (:class:`TraceRun`) and the live runner (:mod:`tempora_trace.live`) share,
+    What the tracer (:class:`TraceRun`) and the live runner (:mod:`tempora_trace.live_runner`) share,
     so both time the same events the same way: the same episodes and batch order, the same
     staging and warm-up, the same scoring outside the timed regions.
     """

@@ -17,16 +17,19 @@ FENCE = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
 def test_the_api_page_names_every_public_function():
+    import tempora_sim
     import tempora_sim.api as sim_api
+    import tempora_trace
     import tempora_trace.api as trace_api
 
     text = GUIDE.read_text(encoding="utf-8")
-    for module, names in (("tempora_sim.api", sim_api.__all__), ("tempora_trace.api", trace_api.__all__)):
-        for name in names:
-            obj = getattr(sim_api if module == "tempora_sim.api" else trace_api, name)
-            assert obj.__doc__, f"{module}.{name} has no docstring"
+    for package, alias, api in ((tempora_sim, "ts", sim_api), (tempora_trace, "tt", trace_api)):
+        for name in api.__all__:
+            obj = getattr(api, name)
+            assert obj.__doc__, f"{api.__name__}.{name} has no docstring"
+            assert getattr(package, name) is obj, f"{package.__name__}.{name} is not the API's {name}"
             if callable(obj) and not isinstance(obj, type):
-                assert f"`{module}.{name}`" in text, f"{module}.{name} is not on the page"
+                assert f"`{alias}.{name}`" in text, f"{alias}.{name} ({api.__name__}) is not on the page"
 
 
 @pytest.mark.e2e

@@ -21,7 +21,7 @@ from tempora_sim.engine import oracle as R
 from tempora_sim.engine.kernels import discrete_served
 from tempora_trace.config import TraceConfig
 from tempora_trace.errors import ConfigError
-from tempora_trace.live import AmortisedHooks, play_amortised, play_discrete, run_live
+from tempora_trace.live_runner import AmortisedHooks, play_amortised, play_discrete, run_live
 from tempora_trace.timing import DeviceClock, now_ns, timed_event
 
 

@@ -360,7 +360,7 @@ def test_live_policy_decides_by_event_index_and_validates(cifar_c_root, tmp_path
     import polars as pl
 
     from tempora_sim.validation.live_runs import validate
-    from tempora_trace.live import run_live
+    from tempora_trace.live_runner import run_live
 
     def cfg(method, out, **kw):
         return TraceConfig(

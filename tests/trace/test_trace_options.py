@@ -14,7 +14,7 @@ from tempora_trace import options as trace_options
 from tempora_trace.campaign import TRACE_OPTIONS, load_campaign, trace_location
 from tempora_trace.cli import cli
 from tempora_trace.config import TraceConfig
-from tempora_trace.live import LiveSettings
+from tempora_trace.live_runner import LiveSettings
 
 
 @pytest.mark.parametrize("command", trace_options.COMMANDS)
