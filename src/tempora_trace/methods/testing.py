@@ -41,25 +41,31 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import datetime
-import functools
 import json
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
-import torch.nn as nn
 from torch.overrides import TorchFunctionMode
 
-from ..data.cifar import to_float_nchw
-from ..data.demo import corrupt_images, generate_clean
-from ..models import get_model
 from . import get_method
 from ._registry import MethodRef, check_method_class
 from .augment import MethodRNG
 from .base import MethodContext, MethodError, TTAMethod
+from .testing_device import check_no_sync, check_warm_up
+from .testing_stream import (
+    DEMO_MODELS,
+    _pick_norm,
+    _require,
+    assert_outputs_equal,
+    assert_same_state,
+    demo_batches,
+    demo_model,
+    demo_source_images,
+    run_stream,
+    state_of,
+)
 
 __all__ = [
     "CHECKS",
@@ -86,55 +92,6 @@ __all__ = [
     "state_of",
     "torch_calls",
 ]
-
-
-def _require(condition: Any, message: str) -> None:
-    if not condition:
-        raise AssertionError(message)
-
-
-# ---------------------------------------------------------------------- stream driver
-def run_stream(method: TTAMethod, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """What the tracer does per batch: ``predict`` then ``adapt``; returns the outputs."""
-    outs = []
-    for x in xs:
-        out = method.predict(x)
-        _require(isinstance(out, torch.Tensor), f"{method.name}.predict returned {type(out).__name__}, not a tensor")
-        _require(not out.requires_grad, f"{method.name}.predict returned a tensor attached to the graph (return logits.detach())")
-        outs.append(out.clone())
-        method.adapt()
-    return outs
-
-
-def state_of(method: TTAMethod) -> dict[str, Any]:
-    """Every parameter, buffer and method-owned state, deep-copied for comparison."""
-    return {
-        "model": {k: v.detach().clone() for k, v in method.model.state_dict().items()},
-        "extra": copy.deepcopy(method.extra_state()),
-    }
-
-
-def assert_same_state(a: Any, b: Any, path: str = "") -> None:
-    """Recursive bit-equality of nested dicts/lists/tensors/scalars."""
-    if isinstance(a, torch.Tensor):
-        _require(isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b), f"state differs at {path or '<root>'}")
-    elif isinstance(a, dict):
-        _require(isinstance(b, dict) and a.keys() == b.keys(), f"state keys differ at {path or '<root>'}")
-        for k in a:
-            assert_same_state(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, (list, tuple)):
-        _require(isinstance(b, (list, tuple)) and len(a) == len(b), f"state length differs at {path}")
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_same_state(x, y, f"{path}[{i}]")
-    else:
-        _require(a == b, f"state differs at {path}: {a!r} != {b!r}")
-
-
-def assert_outputs_equal(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> None:
-    _require(len(a) == len(b), f"{len(a)} outputs against {len(b)}")
-    for i, (x, y) in enumerate(zip(a, b)):
-        _require(x.shape == y.shape, f"batch {i}: output shapes differ ({tuple(x.shape)} vs {tuple(y.shape)})")
-        _require(torch.equal(x, y), f"batch {i}: outputs differ (max |Δ| = {(x - y).abs().max().item():.3g})")
 
 
 # ---------------------------------------------------------------------- contract checks
@@ -405,268 +362,6 @@ def check_predict_adapt_split(method: TTAMethod, xs: Sequence[torch.Tensor], num
     if method.family == "gradient-free":
         method.reset()
         check_gradient_free(method, xs, adapt_reports_no_update=False)
-
-
-# ---------------------------------------------------------------------- synchronisation
-def _sync_functions() -> tuple[set[Any], dict[Any, str]]:
-    """(C functions that read a clock or wait, Python code objects that synchronise → name)."""
-    clocks = {
-        getattr(time, n)
-        for n in (
-            "perf_counter",
-            "perf_counter_ns",
-            "time",
-            "time_ns",
-            "monotonic",
-            "monotonic_ns",
-            "process_time",
-            "process_time_ns",
-            "thread_time",
-            "thread_time_ns",
-            "sleep",
-        )
-        if hasattr(time, n)
-    }
-    clocks |= {datetime.datetime.now, datetime.datetime.utcnow, datetime.datetime.today}
-    codes: dict[Any, str] = {}
-    for owner, names in (
-        ("cuda", ("synchronize",)),
-        ("cpu", ("synchronize",)),
-        ("mps", ("synchronize",)),
-        ("xpu", ("synchronize",)),
-        ("accelerator", ("synchronize",)),
-    ):
-        mod = getattr(torch, owner, None)
-        for n in names:
-            fn = getattr(mod, n, None) if mod is not None else None
-            code = getattr(fn, "__code__", None)
-            if code is not None:
-                codes[code] = f"torch.{owner}.{n}"
-    for cls_name in ("Stream", "Event"):
-        cls = getattr(torch.cuda, cls_name, None)
-        for n in ("synchronize", "wait", "elapsed_time", "query"):
-            code = getattr(getattr(cls, n, None), "__code__", None)
-            if code is not None:
-                codes[code] = f"torch.cuda.{cls_name}.{n}"
-    return clocks, codes
-
-
-#: Tensor methods that copy a value to the host (an implicit synchronisation on a GPU).
-HOST_READS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero", "cpu", "numpy"})
-
-
-class _HostReads(TorchFunctionMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        if getattr(func, "__name__", "") in HOST_READS:
-            self.count += 1
-        return func(*args, **(kwargs or {}))
-
-
-def _qualified(fn: Any) -> str:
-    owner = getattr(fn, "__self__", None)
-    prefix = getattr(owner, "__name__", None) or getattr(fn, "__module__", None) or ""
-    return f"{prefix}.{getattr(fn, '__name__', repr(fn))}".lstrip(".")
-
-
-@contextlib.contextmanager
-def _watch_calls(found: list[str]) -> Iterator[None]:
-    clocks, codes = _sync_functions()
-    previous = sys.getprofile()
-
-    def profile(frame, event, arg):  # noqa: ANN001
-        if event == "c_call" and arg in clocks:
-            found.append(_qualified(arg))
-        elif event == "call" and frame.f_code in codes:
-            found.append(codes[frame.f_code])
-
-    sys.setprofile(profile)
-    try:
-        yield
-    finally:
-        sys.setprofile(previous)
-
-
-def check_no_sync(method: TTAMethod, xs: Sequence[torch.Tensor]) -> dict[str, float]:
-    """Neither ``predict`` nor ``adapt`` synchronises the device or reads a clock (the tracer
-    owns the clock: a wait inside the method would move time between the two phases, a clock
-    read would time the method by itself). Returns the implicit host reads per batch
-    (``{"predict": …, "adapt": …}``), which a data-dependent method may need."""
-    found: dict[str, list[str]] = {"predict": [], "adapt": []}
-    reads = {"predict": 0, "adapt": 0}
-    for x in xs:
-        with _HostReads() as mode, _watch_calls(found["predict"]):
-            method.predict(x)
-        reads["predict"] += mode.count
-        with _HostReads() as mode, _watch_calls(found["adapt"]):
-            method.adapt()
-        reads["adapt"] += mode.count
-    bad = [f"{phase} calls {', '.join(sorted(set(calls)))}" for phase, calls in found.items() if calls]
-    _require(not bad, "; ".join(bad) + " (the tracer owns the clock and the synchronisation)")
-    return {phase: n / max(1, len(xs)) for phase, n in reads.items()}
-
-
-# ---------------------------------------------------------------------- warm-up
-def _record_shapes(model: nn.Module, into: list[set]) -> Callable[[], None]:
-    def hook(module: nn.Module, args: tuple[Any, ...], name: str) -> None:
-        if args and isinstance(args[0], torch.Tensor):
-            into[-1].add((name, tuple(args[0].shape)))
-
-    handles = [m.register_forward_pre_hook(functools.partial(hook, name=n)) for n, m in model.named_modules()]
-
-    def remove() -> None:
-        for h in handles:
-            h.remove()
-
-    return remove
-
-
-def tracer_warm_up(method: TTAMethod, x: torch.Tensor, copies: int = 5, seed: int = 0) -> None:
-    """What the tracer runs before its clock starts: ``copies`` noise-perturbed copies of the
-    first batch through predict and adapt, :meth:`~TTAMethod.warm_up_shapes`, one frozen
-    predict, then ``reset()``."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    for _ in range(copies):
-        noisy = (x.cpu() + 0.25 * torch.randn(x.shape, generator=gen)).to(x.device)
-        method.predict(noisy)
-        method.adapt()
-    method.warm_up_shapes(x)
-    method.freeze()
-    method.predict(x)
-    method.adapt()
-    method.unfreeze()
-    method.reset()
-
-
-def check_warm_up(
-    make: Callable[[], TTAMethod], xs: Sequence[torch.Tensor], copies: int = 1, fresh: Sequence[torch.Tensor] | None = None
-) -> None:
-    """Every input shape the model meets over the stream (its own or a submodule's: a subset
-    of the batch the method selects, an augmented view) was met during the tracer's warm-up,
-    so a library's first pass at a new shape never lands in a timed event; and the warm-up
-    leaves no trace (after it, the stream replays a fresh method's outputs bit for bit).
-    ``copies``: noisy copies of the first batch (the tracer runs five; one is stricter, as a
-    shape met only by chance in a copy is not counted on). ``fresh``: the outputs of a fresh
-    ``make()`` over ``xs``, where already computed (the kit reuses the reset check's)."""
-    if fresh is None:
-        fresh = run_stream(make(), xs)
-    method = make()
-    shapes: list[set] = [set()]  # [warm-up, batch 0, batch 1, …]: (module name, input shape)
-    remove = _record_shapes(method.model, shapes)
-    try:
-        tracer_warm_up(method, xs[0], copies)
-        for x in xs:
-            shapes.append(set())
-            method.predict(x)
-            method.adapt()
-    finally:
-        remove()
-    warm, seen = shapes[0], shapes[1:]
-    missing = [(i, shape) for i, batch in enumerate(seen) for shape in sorted(batch - warm)]
-    if missing:
-        i, (name, shape) = missing[0]
-        where = f"module '{name}'" if name else "the model"
-        raise AssertionError(
-            f"batch {i}: {where} met input shape {list(shape)} that the warm-up never ran "
-            f"({len(missing)} such shape(s) over the stream); override warm_up_shapes() to run it untimed"
-        )
-    grads = [n for n, p in method.model.named_parameters() if p.grad is not None]
-    _require(not grads, f"gradients left on {grads[:3]} after the warm-up")
-    method.reset()
-    try:
-        assert_outputs_equal(fresh, run_stream(method, xs))
-    except AssertionError as exc:
-        raise AssertionError(f"after the warm-up and reset(), {exc}") from None
-
-
-# ---------------------------------------------------------------------- demo data and models
-@functools.lru_cache(maxsize=4)
-def _demo_clean(n: int) -> torch.Tensor:
-    return to_float_nchw(generate_clean("test", n, workers=1)[0])
-
-
-def demo_source_images(available: int) -> Callable[[int, int], Iterator[torch.Tensor]]:
-    """The kit's :attr:`MethodContext.source_images`: a clean split of ``available`` demo test
-    images (the clean originals of the kit's stream), so a method that reads source samples
-    at construction (EATA's Fisher term) builds in a fraction of a second on every check."""
-
-    def source_images(n: int, batch_size: int) -> Iterator[torch.Tensor]:
-        x = _demo_clean(available)[: max(0, int(n))]
-        yield from x.split(max(1, int(batch_size)))
-
-    return source_images
-
-
-@functools.lru_cache(maxsize=4)
-def _demo_arrays(n: int, corruption: str, severity: int) -> tuple[Any, Any]:
-    clean, labels = generate_clean("test", n, workers=1)
-    images = corrupt_images(clean, corruption, severity, workers=1)
-    return to_float_nchw(images), torch.from_numpy(labels)
-
-
-def demo_batches(
-    n_batches: int = 6, batch_size: int = 16, corruption: str = "gaussian_noise", severity: int = 5, device: str = "cpu"
-) -> list[torch.Tensor]:
-    """The first ``n_batches · batch_size`` demo test images with ``corruption`` applied, as
-    float [0, 1] NCHW batches (generated in memory, no files; cached per process)."""
-    x, _ = _demo_arrays(n_batches * batch_size, corruption, severity)
-    return [b.to(device) for b in x.split(batch_size)]
-
-
-#: The demo model per normalisation family (LayerNorm: the kit's own small network).
-DEMO_MODELS = {"bn": "demo-resnet", "gn": "demo-resnet-gn", "ln": "tiny-layernorm"}
-
-
-class TinyLayerNormNet(nn.Module):
-    """A small patch-MLP classifier with LayerNorm (for methods that need LayerNorm layers;
-    no demo model has them): 4×4 patches embedded, two LayerNorm-MLP blocks over the tokens,
-    mean-pooled, a linear head. Random weights (seeded): conformance needs no accuracy."""
-
-    def __init__(self, num_classes: int = 10, dim: int = 32, patch: int = 4):
-        super().__init__()
-        torch.manual_seed(0)
-        self.embed = nn.Conv2d(3, dim, patch, patch)
-        self.blocks = nn.ModuleList(
-            nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim)) for _ in range(2)
-        )
-        self.norm = nn.LayerNorm(dim)
-        self.head = nn.Linear(dim, num_classes)
-
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.embed(x - 0.5).flatten(2).transpose(1, 2)
-        for block in self.blocks:
-            h = h + block(h)
-        return self.norm(h).mean(1)
-
-    def features_and_classifier(self):
-        """Its head, declared for feature-level methods (tempora_trace.models.feature_head)."""
-        return self.features, self.head
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.features(x))
-
-
-@functools.lru_cache(maxsize=3)
-def _demo_model_cached(norm: str) -> nn.Module:
-    if norm == "ln":
-        return TinyLayerNormNet().eval()
-    model, _ = get_model(DEMO_MODELS[norm])
-    return model.eval()
-
-
-def demo_model(norm: str = "bn", device: str = "cpu") -> nn.Module:
-    """A fresh copy of the demo model of normalisation family ``norm`` (``bn``, ``gn``, ``ln``)."""
-    return copy.deepcopy(_demo_model_cached(norm)).to(device)
-
-
-def _pick_norm(cls: type[TTAMethod]) -> str:
-    for norm in ("bn", "gn", "ln"):
-        if norm in cls.compatible_norms:
-            return norm
-    raise MethodError(f"method '{cls.name}' declares no normalisation family it runs on (compatible_norms is empty)")
 
 
 # ---------------------------------------------------------------------- the kit
