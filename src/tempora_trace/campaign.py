@@ -52,8 +52,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.progress import Progress as Bar
 
 from tempora_schema import PROFILE_BATCHES_KEY, decode_metadata
-from tempora_schema.prediction import is_profile
 from tempora_schema.errors import OutputLockedError, output_error
+from tempora_schema.prediction import is_profile
 from tempora_schema.vocabulary import BASELINE_METHOD
 from tempora_toolkit.atomic_files import check_output_dir, output_lock, write_file
 
