@@ -6,8 +6,9 @@ its data. :func:`load_campaign` expands it into one :class:`TraceTask` per trace
 checks everything a run would trip over later (unknown method, model or dataset, a missing
 data root) up front, as one-line errors.
 
-Every trace runs as its own ``tempora-trace run`` process, so it starts from a clean
-interpreter and nothing of the scheduler shares its cores or its GIL while it is timed.
+Every trace runs as its own ``tempora-trace run`` process (a profile group's tasks as
+``tempora-trace profile`` processes, under the campaign's ``profiles_out``), so it starts from a
+clean interpreter and nothing of the scheduler shares its cores or its GIL while it is timed.
 Two engines place those processes:
 
 * ``local``: one trace at a time per device. On a machine with several GPUs, one dispatcher
@@ -19,7 +20,7 @@ Two engines place those processes:
   trace after its last complete episode (``--resume``), which gives the same rows.
 
 Both run each group's ``standard`` trace first (its λ sets budget checkpoints), skip traces
-that are already complete, and report done / running / failed as they go.
+and profiles that are already complete, and report done / running / failed as they go.
 
 The file, its tasks and its checks are :mod:`tempora_trace.campaign_file`; this module runs
 them: one trace as one process, the two engines, the locks and the progress.
@@ -28,6 +29,7 @@ them: one trace as one process, the two engines, the locks and the progress.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 import os
@@ -49,8 +51,9 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as Bar
 
-from tempora_schema import decode_metadata
+from tempora_schema import PROFILE_BATCHES_KEY, decode_metadata
 from tempora_schema.errors import OutputLockedError, output_error
+from tempora_schema.prediction import is_profile
 from tempora_schema.vocabulary import BASELINE_METHOD
 from tempora_toolkit.atomic_files import check_output_dir, output_lock, write_file
 
@@ -76,16 +79,17 @@ class TaskResult:
 
 
 def task_config(task: TraceTask, out_root: Path):
-    """The resolved :class:`TraceConfig` the ``tempora-trace run`` process of ``task`` builds."""
+    """The resolved :class:`TraceConfig` the ``tempora-trace run`` (``profile``) process of ``task`` builds."""
     try:  # the options exactly as the `tempora-trace run` process will parse and map them
-        cli_values = trace_options.parse_args("run", task.argv(out_root)[1:])
+        cli_values = trace_options.parse_args(task.command, task.argv(out_root)[1:])
     except click.ClickException as exc:
         raise CampaignError(f"{task.label}: {exc.format_message()}") from None
-    return TraceConfig(**trace_options.config_kwargs("run", cli_values)).resolved()
+    return TraceConfig(**trace_options.config_kwargs(task.command, cli_values)).resolved()
 
 
 def trace_location(task: TraceTask, out_root: Path) -> Path:
-    """Where ``tempora-trace run`` puts this task's trace on the machine that runs it."""
+    """Where ``tempora-trace run`` (``profile``) puts this task's file on the machine that runs
+    it; ``out_root`` is the campaign's root for the task (:meth:`Campaign.root`)."""
     cfg = task_config(task, out_root)
     slug = device_slug(resolve_device(task.machine.device))
     return out_root / path_part(cfg.dataset_label()) / path_part(cfg.model_label()) / slug / f"{cfg.file_stem()}.parquet"
@@ -103,7 +107,21 @@ def other_identity(task: TraceTask, out_root: Path, path: Path | None = None) ->
         meta = decode_metadata(pq.read_schema(path), path)
     except Exception:  # an unreadable file is re-traced (the tracer refuses to overwrite it: --force below)
         return None
-    return identity_differences(meta, task_config(task, out_root), params=True)
+    return task_differences(meta, task, task_config(task, out_root))
+
+
+def task_differences(meta: dict, task: TraceTask, cfg: TraceConfig) -> list[str]:
+    """Where a complete file's metadata differs from what ``task`` would write: a trace where
+    a profile is asked for (or the reverse), the identity and parameters, and a profile's length."""
+    if is_profile(meta) != task.is_profile:
+        found, wanted = ("profile", "trace") if is_profile(meta) else ("trace", "profile")
+        return [f"kind {found!r} ≠ {wanted!r}"]
+    if not task.is_profile:
+        return identity_differences(meta, cfg, params=True)
+    differ = identity_differences(meta, dataclasses.replace(cfg, frozen_sample=0), params=True)  # a profile scores no frozen rows
+    if meta.get(PROFILE_BATCHES_KEY) != task.profile_batches:
+        differ.append(f"{PROFILE_BATCHES_KEY} {meta.get(PROFILE_BATCHES_KEY)!r} ≠ {task.profile_batches!r}")
+    return differ
 
 
 def _complete(path: Path) -> bool:
@@ -119,9 +137,10 @@ def _complete(path: Path) -> bool:
 def run_trace_process(
     task: TraceTask, out_root: Path, lambda_ms: float | None = None, env: dict[str, str] | None = None, force: bool = False
 ) -> TaskResult:
-    """Run one trace as a ``tempora-trace run`` process (resuming an interrupted one). A
-    complete trace is skipped only if it is of this task's identity; one of another identity
-    fails the task in one line, or is traced again with ``force``."""
+    """Run one trace as a ``tempora-trace run`` process, or one profile as a ``tempora-trace
+    profile`` process (resuming an interrupted one). A complete file is skipped only if it is of
+    this task's identity; one of another identity fails the task in one line, or is traced
+    again with ``force``."""
     t0 = time.perf_counter()
     path = trace_location(task, out_root)
     differ = other_identity(task, out_root, path)
@@ -154,7 +173,7 @@ def run_trace_process(
 
 def _other_identity_line(path: Path, differ: list[str]) -> str:
     return (
-        f"{path} is a complete trace of another identity than this campaign asks for ({'; '.join(differ)}); "
+        f"{path} is a complete file of another identity than this campaign asks for ({'; '.join(differ)}); "
         "pass --force to trace it again, or change the campaign's out"
     )
 
@@ -263,7 +282,7 @@ def run_local(
         def one(task: TraceTask, env: dict[str, str]) -> None:
             progress.start(task)
             try:
-                result = launcher(task, campaign.out, lambdas.get(task.group_key), env)
+                result = launcher(task, campaign.root(task), lambdas.get(task.group_key), env)
             except Exception as exc:  # a launcher that breaks fails its task, not the campaign
                 result = TaskResult(task, "failed", message=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             progress.finish(result)
@@ -293,7 +312,8 @@ def run_local(
 
 
 def _ray_task(task: TraceTask, out_root: str, lambda_ms: float | None, shared: bool, node_root: str, force: bool = False) -> TaskResult:
-    """Body of one Ray task: the trace as a process on whatever node Ray chose."""
+    """Body of one Ray task: the trace (or profile) as a process on whatever node Ray chose;
+    ``out_root`` and ``node_root`` are the task's own roots (traces and profiles apart)."""
     root = Path(out_root) if shared else Path(node_root).expanduser()
     env = {}
     if task.machine.device == "cpu":
@@ -379,7 +399,8 @@ def run_ray(
                     f"{t.machine.cpus_per_trace} CPUs per trace; the cluster has {resources.get('CPU', 0):g}"
                 )
         remote = ray.remote(_ray_task)
-        node_root = f"~/.cache/tempora/campaigns/{campaign.name}"
+        # a node's own copies (shared_storage = false): traces and profiles in two trees, as on the driver
+        node_roots = {False: f"~/.cache/tempora/campaigns/{campaign.name}", True: f"~/.cache/tempora/campaign-profiles/{campaign.name}"}
         results: list[TaskResult] = []
 
         def submit(task: TraceTask, lam: float | None):
@@ -392,7 +413,9 @@ def run_ray(
             else:
                 ray_options["num_cpus"] = task.machine.cpus_per_trace
             progress.start(task)
-            return remote.options(**ray_options).remote(task, str(campaign.out), lam, campaign.shared_storage, node_root, force)
+            return remote.options(**ray_options).remote(
+                task, str(campaign.root(task)), lam, campaign.shared_storage, node_roots[task.is_profile], force
+            )
 
         def collect(pending: dict) -> None:
             while pending:
@@ -404,7 +427,7 @@ def run_ray(
                     text = str(exc).strip().splitlines()
                     result = TaskResult(task, "failed", message=text[-1] if text else type(exc).__name__)
                 if result.data is not None:
-                    target = campaign.out / result.path
+                    target = campaign.root(task) / result.path
                     target.parent.mkdir(parents=True, exist_ok=True)
                     write_file(target, result.data, what="cannot write the trace returned by a Ray task")
                     result.path, result.data = str(target), None
@@ -437,6 +460,8 @@ def run_campaign(
         raise CampaignError("--address is for --engine ray")
     campaign = load_campaign(path)
     check_output_dir(campaign.out, f"{campaign.path}: [campaign] out")
+    if campaign.profiles:
+        check_output_dir(campaign.root(campaign.profiles[0]), f"{campaign.path}: [campaign] profiles_out")
     if engine == "local":
         check_data_roots(campaign)
     with campaign_locks(campaign, engine):
@@ -467,8 +492,8 @@ def check_existing(campaign: Campaign, force: bool) -> None:
     if force:
         return
     for task in campaign.tasks:
-        path = trace_location(task, campaign.out)
-        differ = other_identity(task, campaign.out, path)
+        path = trace_location(task, campaign.root(task))
+        differ = other_identity(task, campaign.root(task), path)
         if differ:
             raise CampaignError(_other_identity_line(path, differ))
 
@@ -497,11 +522,15 @@ def campaign_locks(campaign: Campaign, engine: str):
     to record, so a second campaign asking for any of them is refused at once, naming the
     process that holds it; the locks go when the run ends (or its process dies)."""
     targets = [(campaign.out, f"out folder {campaign.out}")]
+    if campaign.profiles:
+        profiles_out = campaign.root(campaign.profiles[0])
+        targets.append((profiles_out, f"profiles_out folder {profiles_out}"))
     folder = device_lock_dir()
     devices = _devices(campaign, engine)
     with contextlib.ExitStack() as stack:
         try:
-            campaign.out.parent.mkdir(parents=True, exist_ok=True)
+            for target, _ in targets:
+                target.parent.mkdir(parents=True, exist_ok=True)
             if devices:
                 folder.mkdir(parents=True, exist_ok=True)
                 with contextlib.suppress(OSError):
@@ -521,21 +550,36 @@ def campaign_locks(campaign: Campaign, engine: str):
         yield
 
 
+def _where(campaign: Campaign) -> str:
+    """Where the campaign's files land: its traces, and its profiles when it has any."""
+    where = f"traces under {campaign.out}"
+    if campaign.profiles:
+        where += f", profiles under {campaign.root(campaign.profiles[0])}"
+    return where
+
+
 def summary_line(campaign: Campaign, results: list[TaskResult], seconds: float) -> str:
     counts = {s: sum(r.status == s for r in results) for s in ("done", "skipped", "failed")}
+    profiles = sum(r.task.is_profile for r in results)
+    size = f"{len(results)} traces" if not profiles else f"{len(results) - profiles} traces and {profiles} profiles"
     return (
-        f"campaign {campaign.name}: {len(results)} traces — {counts['done']} traced, {counts['skipped']} already "
-        f"complete, {counts['failed']} failed — in {seconds:.0f} s; traces under {campaign.out}"
+        f"campaign {campaign.name}: {size} — {counts['done']} traced, {counts['skipped']} already "
+        f"complete, {counts['failed']} failed — in {seconds:.0f} s; {_where(campaign)}"
     )
 
 
 def dry_run_lines(path: str | os.PathLike) -> Iterator[str]:
-    """What ``tempora-trace campaign --dry-run`` prints: each trace the campaign would run, then
-    one line naming the campaign, its size and its out folder."""
+    """What ``tempora-trace campaign --dry-run`` prints: each trace the campaign would run (a
+    profile's label ends ``profile:N``, N its batches per episode), then one line naming the
+    campaign, its size and its folders."""
     campaign = load_campaign(path)
     for task in campaign.tasks:
         yield task.label
-    yield f"campaign {campaign.name}: {len(campaign.tasks)} traces under {campaign.out}"
+    profiles = len(campaign.profiles)
+    if not profiles:
+        yield f"campaign {campaign.name}: {len(campaign.tasks)} traces under {campaign.out}"
+    else:
+        yield f"campaign {campaign.name}: {len(campaign.tasks) - profiles} traces and {profiles} profiles; {_where(campaign)}"
 
 
 def check_results(results: list[TaskResult]) -> None:

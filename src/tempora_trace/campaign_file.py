@@ -1,6 +1,11 @@
 """A campaign's TOML file: its tables (``[campaign]``, ``[machines.KIND]``, ``[[groups]]``),
-the trace tasks it expands into (:class:`TraceTask`, one per trace file) and the checks made
-before any work, each a one-line :class:`CampaignError`.
+the trace tasks it expands into (:class:`TraceTask`, one per trace or profile file) and the
+checks made before any work, each a one-line :class:`CampaignError`.
+
+A group with ``profiles = true`` is a profile group: its tasks are ``tempora-trace profile``
+runs of the same configuration (``profile_batches`` long), written under the campaign's
+``profiles_out`` instead of ``out``, so that ``tempora-sim predict OUT --profiles PROFILES_OUT``
+reads each tree as what it is.
 
 :func:`load_campaign` reads the file, expands every group's methods × domains × batch sizes ×
 severities × seeds × streams × policies, and checks each trace as ``tempora-trace run`` would
@@ -37,6 +42,7 @@ from .methods.base import MethodContext
 from .methods.gradient import check_param_types
 from .models import MODEL_NORMS, model_norms
 from .norms import describe_norms, method_fits
+from .options import DEFAULT_PROFILE_BATCHES, PROFILE
 from .policies import adapts_after_prediction
 
 DEVICE_TYPES = ("cpu", "cuda")
@@ -59,6 +65,8 @@ _GROUP_KEYS = {
     "params",
     "budgets_ms",
     "policies",
+    "profiles",
+    "profile_batches",
 }
 _MACHINE_KEYS = {"device", "data_root", "accelerator", "cpus_per_trace", "gpus"}
 
@@ -100,13 +108,25 @@ class TraceTask:
     budgets_ms: tuple[float, ...] = ()
     #: sparse-adaptation policy (docs/design/design.md §11); None: adapt on every batch
     policy: str | None = None
+    #: a profile (``tempora-trace profile``) of this many batches per episode; None: a full trace
+    profile_batches: int | None = None
+
+    @property
+    def is_profile(self) -> bool:
+        return self.profile_batches is not None
+
+    @property
+    def command(self) -> str:
+        """The ``tempora-trace`` subcommand that writes this task's file."""
+        return PROFILE if self.is_profile else "run"
 
     @property
     def label(self) -> str:
         method = self.method if self.policy is None else f"{self.method}@{self.policy}"
+        kind = f" profile:{self.profile_batches}" if self.is_profile else ""
         return (
             f"{self.dataset}/{self.model or 'default'}/{self.machine.device}/{method}"
-            f" bs{self.batch_size} sev{self.severity} seed{self.seed} {self.stream}"
+            f" bs{self.batch_size} sev{self.severity} seed{self.seed} {self.stream}{kind}"
         )
 
     @property
@@ -125,7 +145,7 @@ class TraceTask:
         )
 
     def values(self, lambda_ms: float | None = None, device: str | None = None) -> dict[str, Any]:
-        """The ``tempora-trace run`` options of this trace, by name (:mod:`tempora_trace.options`)."""
+        """The ``tempora-trace run`` (or ``profile``) options of this task, by name (:mod:`tempora_trace.options`)."""
         values: dict[str, Any] = {
             "method": self.method,
             "dataset": self.dataset,
@@ -151,11 +171,13 @@ class TraceTask:
             values["stream"] = self.stream
         if self.budgets_ms and lambda_ms is not None:
             values["budgets_ms"], values["lambda_ms"] = list(self.budgets_ms), f"{lambda_ms:.6f}"
+        if self.is_profile:
+            values["profile_batches"] = self.profile_batches
         return values
 
     def argv(self, out_root: Path, lambda_ms: float | None = None, device: str | None = None) -> list[str]:
-        """``tempora-trace run`` arguments writing into ``out_root/<dataset>/<model>/<device-slug>``."""
-        return ["run", *trace_options.to_argv(self.values(lambda_ms, device))]
+        """``tempora-trace run`` (``profile``) arguments writing into ``out_root/<dataset>/<model>/<device-slug>``."""
+        return [self.command, *trace_options.to_argv(self.values(lambda_ms, device))]
 
 
 @dataclass
@@ -166,6 +188,18 @@ class Campaign:
     shared_storage: bool
     machines: dict[str, Machine]
     tasks: list[TraceTask] = field(default_factory=list)
+    #: where the profile groups' files land (default: a ``profiles`` folder beside ``out``)
+    profiles_out: Path | None = None
+
+    def root(self, task: TraceTask) -> Path:
+        """The folder ``task``'s file lands under: ``out`` for a trace, ``profiles_out`` for a profile."""
+        if task.is_profile:
+            return self.profiles_out or self.out.parent / "profiles"
+        return self.out
+
+    @property
+    def profiles(self) -> list[TraceTask]:
+        return [t for t in self.tasks if t.is_profile]
 
     def ordered(self) -> tuple[list[TraceTask], list[TraceTask]]:
         """(the groups' ``standard`` traces, everything else): the first set runs first."""
@@ -211,15 +245,19 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
     if unknown:
         raise CampaignError(f"{path}: unknown table(s) {sorted(unknown)}; expected campaign, machines, groups")
     head = _table(raw.get("campaign", {}), f"{path}: [campaign]")
-    bad = set(head) - {"name", "out", "shared_storage"}
+    bad = set(head) - {"name", "out", "profiles_out", "shared_storage"}
     if bad:
-        raise CampaignError(f"{path}: [campaign] has unknown key(s) {sorted(bad)}; known: name, out, shared_storage")
-    for key, kind in (("name", str), ("out", str), ("shared_storage", bool)):
+        raise CampaignError(f"{path}: [campaign] has unknown key(s) {sorted(bad)}; known: name, out, profiles_out, shared_storage")
+    for key, kind in (("name", str), ("out", str), ("profiles_out", str), ("shared_storage", bool)):
         if key in head and not isinstance(head[key], kind):
             raise CampaignError(f"{path}: [campaign] {key} must be a {kind.__name__}, got {head[key]!r}")
     out = Path(str(head.get("out", "traces"))).expanduser()
     if not out.is_absolute():
         out = (path.parent / out).resolve() if "out" in head else Path("traces").resolve()
+    profiles_out = out.parent / "profiles"  # beside the traces, as the tracer's own default folders
+    if "profiles_out" in head:
+        profiles_out = Path(head["profiles_out"]).expanduser()
+        profiles_out = profiles_out if profiles_out.is_absolute() else (path.parent / profiles_out).resolve()
     machines: dict[str, Machine] = {}
     for kind, spec in _table(raw.get("machines") or {"cpu": {"device": "cpu"}}, f"{path}: [machines]").items():
         if not isinstance(spec, dict):
@@ -265,6 +303,16 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
                 raise CampaignError(f"{where}: options.{key} is not a tracer option here; known: {', '.join(sorted(TRACE_OPTIONS))}")
             if isinstance(value, bool) != (TRACE_OPTIONS[key] is bool) or not isinstance(value, TRACE_OPTIONS[key]):
                 raise CampaignError(f"{where}: options.{key} has the wrong type ({value!r})")
+        profile_batches = _profile_batches(group, where)
+        if profile_batches is not None:
+            for key in options:
+                if PROFILE not in trace_options.BY_NAME[key].commands:
+                    raise CampaignError(
+                        f"{where}: options.{key} is not an option of a profile (profiles = true): a profile times the stream "
+                        "only, without frozen checkpoints"
+                    )
+            if group.get("budgets_ms"):
+                raise CampaignError(f"{where}: budgets_ms: a profile (profiles = true) scores no budget checkpoints")
         try:
             spec = get_dataset(dataset, options.get("class_map"), _corruptions(options.get("corruptions")))
         except TraceError as exc:
@@ -351,11 +399,32 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
                                     tuple(sorted(params.get(m, {}).items())),
                                     budgets if m != BASELINE_METHOD else (),
                                     policy,
+                                    profile_batches,
                                 )
                             )
-    campaign = Campaign(path, str(head.get("name", path.stem)), out, bool(head.get("shared_storage", True)), machines, tasks)
+    campaign = Campaign(path, str(head.get("name", path.stem)), out, bool(head.get("shared_storage", True)), machines, tasks, profiles_out)
+    if campaign.profiles and (profiles_out == out or out in profiles_out.parents or profiles_out in out.parents):
+        raise CampaignError(
+            f"{path}: [campaign] profiles_out {profiles_out} and out {out} must be separate folders, neither inside the other "
+            "(`tempora-sim predict` reads traces and profiles from separate trees)"
+        )
     check_tasks(campaign)
     return campaign
+
+
+def _profile_batches(group: dict, where: str) -> int | None:
+    """A profile group's ``profile_batches`` (default :data:`DEFAULT_PROFILE_BATCHES`); None for a trace group."""
+    profiles = group.get("profiles", False)
+    if not isinstance(profiles, bool):
+        raise CampaignError(f"{where}: profiles must be true or false, got {profiles!r}")
+    if "profile_batches" not in group:
+        return DEFAULT_PROFILE_BATCHES if profiles else None
+    if not profiles:
+        raise CampaignError(f"{where}: profile_batches is for a profile group; add profiles = true (or leave profile_batches out)")
+    batches = group["profile_batches"]
+    if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
+        raise CampaignError(f"{where}: profile_batches must be an integer >= 1, got {batches!r}")
+    return batches
 
 
 def _table(value: Any, where: str) -> dict:
@@ -365,19 +434,19 @@ def _table(value: Any, where: str) -> dict:
 
 
 def check_tasks(campaign: Campaign) -> None:
-    """Every trace of ``campaign`` checked as ``tempora-trace run`` checks its options, before
-    any work: the values the run would refuse one trace at a time (severity 9, a negative seed,
+    """Every trace of ``campaign`` checked as ``tempora-trace run`` (a profile: ``profile``)
+    checks its options, before any work: the values the run would refuse one trace at a time (severity 9, a negative seed,
     batch size 0, an infinite budget, a checkpoint that is not a number, a method parameter of
     the wrong type …) are one line naming the group. Budgets are checked with a stand-in λ
     (the real one comes from the group's standard trace)."""
     where = {id(t): f"{campaign.path}: groups[{t.group}] {t.method}" for t in campaign.tasks}
     for task in campaign.tasks:
         try:
-            cli_values = trace_options.parse_args("run", task.argv(campaign.out, 1.0 if task.budgets_ms else None)[1:])
+            cli_values = trace_options.parse_args(task.command, task.argv(campaign.out, 1.0 if task.budgets_ms else None)[1:])
         except click.ClickException as exc:
             raise CampaignError(f"{where[id(task)]}: {first_line(exc.format_message())}") from None
         try:
-            cfg = TraceConfig(**trace_options.config_kwargs("run", cli_values)).resolved()
+            cfg = TraceConfig(**trace_options.config_kwargs(task.command, cli_values)).resolved()
             check_method_params(cfg)
         except TemporaError as exc:
             raise CampaignError(f"{where[id(task)]}: {exc}") from None

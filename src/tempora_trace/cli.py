@@ -298,10 +298,10 @@ def list_command(methods_for: str | None, model: str | None, input_size: int | N
     is_flag=True,
     help="Trace again a complete trace of another identity (options, batch limit, parameters) found under a trace's name.",
 )
-@click.option("--dry-run", is_flag=True, help="List the traces the campaign would run, then exit.")
+@click.option("--dry-run", is_flag=True, help="List the traces and profiles (ending 'profile:N') the campaign would run, then exit.")
 @click.option("--quiet", is_flag=True, help="No progress view, only the summary line.")
 def campaign_command(file: Path, engine: str, address: str | None, retries: int, force: bool, dry_run: bool, quiet: bool) -> None:
-    """Run every trace of a campaign FILE (TOML): standard traces first, complete ones skipped."""
+    """Run every trace and profile of a campaign FILE (TOML): standard traces first, complete ones skipped."""
     from .campaign import check_results, dry_run_lines, run_campaign, summary_line  # lazy: loads torch; `--help` and refused options do not
 
     if dry_run:
