@@ -261,7 +261,9 @@ def synthesize_command(
 )
 @click.option("--input-size", type=click.IntRange(8, 8192), default=None, metavar="PX", help="With --model: the image side.")
 @click.option(
-    "--demo-set", is_flag=True, help="With --methods-for: leave out the field's methods, as the demo set does (cotta, rotta, roid, t3a, memo, eata)."
+    "--demo-set",
+    is_flag=True,
+    help="With --methods-for: leave out the field's methods, as the demo set does (cotta, rotta, roid, t3a, memo, eata).",
 )
 def list_command(methods_for: str | None, model: str | None, input_size: int | None, demo_set: bool) -> None:
     """List methods, models and datasets (or the methods that fit one model)."""
