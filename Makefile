@@ -23,6 +23,7 @@ TRACES  ?= traces
 RESULTS ?= results
 
 .PHONY: install test test-fast test-deps bench vendor docs demo demo-run demo-traces demo-trace-files demo-models validate validate-gpu validate-clock lint clean \
+        field field-run field-traces field-trace-files \
         predict-validate predict-validate-run \
         paper paper-vit paper-cifar paper-traces paper-vit-traces paper-cifar-traces
 
@@ -153,6 +154,66 @@ $(DEMO_TRACES)/%.parquet:
 
 demo-models: install
 	$(PY) -m tempora_trace.models.train_demo --out $(DEMO_MODELS_OUT) $(DEMO_MODELS_OPTS)
+
+# ------------------------------------------------------------------ field study (no download)
+# `make field`: the field's methods (CoTTA, RoTTA, ROID, T3A, MEMO, EATA) beside the paper's, on
+# the demo data in the continual benchmarks' streams: a long continual stream (3 rounds), the
+# mixed-domain stream and the gradual severity ramp. Each stream is its own comparison group
+# (the stream is part of the group key), so the report gives each stream's standings side by
+# side under every protocol, and explore.html lets you move the pressure over each. One trace
+# at a time (-j1), trace files as Make targets (an interrupted study resumes), as for the demo.
+# Cost of the defaults on an idle 2-core CPU, one thread, batch 64 (estimated from measured
+# per-event costs: MEMO's δ ≈ 330 times standard's, CoTTA's ≈ 110 times): events per method = 3 domains × 5 batches ×
+# (3 rounds + 1 mixed + 9 gradual ramp steps) = 195, 3,510 over the 18 methods that fit
+# demo-resnet. MEMO (≈ 4.4 s an event: augmented views of every image) takes ≈ 15 min of them,
+# warm-up included, and CoTTA (≈ 1.6 s: 32 augmented teacher forwards per batch) ≈ 5.5 min; the
+# other 16 together ≈ 2.5 min (15-100 ms an event); start-up, warm-up and checkpoint scoring of
+# the 54 traces (≈ 6 s each) ≈ 5.5 min, the sweep, report and page ≈ 2 min: about 30 minutes in
+# all, two thirds of it MEMO and CoTTA (plus ≈ 2 min to write the demo data on first use).
+# `FIELD_METHODS="standard tent cotta"` restricts the list (keep `standard`: it fixes λ).
+FIELD_MODEL   ?= demo-resnet
+# Empty: every method that fits FIELD_MODEL, the paper's and the field's (`list --methods-for MODEL`).
+FIELD_METHODS ?=
+# Stream folders: continual, mixed or gradual, `-xN` for N rounds (`continual-x3`: `--stream
+# continual --rounds 3`).
+FIELD_STREAMS ?= continual-x3 mixed gradual
+FIELD_DOMAINS ?= gaussian_noise fog contrast
+FIELD_DEVICE  ?= cpu
+FIELD_OUT     ?= $(RESULTS)/field
+FIELD_TRACES  ?= $(FIELD_OUT)/traces
+# Batches per domain (per ramp step in the gradual stream, per round in the long one; the mixed
+# stream keeps 5 × 3 domains).
+FIELD_TRACE_OPTS ?= --max-batches 5 --frozen-sample 4 --threads 1
+# Options of the sweep and of the page (e.g. `--lambda-ms 50ms`); the sweep covers every protocol.
+FIELD_SWEEP_OPTS ?=
+
+# $(FIELD_TRACES)/<model>/<stream>/<method>.parquet for every stream and every method that fits
+# the model (asked of the tracer: expanded in recipes only, after `install`).
+field_files = $(foreach stream,$(FIELD_STREAMS),$(addprefix $(FIELD_TRACES)/$(FIELD_MODEL)/$(stream)/,\
+    $(addsuffix .parquet,$(or $(FIELD_METHODS),$(shell $(TRACE) list --methods-for $(FIELD_MODEL))))))
+
+field: install
+	@$(MAKE) --no-print-directory -j1 field-run FIELD_FILES='$(field_files)'
+
+field-traces: install
+	@$(MAKE) --no-print-directory -j1 field-trace-files FIELD_FILES='$(field_files)'
+
+field-trace-files: $(FIELD_FILES)
+
+field-run: $(FIELD_FILES)
+	$(SIM) sweep $(FIELD_TRACES) --out $(FIELD_OUT) --protocol all $(FIELD_SWEEP_OPTS)
+	$(SIM) report $(FIELD_OUT) --out $(FIELD_OUT)/report
+	$(SIM) explore $(FIELD_TRACES) --out $(FIELD_OUT)/explore.html --quiet --protocol all $(FIELD_SWEEP_OPTS)
+	@echo "report: $(FIELD_OUT)/report/report.md"
+	@echo "page: $(FIELD_OUT)/explore.html"
+
+# <traces>/<model>/<stream>[-x<rounds>]/<method>.parquet: model, stream and rounds from the path.
+field_stream = $(subst -x, ,$(word 2,$(subst /, ,$(1))))
+$(FIELD_TRACES)/%.parquet:
+	$(TRACE) run --dataset demo --model $(firstword $(subst /, ,$*)) --method $(notdir $*) \
+	    --stream $(word 1,$(call field_stream,$*)) $(addprefix --rounds ,$(word 2,$(call field_stream,$*))) \
+	    --device $(FIELD_DEVICE) --domains $(FIELD_DOMAINS) --out $(@D) --name $(notdir $*) \
+	    $(FIELD_TRACE_OPTS) $(if $(wildcard $(@D)/$(notdir $*).partial),--resume)
 
 # ------------------------------------------------------------------ seeds
 # `make demo SEEDS="2025 2026 2027"`: every demo trace once per seed, named <method>-seed<S>.parquet

@@ -26,13 +26,15 @@ ROOT = Path(__file__).resolve().parents[2]
 CORRUPTION = "gaussian_noise"
 
 
-def start_make(target: str, env_extra: dict[str, str] | None = None, **variables: str) -> tuple[str, subprocess.Popen]:
-    """``make TARGET PY=<this python> VAR=value…`` in the repository, started in the background
+def start_make(
+    target: str, env_extra: dict[str, str] | None = None, flags: tuple[str, ...] = (), **variables: str
+) -> tuple[str, subprocess.Popen]:
+    """``make [FLAGS] TARGET PY=<this python> VAR=value…`` in the repository, started in the background
     (the targets of one test run side by side: most of their time is interpreter start-up)."""
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.update(env_extra or {})
-    argv = ["make", "--no-print-directory", "-C", str(ROOT), target, f"PY={sys.executable}"]
+    argv = ["make", "--no-print-directory", *flags, "-C", str(ROOT), target, f"PY={sys.executable}"]
     argv += [f"{k}={v}" for k, v in variables.items()]
     return target, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
@@ -256,3 +258,67 @@ def test_predict_validate_runs_end_to_end(tmp_path, demo_env):
         assert "same winner" in text and "method-median" in text and "speed-probe" in text
         assert len(list((out / "predicted" / pair).rglob("*.parquet"))) == 2
     assert (out / "wall.tsv").read_text().count("profile ") == 4
+
+
+def test_field_study_runs_end_to_end(tmp_path, demo_env):
+    """`make field` with two methods (one of the field's), a long continual stream and the mixed
+    one, on one corruption of a 16-image demo split: a trace per stream and method (the rounds
+    taken from the stream folder's name), one sweep, one report group per stream, the page."""
+    from tempora_schema import PHASE_ADAPT
+
+    out = tmp_path / "field"
+    # stream folder → the stream as the trace and the report name it, and its adapt events
+    # (batches of 4 of 16 images, at most 3 per domain: 3 per round, 2 rounds; mixed: 3 × 1 domain)
+    streams = {"continual-x2": ("continual:x2", 6), "mixed": ("mixed", 3)}
+    methods = ["standard", "t3a"]
+    wait_all(
+        [
+            start_make(
+                "field",
+                demo_env,
+                FIELD_METHODS=" ".join(methods),
+                FIELD_STREAMS=" ".join(streams),
+                FIELD_DOMAINS=CORRUPTION,
+                FIELD_OUT=str(out),
+                FIELD_TRACE_OPTS="--batch-size 4 --max-batches 3 --frozen-sample 1 --warmup-batches 0 --threads 1 --quiet",
+            )
+        ]
+    )
+    for folder, (_, adapt_events) in streams.items():
+        written = out / "traces" / "demo-resnet" / folder
+        assert sorted(p.name for p in written.glob("*.parquet")) == [f"{m}.parquet" for m in methods]
+        for trace in written.glob("*.parquet"):
+            assert pl.read_parquet(trace).filter(pl.col("phase") == PHASE_ADAPT).height == adapt_events, trace
+    utility = pl.read_parquet(out / "utility.parquet")
+    assert (out / "utility.csv").is_file() and (out / "explore.html").is_file()
+    # every protocol swept, every method in every stream's group
+    assert {"offline", "discrete", "continuous", "amortised"} <= set(utility["protocol"].unique().to_list())
+    pairs = sorted(utility.select("stream", "method").unique().iter_rows())
+    assert pairs == sorted((stream, m) for stream, _ in streams.values() for m in methods)
+    # the report: one group per stream, each heading naming its stream
+    headings = [line for line in (out / "report" / "report.md").read_text().splitlines() if line.startswith("## Group ")]
+    assert len(headings) == len(streams)
+    for stream, _ in streams.values():
+        assert sum(f"/{stream}/" in h for h in headings) == 1, (stream, headings)
+
+
+def test_field_dry_run_lists_every_trace_of_the_defaults(tmp_path):
+    """`make -n field` with the defaults: one trace per stream (a long continual one, the
+    mixed and the gradual) and per method that fits demo-resnet, the paper's and the field's."""
+    from tempora_trace.methods import FIELD_METHODS, methods_for_model
+
+    out = tmp_path / "field"
+    _, proc = start_make("field", flags=("-n",), FIELD_OUT=str(out))
+    listing, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, listing
+    methods = methods_for_model("demo-resnet")
+    assert set(FIELD_METHODS) <= set(methods) and {"standard", "tent", "cmf"} <= set(methods)
+    expected = {out / "traces" / "demo-resnet" / s / f"{m}.parquet" for s in ("continual-x3", "mixed", "gradual") for m in methods}
+    missing = [str(p) for p in expected if f" {p}" not in listing and f"'{p}" not in listing]
+    assert not missing, missing
+    assert listing.count("tempora_trace.cli run --dataset demo --model demo-resnet") == len(expected)
+    # each trace's command: its stream and rounds, parsed from the folder's name
+    commands = [line for line in listing.splitlines() if "--stream" in line]
+    assert sum("--stream continual --rounds 3" in c for c in commands) == len(methods)
+    assert sum("--stream mixed " in c or c.rstrip().endswith("--stream mixed") for c in commands) == len(methods)
+    assert sum("--stream gradual" in c for c in commands) == len(methods)
