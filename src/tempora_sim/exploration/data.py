@@ -54,7 +54,7 @@ from tempora_sim.sweeps.replay import run_sweep
 from tempora_sim.sweeps.traces import TraceSet, group_lambdas
 from tempora_sim.uncertainty import timing_replicates
 from tempora_sim.uncertainty.bootstrap import BootstrapOptions
-from tempora_sim.uncertainty.timing_replicates import replicates_of
+from tempora_sim.uncertainty.timing_replicates import INTERVAL_MEASURES, replicates_of
 
 #: Values of each one-parameter grid (before the given and default values are added).
 POINTS = 100
@@ -448,7 +448,7 @@ def _view_1d(members, protocol, x, opts_for, keys: ShortKeys, methods, episodes,
     frame = keys.frame(result.frame)
     # the traces' measured timing variability joins every interval and certainty, as in report
     # and advise (common random numbers across methods keep the leads paired)
-    timing = replicates_of(result, boot.timing_replicates, boot.seed)
+    timing = replicates_of(result, boot.timing_replicates, boot.seed, measures=INTERVAL_MEASURES)
     timing = timing.map(keys.frame) if timing is not None else None
     pooled = an.pool_seeds(frame)
     xkeys = [(round(float(v), 9),) for v in x]
@@ -509,7 +509,7 @@ def _view_2d(members, protocol, x, y, opts_for, keys: ShortKeys, methods, episod
             .drop([c for c in ("param2", "value2", "_a", "_b", "_cell") if c in f.columns or c.startswith("_")])
         )
 
-    timing = replicates_of(result, boot.timing_replicates, boot.seed)
+    timing = replicates_of(result, boot.timing_replicates, boot.seed, measures=INTERVAL_MEASURES)
     timing = timing.map(lambda f: to_cells(keys.frame(f))) if timing is not None else None
     pooled_iv = an.utility_intervals(to_cells(frame).filter(pl.col("episode") != an.POOLED), None, boot, timing=timing)
     look = _row_lookup(pooled_iv)
