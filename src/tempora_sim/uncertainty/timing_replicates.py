@@ -30,7 +30,12 @@ from tempora_sim.sweeps.variability import (
 
 
 def replicates_of(
-    result, count: int = DEFAULT_REPLICATES, seed: int = 0, models: list | None = None, measures: Sequence[str] | None = None
+    result,
+    count: int = DEFAULT_REPLICATES,
+    seed: int = 0,
+    models: list | None = None,
+    measures: Sequence[str] | None = None,
+    memo: dict | None = None,
 ) -> TimingReplicates | None:
     """Replay a sweep (:class:`tempora_sim.sweeps.replay.SweepResult`) again under ``count`` timing
     replicates drawn from its traces' measured variability. ``base`` is the sweep's own frame.
@@ -41,12 +46,17 @@ def replicates_of(
     for the utility's intervals). Each replicate is then a light frame of those columns (and
     of what pooling them over seeds reads), in the base's row order, without the names that
     identify a row: building the names of every row of every replicate cost more than the
-    replay. None: every replicate is a full frame of the sweep's columns."""
+    replay. None: every replicate is a full frame of the sweep's columns.
+
+    ``memo`` (a dict the caller keeps): the models and the replicates' speed factors of a
+    series, drawn once for every sweep of the same traces on other grids (the explore page's
+    views of one group); they depend on the traces, their episodes and the seed only."""
     if result is None or getattr(result, "series", None) is None:
         return None
     series, opt = result.series, result.resolved
+    drawn: dict[int, np.ndarray] = {}
     if models is None:  # else one per trace of the series (e.g. measured on the uncut trace)
-        models = timing_models(series.traces)
+        models, drawn = _drawn(memo, series, seed) if memo is not None else (timing_models(series.traces), drawn)
     # a predicted trace whose profile measured no variability has a model for its transfer error only
     status = {trace_label(t): (MEASURED if m is not None and m.events > 0 else UNKNOWN) for t, m in zip(series.traces, models)}
     if count <= 0 or all(m is None for m in models):
@@ -55,12 +65,24 @@ def replicates_of(
     light = None if measures is None else pooling_inputs(measures)
     reps = []
     for r in range(count):
-        factors = replicate_factors(series, models, r, seed)
+        if r not in drawn:
+            drawn[r] = replicate_factors(series, models, r, seed)
+        factors = drawn[r]
         frames = replay_frames(scaled(series, factors), opt, None, idle_curves=curves if curves is not None else _NO_CURVES, measures=light)
         reps.append(pl.concat(frames, how="vertical"))
     drift = max((m.drift[0] for m in models if m is not None and m.drift is not None), default=0.0)
     prediction = max((m.prediction[0] for m in models if m is not None and m.prediction is not None), default=0.0)
     return TimingReplicates(result.frame, reps, status, drift, prediction, light)
+
+
+def _drawn(memo: dict, series, seed: int) -> tuple[list, dict[int, np.ndarray]]:
+    """The models of ``series``' traces and its replicates' factors so far, kept in ``memo``
+    (which holds the traces too, so that their ids name them while it lives)."""
+    key = (seed, tuple(map(id, series.traces)), tuple(series.episode), series.offsets.tobytes())
+    if key not in memo:
+        memo[key] = (list(series.traces), timing_models(series.traces), {})
+    _, models, drawn = memo[key]
+    return models, drawn
 
 
 #: What the utility's intervals read of a timing replicate (``replicates_of``'s ``measures``).
@@ -101,12 +123,15 @@ def replicate_factors(series, models: list[TimingModel | None], replicate: int, 
     w_trace: dict[int, float] = {}
     shift_of: dict[int, float] = {}
     draws: dict[tuple[str, object, int], np.ndarray] = {}
+    labels: dict[int, str] = {}
     for s_idx, ep in enumerate(series.episode):
         t = int(series.trace_of[s_idx])
         model = models[t]
         if model is None:
             continue
-        label = series.traces[t].group.label()
+        if t not in labels:
+            labels[t] = series.traces[t].group.label()
+        label = labels[t]
         if t not in shift_of:
             if label not in u_group:
                 u_group[label] = float(_stream(seed, replicate, label).random())
