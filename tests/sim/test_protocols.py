@@ -18,6 +18,7 @@ from tempora_sim.engine.grids import Grid, parse_rho
 from tempora_sim.engine.replay_options import ReplayOptions
 from tempora_sim.errors import GridError
 from tempora_sim.protocols.base import Protocol, Rows, div, series_slices
+from tempora_sim.protocols.discrete_amortised import distinct_cells
 from tempora_sim.reporting.terminal import print_report
 from tempora_sim.sweeps.options import SweepOptions
 from tempora_sim.sweeps.replay import POOLED, run_sweep
@@ -212,3 +213,23 @@ def test_a_declared_decomposition_reaches_the_analyses(traceset):
 def test_combined_protocols_are_replayed_under_arrivals_only():
     with pytest.raises(NotImplementedError, match="arrivals"):
         P.get(COMBINED_PROTOCOLS[0]).replay_python(None, (), {})
+
+
+def test_distinct_budget_cells_hand_worked():
+    """discrete-amortised replays each series' distinct freeze settings once: budgets 0 and 1
+    freeze at m = 0, 2 and 3 at m = 3 with the same checkpoint, 4 adapts throughout (NaN
+    latency and accuracy alike); the second series has two settings, padded to the first's three."""
+    nan = float("nan")
+    m = np.array([[0, 0, 3, 3, 5], [2, 2, 2, 2, 4]], np.int64)
+    fdelta = np.array([[9.0, 9.0, 7.5, 7.5, nan], [8.0, 8.0, 8.0, 8.0, 6.0]])
+    facc = np.array([[0.4, 0.4, 0.6, 0.6, nan], [0.5, 0.5, 0.5, 0.5, 0.7]])
+    cells, pick = distinct_cells(m, fdelta, facc)
+    assert cells.tolist() == [[0, 2, 4], [0, 4, 4]]
+    assert pick.tolist() == [[0, 0, 1, 1, 2], [0, 0, 0, 0, 1]]
+    # every budget reads a cell with its own settings, bit for bit
+    for x in (m, fdelta, facc):
+        replayed = np.take_along_axis(np.take_along_axis(x, cells, axis=1), pick, axis=1)
+        np.testing.assert_array_equal(replayed, x)
+    # a setting that differs only in the frozen accuracy is its own cell
+    facc[0, 1] = 0.45
+    assert distinct_cells(m, fdelta, facc)[0].tolist()[0] == [0, 1, 2, 4]

@@ -29,7 +29,7 @@ from tempora_sim.sweeps.replay import run_sweep as _run_sweep
 from tempora_sim.sweeps.traces import TraceSet, group_lambdas, load_traces
 from tempora_sim.uncertainty import timing_replicates
 from tempora_sim.uncertainty.bootstrap import BootstrapOptions
-from tempora_sim.uncertainty.timing_replicates import replicates_of
+from tempora_sim.uncertainty.timing_replicates import INTERVAL_MEASURES, replicates_of
 
 #: Fine-grid resolution of the boundary search (values per side), then the refinement.
 GRID_POINTS = 160
@@ -224,7 +224,7 @@ def advise(source, constraint: Constraint, bootstrap=None, sweep_opts: dict | No
 
         frame = relabel(frame)
         # the traces' measured timing variability, replayed and combined with the resamples
-        timing = replicates_of(kept[0], bootstrap.timing_replicates, bootstrap.seed)
+        timing = replicates_of(kept[0], bootstrap.timing_replicates, bootstrap.seed, measures=INTERVAL_MEASURES)
         timing = timing.map(relabel) if timing is not None else None
         intervals = an.utility_intervals(frame, None, bootstrap, timing=timing)
         pw = an.pooled_winners(frame, intervals).row(0, named=True)

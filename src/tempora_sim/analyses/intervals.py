@@ -38,10 +38,11 @@ def utility_intervals(
         per_ep = per_ep.with_columns(pl.col("value").cast(pl.Float64))
     parts = []
     need = ("correct", "n", "e_ms", "l_ms", "episode", "step", "method")
+    timed = timing is not None and timing.count > 0  # the bounds are those of the draws with timing added
     if rows is not None and per_ep.height and all(c in rows.columns for c in need):
-        parts.append(_cell_intervals(per_ep, rows, g, opts))
+        parts.append(_cell_intervals(per_ep, rows, g, opts, bounds=not timed))
     if per_ep.height and pooled:
-        parts.append(_pooled_intervals(per_ep, g, opts))
+        parts.append(_pooled_intervals(per_ep, g, opts, bounds=not timed))
     out = st.concat(parts)
     if timing is not None and timing.count and out.index.height:
         keys = [c for c in g if c in out.index.columns] + ["method", "episode", "protocol", "value"]
@@ -49,7 +50,7 @@ def utility_intervals(
     return out
 
 
-def _cell_intervals(per_ep: pl.DataFrame, rows: pl.DataFrame, g: list[str], opts) -> st.Intervals:
+def _cell_intervals(per_ep: pl.DataFrame, rows: pl.DataFrame, g: list[str], opts, bounds: bool = True) -> st.Intervals:
     has_seed = SEED in per_ep.columns and SEED in rows.columns
     sk = [c for c in g if c in rows.columns] + ([SEED] if has_seed else [])
     if "phase" in rows.columns:
@@ -66,10 +67,10 @@ def _cell_intervals(per_ep: pl.DataFrame, rows: pl.DataFrame, g: list[str], opts
         for r, scores in zip(urows.iter_rows(named=True), st.batch_scores(trows, urows)):
             collected.setdefault(tuple(r[c] for c in names), []).append((seed, scores))
     cell_scores = [(dict(zip(names, k)), np.concatenate([s for _, s in sorted(v, key=lambda x: x[0])])) for k, v in collected.items()]
-    return st.episode_intervals(cell_scores, opts)
+    return st.episode_intervals(cell_scores, opts, bounds)
 
 
-def _pooled_intervals(per_ep: pl.DataFrame, g: list[str], opts) -> st.Intervals:
+def _pooled_intervals(per_ep: pl.DataFrame, g: list[str], opts, bounds: bool = True) -> st.Intervals:
     unit_cols = ([SEED] if SEED in per_ep.columns else []) + ["episode"]
     weight = pl.col("num_batches").cast(pl.Float64) if "num_batches" in per_ep.columns else pl.lit(1.0)
     grouped = (
@@ -82,7 +83,7 @@ def _pooled_intervals(per_ep: pl.DataFrame, g: list[str], opts) -> st.Intervals:
     for r in grouped.iter_rows(named=True):
         key = {c: r[c] for c in g} | {"method": r["method"], "episode": POOLED, "protocol": r["protocol"], "value": r["value"]}
         units.append((key, np.asarray(r["utility"], np.float64), np.asarray(r["_w"], np.float64), tuple(r["_unit"])))
-    return st.unit_intervals(units, opts)
+    return st.unit_intervals(units, opts, bounds)
 
 
 def attach_intervals(t: pl.DataFrame, intervals: st.Intervals | None, episode: str | None = None) -> pl.DataFrame:

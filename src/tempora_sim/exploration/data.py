@@ -54,7 +54,7 @@ from tempora_sim.sweeps.replay import run_sweep
 from tempora_sim.sweeps.traces import TraceSet, group_lambdas
 from tempora_sim.uncertainty import timing_replicates
 from tempora_sim.uncertainty.bootstrap import BootstrapOptions
-from tempora_sim.uncertainty.timing_replicates import replicates_of
+from tempora_sim.uncertainty.timing_replicates import INTERVAL_MEASURES, replicates_of
 
 #: Values of each one-parameter grid (before the given and default values are added).
 POINTS = 100
@@ -439,16 +439,19 @@ def _pooled_matrix(frame: pl.DataFrame, methods: list[str], xcol: str) -> tuple[
     return np.asarray(vals), U
 
 
-def _view_1d(members, protocol, x, opts_for, keys: ShortKeys, methods, episodes, rows, boot, refine_ok: bool) -> dict:
+def _view_1d(
+    members, protocol, x, opts_for, keys: ShortKeys, methods, episodes, rows, boot, refine_ok: bool, memo: dict | None = None
+) -> dict:
     """A one-parameter protocol over grid ``x``: every array the page reads (``methods``,
-    ``episodes`` and ``rows`` in ``keys``' codes, as the view's rows are)."""
+    ``episodes`` and ``rows`` in ``keys``' codes, as the view's rows are). ``memo``: the group's
+    timing draws, shared by its views (:func:`~tempora_sim.uncertainty.timing_replicates.replicates_of`)."""
     param = P.get(protocol).param
     kw = {"rho": list(x)} if param == "rho" else {param: list(x)}
     result = run_sweep(members, opts_for(protocols=protocol, **kw))
     frame = keys.frame(result.frame)
     # the traces' measured timing variability joins every interval and certainty, as in report
     # and advise (common random numbers across methods keep the leads paired)
-    timing = replicates_of(result, boot.timing_replicates, boot.seed)
+    timing = replicates_of(result, boot.timing_replicates, boot.seed, measures=INTERVAL_MEASURES, memo=memo)
     timing = timing.map(keys.frame) if timing is not None else None
     pooled = an.pool_seeds(frame)
     xkeys = [(round(float(v), 9),) for v in x]
@@ -483,9 +486,9 @@ def _view_1d(members, protocol, x, opts_for, keys: ShortKeys, methods, episodes,
     }
 
 
-def _view_2d(members, protocol, x, y, opts_for, keys: ShortKeys, methods, episodes, boot) -> dict:
+def _view_2d(members, protocol, x, y, opts_for, keys: ShortKeys, methods, episodes, boot, memo: dict | None = None) -> dict:
     """A combined protocol over ``x`` (ρ) × ``y`` (T or B), cells flattened x-major (``methods``
-    and ``episodes`` in ``keys``' codes)."""
+    and ``episodes`` in ``keys``' codes; ``memo`` as :func:`_view_1d`'s)."""
     p2 = P.get(protocol).param2
     result = run_sweep(members, opts_for(protocols=protocol, rho=list(x), **{p2: list(y)}))
     frame = keys.frame(result.frame)
@@ -509,7 +512,7 @@ def _view_2d(members, protocol, x, y, opts_for, keys: ShortKeys, methods, episod
             .drop([c for c in ("param2", "value2", "_a", "_b", "_cell") if c in f.columns or c.startswith("_")])
         )
 
-    timing = replicates_of(result, boot.timing_replicates, boot.seed)
+    timing = replicates_of(result, boot.timing_replicates, boot.seed, measures=INTERVAL_MEASURES, memo=memo)
     timing = timing.map(lambda f: to_cells(keys.frame(f))) if timing is not None else None
     pooled_iv = an.utility_intervals(to_cells(frame).filter(pl.col("episode") != an.POOLED), None, boot, timing=timing)
     look = _row_lookup(pooled_iv)
@@ -643,6 +646,7 @@ def build_data(
                 if bar:
                     bar.advance(task)
                 views: dict[str, dict] = {}
+                memo: dict = {}  # the group's timing models and draws, replayed on every view's grid
                 for p in one_d + two_d:
                     for ai, arr in enumerate(arrivals if p in arrival_bound else arrivals[:1]):
                         base = SweepOptions.build(options, arrivals=arr)
@@ -657,10 +661,10 @@ def build_data(
                             x = gg.dense(P.get(p).param)
                             # per-corruption intervals resample batches (report's rule): periodic arrivals only
                             cell_rows = rows if (not P.get(p).arrival_bound or resolved[ai].arrivals.periodic) else None
-                            views[key] = _view_1d(ts, p, x, opts_for, keys, *coded, cell_rows, boot, refine_ok=True)
+                            views[key] = _view_1d(ts, p, x, opts_for, keys, *coded, cell_rows, boot, refine_ok=True, memo=memo)
                         else:
                             y = gg.dense_2d(P.get(p).param2)
-                            views[key] = _view_2d(ts, p, gg.rho2, y, opts_for, keys, *coded, boot)
+                            views[key] = _view_2d(ts, p, gg.rho2, y, opts_for, keys, *coded, boot, memo=memo)
                         views[key]["arrivals"] = arr if p in arrival_bound else None
                         if bar:
                             bar.advance(task)

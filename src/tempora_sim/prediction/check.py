@@ -38,7 +38,7 @@ from tempora_sim.prediction.transfer import predict
 from tempora_sim.sweeps.replay import run_sweep
 from tempora_sim.sweeps.traces import STANDARD_METHOD, Trace, TraceSet, lambda_from_standard, load_traces
 from tempora_sim.uncertainty import bootstrap as st
-from tempora_sim.uncertainty.timing_replicates import replicates_of
+from tempora_sim.uncertainty.timing_replicates import INTERVAL_MEASURES, replicates_of
 
 
 class PredictionCheckError(SimError):
@@ -171,7 +171,7 @@ def _swept(traces: list[Trace], relabel: dict[str, str], bootstrap: st.Bootstrap
             named.append(pl.col("device").str.replace(PREDICTED_MARK, "", literal=True))
         return frame.with_columns(named)
 
-    timing = replicates_of(result, bootstrap.timing_replicates, bootstrap.seed)
+    timing = replicates_of(result, bootstrap.timing_replicates, bootstrap.seed, measures=INTERVAL_MEASURES)
     if timing is not None and relabel:
         timing = timing.map(rename)
     frame = rename(result.frame)

@@ -16,7 +16,7 @@ weights or threads stay apart, and the seeds of one setting share it (they pool)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import polars as pl
@@ -298,8 +298,18 @@ def reduce_rows(xs, x, pooled: bool) -> np.ndarray:
     return x.reshape(-1)
 
 
-def frame(series, protocol: Protocol, values, stats: dict, pooled: bool) -> pl.DataFrame:
-    """Rows of one protocol: per episode (pooled=False) or per trace pooled over episodes."""
+#: What a light frame (:func:`frame` with ``measures``) holds beside the measures it was asked
+#: for: the numbers the sweep filters and frames its rows by.
+LIGHT_KEYS = ("value", "lambda_ms", "num_batches")
+
+
+def frame(series, protocol: Protocol, values, stats: dict, pooled: bool, measures: Sequence[str] | None = None) -> pl.DataFrame:
+    """Rows of one protocol: per episode (pooled=False) or per trace pooled over episodes.
+
+    ``measures`` (columns of :data:`MEASURES`) asks for a *light* frame: the same rows in the
+    same order, holding only those measures and :data:`LIGHT_KEYS`, without the names that
+    identify a row. A timing replicate replays the sweep's rows again and reads a few measures
+    of each; the names are the sweep's own."""
     s = series
     n_vals = max(1, len(values))
     n = s.n.astype(np.float64)
@@ -328,6 +338,9 @@ def frame(series, protocol: Protocol, values, stats: dict, pooled: bool) -> pl.D
     stray = sorted(set(cols) - {"utility", *protocol.terms})
     if stray:
         raise ValueError(f"protocol '{protocol.name}' fills {stray}, which are not among its terms")
+
+    if measures is not None:
+        return _light_frame(cols, measures, values, rows, n_vals, lam, N)
 
     # identity columns: one small frame per row owner, gathered once per grid value
     ident_cols = ("dataset", "model", "device", "batch_size", "seed", "stream", "severity", "group", "method")
@@ -366,3 +379,19 @@ def frame(series, protocol: Protocol, values, stats: dict, pooled: bool) -> pl.D
         columns.append(pl.Series(col, values_, nan_to_null=True).cast(BASE_COLUMNS[col]))
     columns.append(pl.Series("num_batches", np.repeat(N, n_vals).astype(np.int64)))
     return out.with_columns(columns).select(list(BASE_COLUMNS))
+
+
+def _light_frame(cols: dict, measures: Sequence[str], values, rows: int, n_vals: int, lam: np.ndarray, N: np.ndarray) -> pl.DataFrame:
+    """:func:`frame`'s rows as :data:`LIGHT_KEYS` and ``measures`` only (each column built as
+    the full frame builds it)."""
+    nan = np.full(rows * n_vals, np.nan)
+    columns = [
+        pl.Series("value", np.tile(np.asarray(values, np.float64), rows) if values else np.full(rows, np.nan), nan_to_null=True),
+        pl.Series("lambda_ms", np.repeat(lam, n_vals)),
+        pl.Series("num_batches", np.repeat(N, n_vals).astype(np.int64)),
+    ]
+    for col in measures:
+        data = cols.get(col)
+        values_ = np.asarray(data, np.float64).reshape(-1) if data is not None else nan
+        columns.append(pl.Series(col, values_, nan_to_null=True).cast(BASE_COLUMNS[col]))
+    return pl.DataFrame(columns)

@@ -52,11 +52,20 @@ class DiscreteAmortised(Discrete):
         fdelta = ctx.frozen_latency(amortised)
         B_v = ctx.grid(grids.B)
         nB = len(B_v)
-        scale = np.repeat(ctx.gamma, nB, axis=1)  # (ρ_i, B_b) -> i·nB + b
-        tile = (1, len(ctx.rho_a))
+        n_rho = len(ctx.rho_a)
+        tile = (1, n_rho)
+        # budgets that freeze a series at the same cut-off with the same checkpoint replay alike:
+        # each series replays its distinct ones (cells (ρ_i, u) -> i·U + u), read back per budget
+        cells, pick = distinct_cells(m.astype(np.int64), fdelta, facc)
+        U = cells.shape[1]
+        at = lambda x: np.take_along_axis(x, cells, axis=1)  # noqa: E731
+        scale = np.repeat(ctx.gamma, U, axis=1)
         served, ssum, score, _, frozen = ctx.run(
-            scale, np.zeros((ctx.S, 0)), np.tile(m.astype(np.int64), tile), np.tile(fdelta, tile), np.tile(facc, tile)
+            scale, np.zeros((ctx.S, 0)), np.tile(at(m.astype(np.int64)), tile), np.tile(at(fdelta), tile), np.tile(at(facc), tile)
         )
+        # (ρ_i, B_b) -> i·nB + b, from i·U + pick[s, b]; rows s·ns + k
+        back = np.repeat((np.arange(n_rho)[:, None] * U)[None, :, :] + pick[:, None, :], ctx.ns, axis=0).reshape(ctx.S * ctx.ns, n_rho * nB)
+        served, ssum, score, frozen = (np.take_along_axis(x, back, axis=1) for x in (served, ssum, score, frozen))
         return {
             "served": served,
             "served_sum": ssum,
@@ -80,6 +89,28 @@ class DiscreteAmortised(Discrete):
                 pl.Series("beta", adapted / N, nan_to_null=True),
                 pl.Series("acc_frozen", np.where(frozen > 0, fsum / np.maximum(frozen, 1), np.nan), nan_to_null=True),
             ]
+
+
+def distinct_cells(*per_budget: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The budgets of each series whose freeze settings (arrays [S, B] alike: the cut-off, the
+    frozen latency and accuracy) differ: ``cells`` [S, U], each series' distinct budgets in
+    order (the last repeated to fill U, the most any series has), and ``pick`` [S, B], the
+    column of ``cells`` that replays each budget. Equal settings compare bit for bit (NaN too)."""
+    key = np.stack([np.ascontiguousarray(x, np.float64).view(np.int64) if x.dtype != np.int64 else x for x in per_budget], axis=-1)
+    S, B = key.shape[:2]
+    if not B:
+        return np.zeros((S, 0), np.int64), np.zeros((S, 0), np.int64)
+    same = (key[:, :, None, :] == key[:, None, :, :]).all(axis=-1)  # [S, B, B]
+    first = np.argmax(same, axis=2)  # the first budget with the same settings
+    own = first == np.arange(B)[None, :]
+    rank = np.cumsum(own, axis=1) - 1
+    U = int(own.sum(axis=1).max()) if S else 1
+    cells = np.empty((S, U), np.int64)
+    for s in range(S):
+        kept = np.flatnonzero(own[s])
+        cells[s, : kept.size] = kept
+        cells[s, kept.size :] = kept[-1]
+    return cells, np.take_along_axis(rank, first, axis=1)
 
 
 PROTOCOL = DiscreteAmortised()

@@ -24,7 +24,7 @@ from tempora_sim.sweeps.replay import run_sweep
 from tempora_sim.sweeps.traces import check_out_outside, load_traces
 from tempora_sim.uncertainty import bootstrap as st
 from tempora_sim.uncertainty import timing_replicates
-from tempora_sim.uncertainty.term_intervals import attach_bounds, pooled_bounds
+from tempora_sim.uncertainty.term_intervals import ALL_TERMS, attach_bounds, pooled_bounds
 from tempora_sim.uncertainty.timing_replicates import replicates_of
 
 RESULTS_FILE = "utility.parquet"
@@ -82,7 +82,7 @@ class ReportInputs:
         read without their traces, or ``--timing-replicates 0``."""
         if "timing" not in self._cache:
             self._cache["timing"] = (
-                replicates_of(self.sweep_result, self.bootstrap.timing_replicates, self.bootstrap.seed)
+                replicates_of(self.sweep_result, self.bootstrap.timing_replicates, self.bootstrap.seed, measures=ALL_TERMS)
                 if self.sweep_result is not None
                 else None
             )

@@ -21,7 +21,7 @@ from tempora_sim.sweeps.replay import POOLED, SimWarning, SweepResult, run_sweep
 from tempora_sim.sweeps.traces import check_out_outside
 from tempora_sim.uncertainty import timing_replicates
 from tempora_sim.uncertainty.bootstrap import BootstrapOptions
-from tempora_sim.uncertainty.term_intervals import interval_columns
+from tempora_sim.uncertainty.term_intervals import ALL_TERMS, interval_columns
 from tempora_sim.uncertainty.timing_replicates import replicates_of
 from tempora_toolkit.atomic_files import check_output_dir, staged_dir, to_bytes, write_file
 
@@ -72,7 +72,7 @@ def sweep_into(
             on_warning(str(w.message))
     timing_text = None
     if intervals:
-        timing = replicates_of(result, boot.timing_replicates, boot.seed)
+        timing = replicates_of(result, boot.timing_replicates, boot.seed, measures=ALL_TERMS)
         result.frame = interval_columns(result, boot, timing)
         timing_text = timing_replicates.describe(timing, boot.timing_replicates)
     if folder is not None:

@@ -315,12 +315,15 @@ def run_sweep(source, options: SweepOptions | ResolvedOptions | None = None, /, 
     return result
 
 
-def replay_frames(series: Series, opt, stats: SweepStats | None = None, idle_curves=None) -> list[pl.DataFrame]:
+def replay_frames(
+    series: Series, opt, stats: SweepStats | None = None, idle_curves=None, measures: Sequence[str] | None = None
+) -> list[pl.DataFrame]:
     """Replay ``series`` under the resolved options ``opt``: the output frames, one per
     (protocol, per-episode | pooled). ``idle_curves`` (tempora_sim.sweeps.variability) replays the
     protocols that have an idle effect (``Protocol.has_idle_effect``, on periodic arrivals) with
     the measured one; by default it is taken from the traces' timing-variability data unless
-    ``opt.no_idle_effect``."""
+    ``opt.no_idle_effect``. ``measures`` (columns of ``protocols.MEASURES``) asks for light
+    frames: the same rows in the same order, holding those columns only (a timing replicate's)."""
     protos, rho_v, T_v, B_v = opt.protocols, opt.rho, opt.T_ms, opt.B_ms
     spec, seeds, absolute, engine = opt.arrivals, list(opt.arrival_seeds), opt.arrivals_absolute, opt.engine
     t0 = time.perf_counter()
@@ -350,11 +353,15 @@ def replay_frames(series: Series, opt, stats: SweepStats | None = None, idle_cur
         proto = P.get(name)
         for pooled in (False, True):
             if name in scen:
-                frame = scenario_frame(series, name, scen[name], pooled, spec, seeds, absolute)
+                frame = scenario_frame(series, name, scen[name], pooled, spec, seeds, absolute, measures)
             else:
-                frame = P.frame(series, proto, proto.values(opt), raw[name], pooled)
+                frame = P.frame(series, proto, proto.values(opt), raw[name], pooled, measures)
                 if proto.grids and proto.grids[0].above_lambda:
                     frame = frame.filter(pl.col("value") > pl.col("lambda_ms"))
+            if measures is not None:
+                frames.append(frame.select([pl.col(c).cast(COLUMNS[c]) for c in measures]))
+                continue
+            if name not in scen:
                 frame = frame.with_columns(
                     pl.lit(None, pl.Utf8).alias("param2"),
                     pl.lit(None, pl.Float64).alias("value2"),
@@ -362,7 +369,7 @@ def replay_frames(series: Series, opt, stats: SweepStats | None = None, idle_cur
                     pl.lit(None, pl.Int64).alias("arrival_seed"),
                 )
             frames.append(frame.select([pl.col(c).cast(t) for c, t in COLUMNS.items()]))
-        if stats is not None:
+        if stats is not None and measures is None:
             stats.evaluations += frames[-2].height
             stats.batch_events += int(frames[-2]["num_batches"].sum()) if proto.grids else total_n
     return frames

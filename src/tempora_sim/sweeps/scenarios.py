@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import polars as pl
@@ -28,6 +28,7 @@ from tempora_sim.engine.grids import Grid
 from tempora_sim.engine.oracle import discrete_reference
 from tempora_sim.engine.replay_options import ReplayOptions
 from tempora_sim.errors import GridError
+from tempora_sim.protocols.base import MEASURES
 
 
 def expand_seeds(series, n_seeds: int):
@@ -59,13 +60,14 @@ def frozen_latency(series, amortised: dict) -> np.ndarray:
     m, gap = amortised["m"], amortised["gap"]
     out = np.full(m.shape, np.nan)
     means: dict[int, dict[tuple[str, int], float]] = {}
-    for s in range(m.shape[0]):
+    n, offsets = series.n, series.offsets  # ``series.n`` is computed on each access
+    for s in np.flatnonzero(((m < n[:, None]) & (gap >= 0)).any(axis=1)).tolist():  # the series that fall back at all
         t_idx = int(series.trace_of[s])
         for v in range(m.shape[1]):
-            if m[s, v] >= series.n[s] or gap[s, v] < 0:
+            if m[s, v] >= n[s] or gap[s, v] < 0:
                 continue
             if series.frozen_from_adapt[s]:
-                out[s, v] = series.delta[series.offsets[s] + m[s, v] : series.offsets[s + 1]].mean()
+                out[s, v] = series.delta[offsets[s] + m[s, v] : offsets[s + 1]].mean()
                 continue
             if t_idx not in means:
                 agg = series.traces[t_idx].frozen.group_by("episode", "checkpoint").agg(pl.col("delta_ms").mean())
@@ -198,31 +200,38 @@ def replay_scenarios(
     return out
 
 
-def scenario_frame(series, protocol: str, raw: dict, pooled: bool, spec: ArrivalSpec, seeds, absolute) -> pl.DataFrame:
-    """Output rows of one protocol replayed under arrivals, in the sweep's columns."""
+def scenario_frame(
+    series, protocol: str, raw: dict, pooled: bool, spec: ArrivalSpec, seeds, absolute, measures: Sequence[str] | None = None
+) -> pl.DataFrame:
+    """Output rows of one protocol replayed under arrivals, in the sweep's columns; with
+    ``measures``, a light frame (:func:`tempora_sim.protocols.base.frame`): the same rows, only
+    those measures beside ``value``, ``value2``, ``lambda_ms`` and ``num_batches``."""
     proto = P.get(protocol)
     ns = len(seeds)
     xs = expand_seeds(series, ns)
     values = list(raw["values"])
-    frame = P.frame(xs, proto, values, raw, pooled)
+    # the protocol's own columns (scenario_columns) may be among the measures: the frame's are built first
+    frame = P.frame(xs, proto, values, raw, pooled, None if measures is None else [m for m in measures if m in MEASURES])
     extra = proto.scenario_columns(xs, raw, frame, pooled)
-    frame = frame.with_columns(
-        pl.lit(protocol).alias("protocol"),
-        pl.lit(proto.param2, pl.Utf8).alias("param2"),
-        pl.Series(
-            "value2",
-            np.tile(np.asarray(raw["values2"] or [np.nan] * len(values), np.float64), frame.height // max(1, len(values))),
-            nan_to_null=True,
-        ),
-        *extra,
+    value2 = pl.Series(
+        "value2",
+        np.tile(np.asarray(raw["values2"] or [np.nan] * len(values), np.float64), frame.height // max(1, len(values))),
+        nan_to_null=True,
     )
+    if measures is not None:
+        frame = frame.with_columns(value2, *(c for c in extra if c.name in measures))
+    else:
+        frame = frame.with_columns(pl.lit(protocol).alias("protocol"), pl.lit(proto.param2, pl.Utf8).alias("param2"), value2, *extra)
     if absolute:
         mean_gap = float(np.mean(spec.gaps))
         frame = frame.with_columns((pl.col("lambda_ms") / mean_gap).alias("value"))
-    seed_col = (
-        pl.lit(None, pl.Int64) if pooled else pl.Series("arrival_seed", np.tile(np.asarray(seeds, np.int64), frame.height // ns), pl.Int64)
-    )
-    frame = frame.with_columns(pl.lit(spec.label()).alias("arrivals"), seed_col.alias("arrival_seed"))
+    if measures is None:
+        seed_col = (
+            pl.lit(None, pl.Int64)
+            if pooled
+            else pl.Series("arrival_seed", np.tile(np.asarray(seeds, np.int64), frame.height // ns), pl.Int64)
+        )
+        frame = frame.with_columns(pl.lit(spec.label()).alias("arrivals"), seed_col.alias("arrival_seed"))
     if len(proto.grids) > 1 and proto.grids[1].above_lambda:
         frame = frame.filter(pl.col("value2") > pl.col("lambda_ms"))
     return frame

@@ -39,6 +39,16 @@ def _wmean(col: str, weight: pl.Expr) -> pl.Expr:
     return pl.when(w.sum() > 0).then((pl.col(col) * w).sum() / w.sum()).otherwise(None)
 
 
+#: The measures :func:`pool_seeds` reads beside a measure to pool it (``num_batches`` and the
+#: keys aside): ā_served is weighted by |Q|, ā_adapt and ā_frozen by β, Cov recomputed from U, ā, κ̄.
+POOLING_INPUTS = {"served_acc": ("served",), "acc_adapt": ("beta",), "acc_frozen": ("beta",), "cov": ("utility", "acc", "kappa")}
+
+
+def pooling_inputs(measures) -> tuple[str, ...]:
+    """``measures`` and every measure :func:`pool_seeds` reads to pool them, in that order."""
+    return tuple(dict.fromkeys([*measures, *(c for m in measures for c in POOLING_INPUTS.get(m, ()))]))
+
+
 def pool_seeds(df: pl.DataFrame) -> pl.DataFrame:
     """Pool a per-seed utility table over seeds, as the simulator pools episodes.
 

@@ -237,11 +237,13 @@ class Intervals:
         return percentile_interval(diff, self.bootstrap.level)
 
 
-def episode_intervals(cell_scores: list[tuple[dict, np.ndarray]], bootstrap: BootstrapOptions) -> Intervals:
+def episode_intervals(cell_scores: list[tuple[dict, np.ndarray]], bootstrap: BootstrapOptions, bounds: bool = True) -> Intervals:
     """Intervals of per-episode utilities from their per-batch score vectors.
 
     ``cell_scores``: (key dict, scores) pairs; vectors of one length share one set of
-    resamples (so the methods of a cell, which saw the same batches, are paired)."""
+    resamples (so the methods of a cell, which saw the same batches, are paired).
+    ``bounds=False`` leaves ``lo``/``hi`` NaN, for a caller that adds timing variability
+    (:func:`with_timing` takes the percentiles of the draws it makes)."""
     by_len: dict[int, list[int]] = {}
     for i, (_, s) in enumerate(cell_scores):
         by_len.setdefault(int(s.size), []).append(i)
@@ -252,14 +254,15 @@ def episode_intervals(cell_scores: list[tuple[dict, np.ndarray]], bootstrap: Boo
         values = np.stack([cell_scores[i][1] for i in members]) if n else np.zeros((len(members), 0))
         boot[members] = bootstrap_means(values, counts) if n else np.nan
         pair[members] = n
-    return _make(cell_scores, boot, pair, bootstrap)
+    return _make(cell_scores, boot, pair, bootstrap, bounds)
 
 
-def unit_intervals(units: list[tuple[dict, np.ndarray, np.ndarray, tuple]], bootstrap: BootstrapOptions) -> Intervals:
+def unit_intervals(units: list[tuple[dict, np.ndarray, np.ndarray, tuple]], bootstrap: BootstrapOptions, bounds: bool = True) -> Intervals:
     """Intervals of pooled utilities from per-unit values and weights.
 
     ``units``: (key dict, values, weights, unit ids) with the units (seed, episode) in one
-    canonical order; rows with identical unit ids share resamples (paired)."""
+    canonical order; rows with identical unit ids share resamples (paired). ``bounds`` as
+    :func:`episode_intervals`."""
     by_ids: dict[tuple, list[int]] = {}
     for i, (_, _, _, ids) in enumerate(units):
         by_ids.setdefault(ids, []).append(i)
@@ -274,11 +277,16 @@ def unit_intervals(units: list[tuple[dict, np.ndarray, np.ndarray, tuple]], boot
         else:
             boot[members] = bootstrap_means(values, resample_counts(n, bootstrap.resamples, bootstrap.seed), weights)
         pair[members] = p
-    return _make([(k, None) for k, *_ in units], boot, pair, bootstrap)
+    return _make([(k, None) for k, *_ in units], boot, pair, bootstrap, bounds)
 
 
-def _make(keys: list[tuple[dict, object]], boot: np.ndarray, pair: np.ndarray, bootstrap: BootstrapOptions) -> Intervals:
-    lo, hi = percentile_interval(boot, bootstrap.level) if boot.size else (np.zeros(0), np.zeros(0))
+def _make(
+    keys: list[tuple[dict, object]], boot: np.ndarray, pair: np.ndarray, bootstrap: BootstrapOptions, bounds: bool = True
+) -> Intervals:
+    if bounds:
+        lo, hi = percentile_interval(boot, bootstrap.level) if boot.size else (np.zeros(0), np.zeros(0))
+    else:
+        lo = hi = np.full(len(keys), np.nan)
     index = pl.DataFrame([k for k, _ in keys]) if keys else pl.DataFrame()
     index = index.with_columns(
         pl.Series("row", np.arange(len(keys), dtype=np.int64)),

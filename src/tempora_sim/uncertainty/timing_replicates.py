@@ -16,7 +16,9 @@ from typing import Callable, Sequence
 import numpy as np
 import polars as pl
 
+from tempora_sim.protocols.base import MEASURES
 from tempora_sim.sweeps.replay import replay_frames, run_sweep
+from tempora_sim.sweeps.utility_table import pooling_inputs
 from tempora_sim.sweeps.variability import (
     DEFAULT_REPLICATES,
     MEASURED,
@@ -27,30 +29,67 @@ from tempora_sim.sweeps.variability import (
 )
 
 
-def replicates_of(result, count: int = DEFAULT_REPLICATES, seed: int = 0, models: list | None = None) -> TimingReplicates | None:
+def replicates_of(
+    result,
+    count: int = DEFAULT_REPLICATES,
+    seed: int = 0,
+    models: list | None = None,
+    measures: Sequence[str] | None = None,
+    memo: dict | None = None,
+) -> TimingReplicates | None:
     """Replay a sweep (:class:`tempora_sim.sweeps.replay.SweepResult`) again under ``count`` timing
     replicates drawn from its traces' measured variability. ``base`` is the sweep's own frame.
     None when the sweep kept no series; no replicates when ``count`` is 0 or no trace measured
-    its variability (the status then says ``unknown``)."""
+    its variability (the status then says ``unknown``).
+
+    ``measures``: the measure columns the answers will read of the replicates (``("utility",)``
+    for the utility's intervals). Each replicate is then a light frame of those columns (and
+    of what pooling them over seeds reads), in the base's row order, without the names that
+    identify a row: building the names of every row of every replicate cost more than the
+    replay. None: every replicate is a full frame of the sweep's columns.
+
+    ``memo`` (a dict the caller keeps): the models and the replicates' speed factors of a
+    series, drawn once for every sweep of the same traces on other grids (the explore page's
+    views of one group); they depend on the traces, their episodes and the seed only."""
     if result is None or getattr(result, "series", None) is None:
         return None
     series, opt = result.series, result.resolved
+    drawn: dict[int, np.ndarray] = {}
     if models is None:  # else one per trace of the series (e.g. measured on the uncut trace)
-        models = timing_models(series.traces)
+        models, drawn = _drawn(memo, series, seed) if memo is not None else (timing_models(series.traces), drawn)
     # a predicted trace whose profile measured no variability has a model for its transfer error only
     status = {trace_label(t): (MEASURED if m is not None and m.events > 0 else UNKNOWN) for t, m in zip(series.traces, models)}
     if count <= 0 or all(m is None for m in models):
         return TimingReplicates(result.frame, [], status)
     curves = None if opt.no_idle_effect else idle_curves(series, models)
+    light = None if measures is None else pooling_inputs(measures)
     reps = []
     for r in range(count):
-        factors = replicate_factors(series, models, r, seed)
-        frames = replay_frames(scaled(series, factors), opt, None, idle_curves=curves if curves is not None else _NO_CURVES)
+        if r not in drawn:
+            drawn[r] = replicate_factors(series, models, r, seed)
+        factors = drawn[r]
+        frames = replay_frames(scaled(series, factors), opt, None, idle_curves=curves if curves is not None else _NO_CURVES, measures=light)
         reps.append(pl.concat(frames, how="vertical"))
     drift = max((m.drift[0] for m in models if m is not None and m.drift is not None), default=0.0)
     prediction = max((m.prediction[0] for m in models if m is not None and m.prediction is not None), default=0.0)
-    return TimingReplicates(result.frame, reps, status, drift, prediction)
+    return TimingReplicates(result.frame, reps, status, drift, prediction, light)
 
+
+def _drawn(memo: dict, series, seed: int) -> tuple[list, dict[int, np.ndarray]]:
+    """The models of ``series``' traces and its replicates' factors so far, kept in ``memo``
+    (which holds the traces too, so that their ids name them while it lives)."""
+    key = (seed, tuple(map(id, series.traces)), tuple(series.episode), series.offsets.tobytes())
+    if key not in memo:
+        memo[key] = (list(series.traces), timing_models(series.traces), {})
+    _, models, drawn = memo[key]
+    return models, drawn
+
+
+#: What the utility's intervals read of a timing replicate (``replicates_of``'s ``measures``).
+INTERVAL_MEASURES = ("utility",)
+
+#: The row index a light replicate set's :meth:`TimingReplicates.map` follows.
+_ROW = "_replicate_row"
 
 #: ``replay_frames``'s idle_curves value meaning "no idle effect" (None means "from the traces").
 _NO_CURVES = (np.zeros(1, np.int64), np.zeros(0), np.zeros(0))
@@ -84,12 +123,15 @@ def replicate_factors(series, models: list[TimingModel | None], replicate: int, 
     w_trace: dict[int, float] = {}
     shift_of: dict[int, float] = {}
     draws: dict[tuple[str, object, int], np.ndarray] = {}
+    labels: dict[int, str] = {}
     for s_idx, ep in enumerate(series.episode):
         t = int(series.trace_of[s_idx])
         model = models[t]
         if model is None:
             continue
-        label = series.traces[t].group.label()
+        if t not in labels:
+            labels[t] = series.traces[t].group.label()
+        label = labels[t]
         if t not in shift_of:
             if label not in u_group:
                 u_group[label] = float(_stream(seed, replicate, label).random())
@@ -117,7 +159,8 @@ def scaled(series, factors: np.ndarray):
 class TimingReplicates:
     """The sweep's rows replayed with the trace's own times (``base``, the point estimates) and
     under ``R`` timing replicates (``reps``), in the same row order; ``status`` per trace
-    label: ``measured`` or ``unknown``."""
+    label: ``measured`` or ``unknown``. With ``measures``, the replicates are light frames
+    holding those columns only; the base's columns name their rows."""
 
     base: pl.DataFrame
     reps: list[pl.DataFrame]
@@ -126,6 +169,8 @@ class TimingReplicates:
     drift: float = 0.0
     #: the largest σ_p of a predicted trace's transfer error (0: no predicted trace)
     prediction: float = 0.0
+    #: the measure columns light replicates hold (None: full frames, every column of the sweep)
+    measures: tuple[str, ...] | None = None
     #: the frames after a ``pool`` function, by that function (every interval of a view pools alike)
     _pooled: dict = field(default_factory=dict, repr=False, compare=False)
     #: per (pool, keys): each replicate's row of every base row ([base rows, R], -1: none)
@@ -138,8 +183,26 @@ class TimingReplicates:
         return len(self.reps)
 
     def map(self, fn: Callable[[pl.DataFrame], pl.DataFrame]) -> "TimingReplicates":
-        """The same transformation (a relabelling, a filter) applied to every frame."""
-        return TimingReplicates(fn(self.base), [fn(r) for r in self.reps], dict(self.status), self.drift, self.prediction)
+        """The same transformation (a relabelling, a filter, a reordering of rows) applied to
+        every frame. Light replicates follow the base: ``fn`` runs once, on the base with a row
+        index column beside its own (which ``fn`` must keep), and each replicate keeps the rows
+        it names, in its order. ``fn`` may change the names of the rows, not their measures."""
+        if self.measures is None:
+            return TimingReplicates(fn(self.base), [fn(r) for r in self.reps], dict(self.status), self.drift, self.prediction)
+        mapped = fn(self.base.with_row_index(_ROW))
+        if _ROW not in mapped.columns:
+            raise ValueError(f"TimingReplicates.map: the relabelling dropped the row index '{_ROW}' the light replicates follow")
+        rows = mapped.get_column(_ROW)
+        reps = [r.select(pl.all().gather(rows)) for r in self.reps]
+        return TimingReplicates(mapped.drop(_ROW), reps, dict(self.status), self.drift, self.prediction, self.measures)
+
+    def _full(self) -> list[pl.DataFrame]:
+        """[base, *reps] as frames of the sweep's columns: a light replicate's measures beside
+        the base's names (the measures it does not hold left out)."""
+        if self.measures is None:
+            return [self.base, *self.reps]
+        names = self.base.drop([c for c in MEASURES if c in self.base.columns])
+        return [self.base, *(names.with_columns(r.get_columns()) for r in self.reps)]
 
     def _frames(self, pool: Callable | None) -> list[pl.DataFrame]:
         """[base, *reps], each after ``pool`` (pooling over seeds; computed once per function).
@@ -149,7 +212,7 @@ class TimingReplicates:
         if pool is None or all("seed" not in f.columns or f.get_column("seed").n_unique() <= 1 for f in frames):
             return frames
         if pool not in self._pooled:
-            self._pooled[pool] = [pool(f) for f in frames]
+            self._pooled[pool] = [pool(f) for f in self._full()]
         return self._pooled[pool]
 
     def _replicate_rows(self, pool: Callable | None, keys: tuple[str, ...]) -> np.ndarray:
@@ -166,7 +229,9 @@ class TimingReplicates:
         own = np.arange(base.height)  # the base rows that index rows match are their keys' first
         others = []
         for r, f in enumerate(reps):
-            if f.height == base.height and f.select(keys).equals(base_keys):
+            if not set(keys) <= set(f.columns):  # a light replicate: the base's rows, in its order
+                pos[:, r] = own
+            elif f.height == base.height and f.select(keys).equals(base_keys):
                 pos[:, r] = own
             else:
                 others.append(f.select(keys).with_row_index("_j").with_columns(pl.lit(r, pl.Int64).alias("_r")))
@@ -185,6 +250,8 @@ class TimingReplicates:
         ([base rows, R]); NaN where a frame lacks the column, the row or the value."""
         if (pool, keys, column) in self._aligned:
             return self._aligned[(pool, keys, column)]
+        if self.measures is not None and column not in self.measures:
+            raise ValueError(f"timing replicates replayed {list(self.measures)} only, not '{column}'")
         base, *reps = self._frames(pool)
         pos = self._replicate_rows(pool, keys)
         mat = np.full(pos.shape, np.nan)
