@@ -58,7 +58,7 @@ def _decode(html: str) -> dict:
 # ------------------------------------------------------------------------ the data
 def test_grids_are_dense_and_hold_every_checkpoint_budget(built):
     ts, data = built
-    from tempora_sim.exploration.data import checkpoint_budgets
+    from tempora_sim.exploration.dense_grids import checkpoint_budgets
 
     assert len(data["groups"]) == 2
     for g in data["groups"]:
@@ -80,7 +80,7 @@ def test_checkpoint_budget_is_the_costliest_episodes_overhead_before_the_checkpo
     reached after 2 + 5 = 7 ms in that episode and 4 ms in one with overheads 1, 3."""
     from types import SimpleNamespace
 
-    from tempora_sim.exploration.data import checkpoint_budgets
+    from tempora_sim.exploration.dense_grids import checkpoint_budgets
 
     adapt = pl.DataFrame({"episode": ["a"] * 4 + ["b"] * 4, "delta_ms": [12.0, 15.0, 10.0, 30.0, 11.0, 13.0, 10.0, 10.0]})
     frozen = pl.DataFrame({"checkpoint": [0, 2, 2]})

@@ -27,10 +27,8 @@ i.e. 0.01 pp), written into the page compressed (:func:`tempora_sim.commands.exp
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -47,6 +45,8 @@ from tempora_sim.analyses.advice import REFINE_POINTS
 from tempora_sim.analyses.advice import _span as _span
 from tempora_sim.engine import grids
 from tempora_sim.errors import SimError
+from tempora_sim.exploration.dense_grids import POINTS, group_grids
+from tempora_sim.exploration.short_keys import ShortKeys
 from tempora_sim.palette import method_colour
 from tempora_sim.process import version
 from tempora_sim.sweeps.options import SweepOptions
@@ -56,13 +56,9 @@ from tempora_sim.uncertainty import timing_replicates
 from tempora_sim.uncertainty.bootstrap import BootstrapOptions
 from tempora_sim.uncertainty.timing_replicates import INTERVAL_MEASURES, replicates_of
 
-#: Values of each one-parameter grid (before the given and default values are added).
-POINTS = 100
 #: The most grid values a page takes from --rho, --T or --B each (the sweep takes up to a
 #: million; the page stores every cell of every value, so larger grids belong to `sweep`).
 MAX_GIVEN = 1000
-#: Values per axis of the combined protocols' 2-D grids.
-POINTS_2D = 20
 #: Scale of the stored fractions: 10⁻⁴ (0.01 percentage points).
 SCALE = 10_000
 DATA_VERSION = 1
@@ -70,126 +66,6 @@ DATA_VERSION = 1
 
 class ExploreError(SimError, ValueError):
     """Bad explore input (message is the whole story, shown as one line)."""
-
-
-@dataclass(frozen=True)
-class GroupGrids:
-    rho: tuple[float, ...]
-    T_ms: tuple[float, ...]
-    B_ms: tuple[float, ...]
-    rho2: tuple[float, ...]
-    T2_ms: tuple[float, ...]
-    B2_ms: tuple[float, ...]
-
-    def dense(self, param: str) -> tuple[float, ...]:
-        """The dense grid of one parameter (a one-parameter view's x axis)."""
-        return {"rho": self.rho, "T_ms": self.T_ms, "B_ms": self.B_ms}[param]
-
-    def dense_2d(self, param: str) -> tuple[float, ...]:
-        """The second axis of a combined view (its first is ``rho2``)."""
-        return {"T_ms": self.T2_ms, "B_ms": self.B2_ms}[param]
-
-
-# ----------------------------------------------------------------------------- grids
-def _union(*parts: Sequence[float], digits: int = 9) -> tuple[float, ...]:
-    vals = {round(float(v), digits) for p in parts for v in p if v is not None and math.isfinite(float(v))}
-    return tuple(sorted(vals))
-
-
-def checkpoint_budgets(members, lam: float) -> list[float]:
-    """Per method and frozen checkpoint m*: the budget at which the method has adapted m*
-    batches in every episode (the largest over episodes of the overhead spent before batch m*,
-    overhead c = max(0, δ − λ) as the amortised replay counts it)."""
-    out: list[float] = []
-    for t in members:
-        ad = t.adapt.select("episode", "delta_ms")
-        if not ad.height:
-            continue
-        spent: dict[str, np.ndarray] = {}
-        for ep, part in ad.partition_by("episode", as_dict=True).items():
-            c = np.clip(part.get_column("delta_ms").to_numpy() - lam, 0.0, None)
-            spent[ep[0]] = np.concatenate(([0.0], np.cumsum(c)))
-        fr = getattr(t, "frozen", None)
-        if fr is None or not fr.height or "checkpoint" not in fr.columns:
-            continue
-        for ck in sorted(set(fr.get_column("checkpoint").to_list())):
-            ck = int(ck)
-            if ck <= 0:
-                continue
-            reach = [s[ck] for s in spent.values() if ck < s.size]
-            if reach:
-                out.append(float(max(reach)))
-    return out
-
-
-def group_grids(members, lam_max: float, opts) -> GroupGrids:
-    """The dense grids of one group (``opts``: the resolved sweep options; their grids join)."""
-    rho = _union(np.arange(1, POINTS + 1) / POINTS, opts.rho)
-    t_hi = max(2000.0, 40 * lam_max, max(opts.T_ms) if opts.explicit_T else 0.0)
-    t_lo = lam_max * 1.01
-    t_default = [] if opts.explicit_T else [v for v in grids.DEFAULT_T_MS if v > lam_max]
-    T = _union(np.geomspace(t_lo, t_hi, POINTS), t_default, opts.T_ms if opts.explicit_T else ())
-    spend = 0.0
-    for t in members:
-        ad = t.adapt.select("episode", "delta_ms")
-        if ad.height:
-            per = (
-                ad.with_columns((pl.col("delta_ms") - lam_max).clip(lower_bound=0.0).alias("c")).group_by("episode").agg(pl.col("c").sum())
-            )
-            spend = max(spend, float(per.get_column("c").max() or 0.0))
-    b_hi = max(spend * 1.05, max(opts.B_ms) if opts.B_ms else 0.0, 1000.0)
-    ck = checkpoint_budgets(members, lam_max)
-    B = _union([0.0], np.geomspace(1.0, b_hi, POINTS), opts.B_ms, ck)
-    rho2 = _union(np.linspace(1.0 / POINTS_2D, 1.0, POINTS_2D))
-    T2 = _union(np.geomspace(t_lo, t_hi, POINTS_2D))
-    B2 = _union([0.0], np.geomspace(1.0, b_hi, POINTS_2D - 1))
-    return GroupGrids(rho, T, B, rho2, T2, B2)
-
-
-# ----------------------------------------------------------------------------- short keys
-#: The name columns of a group's replayed rows that the keys stand in for (the other text
-#: columns hold the simulator's own words: protocol, parameter, λ rule, arrivals).
-KEY_COLUMNS = ("dataset", "model", "device", "stream", "group", "method", "episode")
-
-
-class ShortKeys:
-    """Codes of a few characters for the names in one group's rows (methods, episodes, the
-    group's dataset, model, device, stream and label), which the views carry instead.
-
-    A view replays its group on dense grids and pools, resamples and matches the rows many
-    times over, row by row; the names (up to 512 characters each) are only shown, so a page
-    whose cost grew with them now costs the same for any name. Each code sorts against the
-    others, and against the pooled episode's ``__all__``, as its name does: every order the
-    analyses take, and so every resample, stays as it was, and the numbers are the same."""
-
-    def __init__(self, members) -> None:
-        names: dict[str, set[str]] = {c: set() for c in KEY_COLUMNS}
-        for t in members:
-            for c in ("dataset", "model", "device", "stream"):
-                names[c].add(t.meta[c])
-            names["group"].add(t.group.label(seed=False))
-            names["method"].add(t.method)
-            names["episode"].update(t.episodes, t.replay_arrays.episodes)  # the traces' rows, the replay's series
-        self.codes = {c: _sorting_codes(v) for c, v in names.items()}
-
-    def frame(self, frame: pl.DataFrame) -> pl.DataFrame:
-        """``frame`` (a sweep's rows or the traces' rows) with every name replaced by its code."""
-        return frame.with_columns(
-            pl.col(c).replace_strict(codes, return_dtype=pl.String) for c, codes in self.codes.items() if c in frame.columns
-        )
-
-    def of(self, column: str, names: Sequence[str]) -> list[str]:
-        """The codes of ``names`` (a page's methods or episodes, in its order)."""
-        return [self.codes[column][n] for n in names]
-
-
-def _sorting_codes(names: set[str]) -> dict[str, str]:
-    """name -> code: zero-padded ranks that sort as the names do, prefixed so that they fall on
-    the same side of ``__all__`` (kept as it is) as the names."""
-    ordered = sorted(n for n in names if n != an.POOLED)
-    width = len(str(len(ordered)))
-    codes = {n: ("0" if n < an.POOLED else "~") + str(i).zfill(width) for i, n in enumerate(ordered)}
-    return codes | {an.POOLED: an.POOLED}
 
 
 # ----------------------------------------------------------------------------- encoding
