@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import functools
+import gc
 import sys
 import time
 from typing import Any, Callable, Iterator, Sequence
@@ -93,18 +94,36 @@ def _qualified(fn: Any) -> str:
 def _watch_calls(found: list[str]) -> Iterator[None]:
     clocks, codes = _sync_functions()
     previous = sys.getprofile()
+    # A garbage collection may start inside the method and run other code's gc callbacks (a
+    # test library timing its collections with a clock): not the method's calls. The first
+    # callback marks a collection's start, the last its end, so every other callback runs inside.
+    collecting = [False]
+
+    def first(phase, info):  # noqa: ANN001, ARG001
+        if phase == "start":
+            collecting[0] = True
+
+    def last(phase, info):  # noqa: ANN001, ARG001
+        if phase == "stop":
+            collecting[0] = False
 
     def profile(frame, event, arg):  # noqa: ANN001
+        if collecting[0]:
+            return
         if event == "c_call" and arg in clocks:
             found.append(_qualified(arg))
         elif event == "call" and frame.f_code in codes:
             found.append(codes[frame.f_code])
 
+    gc.callbacks.insert(0, first)
+    gc.callbacks.append(last)
     sys.setprofile(profile)
     try:
         yield
     finally:
         sys.setprofile(previous)
+        gc.callbacks.remove(first)
+        gc.callbacks.remove(last)
 
 
 def check_no_sync(method: TTAMethod, xs: Sequence[torch.Tensor]) -> dict[str, float]:

@@ -86,7 +86,7 @@ def test_ctrl_c_with_a_trace_alongside_leaves_nothing_and_a_rerun_works(ws, monk
     """Interrupted after the first episode's trace pass landed in <along>/tent….partial/: the
     partial trace goes (a live run cannot be resumed, so neither can its trace), the folders
     the run made go, and the same command then runs to the end."""
-    from tempora_trace import live as live_module
+    from tempora_trace import live_runner as live_module
 
     args = live(ws, "--rho", "1", "--lambda-ms", "10", "--trace-alongside", str(ws / "along" / "deeper"), "--domains", "fog,gaussian_noise")
     before = snapshot(ws)

@@ -193,6 +193,41 @@ def test_failure_lines_say_what_is_wrong():
     )
 
 
+def test_a_clock_read_by_another_librarys_gc_callback_is_not_the_methods():
+    """A garbage collection inside predict runs every gc callback (test libraries time their
+    collections with a clock): the kit does not blame the method for those calls, and still
+    catches the method's own clock read in the same batch."""
+    import gc
+
+    class Collecting(Checked):
+        name = "collecting"
+
+        def predict(self, x):
+            gc.collect()
+            return super().predict(x)
+
+    class CollectingClocked(Collecting):
+        name = "collecting-clocked"
+
+        def predict(self, x):
+            out = super().predict(x)
+            time.perf_counter()
+            return out
+
+    def timed_collections(phase, info):
+        time.perf_counter()
+
+    gc.callbacks.append(timed_collections)
+    try:
+        ok = check_method(Collecting, **SMALL, checks=("no-sync",))[0]
+        caught = check_method(CollectingClocked, **SMALL, checks=("no-sync",))[0]
+    finally:
+        gc.callbacks.remove(timed_collections)
+    assert ok.ok, ok.line()
+    assert caught.line().startswith("FAIL no-sync: predict calls time.perf_counter")
+    assert timed_collections not in gc.callbacks and len([c for c in gc.callbacks if c.__name__ in ("first", "last")]) == 0
+
+
 def test_a_method_that_does_not_build_fails_build_and_skips_the_rest():
     class Broken(Checked):
         name = "broken"
