@@ -22,6 +22,7 @@ _SWEEP = ("run_sweep", "SweepOptions")
 
 __all__ = [*_API, *_SWEEP, "__version__"]
 
+
 def __getattr__(name: str) -> Any:
     if name == "__version__":
         from tempora_sim.process import version

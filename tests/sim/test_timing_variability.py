@@ -330,7 +330,10 @@ def test_a_group_without_speed_probes_has_no_drift_and_one_with_them_widens(tmp_
     sd, df = probed[0].drift
     gap = math.log(schema.probe_median_ms(traces[1].meta) / schema.probe_median_ms(traces[0].meta))  # ≈ ln 1.2 (probes ± 1 %)
     assert df == 1 and probed[1].drift == probed[0].drift and sd == pytest.approx(abs(gap) / math.sqrt(2))
-    assert variability.shift_spread(probed[0].shifts, probed[0].pooled, probed[0].drift)[1] > variability.shift_spread(probed[0].shifts, probed[0].pooled)[1]
+    assert (
+        variability.shift_spread(probed[0].shifts, probed[0].pooled, probed[0].drift)[1]
+        > variability.shift_spread(probed[0].shifts, probed[0].pooled)[1]
+    )
     # and the answers say so
     res = run_sweep(load_traces(tmp_path / "b", cache=False), protocols="discrete", rho=[1.0])
     timing = replicates_of(res, 2, 0)

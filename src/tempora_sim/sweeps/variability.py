@@ -287,14 +287,6 @@ def timing_status(traces: Sequence) -> str:
     return MEASURED if traces and all(t.meta.get(VARIABILITY_KEY) for t in traces) else UNKNOWN
 
 
-
-
-
-
-
-
-
-
 # ----------------------------------------------------------------------------- idle effect
 def idle_curves(series, models: list[TimingModel | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Per series, the idle curve of its trace: (offsets [S+1], gaps, factors); None when no
@@ -355,9 +347,3 @@ def apply_idle_effect(series, d: dict, rho, replay: ReplayOptions, curves) -> No
     which, served, ssum, score = discrete_idle_kernel(series, curves, rho, replay)
     d["served"], d["served_sum"], d["score_sum"] = (np.array(d[k]) for k in ("served", "served_sum", "score_sum"))
     d["served"][which], d["served_sum"][which], d["score_sum"][which] = served, ssum, score
-
-
-
-
-
-

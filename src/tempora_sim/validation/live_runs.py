@@ -254,7 +254,9 @@ def _find_trace(traces: TraceSet, live: LiveFile) -> Trace:
     return min(found, key=lambda t: (t.group != live.group, str(t.path)))
 
 
-def clock_comparison(trace: Trace, runs: Sequence[LiveRunStats], model: "variability.TimingModel | None" = None, tol_pct: float = 0.0) -> dict:
+def clock_comparison(
+    trace: Trace, runs: Sequence[LiveRunStats], model: "variability.TimingModel | None" = None, tol_pct: float = 0.0
+) -> dict:
     """Mean δ of the live runs' adapting events beside the trace's δ of the same batches.
 
     This is what the replay cannot repair: the difference is the machine (and the method's own
