@@ -30,13 +30,16 @@ def demo():
 @pytest.fixture(scope="module")
 def two_seeds(demo):
     """The demo with a second seed listed first (the cells concatenate seeds in seed order) whose
-    episodes have fewer batches, more in some episodes than in others (cells of several lengths)."""
+    episodes have fewer batches, more in some episodes than in others (cells of several lengths),
+    and which lacks one method's episode (rows over other units)."""
     frame, rows = demo
     seed = frame.get_column(SEED)[0]
     other = rows.with_columns(pl.lit(seed + 1).cast(rows.schema[SEED]).alias(SEED)).filter(
         pl.col("step") < pl.col("step").max().over("method", "episode") - pl.col("episode").rank("dense") % 3
     )
     later = frame.with_columns(pl.lit(seed + 1).cast(frame.schema[SEED]).alias(SEED), (pl.col("utility") * 0.9).alias("utility"))
+    first = frame.row(0, named=True)  # one method's episode only in the first seed: cells and units of another make-up
+    later = later.filter((pl.col("method") != first["method"]) | (pl.col("episode") != first["episode"]))
     return pl.concat([later, frame]), pl.concat([other, rows])
 
 
@@ -81,9 +84,32 @@ def test_cell_draws_equal_the_cell_by_cell_construction(case, request):
     want = st.episode_intervals(reference, opts)
     assert got.index.equals(want.index) and got.index.height == len(reference) > 0
     assert got.boot.tobytes() == want.boot.tobytes()
-    if case == "two_seeds":  # cells of several lengths, each longer than one seed's batches
+    if case == "two_seeds":  # one seed's cells and concatenated cells of several lengths
+        one = rows.filter(pl.col(SEED) == frame.get_column(SEED)[-1]).group_by("method", "episode").len()["len"].max()
         lengths = {v.size for _, v in reference}
-        assert (
-            len(lengths) > 1
-            and min(lengths) > rows.filter(pl.col(SEED) == frame.get_column(SEED)[-1]).group_by("method", "episode").len()["len"].max()
+        assert one in lengths and len({n for n in lengths if n > one}) > 1
+
+
+@pytest.mark.parametrize("case", ["demo", "two_seeds"])
+def test_pooled_draws_equal_the_row_by_row_construction(case, request):
+    frame, _ = request.getfixturevalue(case)
+    opts = st.BootstrapOptions(resamples=200, seed=5)
+    got = an.utility_intervals(frame, None, opts)
+    g = group_columns(frame)
+    per_ep = frame.filter((pl.col("episode") != POOLED) & pl.col("utility").is_not_null()).sort(SEED, "episode")
+    rows: dict[tuple, list] = {}
+    for r in per_ep.iter_rows(named=True):
+        rows.setdefault(tuple(r[c] for c in g + ["method", "protocol", "value"]), []).append(r)
+    units = [
+        (
+            dict(zip(g + ["method"], k[:-2])) | {"episode": POOLED, "protocol": k[-2], "value": k[-1]},
+            np.array([r["utility"] for r in v]),
+            np.array([float(r["num_batches"]) for r in v]),
+            tuple(f"{r[SEED]}/{r['episode']}" for r in v),
         )
+        for k, v in rows.items()
+    ]
+    want = st.unit_intervals(units, opts)
+    assert got.index.equals(want.index) and got.index.height == len(units) > 0
+    assert got.boot.tobytes() == want.boot.tobytes()
+    assert got.index.get_column("pair").n_unique() == (2 if case == "two_seeds" else 1)

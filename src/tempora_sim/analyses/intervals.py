@@ -108,11 +108,17 @@ def _pooled_intervals(per_ep: pl.DataFrame, g: list[str], opts, bounds: bool = T
         .group_by(g + ["method", "protocol", "value"], maintain_order=True)
         .agg(pl.col("utility"), pl.col("_w"), pl.concat_str([pl.col(c).cast(pl.String) for c in unit_cols], separator="/").alias("_unit"))
     )
-    units = []
-    for r in grouped.iter_rows(named=True):
-        key = {c: r[c] for c in g} | {"method": r["method"], "episode": POOLED, "protocol": r["protocol"], "value": r["value"]}
-        units.append((key, np.asarray(r["utility"], np.float64), np.asarray(r["_w"], np.float64), tuple(r["_unit"])))
-    return st.unit_intervals(units, opts, bounds)
+    keys = grouped.select(*g, "method", pl.lit(POOLED).alias("episode"), "protocol", "value").to_dicts()
+    # rows over the same units (in the same order) are resampled together: one matrix each
+    by_ids: dict[tuple, list[int]] = {}
+    for i, ids in enumerate(grouped.get_column("_unit").to_list()):
+        by_ids.setdefault(tuple(ids), []).append(i)
+    groups = []
+    for ids, members in by_ids.items():
+        at = pl.Series(members, dtype=pl.UInt32)
+        values, weights = (grouped.get_column(c).gather(at).list.to_array(len(ids)).to_numpy() for c in ("utility", "_w"))
+        groups.append((members, values, weights))
+    return st.unit_intervals_grouped(keys, groups, opts, bounds)
 
 
 def attach_intervals(t: pl.DataFrame, intervals: st.Intervals | None, episode: str | None = None) -> pl.DataFrame:

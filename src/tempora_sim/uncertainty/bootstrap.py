@@ -306,18 +306,26 @@ def unit_intervals(units: list[tuple[dict, np.ndarray, np.ndarray, tuple]], boot
     by_ids: dict[tuple, list[int]] = {}
     for i, (_, _, _, ids) in enumerate(units):
         by_ids.setdefault(ids, []).append(i)
-    boot = np.empty((len(units), bootstrap.resamples))
-    pair = np.empty(len(units), np.int64)
-    for p, (ids, members) in enumerate(by_ids.items()):
-        n = len(ids)
-        values = np.stack([units[i][1] for i in members])
-        weights = np.stack([units[i][2] for i in members])
+    groups = [(members, np.stack([units[i][1] for i in members]), np.stack([units[i][2] for i in members])) for members in by_ids.values()]
+    return unit_intervals_grouped([k for k, *_ in units], groups, bootstrap, bounds)
+
+
+def unit_intervals_grouped(
+    keys: list[dict], groups: list[tuple[list[int], np.ndarray, np.ndarray]], bootstrap: BootstrapOptions, bounds: bool = True
+) -> Intervals:
+    """:func:`unit_intervals` from rows already stacked by their units: ``groups`` holds, for
+    each set of units in order of first appearance, its rows (into ``keys``) and their
+    [rows, units] values and weights, in row order."""
+    boot = np.empty((len(keys), bootstrap.resamples))
+    pair = np.empty(len(keys), np.int64)
+    for p, (members, values, weights) in enumerate(groups):
+        n = values.shape[1]
         if n == 1:
             boot[members] = values[:, :1]
         else:
             boot[members] = bootstrap_means(values, resample_counts(n, bootstrap.resamples, bootstrap.seed), weights)
         pair[members] = p
-    return _make([(k, None) for k, *_ in units], boot, pair, bootstrap, bounds)
+    return _make([(k, None) for k in keys], boot, pair, bootstrap, bounds)
 
 
 def _make(
