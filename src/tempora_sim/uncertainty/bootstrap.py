@@ -229,9 +229,13 @@ def batch_score_matrix(rows: pl.DataFrame, utility_rows: pl.DataFrame) -> np.nda
 
     out = np.empty((utility_rows.height, n))
     protos = utility_rows.get_column("protocol")
-    for proto in protos.unique(maintain_order=True).to_list():
+    kinds = protos.unique(maintain_order=True).to_list()
+    for proto in kinds:
         if proto not in P.single():  # pragma: no cover - check_utility_table rejects unknown protocols
             raise StatsError(f"unknown protocol {proto}")
+        if len(kinds) == 1:  # one protocol (a view's rows): all of them, as they are
+            out[:] = P.get(proto).batch_score_rows(utility_rows, a, j, delays)
+            break
         at = np.flatnonzero((protos == proto).to_numpy())
         out[at] = P.get(proto).batch_score_rows(utility_rows[at], a, j, delays)
     if n:
