@@ -57,17 +57,46 @@ def _cell_intervals(per_ep: pl.DataFrame, rows: pl.DataFrame, g: list[str], opts
         rows = rows.filter(pl.col("phase") == "adapt")
     rows = align_group_dtypes(rows, per_ep)
     by_trace = rows.sort(sk + ["method", "episode", "step"]).partition_by(sk + ["method", "episode"], as_dict=True)
-    collected: dict[tuple, list[tuple[int, np.ndarray]]] = {}
     names = g + ["method", "episode", "protocol", "value"]
+    # each trace episode's utility rows scored as one matrix; a cell (one key of ``names``) is
+    # the concatenation, in seed order, of its rows of those matrices
+    matrices: list[np.ndarray] = []
+    pieces: dict[tuple, list[tuple[object, int, int]]] = {}
     for key, urows in per_ep.partition_by(sk + ["method", "episode"], as_dict=True).items():
         trows = by_trace.get(key)
         if trows is None:
             continue
         seed = urows.get_column(SEED)[0] if has_seed else 0
-        for r, scores in zip(urows.iter_rows(named=True), st.batch_scores(trows, urows)):
-            collected.setdefault(tuple(r[c] for c in names), []).append((seed, scores))
-    cell_scores = [(dict(zip(names, k)), np.concatenate([s for _, s in sorted(v, key=lambda x: x[0])])) for k, v in collected.items()]
-    return st.episode_intervals(cell_scores, opts, bounds)
+        p = len(matrices)
+        matrices.append(st.batch_score_matrix(trows, urows))
+        for i, k in enumerate(urows.select(names).iter_rows()):
+            pieces.setdefault(k, []).append((seed, p, i))
+    # cells made of the same matrices (in the same order) are gathered together, one slice per matrix
+    by_source: dict[tuple, list[int]] = {}
+    picks: list[tuple[int, ...]] = []
+    for c, v in enumerate(pieces.values()):
+        v = sorted(v, key=lambda x: x[0])
+        by_source.setdefault(tuple(p for _, p, _ in v), []).append(c)
+        picks.append(tuple(i for _, _, i in v))
+    lengths: dict[int, list[tuple[list[int], np.ndarray]]] = {}
+    for source, cells in by_source.items():
+        at = np.asarray([picks[c] for c in cells], np.int64).reshape(len(cells), len(source))
+        parts = [matrices[p][at[:, q]] for q, p in enumerate(source)]
+        values = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+        lengths.setdefault(values.shape[1], []).append((cells, values))
+    # stacked by length in the order cells first show each length (the resamples' pairing)
+    first: dict[int, int] = {}
+    for n, blocks in lengths.items():
+        first[n] = min(min(cells) for cells, _ in blocks)
+    groups = []
+    for n in sorted(lengths, key=first.__getitem__):
+        members = sorted(c for cells, _ in lengths[n] for c in cells)
+        values = np.empty((len(members), n))
+        where = {c: i for i, c in enumerate(members)}
+        for cells, block in lengths[n]:
+            values[[where[c] for c in cells]] = block
+        groups.append((members, values))
+    return st.episode_intervals_grouped([dict(zip(names, k)) for k in pieces], groups, opts, bounds)
 
 
 def _pooled_intervals(per_ep: pl.DataFrame, g: list[str], opts, bounds: bool = True) -> st.Intervals:
@@ -79,11 +108,17 @@ def _pooled_intervals(per_ep: pl.DataFrame, g: list[str], opts, bounds: bool = T
         .group_by(g + ["method", "protocol", "value"], maintain_order=True)
         .agg(pl.col("utility"), pl.col("_w"), pl.concat_str([pl.col(c).cast(pl.String) for c in unit_cols], separator="/").alias("_unit"))
     )
-    units = []
-    for r in grouped.iter_rows(named=True):
-        key = {c: r[c] for c in g} | {"method": r["method"], "episode": POOLED, "protocol": r["protocol"], "value": r["value"]}
-        units.append((key, np.asarray(r["utility"], np.float64), np.asarray(r["_w"], np.float64), tuple(r["_unit"])))
-    return st.unit_intervals(units, opts, bounds)
+    keys = grouped.select(*g, "method", pl.lit(POOLED).alias("episode"), "protocol", "value").to_dicts()
+    # rows over the same units (in the same order) are resampled together: one matrix each
+    by_ids: dict[tuple, list[int]] = {}
+    for i, ids in enumerate(grouped.get_column("_unit").to_list()):
+        by_ids.setdefault(tuple(ids), []).append(i)
+    groups = []
+    for ids, members in by_ids.items():
+        at = pl.Series(members, dtype=pl.UInt32)
+        values, weights = (grouped.get_column(c).gather(at).list.to_array(len(ids)).to_numpy() for c in ("utility", "_w"))
+        groups.append((members, values, weights))
+    return st.unit_intervals_grouped(keys, groups, opts, bounds)
 
 
 def attach_intervals(t: pl.DataFrame, intervals: st.Intervals | None, episode: str | None = None) -> pl.DataFrame:

@@ -168,6 +168,11 @@ class Amortised(Protocol):
         frozen = row["acc_frozen"]
         return np.where(j < int(round(row["m"])), a, 0.0 if frozen is None else float(frozen))
 
+    def batch_score_rows(self, rows, a, j, delays) -> np.ndarray:
+        m = np.round(rows.get_column("m").cast(pl.Float64).to_numpy())  # half to even, as round()
+        frozen = rows.get_column("acc_frozen").cast(pl.Float64).fill_null(0.0).to_numpy()
+        return np.where(j[None, :] < m[:, None], a, frozen[:, None])
+
     def batch_ratios(self, row: dict, a, j, delays) -> dict:
         adapt = (j < int(round(row["m"]))).astype(np.float64)
         return {"acc_adapt": (a * adapt, adapt)}

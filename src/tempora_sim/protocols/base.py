@@ -239,6 +239,14 @@ class Protocol:
         the batches' accuracies, ``j`` their indices, ``delays(λ)`` their response delays."""
         raise NotImplementedError(f"protocol '{self.name}' has no per-batch scores")
 
+    def batch_score_rows(self, rows: pl.DataFrame, a: np.ndarray, j: np.ndarray, delays: Callable[[float], np.ndarray]) -> np.ndarray:
+        """:meth:`batch_scores` of every row of ``rows`` (one episode's utility rows of this
+        protocol) as one [rows, batches] matrix; a protocol overrides it with array arithmetic
+        that gives the same numbers, bit for bit, without a Python step per row."""
+        if not rows.height:
+            return np.zeros((0, a.size))
+        return np.stack([self.batch_scores(r, a, j, delays) for r in rows.iter_rows(named=True)])
+
     def batch_ratios(self, row: dict, a: np.ndarray, j: np.ndarray, delays: Callable[[float], np.ndarray]) -> dict:
         """Its per-episode terms as ratios of per-batch sums, term -> (numerator, denominator)
         vectors, for the terms a resample of batches moves (the rest move with the timing only)."""

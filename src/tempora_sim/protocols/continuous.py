@@ -4,6 +4,7 @@ U = ā · κ̄ + Cov(a, κ) (docs/design/design.md §3). Only T > λ is defined.
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 
 from tempora_sim.engine import grids
 from tempora_sim.engine.oracle import continuous_reference
@@ -77,6 +78,13 @@ class Continuous(Protocol):
         lam = float(row["lambda_ms"])
         d = delays(lam)
         h = float(row["value"]) - lam
+        return a * (h / (h + d))
+
+    def batch_score_rows(self, rows, a, j, delays) -> np.ndarray:
+        lam = rows.get_column("lambda_ms").cast(pl.Float64).to_numpy()
+        h = (rows.get_column("value").cast(pl.Float64).to_numpy() - lam)[:, None]
+        lams, which = np.unique(lam, return_inverse=True)
+        d = np.stack([delays(float(v)) for v in lams])[which.ravel()] if lams.size else np.zeros((0, a.size))
         return a * (h / (h + d))
 
     def batch_ratios(self, row: dict, a, j, delays) -> dict:

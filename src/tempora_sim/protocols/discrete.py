@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 
 from tempora_sim.engine import grids
 from tempora_sim.engine.oracle import discrete_reference
@@ -115,6 +116,10 @@ class Discrete(Protocol):
 
     def batch_scores(self, row: dict, a, j, delays) -> np.ndarray:
         return np.where(j < int(row["served"]), a, 0.0)  # step-indexed: event j scores trace row j
+
+    def batch_score_rows(self, rows, a, j, delays) -> np.ndarray:
+        served = np.trunc(rows.get_column("served").cast(pl.Float64).to_numpy())
+        return np.where(j[None, :] < served[:, None], a, 0.0)
 
     def batch_ratios(self, row: dict, a, j, delays) -> dict:
         served = (j < int(row["served"])).astype(np.float64)

@@ -24,6 +24,9 @@ class Offline(Protocol):
     def batch_scores(self, row: dict, a, j, delays) -> np.ndarray:
         return a.copy()
 
+    def batch_score_rows(self, rows, a, j, delays) -> np.ndarray:
+        return np.tile(a, (rows.height, 1))
+
     def columns(self, rows: Rows, stats: dict) -> dict[str, np.ndarray]:
         return {"utility": rows.reduce(stats["sum_a"]) / rows.NN}
 

@@ -212,6 +212,39 @@ def batch_scores(rows: pl.DataFrame, utility_rows: pl.DataFrame) -> list[np.ndar
     return out
 
 
+def batch_score_matrix(rows: pl.DataFrame, utility_rows: pl.DataFrame) -> np.ndarray:
+    """:func:`batch_scores` as one [utility rows, batches] matrix, row for row the same numbers:
+    each protocol's rows are scored at once (:meth:`~tempora_sim.protocols.base.Protocol.batch_score_rows`)."""
+    a = (rows.get_column("correct").to_numpy() / rows.get_column("n").to_numpy()).astype(np.float64)
+    e = rows.get_column("e_ms").to_numpy().astype(np.float64)
+    l_ = rows.get_column("l_ms").to_numpy().astype(np.float64)
+    n = a.size
+    j = np.arange(n)
+    d_cache: dict[float, np.ndarray] = {}
+
+    def delays(lam: float) -> np.ndarray:
+        if lam not in d_cache:
+            d_cache[lam] = _response_delays(e, l_, lam)
+        return d_cache[lam]
+
+    out = np.empty((utility_rows.height, n))
+    protos = utility_rows.get_column("protocol")
+    kinds = protos.unique(maintain_order=True).to_list()
+    for proto in kinds:
+        if proto not in P.single():  # pragma: no cover - check_utility_table rejects unknown protocols
+            raise StatsError(f"unknown protocol {proto}")
+        if len(kinds) == 1:  # one protocol (a view's rows): all of them, as they are
+            out[:] = P.get(proto).batch_score_rows(utility_rows, a, j, delays)
+            break
+        at = np.flatnonzero((protos == proto).to_numpy())
+        out[at] = P.get(proto).batch_score_rows(utility_rows[at], a, j, delays)
+    if n:
+        u = utility_rows.get_column("utility").cast(pl.Float64)
+        known = ~u.is_null().to_numpy()
+        out[known] += (u.to_numpy()[known] - out[known].mean(axis=1))[:, None]
+    return out
+
+
 # ----------------------------------------------------------------------------- tables of intervals
 @dataclass
 class Intervals:
@@ -247,14 +280,25 @@ def episode_intervals(cell_scores: list[tuple[dict, np.ndarray]], bootstrap: Boo
     by_len: dict[int, list[int]] = {}
     for i, (_, s) in enumerate(cell_scores):
         by_len.setdefault(int(s.size), []).append(i)
-    boot = np.empty((len(cell_scores), bootstrap.resamples))
-    pair = np.empty(len(cell_scores), np.int64)
-    for n, members in by_len.items():
-        counts = resample_counts(n, bootstrap.resamples, bootstrap.seed)
-        values = np.stack([cell_scores[i][1] for i in members]) if n else np.zeros((len(members), 0))
-        boot[members] = bootstrap_means(values, counts) if n else np.nan
+    groups = [
+        (members, np.stack([cell_scores[i][1] for i in members]) if n else np.zeros((len(members), 0))) for n, members in by_len.items()
+    ]
+    return episode_intervals_grouped([k for k, _ in cell_scores], groups, bootstrap, bounds)
+
+
+def episode_intervals_grouped(
+    keys: list[dict], groups: list[tuple[list[int], np.ndarray]], bootstrap: BootstrapOptions, bounds: bool = True
+) -> Intervals:
+    """:func:`episode_intervals` from score vectors already stacked by length: ``groups`` holds,
+    for each length in order of first appearance, the rows (into ``keys``) of that length and
+    their [rows, length] score matrix, in row order."""
+    boot = np.empty((len(keys), bootstrap.resamples))
+    pair = np.empty(len(keys), np.int64)
+    for members, values in groups:
+        n = values.shape[1]
+        boot[members] = bootstrap_means(values, resample_counts(n, bootstrap.resamples, bootstrap.seed)) if n else np.nan
         pair[members] = n
-    return _make(cell_scores, boot, pair, bootstrap, bounds)
+    return _make([(k, None) for k in keys], boot, pair, bootstrap, bounds)
 
 
 def unit_intervals(units: list[tuple[dict, np.ndarray, np.ndarray, tuple]], bootstrap: BootstrapOptions, bounds: bool = True) -> Intervals:
@@ -266,18 +310,26 @@ def unit_intervals(units: list[tuple[dict, np.ndarray, np.ndarray, tuple]], boot
     by_ids: dict[tuple, list[int]] = {}
     for i, (_, _, _, ids) in enumerate(units):
         by_ids.setdefault(ids, []).append(i)
-    boot = np.empty((len(units), bootstrap.resamples))
-    pair = np.empty(len(units), np.int64)
-    for p, (ids, members) in enumerate(by_ids.items()):
-        n = len(ids)
-        values = np.stack([units[i][1] for i in members])
-        weights = np.stack([units[i][2] for i in members])
+    groups = [(members, np.stack([units[i][1] for i in members]), np.stack([units[i][2] for i in members])) for members in by_ids.values()]
+    return unit_intervals_grouped([k for k, *_ in units], groups, bootstrap, bounds)
+
+
+def unit_intervals_grouped(
+    keys: list[dict], groups: list[tuple[list[int], np.ndarray, np.ndarray]], bootstrap: BootstrapOptions, bounds: bool = True
+) -> Intervals:
+    """:func:`unit_intervals` from rows already stacked by their units: ``groups`` holds, for
+    each set of units in order of first appearance, its rows (into ``keys``) and their
+    [rows, units] values and weights, in row order."""
+    boot = np.empty((len(keys), bootstrap.resamples))
+    pair = np.empty(len(keys), np.int64)
+    for p, (members, values, weights) in enumerate(groups):
+        n = values.shape[1]
         if n == 1:
             boot[members] = values[:, :1]
         else:
             boot[members] = bootstrap_means(values, resample_counts(n, bootstrap.resamples, bootstrap.seed), weights)
         pair[members] = p
-    return _make([(k, None) for k, *_ in units], boot, pair, bootstrap, bounds)
+    return _make([(k, None) for k in keys], boot, pair, bootstrap, bounds)
 
 
 def _make(
