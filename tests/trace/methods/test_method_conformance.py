@@ -18,7 +18,11 @@ from tempora_trace.methods.testing import CHECKS, assert_conforms, check_method
 SMALL = {"batches": 3, "batch_size": 8}
 
 
-@pytest.mark.parametrize("name", builtin_methods())
+#: built-ins whose checks take many seconds (dozens of augmented forwards per image or per batch)
+SLOW_KIT = {"memo", "cotta"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(m, marks=pytest.mark.slow) if m in SLOW_KIT else m for m in builtin_methods()])
 def test_every_built_in_method_passes_every_check(name):
     results = assert_conforms(name, **SMALL)
     assert [r.name for r in results] == list(CHECKS) and all(r.ok for r in results)
