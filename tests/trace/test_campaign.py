@@ -13,16 +13,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from helpers.campaigns import DEMO_ENV, run_twice, write
 from tempora_trace.campaign import CampaignError, TaskResult, load_campaign, run_local, summary_line
-
-DEMO_ENV = {"TEMPORA_DEMO_TEST_SIZE": "256"}
-
-
-def write(tmp_path: Path, text: str, name: str = "c.toml") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
 
 TINY = """
 [campaign]
@@ -146,19 +138,7 @@ def _rows(path):
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory):
     """The tiny campaign traced by the local engine (3 traces), and run a second time."""
-    tmp = tmp_path_factory.mktemp("local")
-    path = write(tmp, TINY)
-    mp = pytest.MonkeyPatch()
-    for k, v in DEMO_ENV.items():
-        mp.setenv(k, v)
-    try:
-        campaign = load_campaign(path)
-        first = run_local(campaign)
-        mtimes = {r.path: os.stat(r.path).st_mtime_ns for r in first}
-        second = run_local(campaign)
-    finally:
-        mp.undo()
-    return campaign, first, mtimes, second
+    return run_twice(tmp_path_factory.mktemp("local"), TINY)
 
 
 @pytest.mark.e2e

@@ -15,10 +15,9 @@ import pytest
 from click.testing import CliRunner
 
 import tempora_schema as schema
+from helpers.campaigns import DEMO_ENV, run_twice, write
 from tempora_schema.prediction import PREDICTED_MARK, is_profile
 from tempora_trace.campaign import CampaignError, check_existing, dry_run_lines, load_campaign, run_local, summary_line, trace_location
-
-DEMO_ENV = {"TEMPORA_DEMO_TEST_SIZE": "256"}
 
 GROUP = """
 [[groups]]
@@ -43,12 +42,6 @@ device = "cpu"
     + GROUP
     + "options = { max_batches = 6, threads = 1 }\nprofiles = true\nprofile_batches = 4\n"
 )
-
-
-def write(tmp_path: Path, text: str, name: str = "c.toml") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
 
 
 def read(path):
@@ -153,18 +146,7 @@ def test_the_kind_of_a_complete_file_is_part_of_its_identity(tmp_path):
 def side_by_side(tmp_path_factory):
     """The side-by-side campaign run by the local engine (2 traces, 2 profiles), then again."""
     tmp = tmp_path_factory.mktemp("profiles")
-    path = write(tmp, SIDE_BY_SIDE)
-    mp = pytest.MonkeyPatch()
-    for k, v in DEMO_ENV.items():
-        mp.setenv(k, v)
-    try:
-        campaign = load_campaign(path)
-        first = run_local(campaign)
-        mtimes = {r.path: os.stat(r.path).st_mtime_ns for r in first}
-        second = run_local(campaign)
-    finally:
-        mp.undo()
-    return tmp, campaign, first, mtimes, second
+    return (tmp, *run_twice(tmp, SIDE_BY_SIDE))
 
 
 @pytest.mark.e2e
