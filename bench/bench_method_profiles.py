@@ -41,6 +41,7 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--domain", default="gaussian_noise")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--methods", nargs="+", default=None, help="only these methods (default: every method that fits each model)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), platform.processor())
@@ -70,7 +71,7 @@ def main() -> int:
                 return mean_delta(trace_run(cfg))
 
             for name in methods_for_model(model):
-                if name == "standard":
+                if name == "standard" or (args.methods is not None and name not in args.methods):
                     continue
                 # standard right before and after each pair: the ratio is paired in time, so a
                 # machine whose speed drifts (shared CPUs do) biases it far less
