@@ -263,6 +263,15 @@ _register(
         needs_traces=True,
     )
 )
+
+
+def _decomposition_of(grid: str):
+    """The pooled decomposition at the strictest value of the protocol whose grid is ``grid``,
+    its rows labelled with that protocol."""
+    protocol = P.with_grids((grid,))
+    return _on_utility(lambda u: an.decomposition(u, protocol).with_columns(pl.lit(protocol).alias("protocol")), an.POOLED)
+
+
 _register(
     TableSpec(
         "discrete_decomposition",
@@ -271,9 +280,7 @@ _register(
         "U = α · ā_served: availability α (share of batches served in time) times the accuracy on the "
         "served batches. 'needed' is the served accuracy the method would need to match its best "
         "competitor (best other U / α); above 100 % it is insolvent: no accuracy gain can close the gap.",
-        _on_utility(
-            lambda u: an.decomposition(u, P.with_grids(("rho",))).with_columns(pl.lit(P.with_grids(("rho",))).alias("protocol")), an.POOLED
-        ),
+        _decomposition_of("rho"),
         (
             Column("method", "method"),
             Column("alpha", "α (%)", "pct"),
@@ -296,10 +303,7 @@ _register(
         "U = ā · κ̄ + Cov(a, κ): accuracy times responsiveness κ̄ (1 = on time, 0.5 = as late as T) plus "
         "their alignment. 'needed' is the accuracy required to match the best competitor at zero "
         "alignment (best other U / κ̄); above 100 % the method is insolvent.",
-        _on_utility(
-            lambda u: an.decomposition(u, P.with_grids(("T_ms",))).with_columns(pl.lit(P.with_grids(("T_ms",))).alias("protocol")),
-            an.POOLED,
-        ),
+        _decomposition_of("T_ms"),
         (
             Column("method", "method"),
             Column("acc", "ā (%)", "pct2"),
@@ -323,10 +327,7 @@ _register(
         "overhead budget is spent, then runs frozen. A frozen accuracy below standard inference's means "
         "the budget was spent on harmful adaptation. 'frozen gap' is m − m* when the trace had no frozen "
         "checkpoint at m and the nearest earlier one, m*, stood in (0 = exact).",
-        _on_utility(
-            lambda u: an.decomposition(u, P.with_grids(("B_ms",))).with_columns(pl.lit(P.with_grids(("B_ms",))).alias("protocol")),
-            an.POOLED,
-        ),
+        _decomposition_of("B_ms"),
         (
             Column("method", "method"),
             Column("beta", "β (%)", "pct"),
