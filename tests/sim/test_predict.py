@@ -243,6 +243,29 @@ def test_validate_prediction_prints_the_model_and_its_baselines(tmp_path):
     assert fit.decisions.coverage is not None and fit.decisions.coverage >= 0.9
 
 
+def test_validate_prediction_across_device_kinds_names_the_baseline_it_cannot_form(tmp_path):
+    # a GPU's speed probe and a CPU's time different work: no one speed factor, and the check
+    # says so instead of refusing the whole comparison
+    gpu_probe = {"speed_probe_kind": "matmul-2048-fp32x8"}
+    paths = write_setting(tmp_path, e_factor=2.0, l_factor=5.0, target_overrides={m: gpu_probe for m in METHODS})
+    out = tmp_path / "pred"
+    assert _run(["predict", paths["source"], "--profiles", paths["profiles"], "--out", out]).exit_code == 0
+    args = ["--source", paths["source"], "--profiles", paths["profiles"], "--resamples", "200", "--timing-replicates", "2"]
+    res = _run(["validate-prediction", out, "--against", paths["measured"], *args])
+    assert res.exit_code == 0, res.output
+    assert "baseline speed-probe: not evaluated" in res.output and "no machine-speed probes of the same kind" in res.output
+    header = next(line for line in res.stdout.splitlines() if line.startswith("group · method"))
+    assert "method-median" in header and "speed-probe" not in header  # the other baseline keeps its column
+    checks = validate_prediction(
+        out, paths["measured"], st.BootstrapOptions(resamples=200, timing_replicates=2), paths["source"], paths["profiles"]
+    )
+    assert [(c.name, c.unavailable is None) for c in checks] == [("fit", True), ("method-median", True), ("speed-probe", False)]
+    # asked for by name, the baseline it cannot form is still a one-line refusal
+    refused = _run(["predict", paths["source"], "--profiles", paths["profiles"], "--out", tmp_path / "p2", "--transfer", "speed-probe"])
+    assert refused.exit_code == 2 and "no 'speed-probe' baseline" in refused.stderr
+    assert not (tmp_path / "p2").exists()
+
+
 def _expect_refused(tmp_path, source, profiles, words):
     out = tmp_path / "never"
     res = _run(["predict", source, "--profiles", profiles, "--out", out])

@@ -91,7 +91,9 @@ class TransferCheck:
     name: str
     methods: list[MethodError]
     lambdas: list[tuple[str, float]]
-    decisions: DecisionCheck
+    #: None where the transfer could not be evaluated (``unavailable`` says why)
+    decisions: DecisionCheck | None
+    unavailable: str | None = None
 
 
 def _target_key(key: GroupKey) -> GroupKey:
@@ -276,9 +278,10 @@ def validate_prediction(
     memo: dict = {}
     checks = [check_transfer("fit", load_traces(predicted), measured_set, bootstrap, memo)]
     if sources is not None:
-        baselines = predict(sources, profiles, transfers=("speed-probe", "method-median"))
+        baselines = predict(sources, profiles, transfers=("speed-probe", "method-median"), skip_unavailable=True)
         for name, items in baselines.traces.items():
             checks.append(check_transfer(name, TraceSet([t for _, t in items]), measured_set, bootstrap, memo))
+        checks += [TransferCheck(name, [], [], None, unavailable=why) for name, why in baselines.unavailable.items()]
     return checks
 
 
@@ -292,7 +295,9 @@ def _share(x: float | None) -> str:
 
 def check_lines(checks: list[TransferCheck]) -> list[str]:
     """The terminal report: per method the time errors of every transfer side by side, λ, then
-    the decision figures of every transfer."""
+    the decision figures of every transfer; a baseline the inputs cannot give is named, with why."""
+    skipped = [c for c in checks if c.unavailable is not None]
+    checks = [c for c in checks if c.unavailable is None]
     names = [c.name for c in checks]
     lines = ["Time errors (predicted / measured − 1; 'fit' is the transfer model, the others its baselines)"]
     header = f"{'group · method':<58}" + "".join(f"{'δ̄ ' + n:>22}" for n in names) + f"{'ē fit':>12}{'ℓ̄ fit':>12}"
@@ -303,6 +308,7 @@ def check_lines(checks: list[TransferCheck]) -> list[str]:
         lines.append(f"{(m.group[:40] + ' · ' + m.method):<58}{cells}{_pct(m.e):>12}{_pct(m.l):>12}")
     worst = {c.name: max((abs(m.delta) for m in c.methods), default=0.0) for c in checks}
     lines.append("largest |δ̄ error|: " + ", ".join(f"{n} {100 * worst[n]:.1f} %" for n in names))
+    lines += [f"baseline {c.name}: not evaluated ({c.unavailable})" for c in skipped]
     differ = [m for m in checks[0].methods if m.acc_max_pp > 0 or m.frozen_max_pp > 0]
     if differ:
         for m in differ:

@@ -488,6 +488,8 @@ class Prediction:
 
     pairings: list[Pairing]
     traces: dict[str, list[tuple[Path, Trace]]]
+    #: baselines asked for that these inputs cannot give, with the reason (``skip_unavailable``)
+    unavailable: dict[str, str] = field(default_factory=dict)
 
     def table(self) -> list[dict]:
         """One row per predicted method: the model, its held-out error, δ̄ of source, prediction and baselines."""
@@ -529,9 +531,12 @@ def predict(
     profiles: str | os.PathLike | Sequence[str | os.PathLike],
     transfers: Sequence[str] = ("fit",),
     cache=None,
+    skip_unavailable: bool = False,
 ) -> Prediction:
     """Predicted traces (in memory, validated) of every profiled device, under each of
-    ``transfers`` (``fit`` and/or the baselines ``speed-probe``, ``method-median``)."""
+    ``transfers`` (``fit`` and/or the baselines ``speed-probe``, ``method-median``). A baseline
+    the inputs cannot give (a CPU's and a GPU's speed probes time different work) is an error,
+    or with ``skip_unavailable`` left out and named in :attr:`Prediction.unavailable`."""
     bad = [t for t in transfers if t not in TRANSFERS]
     if bad:
         raise PredictionError(f"--transfer: '{bad[0]}' is not one of {', '.join(TRANSFERS)}")
@@ -551,12 +556,21 @@ def predict(
         if p.transfers["fit"] is None:
             raise PredictionError(f"{p.profile.path}: no transfer model fits its events (are its times all 0?)")
     out: dict[str, list[tuple[Path, Trace]]] = {}
+    unavailable: dict[str, str] = {}
     for name in transfers:
+        missing = [p for p in pairings if p.transfers[name] is None]
+        if missing:
+            why = (
+                "the source trace and the profile have no machine-speed probes of the same kind"
+                if name == "speed-probe"
+                else "its events give no factor"
+            )
+            if name == "fit" or not skip_unavailable:
+                raise PredictionError(f"{missing[0].profile.path}: no '{name}' baseline ({why})")
+            unavailable[name] = f"{missing[0].profile.path}: {why}"
+            continue
         for p in pairings:
             t = p.transfers[name]
-            if t is None:
-                why = "the source trace or the profile has no machine-speed probe" if name == "speed-probe" else "its events give no factor"
-                raise PredictionError(f"{p.profile.path}: no '{name}' baseline ({why})")
             rel = Path(target_folder(p.target, name)) / _relative(p.source.path, roots)
             out.setdefault(name, []).append((rel, predicted_trace(p, t, rel)))
     for items in out.values():  # two predicted traces of one identity: refused before anything is written
@@ -564,7 +578,7 @@ def predict(
         paths = [str(rel) for rel, _ in items]
         if len(set(paths)) != len(paths):
             raise GroupError(f"two predicted traces would be written to one file ({next(p for p in paths if paths.count(p) > 1)})")
-    return Prediction(pairings, out)
+    return Prediction(pairings, out, unavailable)
 
 
 def trace_bytes(trace: Trace) -> bytes:
