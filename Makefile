@@ -265,6 +265,9 @@ VALIDATE_OPTS    ?= --dataset demo --model demo-resnet --device $(VALIDATE_DEVIC
 VALIDATE_TRACE_OPTS ?= --frozen-sample 16
 # Options of `tempora-sim validate` (its tolerances: docs/guide/validation.md).
 VALIDATE_CHECK_OPTS ?=
+# no: play and trace only, without the closing `tempora-sim validate` (validate-clock runs it
+# itself, after the traces taken after the live runs).
+VALIDATE_CHECK ?= yes
 
 validate: install
 	@mkdir -p $(VALIDATE_OUT)
@@ -296,7 +299,7 @@ validate: install
 	        $(if $(findstring amortised,$(VALIDATE_PROTOCOL)),--B $(VALIDATE_B)) --lambda-rule $(VALIDATE_LAMBDA_RULE) \
 	        --repeats $(VALIDATE_POLICY_REPEATS) $$pair || exit 2; \
 	fi
-	$(SIM) validate $(VALIDATE_OUT)/live --traces $(VALIDATE_OUT)/traces --out $(VALIDATE_OUT)/report $(VALIDATE_CHECK_OPTS)
+	$(if $(filter yes,$(VALIDATE_CHECK)),$(SIM) validate $(VALIDATE_OUT)/live --traces $(VALIDATE_OUT)/traces --out $(VALIDATE_OUT)/report $(VALIDATE_CHECK_OPTS))
 
 # `make validate-gpu`: the same check on a GPU without ImageNet-C on disk: ResNet-50 with
 # random weights (timing only: α and the decisions are compared, accuracies mean nothing) on a
@@ -346,13 +349,14 @@ validate-clock: install
 	@status=0; \
 	$(MAKE) --no-print-directory validate VALIDATE_ALONGSIDE=no VALIDATE_METHODS="$(CLOCK_METHODS)" VALIDATE_RHO=$(CLOCK_RHO) \
 	    VALIDATE_PROTOCOL=discrete VALIDATE_REPEATS=$(CLOCK_REPEATS) VALIDATE_BASELINE_REPEATS=$(CLOCK_REPEATS) VALIDATE_POLICY= \
-	    VALIDATE_OUT=$(CLOCK_OUT) VALIDATE_OPTS="$(CLOCK_OPTS)" || status=$$?; \
-	[ $$status -le 1 ] || exit $$status; \
+	    VALIDATE_OUT=$(CLOCK_OUT) VALIDATE_OPTS="$(CLOCK_OPTS)" VALIDATE_CHECK=no || exit 2; \
 	for m in $(CLOCK_METHODS); do \
 	    echo "trace $$m again"; \
 	    $(TRACE) run --method $$m $(CLOCK_OPTS) --out $(CLOCK_OUT)/traces-after --quiet \
 	        $$( [ $$m = standard ] && echo --no-default-checkpoints || echo $(VALIDATE_TRACE_OPTS) ) || exit 2; \
 	done; \
+	$(SIM) validate $(CLOCK_OUT)/live --traces $(CLOCK_OUT)/traces --out $(CLOCK_OUT)/report $(VALIDATE_CHECK_OPTS) || status=$$?; \
+	[ $$status -le 1 ] || exit $$status; \
 	$(SIM) validate $(CLOCK_OUT)/live --traces $(CLOCK_OUT)/traces-after --out $(CLOCK_OUT)/report-after $(VALIDATE_CHECK_OPTS) || status=$$?; \
 	exit $$status
 
