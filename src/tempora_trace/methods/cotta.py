@@ -141,6 +141,7 @@ def cotta_confidence_threshold(context: MethodContext) -> float:
 class CoTTA(TeacherStudentMethod):
     name = "cotta"
     compatible_norms = frozenset({"bn"})
+    kit_params = {"n_augmentations": 4}
     paper = "Wang et al., Continual Test-Time Domain Adaptation (CVPR 2022)"
     updates = "every weight and bias (student, one step); EMA teacher; stochastic restore"
     overhead = "intrinsic: anchor + teacher forwards, 32 augmented teacher forwards when unsure (always, with augment=always); extrinsic: student forward, backward, step, EMA, restore"

@@ -230,6 +230,7 @@ class MEMO(TTAMethod):
     updates = "every parameter, for one test point at a time, then back to the source (nothing carries over)"
     overhead = "intrinsic: per image, AugMix views, a forward and backward over them and an SGD step before its output"
     adapts_before_output = True
+    kit_params = {"n_augmentations": 4}
     departures = (
         Departure(
             point="augmentation arithmetic",

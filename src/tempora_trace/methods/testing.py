@@ -436,7 +436,11 @@ def run_checks(
     """``tempora-trace check-method``: :func:`check_method` on the resolved method ``ref``, one
     line to ``echo`` before, one per check as it finishes and one summing up; True when every
     check passed."""
-    echo(f"checking {ref.name} ({ref.source.describe()}) on {batches} demo batches of {batch_size}")
+    kit = ", ".join(f"{k}={v}" for k, v in kit_options(ref.cls, params).items())
+    echo(
+        f"checking {ref.name} ({ref.source.describe()}) on {batches} demo batches of {batch_size}"
+        + (f" (kit options: {kit})" if kit else "")
+    )
     results = check_method(
         ref.cls,
         params,
@@ -452,6 +456,11 @@ def run_checks(
     return not failed
 
 
+def kit_options(cls: type[TTAMethod], params: dict[str, Any] | None) -> dict[str, Any]:
+    """The method's ``kit_params`` that ``params`` (the options given to the check) leave in force."""
+    return {k: v for k, v in cls.kit_params.items() if k not in (params or {})}
+
+
 def _check_method(
     method: str | type[TTAMethod],
     params: dict[str, Any] | None,
@@ -463,7 +472,7 @@ def _check_method(
     on_result: Callable[[CheckResult], None] | None,
 ) -> list[CheckResult]:
     cls = _resolve(method)
-    params = dict(params or {})
+    params = {**kit_options(cls, params), **(params or {})}
     norm = norm or _pick_norm(cls)
     if norm not in cls.compatible_norms:
         raise MethodError(f"method '{cls.name}' does not run on {norm} models (compatible_norms: {sorted(cls.compatible_norms)})")

@@ -18,11 +18,7 @@ from tempora_trace.methods.testing import CHECKS, assert_conforms, check_method
 SMALL = {"batches": 3, "batch_size": 8}
 
 
-#: built-ins whose checks take many seconds (dozens of augmented forwards per image or per batch)
-SLOW_KIT = {"memo", "cotta"}
-
-
-@pytest.mark.parametrize("name", [pytest.param(m, marks=pytest.mark.slow) if m in SLOW_KIT else m for m in builtin_methods()])
+@pytest.mark.parametrize("name", builtin_methods())
 def test_every_built_in_method_passes_every_check(name):
     results = assert_conforms(name, **SMALL)
     assert [r.name for r in results] == list(CHECKS) and all(r.ok for r in results)
@@ -258,6 +254,28 @@ class Clocked(GradientMethod):
         time.perf_counter()
         return softmax_entropy(logits).mean()
 """
+
+
+def test_the_kit_builds_a_method_with_its_kit_options_and_names_them(capsys):
+    # MEMO's 32 views per image make the kit's replays minutes long; its kit option makes them 4
+    assert main(["check-method", "memo", "--batches", "2", "--batch-size", "2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("on 2 demo batches of 2 (kit options: n_augmentations=4)")
+    seen = []
+    real = get_method("memo").__init__
+
+    def spy(self, model, context, **params):
+        seen.append(params.get("n_augmentations"))
+        real(self, model, context, **params)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(get_method("memo"), "__init__", spy)
+        check_method("memo", batches=1, batch_size=2, checks=("build",))
+        kit, seen[:] = list(seen), []
+        check_method("memo", {"n_augmentations": 2}, batches=1, batch_size=2, checks=("build",))
+    assert kit and set(kit) == {4} and seen and set(seen) == {2}  # --param wins over the kit's option
+    assert main(["check-method", "memo", "--param", "n_augmentations=2", "--batches", "2", "--batch-size", "2"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith("on 2 demo batches of 2")
 
 
 def test_check_method_command(tmp_path, capsys):
