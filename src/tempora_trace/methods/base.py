@@ -154,6 +154,11 @@ class TTAMethod(metaclass=_MethodMeta):
     overhead: ClassVar[str] = ""
     #: where the default differs from the Tempora reference / the authors' code (see Departure).
     departures: ClassVar[tuple[Departure, ...]] = ()
+    #: options the conformance kit (``check-method``) builds the method with unless ``--param``
+    #: sets them, as scikit-learn's checks shorten an estimator's iterations: a smaller count of
+    #: a per-event repetition (MEMO's and CoTTA's augmented views), so that the contract's checks
+    #: run in seconds on a CPU. The code path is the default's; the kit names them on its first line.
+    kit_params: ClassVar[dict[str, Any]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -339,16 +344,20 @@ def norm_affine_params(model: nn.Module) -> list[nn.Parameter]:
     return [p for _, p in named_norm_affine_params(model)]
 
 
-def classifier_head(model: nn.Module) -> nn.Linear:
-    """The final ``nn.Linear`` of the network: its input is the penultimate feature vector
-    (NEO, LAME, SHOT-IM and ZeroSIAM all work at that boundary)."""
-    head = None
-    for m in model.modules():
-        if isinstance(m, nn.Linear):
-            head = m
-    if head is None:
-        raise MethodError("model has no nn.Linear classifier head")
-    return head
+def classifier_head(model: nn.Module, label: str | None = None) -> nn.Linear:
+    """The model's final linear classifier, whose input is the penultimate feature vector (NEO,
+    LAME, SHOT-IM, SPA and ZeroSIAM work at that boundary), found as
+    :func:`tempora_trace.models.feature_head` finds it for every model the tracer builds: one
+    rule for every method, never "the last ``nn.Linear`` in module order" (wrong wherever a
+    network computes after it). Where none is found: a one-line :class:`MethodError` saying how
+    a model declares its head."""
+    from ..errors import ConfigError  # lazy: the models package imports the methods' users
+    from ..models.heads import feature_head
+
+    try:
+        return feature_head(model, label).classifier
+    except ConfigError as exc:
+        raise MethodError(str(exc)) from None
 
 
 def softmax_entropy(logits: torch.Tensor) -> torch.Tensor:

@@ -95,7 +95,7 @@ class LAME(TTAMethod):
         check_params(self, non_negative=("tol",), positive_ints=("knn", "max_steps"))
         model.eval()
         model.requires_grad_(False)
-        self.head = classifier_head(model)
+        self.head = classifier_head(model, context.model_name or None)
         #: iterations the last refinement took (a diagnostic: LAME's latency varies with it).
         self.last_iterations = 0
         self._finish_setup()

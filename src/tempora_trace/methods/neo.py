@@ -46,7 +46,7 @@ class NEO(TTAMethod):
         super().__init__(model, context, **params)
         model.eval()
         model.requires_grad_(False)
-        self.head = classifier_head(model)
+        self.head = classifier_head(model, context.model_name or None)
         p = self.head.weight
         self.feature_mean = torch.zeros(self.head.in_features, device=p.device, dtype=p.dtype)
         self.sample_count = 0
