@@ -168,8 +168,8 @@ demo-models: install
 # demo-resnet. MEMO (≈ 4.4 s an event: augmented views of every image) takes ≈ 15 min of them,
 # warm-up included, and CoTTA (≈ 1.6 s: 32 augmented teacher forwards per batch) ≈ 5.5 min; the
 # other 16 together ≈ 2.5 min (15-100 ms an event); start-up, warm-up and checkpoint scoring of
-# the 54 traces (≈ 6 s each) ≈ 5.5 min, the sweep, report and page ≈ 2 min: about 30 minutes in
-# all, two thirds of it MEMO and CoTTA (plus ≈ 2 min to write the demo data on first use).
+# the 54 traces (≈ 6 s each) ≈ 5.5 min, the sweep, report and page ≈ 2 min. Measured: 51 min 30 s,
+# MEMO 30 min and CoTTA 10 min of it (each trace's variability measurement adds ≈ 68 events).
 # `FIELD_METHODS="standard tent cotta"` restricts the list (keep `standard`: it fixes λ).
 FIELD_MODEL   ?= demo-resnet
 # Empty: every method that fits FIELD_MODEL, the paper's and the field's (`list --methods-for MODEL`).
