@@ -6,8 +6,9 @@ machine goes to the events rather than to start-ups.
 
 ``costs`` traces every method of ``--methods`` that fits each model on a synthetic 224-px JPEG
 ``gaussian_noise`` folder (``tempora-trace synthesize``; random weights, so timing only), with
-``standard`` traced before and after them (the ratio's baseline is their mean), and writes
-``DIR/costs.md``: δ̄, median δ, ē, the ratio to ``standard`` and the peak memory of an event.
+``standard`` traced first and again last, and writes ``DIR/costs.md`` row by row as each trace
+ends: δ̄, median δ, ē, the ratio to the mean of the model's ``standard`` traces so far (the
+first one, for every method) and the peak memory of an event.
 No variability pass and no frozen checkpoints: the figure is the main pass's events.
 
 ``profiles`` writes ``DIR/traces/<n>thr/<model>/<method>.parquet`` and its profile under
@@ -67,7 +68,8 @@ def costs(args: argparse.Namespace) -> int:
     out = Path(args.out) / "costs.md"
     out.write_text("\n".join(lines) + "\n")
     fits = {model: methods_for_model(model) for model in args.models}
-    rows: dict[str, list[tuple[str, dict[str, list]]]] = {model: [] for model in args.models}
+    #: per model, δ̄ of each `standard` trace taken so far (the ratios' baseline)
+    standard: dict[str, list[float]] = {model: [] for model in args.models}
     # method by method across the models, the cheap ones first, `standard` first and last: a
     # short lease still gets every model's cheap methods; each row is written as it is measured
     order = ["standard", *[m for m in args.methods if m != "standard"], "standard (after)"]
@@ -99,9 +101,10 @@ def costs(args: argparse.Namespace) -> int:
             except Exception as exc:  # one method's failure must not cost the others' figures
                 print(f"{model} {method}: {type(exc).__name__}: {exc}", flush=True)
                 continue
-            rows[model].append((method, r))
             d = r["delta_ms"]
-            base = statistics.fmean(statistics.fmean(x["delta_ms"]) for m, x in rows[model] if m.startswith("standard"))
+            if name == "standard":
+                standard[model].append(statistics.fmean(d))
+            base = statistics.fmean(standard[model])
             peak = max((b or 0) for b in r["peak_mem_bytes"]) / 2**20
             line = (
                 f"| {model} | {method} | {len(d)} | {statistics.fmean(d):.2f} | {statistics.median(d):.2f} | "

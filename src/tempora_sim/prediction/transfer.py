@@ -565,7 +565,7 @@ def predict(
                 if name == "speed-probe"
                 else "its events give no factor"
             )
-            if name == "fit" or not skip_unavailable:
+            if not skip_unavailable:  # a missing fit was refused above
                 raise PredictionError(f"{missing[0].profile.path}: no '{name}' baseline ({why})")
             unavailable[name] = f"{missing[0].profile.path}: {why}"
             continue

@@ -38,7 +38,8 @@ from typing import Any, Callable, ClassVar, Iterable, Iterator
 import torch
 import torch.nn as nn
 
-from ..errors import TraceError
+from ..errors import ConfigError, TraceError
+from ..models.heads import feature_head
 
 # Normalisation families a model can be built on (methods declare which they support) live in
 # the leaf module ``norms``, shared with the model registry; norm_kind is re-exported here.
@@ -351,9 +352,6 @@ def classifier_head(model: nn.Module, label: str | None = None) -> nn.Linear:
     rule for every method, never "the last ``nn.Linear`` in module order" (wrong wherever a
     network computes after it). Where none is found: a one-line :class:`MethodError` saying how
     a model declares its head."""
-    from ..errors import ConfigError  # lazy: the models package imports the methods' users
-    from ..models.heads import feature_head
-
     try:
         return feature_head(model, label).classifier
     except ConfigError as exc:
