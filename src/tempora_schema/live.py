@@ -35,6 +35,10 @@ peak_mem_bytes     int64 null null: not read live (it would hold the pipeline)
 
 Times are ms since the episode's start ``t0`` on the episode clock (monotonic; staging
 pauses between chunks are excluded, see ``docs/guide/validation.md``).
+
+Optional, in files that have them: each run's ``speed_probe_ms``, the machine-speed probe
+timed before each of its episodes (outside every timed region), and ``speed_probe_kind``, the
+probe's computation, which a trace's probe must share to be compared with it.
 """
 
 from __future__ import annotations
@@ -177,6 +181,12 @@ def validate_live_metadata(meta: Mapping[str, Any], path: object = "<live run>")
             raise LiveSchemaError(path, f"run {i}: lacks {', '.join(lacking)}")
         if run["run"] != i:
             raise LiveSchemaError(path, f"run {i}: 'run' must equal its position, got {run['run']!r}")
+        probes = run.get("speed_probe_ms")
+        if probes is not None:
+            if not isinstance(probes, list) or not all(_positive(x) for x in probes):
+                raise LiveSchemaError(path, f"run {i}: speed_probe_ms must be a list of times > 0, got {probes!r}")
+            if probes and not (isinstance(meta.get("speed_probe_kind"), str) and meta["speed_probe_kind"]):
+                raise LiveSchemaError(path, f"run {i}: speed_probe_ms needs the metadata 'speed_probe_kind' that says what was timed")
         if proto == "discrete":
             if not _positive(run["gamma_ms"]) or not _positive(run["rho"]):
                 raise LiveSchemaError(path, f"run {i}: rho and gamma_ms must be > 0")

@@ -178,6 +178,9 @@ class RunTally:
     m: dict[str, int] = field(default_factory=dict)
     spent_ms: dict[str, float] = field(default_factory=dict)
     wall_ns: int = 0
+    #: the machine-speed probe (ms), once before each of its episodes: outside every timed
+    #: region, so ``validate`` can tell the machine's speed during the run from the trace's
+    probes_ms: list[float] = field(default_factory=list)
 
 
 class LiveRun:
@@ -408,6 +411,7 @@ class LiveRun:
             "served_acc": acc_sum / served if served else None,
             "utility": acc_sum / total,
             "wall_s": tally.wall_ns / 1e9,
+            "speed_probe_ms": tally.probes_ms,
         }
         if plan.protocol == "amortised":
             plan.summary.update(m=tally.m, spent_ms=tally.spent_ms)
@@ -433,6 +437,8 @@ class LiveRun:
             "stage_mb": float(self.cfg.stage_mb),
             "stage_pauses": self.pauses,
             "run_id": self.run_id,
+            # what each run's 'speed_probe_ms' timed (the trace's probe: the two compare)
+            "speed_probe_kind": self.base.probe.kind,
             # the trace taken in this run, episode by episode beside the live runs (file name; its
             # metadata 'taken_alongside' is this run_id), or None
             "trace_alongside": None if self.trace_path is None else self.trace_path.name,
@@ -447,6 +453,7 @@ class LiveRun:
                 self.trace_episode(index, episode)
             t0 = time.perf_counter()
             for plan in self.plans:
+                tallies[plan.run].probes_ms.append(round(self.base.probe.measure(), 4))
                 self.play_episode(plan, index, episode, tallies[plan.run])
             self.staged.clear()  # an episode that fitted in one chunk was staged once for all its runs
             self.echo(f"live   {episode.name:<20} {len(self.plans)} run(s)  {time.perf_counter() - t0:.1f} s")

@@ -20,10 +20,10 @@ EPISODES = ("gaussian_noise", "fog")
 N = 30
 
 
-def _setup(tmp: Path, variability, factor: float, rho: float, runs: int = 2) -> tuple[Path, Path]:
+def _setup(tmp: Path, variability, factor: float, rho: float, runs: int = 2, **trace_kw) -> tuple[Path, Path]:
     """Traces of standard and tent, and ``runs`` live runs of tent at ``rho`` whose every event
     takes ``factor`` × its traced time."""
-    return write_validation_set(tmp, variability, [np.full(N * len(EPISODES), factor)] * runs, (rho,), EPISODES, N)
+    return write_validation_set(tmp, variability, [np.full(N * len(EPISODES), factor)] * runs, (rho,), EPISODES, N, **trace_kw)
 
 
 QUIET = syn.SyntheticVariability(0.0, 0.0, gaps_ms=())
@@ -93,3 +93,65 @@ def test_names_from_the_data_are_shown_as_text_in_validate(tmp_path):
     res = CliRunner().invoke(main, ["validate", str(tmp_path / "l"), "--traces", str(tmp_path / "t"), "--clock-tol-pct", "100"])
     assert res.exit_code in (0, 1), res.output
     assert "\x1b" not in res.output and "\\x1b[2J" in res.output and "[bold red]m[/]" in res.output
+
+
+def _probe_live(live: Path, probes_ms, kind: str = "synthetic") -> Path:
+    """The live file under ``live`` with every run's speed probe set to ``probes_ms`` (what
+    ``tempora-trace live`` records before each episode) and the probe's kind."""
+    import json
+
+    (path,) = live.glob("*.parquet")
+    table = pq.read_table(path)
+    meta = json.loads(table.schema.metadata[b"tempora_live"])
+    meta["speed_probe_kind"] = kind
+    for run in meta["runs"]:
+        run["speed_probe_ms"] = probes_ms
+    pq.write_table(table.replace_schema_metadata({b"tempora_live": json.dumps(meta).encode()}), path)
+    return live
+
+
+def test_the_speed_probe_separates_the_machine_from_the_tracer(tmp_path):
+    """Live events 10 % slower than traced, and the probe 10 % slower during the live runs
+    than during the trace: the machine slowed, the clocks agree at one speed."""
+    from tempora_schema import probe_median_ms
+    from tempora_sim.sweeps.traces import read_trace
+
+    live, traces = _setup(tmp_path, QUIET, 1.10, 0.25, probe_ms=2.0)
+    traced_probe = probe_median_ms(read_trace(traces / "tent.parquet").meta)
+    _probe_live(live, [1.10 * traced_probe] * 3)
+    v = validate([live], traces)
+    row = v.settings.row(0, named=True)
+    assert row["probe_trace_ms"] == pytest.approx(traced_probe) and row["probe_live_ms"] == pytest.approx(1.10 * traced_probe)
+    assert row["speed_gap_pct"] == pytest.approx(100 * (1 / 1.10 - 1), rel=1e-9)
+    assert row["clock_gap_speed_pct"] == pytest.approx(0.0, abs=1e-9)
+    # the check itself still judges the clocks as traced: the probe explains, it does not excuse
+    assert row["clock_gap_idle_pct"] == pytest.approx(100 * (1 / 1.10 - 1), rel=1e-6) and not row["clock_pass"]
+    out = CliRunner().invoke(main, ["validate", str(live), "--traces", str(traces)]).output.replace("\n", " ")
+    assert "machine speed" in out and "agree within tolerance in 1 of 1" in out
+
+
+def test_no_speed_comparison_without_a_probe_on_both_sides_of_the_same_kind(tmp_path):
+    live, traces = _setup(tmp_path / "a", QUIET, 1.0, 0.25, probe_ms=2.0)
+    row = validate([live], traces).settings.row(0, named=True)  # a live file without probes
+    assert row["speed_gap_pct"] is None and row["clock_gap_speed_pct"] is None
+    _probe_live(live, [2.0], kind="matmul-256-fp32x8")  # the trace timed another computation
+    row = validate([live], traces).settings.row(0, named=True)
+    assert row["speed_gap_pct"] is None and row["clock_gap_speed_pct"] is None
+    live, traces = _setup(tmp_path / "b", QUIET, 1.0, 0.25)  # a trace without probes
+    _probe_live(live, [2.0])
+    assert validate([live], traces).settings.row(0, named=True)["clock_gap_speed_pct"] is None
+
+
+@pytest.mark.parametrize(
+    ("probes", "kind", "message"),
+    [
+        ([1.0, -2.0], "synthetic", "speed_probe_ms must be a list of times > 0"),
+        ("fast", "synthetic", "speed_probe_ms must be a list of times > 0"),
+        ([1.0], "", "needs the metadata 'speed_probe_kind'"),
+    ],
+)
+def test_a_live_file_with_a_bad_speed_probe_is_refused_in_one_line(tmp_path, probes, kind, message):
+    live, traces = _setup(tmp_path, QUIET, 1.0, 0.25)
+    _probe_live(live, probes, kind)
+    res = CliRunner().invoke(main, ["validate", str(live), "--traces", str(traces)])
+    assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output

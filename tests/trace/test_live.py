@@ -4,6 +4,7 @@ reference, the amortised cut-off against the reference rule, the live-run schema
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -192,6 +193,10 @@ def test_live_file_is_valid_and_validate_agrees_with_itself(recorded, tmp_path):
     validate_live_table(table, meta, live)
     assert meta["lambda_source"].endswith("standard-bs8.parquet") and meta["stage_pauses"] > 0
     assert [r["protocol"] for r in meta["runs"]] == ["discrete", "discrete", "amortised", "amortised"] * 2
+    # the machine's speed, probed before each run's every episode with the trace's probe
+    trace_meta = pq.read_table(next(traces.glob("tent*.parquet"))).schema.metadata
+    assert meta["speed_probe_kind"] == json.loads(trace_meta[b"tempora"])["speed_probe_kind"]
+    assert all(len(r["speed_probe_ms"]) == 2 and min(r["speed_probe_ms"]) > 0 for r in meta["runs"])
     rows = table.to_pydict()
     assert len(rows["step"]) == 8 * 8  # 8 runs × 2 episodes × 4 batches
     result = validate([live], [traces])

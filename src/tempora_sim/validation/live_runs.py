@@ -30,7 +30,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tempora_schema import PHASE_ADAPT, GroupKey, TraceSchemaError, method_label
+from tempora_schema import PHASE_ADAPT, PROBE_NOT_MEASURED, GroupKey, TraceSchemaError, method_label, probe_median_ms
 from tempora_schema.live import comparable_group, decode_live_metadata, validate_live_table
 from tempora_sim import protocols as P
 from tempora_sim.errors import GroupError, SimError, TraceFileError
@@ -267,7 +267,13 @@ def clock_comparison(
     waited live (:func:`tempora_sim.sweeps.variability.idle_factor`, the replay's rule; 1 where the trace measured no idle
     effect). That is the check of the instrument (``clock_pass``): within ``clock_tolerance_pct``
     = the larger of ``tol_pct`` and the trace's own 95 % spread of a pass's mean time (its
-    timing model's pass shift, drift included), the traced clock is the live one."""
+    timing model's pass shift, drift included), the traced clock is the live one.
+
+    ``speed_gap_pct`` is the machine's own speed during the trace against the live runs (the
+    median speed probe of each; + = the machine was slower while tracing) and
+    ``clock_gap_speed_pct`` the idle-applied gap with the trace's times moved to the live runs'
+    machine speed: a gap that the probe explains is the machine's, not the tracer's. Both are
+    None where either side has no probe or the two timed different computations."""
     parts = []
     for r in runs:
         rows = r.file.rows.filter((pl.col("run") == r.run["run"]) & pl.col("served")).sort("episode", "step")
@@ -283,9 +289,10 @@ def clock_comparison(
     live = pl.concat(parts)
     traced = trace.adapt.select(pl.col("episode").cast(pl.String), pl.col("step").cast(pl.Int64), pl.col("delta_ms").alias("traced"))
     both = live.join(traced, on=["episode", "step"], how="inner")
+    speed = dict.fromkeys(("probe_trace_ms", "probe_live_ms", "speed_gap_pct", "clock_gap_speed_pct"))
     empty = dict.fromkeys(("delta_live_ms", "delta_trace_ms", "clock_gap_pct", "delta_trace_idle_ms", "clock_gap_idle_pct"))
     if both.height == 0:
-        return {**empty, "clock_tolerance_pct": None, "clock_pass": True}
+        return {**empty, **speed, "clock_tolerance_pct": None, "clock_pass": True}
     live_ms, trace_ms = float(both["delta_ms"].mean()), float(both["traced"].mean())
     factors = np.ones(both.height)
     if model is not None and model.has_idle_effect:
@@ -296,7 +303,17 @@ def clock_comparison(
     noise_pct = 100.0 * (math.exp(_Z975 * spread[1]) - 1.0) if spread is not None else 0.0
     tolerance = max(float(tol_pct), noise_pct)
     gap_idle = 100.0 * (idle_ms / live_ms - 1.0)
+    trace_probe, live_probe = probe_median_ms(trace.meta), live_probe_ms(runs)
+    kind = trace.meta.get("speed_probe_kind")
+    if trace_probe and live_probe and kind not in (None, PROBE_NOT_MEASURED) and kind == runs[0].file.meta.get("speed_probe_kind"):
+        speed = {
+            "probe_trace_ms": trace_probe,
+            "probe_live_ms": live_probe,
+            "speed_gap_pct": 100.0 * (trace_probe / live_probe - 1.0),
+            "clock_gap_speed_pct": 100.0 * (idle_ms * (live_probe / trace_probe) / live_ms - 1.0),
+        }
     return {
+        **speed,
         "delta_live_ms": live_ms,
         "delta_trace_ms": trace_ms,
         "clock_gap_pct": 100.0 * (trace_ms / live_ms - 1.0),
@@ -305,6 +322,13 @@ def clock_comparison(
         "clock_tolerance_pct": tolerance,
         "clock_pass": abs(gap_idle) <= tolerance + 1e-9,
     }
+
+
+def live_probe_ms(runs: Sequence[LiveRunStats]) -> float | None:
+    """Median machine-speed probe (ms) over the runs of one setting, or None where the live
+    file has none (files written before live runs were probed)."""
+    probes = [float(x) for r in runs for x in r.run.get("speed_probe_ms") or ()]
+    return float(np.median(probes)) if probes else None
 
 
 def at_speed(trace: Trace, factor: float) -> Trace:

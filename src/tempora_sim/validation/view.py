@@ -82,6 +82,7 @@ def print_validation(result: Validation, console: Console) -> None:
         "ΔU",
         "δ Δ%",
         "δ Δ% idle",
+        "δ Δ% speed",
         "Δα @live δ",
         "ΔU @live δ",
         "spread α/U",
@@ -132,6 +133,7 @@ def print_validation(result: Validation, console: Console) -> None:
             _f(row["delta_utility_pp"], scale=1, signed=True),
             _f(row["clock_gap_pct"], digits=1, scale=1, signed=True),
             _clock_cell(row),
+            _f(row.get("clock_gap_speed_pct"), digits=1, scale=1, signed=True),
             _f(row.get("delta_alpha_live_speed_pp"), scale=1, signed=True),
             _f(row["delta_utility_live_speed_pp"], scale=1, signed=True),
             spread,
@@ -164,6 +166,17 @@ def print_validation(result: Validation, console: Console) -> None:
             worst = off.sort(pl.col("clock_gap_idle_pct").abs(), descending=True).row(0, named=True)
             line += f"; beyond it: {off.height} (worst: {term_name(worst['method'])}, {worst['clock_gap_idle_pct']:+.1f} %)"
         console.print(line, style="red" if off.height else None)
+        probed = s.filter(pl.col("clock_gap_speed_pct").is_not_null()) if "clock_gap_speed_pct" in s.columns else s.clear()
+        if probed.height:
+            tol = probed["clock_tolerance_pct"]
+            near = int((probed["clock_gap_speed_pct"].abs() <= tol + 1e-9).sum())
+            console.print(
+                f"machine speed: by the speed probe the machine ran {probed['speed_gap_pct'].min():+.1f} to "
+                f"{probed['speed_gap_pct'].max():+.1f} % slower while tracing than during the live runs (+ = slower); "
+                f"with the traced times moved to the live runs' speed, the clocks agree within tolerance in {near} of "
+                f"{probed.height} probed setting(s) (column δ Δ% speed). A gap the probe explains is the machine's, not the tracer's",
+                style="dim",
+            )
     gaps = s.filter(pl.col("clock_gap_pct").abs() > CLOCK_GAP_NOTE_PCT)
     if gaps.height:
         worst = gaps.sort(pl.col("clock_gap_pct").abs(), descending=True).row(0, named=True)
