@@ -153,8 +153,28 @@ def _advise(traceset, label: str, **constraint):
     members = TraceSet([t for t in traceset.traces if t.group.label(seed=False) == label])
     for a in advise(members, c):
         if a["group"]["group"] == label:
-            return a
+            return {**a, "_traces": members, "_constraint": c}
     raise AssertionError(f"advise gave no answer for {label}")
+
+
+def _advise_grid_misses(a: dict, side: str, page_v: float) -> bool:
+    """Is the page's change at ``page_v`` a region too narrow for advise's own search grid?
+    True when it lies strictly between two neighbouring values of that grid (the constraint to
+    the far end of the search range, :func:`tempora_sim.analyses.advice._span`) at both of
+    which the sweep still gives the recommendation: advise cannot see it, the page's denser
+    grid can (the mirror of the page missing a change that advise finds)."""
+    from tempora_sim.analyses import advice as adv
+
+    c = a["_constraint"]
+    v0 = c.axes[0].value
+    lo, hi = a["search_range"]
+    grid = np.sort(np.concatenate(([v0], adv._span(v0, lo if side == "down" else hi, adv.GRID_POINTS))))
+    i = int(np.searchsorted(grid, page_v))
+    if i == 0 or i == grid.size or page_v in (grid[i - 1], grid[i]):
+        return False
+    methods = [a["recommended"], *sorted({t.method for t in a["_traces"].traces} - {a["recommended"]})]
+    vals, U = adv._pooled_utilities(adv._sweep(a["_traces"], c, [float(grid[i - 1]), float(grid[i])], {}), methods)
+    return vals.size == 2 and bool(adv._holds(U, 0).all())
 
 
 def test_page_opens_offline_without_console_errors(page, data, built):
@@ -226,6 +246,12 @@ def _same_advice(shown: dict, a: dict, view: dict, k: int) -> None:
             continue  # both: no change on this side
         if page_v is not None and adv_v is not None and abs(page_v - adv_v) <= _spacing(x, adv_v) * 1.0001 + 1e-9:
             continue
+        if (
+            page_v is not None
+            and (adv_v is None or (page_v < adv_v if side == "up" else page_v > adv_v))
+            and _advise_grid_misses(a, side, page_v)
+        ):
+            continue  # the page found a change inside one step of advise's grid: advise's is further out
         if adv_v is not None and _between_kept(x, win, rec, adv_v):
             # advise found a change inside one step of the page's grid: the page's change is further out
             assert page_v is None or (page_v > adv_v if side == "up" else page_v < adv_v), (side, page_v, adv_v)
