@@ -118,7 +118,9 @@ def demo_root(tmp_path_factory):
 def demo_cfg(out, method="tent", policy=None, **kw) -> TraceConfig:
     base = dict(
         method=method,
-        method_params=dict(DEMO_PARAMS.get(method, {})),
+        # the method's light configuration for checks (kit_params: CoTTA and MEMO with four
+        # augmented views); the gate under test does not depend on it
+        method_params={**get_method(method).kit_params, **DEMO_PARAMS.get(method, {})},
         policy=policy,
         dataset="demo",
         model="demo-resnet-gn" if "bn" not in get_method(method).compatible_norms else "demo-resnet",
