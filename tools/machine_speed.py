@@ -95,10 +95,15 @@ def _finish(proc: subprocess.Popen) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def _median_delta(row: dict) -> float:
+    """A process's figure: the median δ over its blocks, the first (still warming) dropped."""
+    return statistics.median(row["delta_ms"][1:])
+
+
 def _summary(rows: list[dict]) -> dict:
     """Per process: the median δ over its blocks (the first dropped) and the median probe."""
     for r in rows:
-        r["median_delta_ms"] = statistics.median(r["delta_ms"][1:])
+        r["median_delta_ms"] = _median_delta(r)
         r["median_probe_ms"] = statistics.median(r["probe_ms"][1:])
     d = [r["median_delta_ms"] for r in rows]
     ratio = [r["median_delta_ms"] / r["median_probe_ms"] for r in rows]
@@ -124,7 +129,7 @@ def sequential(method: str, processes: int, blocks: int) -> list[dict]:
     for cpu, aslr in conditions:
         label = f"cpu {cpu or 'free'}, aslr {'on' if aslr else 'off'}"
         rows.append(_finish(_launch(_command(method, blocks, cpu, aslr), label)))
-        print(f"{label:22s} median δ {statistics.median(rows[-1]['delta_ms'][1:]):6.2f} ms", file=sys.stderr, flush=True)
+        print(f"{label:22s} median δ {_median_delta(rows[-1]):6.2f} ms", file=sys.stderr, flush=True)
     return rows
 
 
@@ -134,7 +139,7 @@ def pairs(method: str, count: int, blocks: int) -> list[dict]:
         procs = [_launch(_command(method, blocks, cpu, True), f"pair {k}, cpu {cpu}") for cpu in ("0", "1")]
         a, b = (_finish(p) for p in procs)
         rows += [a, b]
-        ma, mb = statistics.median(a["delta_ms"][1:]), statistics.median(b["delta_ms"][1:])
+        ma, mb = _median_delta(a), _median_delta(b)
         print(f"pair {k}: {ma:6.2f} and {mb:6.2f} ms ({100 * (ma / mb - 1):+.1f} %)", file=sys.stderr, flush=True)
     return rows
 

@@ -30,7 +30,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tempora_schema import PHASE_ADAPT, PROBE_NOT_MEASURED, GroupKey, TraceSchemaError, method_label, probe_median_ms
+from tempora_schema import PHASE_ADAPT, GroupKey, TraceSchemaError, method_label, probe_median_ms
 from tempora_schema.live import comparable_group, decode_live_metadata, validate_live_table
 from tempora_sim import protocols as P
 from tempora_sim.errors import GroupError, SimError, TraceFileError
@@ -304,8 +304,8 @@ def clock_comparison(
     tolerance = max(float(tol_pct), noise_pct)
     gap_idle = 100.0 * (idle_ms / live_ms - 1.0)
     trace_probe, live_probe = probe_median_ms(trace.meta), live_probe_ms(runs)
-    kind = trace.meta.get("speed_probe_kind")
-    if trace_probe and live_probe and kind not in (None, PROBE_NOT_MEASURED) and kind == runs[0].file.meta.get("speed_probe_kind"):
+    # a probed trace names a measured kind (the schema), so equal kinds mean the same computation
+    if trace_probe and live_probe and trace.meta.get("speed_probe_kind") == runs[0].file.meta.get("speed_probe_kind"):
         speed = {
             "probe_trace_ms": trace_probe,
             "probe_live_ms": live_probe,
