@@ -90,7 +90,7 @@ def costs(args: argparse.Namespace) -> int:
                         domains=["gaussian_noise"],
                         max_batches=args.memo_batches if name == "memo" else args.batches,
                         batch_size=args.batch_size,
-                        warmup_batches=args.warmup_batches,
+                        warmup_batches=args.memo_warmup_batches if name == "memo" else args.warmup_batches,
                         out=str(Path(args.out) / "costs" / model),
                         name=method.replace(" (after)", "-after"),
                         timing_sample=0,
@@ -156,8 +156,11 @@ def main() -> int:
     ap.add_argument("--models", nargs="+", default=None)
     ap.add_argument("--methods", nargs="+", default=None)
     ap.add_argument("--batches", type=int, default=20, help="costs: adapt events per trace")
-    ap.add_argument("--memo-batches", type=int, default=5, help="costs: adapt events of MEMO (32 views per image)")
+    ap.add_argument("--memo-batches", type=int, default=5, help="costs: adapt events of MEMO (64 views per ImageNet image)")
     ap.add_argument("--warmup-batches", type=int, default=5, help="costs: the tracer's untimed warm-up batches")
+    ap.add_argument(
+        "--memo-warmup-batches", type=int, default=1, help="costs: MEMO's warm-up batches (one shape; each batch takes tens of seconds)"
+    )
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--workers", type=int, default=None, help="costs: JPEG-encoding processes")
     ap.add_argument("--threads", type=int, default=1, help="profiles: torch threads")
