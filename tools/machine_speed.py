@@ -12,7 +12,12 @@ pinned to (0, 1, or left to the scheduler) and address-space randomisation (on, 
 fixed shuffled order, so a process-level cause (placement, memory layout) would show as a
 difference between those conditions. ``pairs`` starts two processes at the same moment, pinned
 to cores 0 and 1: if they agree while pairs taken a minute apart do not, the difference is the
-machine's speed at the time. A timing measurement: run it alone on an idle machine.
+machine's speed at the time. ``waits`` stays in one process and rotates, block by block, through
+back-to-back events, every event after an idle wait, and waited and back-to-back events
+alternating (the tracer's idle pass), for each wait of ``--waits``: the cost of a wait itself,
+with the machine's moment taken out. A timing measurement: run it alone on an idle machine.
+
+    python tools/machine_speed.py waits [--waits 2,15,60] [--rounds 4]
 """
 
 from __future__ import annotations
@@ -31,17 +36,15 @@ ROOT = Path(__file__).resolve().parents[1]
 BLOCK = 40
 
 
-def worker(method: str, blocks: int) -> None:
-    """One process: the events of ``method`` in ``blocks`` blocks, one JSON line on stdout."""
+def _method_run(method: str):
+    """The configuration every design times, built as the tracer builds it (the steady heap
+    first), and its first episode's batches staged: (run, batches)."""
     sys.path.insert(0, str(ROOT / "src"))
     from tempora_trace.heap import apply_heap_policy
 
     apply_heap_policy("steady")
-    import torch
-
     from tempora_trace.config import TraceConfig
     from tempora_trace.runner import MethodRun
-    from tempora_trace.timing import SpeedProbe, collect_between_events, collector_paused, timed_event
 
     cfg = TraceConfig(
         method=method,
@@ -55,7 +58,16 @@ def worker(method: str, blocks: int) -> None:
     ).resolved()
     run = MethodRun(cfg, lambda _: None)
     episode = run.episodes[0]
-    xs = [b.x for b in run.stager.stage(episode, range(episode.num_batches))]
+    return run, [b.x for b in run.stager.stage(episode, range(episode.num_batches))]
+
+
+def worker(method: str, blocks: int) -> None:
+    """One process: the events of ``method`` in ``blocks`` blocks, one JSON line on stdout."""
+    run, xs = _method_run(method)
+    import torch
+
+    from tempora_trace.timing import SpeedProbe, collect_between_events, collector_paused, timed_event
+
     probe = SpeedProbe(torch.device("cpu"))
     out: dict = {"method": method, "delta_ms": [], "probe_ms": [], "cpu": []}
     with collector_paused():
@@ -74,6 +86,46 @@ def worker(method: str, blocks: int) -> None:
                 out["cpu"].append(int(f.read().rsplit(")", 1)[1].split()[36]))
     out["condition"] = os.environ.get("MACHINE_SPEED_CONDITION", "")
     print(json.dumps(out), flush=True)
+
+
+def waits(method: str, wait_ms: list[float], rounds: int) -> dict:
+    """One process, blocks of 40 events: back to back, every event after a wait (``all``), and
+    waits before every other event (``alt``), for each wait; the block order reverses every
+    other round so a drifting machine weighs on no condition. Per condition and part (``waited``
+    events, ``b2b`` events), the median over rounds of each block's median δ, and its ratio to
+    the back-to-back blocks'."""
+    run, xs = _method_run(method)
+    from tempora_trace.timing import collect_between_events, collector_paused, now_ns, timed_event, wait_until
+
+    def block(kind: str, wait: float) -> dict[str, list[float]]:
+        run.method.reset()
+        out: dict[str, list[float]] = {"waited": [], "b2b": []}
+        for i, x in enumerate(xs):
+            waited = kind == "all" or (kind == "alt" and i % 2 == 1)
+            if waited:
+                wait_until(now_ns() + int(wait * 1e6))
+            ev = timed_event(run.method, x, run.clock, adapt=True, peak=False)
+            out["waited" if waited else "b2b"].append(ev.e_ms + ev.l_ms)
+            del ev
+            collect_between_events()
+        return out
+
+    medians: dict[str, list[float]] = {}
+    with collector_paused():
+        run.warm_up()
+        for r in range(rounds):
+            conditions = [("b2b", 0.0)] + [(kind, w) for w in wait_ms for kind in ("all", "alt")]
+            for kind, w in conditions[::-1] if r % 2 else conditions:
+                for part, deltas in block(kind, w).items():
+                    if deltas:
+                        medians.setdefault(f"{kind} {w:g} ms: {part}", []).append(statistics.median(deltas))
+    base = statistics.median(medians["b2b 0 ms: b2b"])
+    summary = {
+        k: {"median_delta_ms": statistics.median(v), "ratio": statistics.median(v) / base, "rounds_ms": v} for k, v in medians.items()
+    }
+    for k, v in summary.items():
+        print(f"{method} {k:22s} median δ {v['median_delta_ms']:6.2f} ms  × {v['ratio']:.3f}", file=sys.stderr, flush=True)
+    return summary
 
 
 def _command(method: str, blocks: int, cpu: str | None, aslr: bool) -> list[str]:
@@ -146,15 +198,22 @@ def pairs(method: str, count: int, blocks: int) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("design", choices=("sequential", "pairs", "worker"))
+    ap.add_argument("design", choices=("sequential", "pairs", "waits", "worker"))
     ap.add_argument("--method", default="standard")
     ap.add_argument("--processes", type=int, default=18, help="sequential: processes, cycling through the six conditions")
     ap.add_argument("--pairs", type=int, default=4, help="pairs: how many pairs")
     ap.add_argument("--blocks", type=int, default=None, help="blocks of 40 events per process (default 6 sequential, 30 pairs)")
+    ap.add_argument("--waits", default="2,15,60", help="waits: idle waits before an event, ms, comma-separated")
+    ap.add_argument("--rounds", type=int, default=4, help="waits: rounds through every condition")
     ap.add_argument("--out", type=Path, default=None, help="write every process's line and the summary here (JSON)")
     args = ap.parse_args()
     if args.design == "worker":
         worker(args.method, args.blocks or 6)
+        return
+    if args.design == "waits":
+        result = waits(args.method, [float(w) for w in args.waits.split(",")], args.rounds)
+        if args.out is not None:
+            args.out.write_text(json.dumps({"design": "waits", "method": args.method, "conditions": result}, indent=1))
         return
     if args.design == "sequential":
         rows = sequential(args.method, args.processes, args.blocks or 6)
