@@ -4,6 +4,7 @@ plain-Python event simulation, common random numbers, reductions and hand-worked
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 import zlib
@@ -53,27 +54,97 @@ def write(directory: Path, methods=("standard", "adabn", "tent"), variability=No
 
 # ----------------------------------------------------------------------------- the model
 def test_model_from_a_hand_worked_measurement():
+    main = np.full(12, 10.0)
+    tv = {
+        "sample": [{"episode": "a", "steps": list(range(12))}],
+        "passes_ms": [[11.0] * 12, [9.0] * 12],
+        "idle_gaps_ms": [0, 5.0, 0, 5.0, 0, 5.0, 0, 50.0, 0, 5.0, 0, 50.0],
+        "idle_ms": [10.0, 13.0, 10.5, 13.0, 9.5, 13.0, 10.0, 10.4, 10.2, 13.0, 9.8, 12.0],
+        "seconds": 1.0,
+    }
+    m = variability.model_from_measurement(tv, main)
+    # pass shifts: log 1.1, log 0.9, and the idle pass's controls (median of log 1, 1.05, 0.95, 1, 1.02, 0.98) = 0
+    assert m.shifts == pytest.approx(sorted([math.log(0.9), 0.0, math.log(1.1)]))
+    controls = np.log([1.0, 1.05, 0.95, 1.0, 1.02, 0.98])
+    assert m.residuals == pytest.approx(np.sort(np.concatenate([np.zeros(24), controls])))
+    # the six after-wait events rank above the six controls in 35 of 36 pairs (10.4 < 10.5):
+    # systematic (exact two-sided p ≈ 0.004). 5 ms: four events at 13 ms over the controls'
+    # median 10 → factor 1.3; 50 ms: two events, too few for a factor of their own → 1
+    assert m.idle_gaps_ms.tolist() == [5.0, 50.0]
+    assert m.idle_factors == pytest.approx([1.3, 1.0])
+    assert m.has_idle_effect and m.events == 12
+
+
+def test_a_gap_on_the_other_side_of_a_systematic_effect_keeps_factor_one():
+    """Events after 5 ms waits are systematically slower; the three after 50 ms sit below the
+    controls' median: the effect is one-sided, so that gap is not sped up."""
+    controls = [10.0, 10.1, 9.9, 10.2, 9.8, 10.05, 9.97, 10.02, 10.03, 9.93]
+    after = [(5.0, v) for v in (14.0, 14.2, 14.1, 14.3, 14.0, 14.1, 14.2)] + [(50.0, v) for v in (9.95, 9.96, 9.94)]
+    tv = {
+        "sample": [{"episode": "a", "steps": list(range(20))}],
+        "passes_ms": [[10.0] * 20],
+        "idle_gaps_ms": [g for (gap, _) in after for g in (0, gap)],
+        "idle_ms": [v for c, (_, a) in zip(controls, after) for v in (c, a)],
+        "seconds": 0.0,
+    }
+    m = variability.model_from_measurement(tv, np.full(20, 10.0))
+    assert m.idle_gaps_ms.tolist() == [5.0, 50.0]
+    # the controls' median on the log scale: between 10.0 and 10.02, geometrically
+    assert m.idle_factors == pytest.approx([14.1 / math.sqrt(10.0 * 10.02), 1.0])
+
+
+def test_a_faster_after_wait_is_systematic_too():
     main = np.full(8, 10.0)
     tv = {
         "sample": [{"episode": "a", "steps": list(range(8))}],
-        "passes_ms": [[11.0] * 8, [9.0] * 8],
-        "idle_gaps_ms": [0, 5.0, 0, 50.0, 0, 5.0, 0, 50.0] + [],
-        "idle_ms": [10.0, 13.0, 10.5, 10.4, 9.5, 13.0, 10.0, 9.8],
-        "seconds": 1.0,
+        "passes_ms": [[10.0] * 8],
+        "idle_gaps_ms": [0, 5.0] * 4,
+        "idle_ms": [10.0, 8.0, 10.2, 8.1, 9.9, 8.0, 10.1, 7.9],
+        "seconds": 0.0,
     }
-    # the 5 ms gap has two events here: too few to call systematic; widen the sample
-    tv["idle_gaps_ms"] = [0, 5.0, 0, 5.0, 0, 5.0, 0, 50.0]
-    tv["idle_ms"] = [10.0, 13.0, 10.5, 13.0, 9.5, 13.0, 10.0, 10.2]
     m = variability.model_from_measurement(tv, main)
-    # pass shifts: log 1.1, log 0.9, and the idle pass's controls (median of log 1, 1.05, 0.95, 1) = 0
-    assert m.shifts == pytest.approx(sorted([math.log(0.9), 0.0, math.log(1.1)]))
-    controls = np.log([1.0, 1.05, 0.95, 1.0])
-    assert m.residuals == pytest.approx(np.sort(np.concatenate([np.zeros(16), controls])))
-    # 5 ms: three events at 13 ms, all above the controls' upper quartile → factor 1.3;
-    # 50 ms: a single event → not systematic → 1
-    assert m.idle_gaps_ms.tolist() == [5.0, 50.0]
-    assert m.idle_factors == pytest.approx([1.3, 1.0])
-    assert m.has_idle_effect and m.events == 8
+    # log scale, as the model works: the controls' median log ratio is the mean of log 1.0 and log 1.01
+    assert m.idle_factors == pytest.approx([0.8 / math.sqrt(1.0 * 1.01)])
+
+
+def _brute_rank_sum(a: list[float], b: list[float]) -> tuple[float, float]:
+    """Plain-Python oracle: every way of choosing which of the pooled values are ``a``'s."""
+    pooled = a + b
+    order = sorted(range(len(pooled)), key=lambda i: pooled[i])
+    ranks = [0.0] * len(pooled)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and pooled[order[j + 1]] == pooled[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    observed = sum(ranks[: len(a)])
+    sums = [sum(ranks[k] for k in c) for c in itertools.combinations(range(len(pooled)), len(a))]
+    return sum(s >= observed - 1e-9 for s in sums) / len(sums), sum(s <= observed + 1e-9 for s in sums) / len(sums)
+
+
+@settings(max_examples=60, deadline=None)
+@given(a=hst.lists(hst.integers(0, 4), min_size=1, max_size=6), b=hst.lists(hst.integers(0, 4), min_size=1, max_size=7))
+def test_rank_sum_is_exact_with_ties(a, b):
+    got = variability.rank_sum_p(np.array(a, float), np.array(b, float))
+    assert got == pytest.approx(_brute_rank_sum([float(x) for x in a], [float(x) for x in b]), abs=1e-12)
+
+
+def test_rank_sum_matches_the_textbook_tests():
+    from scipy import stats  # an independent implementation (installed with the tracer's scikit-image)
+
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        a, b = rng.normal(0.3, 1, 8), rng.normal(0, 1, 9)  # exact, no ties
+        up, down = variability.rank_sum_p(a, b)
+        assert up == pytest.approx(stats.mannwhitneyu(a, b, alternative="greater", method="exact").pvalue, abs=1e-12)
+        assert down == pytest.approx(stats.mannwhitneyu(a, b, alternative="less", method="exact").pvalue, abs=1e-12)
+        a, b = np.round(rng.normal(0.3, 1, 40), 1), np.round(rng.normal(0, 1, 30), 1)  # beyond the exact size, ties
+        up, down = variability.rank_sum_p(a, b)
+        assert up == pytest.approx(stats.mannwhitneyu(a, b, alternative="greater", method="asymptotic").pvalue, abs=1e-9)
+        assert down == pytest.approx(stats.mannwhitneyu(a, b, alternative="less", method="asymptotic").pvalue, abs=1e-9)
 
 
 def test_an_idle_gap_inside_the_controls_spread_is_not_applied():

@@ -31,10 +31,13 @@ uniforms through its own measured distribution (the predictive normal's ``u``-qu
 ``⌊v·M⌋``-th smallest of its M residuals).
 A slow pass of the machine is slow for every method, so paired differences stay sharp.
 
-**The idle effect.** In the idle pass every other event follows an idle wait. A gap's effect is
-*systematic* when every event after it is slower (or every one faster) than three quarters of
-the pass's back-to-back events; its factor is then ``exp(median L_after − median L_control)``,
-else 1. The discrete replay scales an event that starts after an idle time ``g`` by ``F(g)``,
+**The idle effect.** In the idle pass every other event follows an idle wait. The effect is
+*systematic* when the events after a wait, every gap pooled, rank above (or below) the pass's
+back-to-back events by a two-sided rank-sum test at :data:`IDLE_TEST_LEVEL`
+(:func:`rank_sum_p`, exact for the idle pass's sizes): a wait costs the next event a roughly
+fixed time whatever its length beyond one event's, so the gaps share one test and four events
+per gap need not carry it alone. A gap's factor is then ``exp(median L_after − median L_control)``
+when it has at least three events on the systematic side, else 1. The discrete replay scales an event that starts after an idle time ``g`` by ``F(g)``,
 linear between the measured gaps (F(0) = 1) and constant beyond the largest
 (:func:`discrete_idle_kernel`); ``no_idle_effect`` turns it off.
 
@@ -67,6 +70,12 @@ from tempora_sim.engine.replay_options import ReplayOptions
 
 #: Default number of timing replicates behind an interval (``--timing-replicates``).
 DEFAULT_REPLICATES = 20
+#: Two-sided level of the rank-sum test that decides whether the idle pass's after-wait events
+#: differ systematically from its back-to-back ones.
+IDLE_TEST_LEVEL = 0.05
+#: Up to this many events in all the rank-sum test counts every arrangement (exact); beyond it,
+#: the normal approximation with tie and continuity corrections.
+RANK_SUM_EXACT_MAX = 60
 #: What the answers say about their timing uncertainty.
 MEASURED = "measured"
 UNKNOWN = "unknown"
@@ -208,6 +217,47 @@ def _main_delta(trace, sample: list[dict]) -> np.ndarray:
     return np.asarray(out, np.float64)
 
 
+def midranks(x: np.ndarray) -> np.ndarray:
+    """Ranks 1..N of ``x``, tied values sharing the mean of their ranks."""
+    x = np.asarray(x, np.float64)
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(x.size, np.float64)
+    ranks[order] = np.arange(1, x.size + 1, dtype=np.float64)
+    values, inverse = np.unique(x, return_inverse=True)
+    sums = np.bincount(inverse, weights=ranks, minlength=values.size)
+    counts = np.bincount(inverse, minlength=values.size)
+    return (sums / counts)[inverse]
+
+
+def rank_sum_p(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """One-sided p-values of the Wilcoxon–Mann–Whitney rank-sum test: that ``a`` ranks above
+    ``b``, and that it ranks below. Up to :data:`RANK_SUM_EXACT_MAX` values in all, exact over
+    every way of choosing which ranks are ``a``'s (ties as midranks, so ties are exact too);
+    beyond, the normal approximation with the tie and continuity corrections."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    m, n = a.size, b.size
+    if m == 0 or n == 0:
+        return 1.0, 1.0
+    doubled = np.rint(2 * midranks(np.concatenate((a, b)))).astype(np.int64)  # midranks are k/2
+    observed = int(doubled[:m].sum())
+    if m + n <= RANK_SUM_EXACT_MAX:
+        total = int(doubled.sum())
+        ways = np.zeros((m + 1, total + 1), np.float64)  # ways[k, s]: subsets of k ranks summing to s
+        ways[0, 0] = 1.0
+        for v in doubled.tolist():
+            ways[1:, v:] += ways[:-1, : total + 1 - v].copy()
+        dist = ways[m] / ways[m].sum()
+        return float(min(1.0, dist[observed:].sum())), float(min(1.0, dist[: observed + 1].sum()))
+    big = m + n
+    _, counts = np.unique(np.concatenate((a, b)), return_counts=True)
+    var = m * n / 12.0 * ((big + 1) - float((counts**3 - counts).sum()) / (big * (big - 1)))
+    if var <= 0:
+        return 1.0, 1.0
+    u = observed / 2.0 - m * (m + 1) / 2.0
+    sd, mean = math.sqrt(var), m * n / 2.0
+    return 1.0 - NormalDist().cdf((u - mean - 0.5) / sd), NormalDist().cdf((u - mean + 0.5) / sd)
+
+
 def model_from_measurement(tv: dict, main: np.ndarray) -> TimingModel | None:
     """The :class:`TimingModel` of a ``timing_variability`` value and the main-pass δ of its
     sample events (a sample event whose main δ is 0 carries no ratio and is left out)."""
@@ -233,12 +283,14 @@ def model_from_measurement(tv: dict, main: np.ndarray) -> TimingModel | None:
             s = float(np.median(Lc))
             shifts.append(s)
             residuals.append(Lc - s)
-            q1, q3 = np.quantile(Lc, [0.25, 0.75])
+            after = L[ok & (gaps > 0)]
+            slower, faster = rank_sum_p(after, Lc) if after.size else (1.0, 1.0)
+            side = 1.0 if 2 * slower < IDLE_TEST_LEVEL else -1.0 if 2 * faster < IDLE_TEST_LEVEL else 0.0
             for g in np.unique(gaps[gaps > 0]):
                 La = L[ok & (gaps == g)]
-                systematic = La.size >= 3 and (bool((La > q3).all()) or bool((La < q1).all()))
+                shift = float(np.median(La)) - s
                 gaps_ms.append(float(g))
-                factors.append(math.exp(float(np.median(La)) - s) if systematic else 1.0)
+                factors.append(math.exp(shift) if side != 0.0 and La.size >= 3 and shift * side > 0 else 1.0)
     return TimingModel(
         shifts=np.sort(np.asarray(shifts, np.float64)),
         residuals=np.sort(np.concatenate(residuals)),
