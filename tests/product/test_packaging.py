@@ -119,9 +119,10 @@ def test_trace_stack_is_an_extra_and_the_base_is_torch_free(wheel):
     assert {"numba", "polars", "pyarrow", "click"} <= base
     assert {"torch", "torchvision", "timm"} <= trace
     assert not base & {"torch", "torchvision", "timm", "huggingface-hub", "imagecorruptions"}
-    # Upper bounds only for known incompatibilities (setuptools 81 dropped pkg_resources).
+    # Upper bounds only for known incompatibilities: setuptools 81 dropped pkg_resources; pytest
+    # 9.2's node ids defeat pytest-xdist 3.8's loadgroup (the dev extra; tests/product/test_test_loop.py).
     capped = {canonicalize_name(r.name) for r in reqs if any(s.operator in ("<", "<=") for s in r.specifier)}
-    assert capped <= {"setuptools"}, capped
+    assert capped <= {"setuptools", "pytest"}, capped
     assert re.search(r"^Provides-Extra: sim$", meta, re.M) and re.search(r"^Provides-Extra: trace$", meta, re.M)
 
 
