@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
 import tempora_schema as schema
+from helpers.ranks import average_ranks
 from tempora_sim import analyses as an
 from tempora_sim import run_sweep
 from tempora_sim.commands.main import main
@@ -110,16 +111,7 @@ def test_a_faster_after_wait_is_systematic_too():
 def _brute_rank_sum(a: list[float], b: list[float]) -> tuple[float, float]:
     """Plain-Python oracle: every way of choosing which of the pooled values are ``a``'s."""
     pooled = a + b
-    order = sorted(range(len(pooled)), key=lambda i: pooled[i])
-    ranks = [0.0] * len(pooled)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and pooled[order[j + 1]] == pooled[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
+    ranks = average_ranks(pooled)
     observed = sum(ranks[: len(a)])
     sums = [sum(ranks[k] for k in c) for c in itertools.combinations(range(len(pooled)), len(a))]
     return sum(s >= observed - 1e-9 for s in sums) / len(sums), sum(s <= observed + 1e-9 for s in sums) / len(sums)

@@ -12,6 +12,7 @@ import random
 import polars as pl
 import pytest
 
+from helpers.ranks import average_ranks
 from helpers.utility_tables import GROUP, WIN, grid, utility_frame
 from tempora_sim import analyses as an
 
@@ -103,23 +104,8 @@ def test_below_standard_needs_the_baseline():
 
 
 # ----------------------------------------------------------------------------- Spearman
-def _avg_ranks(xs: list[float]) -> list[float]:
-    """Independent oracle: 1-based ranks, ties get the mean of the positions they span."""
-    order = sorted(range(len(xs)), key=lambda i: xs[i])
-    ranks = [0.0] * len(xs)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
-
-
 def _spearman(x: list[float], y: list[float]) -> float | None:
-    rx, ry = _avg_ranks(x), _avg_ranks(y)
+    rx, ry = average_ranks(x), average_ranks(y)
     mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
     sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
     sxx = sum((a - mx) ** 2 for a in rx)
