@@ -37,9 +37,10 @@ back-to-back events by a two-sided rank-sum test at :data:`IDLE_TEST_LEVEL`
 (:func:`rank_sum_p`, exact for the idle pass's sizes): a wait costs the next event a roughly
 fixed time whatever its length beyond one event's, so the gaps share one test and four events
 per gap need not carry it alone. A gap's factor is then ``exp(median L_after − median L_control)``
-when it has at least three events on the systematic side, else 1. The discrete replay scales an event that starts after an idle time ``g`` by ``F(g)``,
-linear between the measured gaps (F(0) = 1) and constant beyond the largest
-(:func:`discrete_idle_kernel`); ``no_idle_effect`` turns it off.
+when it has at least three events on the systematic side, else 1. The discrete replay scales an
+event that starts after an idle time ``g`` by ``F(g)``, linear between the measured gaps
+(F(0) = 1) and constant beyond the largest (:func:`discrete_idle_kernel`); ``no_idle_effect``
+turns it off.
 
 A trace without the metadata has no model: its replicates repeat its traced times, and the
 answers say that its timing uncertainty is unknown.
@@ -288,7 +289,7 @@ def model_from_measurement(tv: dict, main: np.ndarray) -> TimingModel | None:
             side = 1.0 if 2 * slower < IDLE_TEST_LEVEL else -1.0 if 2 * faster < IDLE_TEST_LEVEL else 0.0
             for g in np.unique(gaps[gaps > 0]):
                 La = L[ok & (gaps == g)]
-                shift = float(np.median(La)) - s
+                shift = float(np.median(La)) - s if La.size else 0.0
                 gaps_ms.append(float(g))
                 factors.append(math.exp(shift) if side != 0.0 and La.size >= 3 and shift * side > 0 else 1.0)
     return TimingModel(
