@@ -93,7 +93,8 @@ def waits(method: str, wait_ms: list[float], rounds: int) -> dict:
     waits before every other event (``alt``), for each wait; the block order reverses every
     other round so a drifting machine weighs on no condition. Per condition and part (``waited``
     events, ``b2b`` events), the median over rounds of each block's median δ, and its ratio to
-    the back-to-back blocks'."""
+    the back-to-back blocks'; for the alternating blocks also the paired ratio (the median over
+    rounds of waited over back-to-back in the same block)."""
     run, xs = _method_run(method)
     from tempora_trace.timing import collect_between_events, collector_paused, now_ns, timed_event, wait_until
 
@@ -123,8 +124,14 @@ def waits(method: str, wait_ms: list[float], rounds: int) -> dict:
     summary = {
         k: {"median_delta_ms": statistics.median(v), "ratio": statistics.median(v) / base, "rounds_ms": v} for k, v in medians.items()
     }
+    for w in wait_ms:
+        # the alternating block's waited events over its own back-to-back ones, round by round:
+        # paired within a block, so the machine's speed at that moment cancels
+        waited, b2b = medians[f"alt {w:g} ms: waited"], medians[f"alt {w:g} ms: b2b"]
+        summary[f"alt {w:g} ms: waited"]["paired_ratio"] = statistics.median(x / y for x, y in zip(waited, b2b))
     for k, v in summary.items():
-        print(f"{method} {k:22s} median δ {v['median_delta_ms']:6.2f} ms  × {v['ratio']:.3f}", file=sys.stderr, flush=True)
+        paired = f"  paired × {v['paired_ratio']:.3f}" if "paired_ratio" in v else ""
+        print(f"{method} {k:22s} median δ {v['median_delta_ms']:6.2f} ms  × {v['ratio']:.3f}{paired}", file=sys.stderr, flush=True)
     return summary
 
 
