@@ -26,6 +26,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tempora_schema import (
@@ -463,6 +464,19 @@ def _read_failure(exc: BaseException) -> str:
     return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
+#: pyarrow 16 added string views; older releases (the floor is 14) have no such type to check
+_is_string_view = getattr(pa.types, "is_string_view", lambda _type: False)
+
+
+def check_text_columns(table: pa.Table) -> None:
+    """Raise (pyarrow's ArrowInvalid) where a text column holds bytes that are not UTF-8: pyarrow
+    reads a damaged page's bytes as they are, and polars panics on them later, mid-computation."""
+    for column in table.itercolumns():
+        kind = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
+        if pa.types.is_string(kind) or pa.types.is_large_string(kind) or _is_string_view(kind):
+            column.validate(full=True)
+
+
 def _parquet_source(path: Path):
     """What polars opens: the path, or the file's bytes when its name is not UTF-8 (polars
     cannot open such a file by name)."""
@@ -485,7 +499,9 @@ def read_trace(path: str | os.PathLike) -> Trace:
         # abort the whole process on some damaged files, so it only receives decoded columns
         parquet = pq.ParquetFile(_parquet_source(path))
         kv = {k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in (parquet.schema_arrow.metadata or {}).items()}
-        df = pl.from_arrow(parquet.read(use_threads=False))  # per-file thread pools cost more than they save here
+        table = parquet.read(use_threads=False)  # per-file thread pools cost more than they save here
+        check_text_columns(table)
+        df = pl.from_arrow(table)
     except BaseException as exc:  # noqa: BLE001 - polars reports some failures as panics, too
         raise TraceFileError(path, f"not a readable Parquet file ({_read_failure(exc)})") from None
     try:

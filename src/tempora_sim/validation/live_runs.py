@@ -36,7 +36,7 @@ from tempora_sim import protocols as P
 from tempora_sim.errors import GroupError, SimError, TraceFileError
 from tempora_sim.sweeps import variability
 from tempora_sim.sweeps.replay import POOLED, run_sweep
-from tempora_sim.sweeps.traces import Trace, TraceSet, check_out_outside, load_traces
+from tempora_sim.sweeps.traces import Trace, TraceSet, check_out_outside, check_text_columns, load_traces
 from tempora_sim.uncertainty import coverage
 from tempora_sim.validation.tolerances import (
     DEFAULT_TIE_US,
@@ -81,6 +81,7 @@ def read_live(path: str | os.PathLike) -> LiveFile:
     path = Path(path)
     try:
         table = pq.read_table(path, use_threads=False)
+        check_text_columns(table)
     except (pa.ArrowException, OSError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TraceFileError(path, f"not a readable Parquet file ({first})") from None

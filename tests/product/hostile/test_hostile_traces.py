@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -124,3 +125,43 @@ def test_the_uncorrupted_pair_is_accepted_and_replayed(good):
     *_, folder = good
     frame = sweep(load_traces(folder), protocols="offline")
     assert frame.height > 0 and all(math.isfinite(u) for u in frame["utility"].to_list())
+
+
+def _with_text_that_is_not_utf8(table: pa.Table) -> pa.Table:
+    """``table`` with the first string column's first value cut inside a UTF-8 sequence: bytes a
+    damaged page can hold, which pyarrow reads as they are and polars panics on."""
+    i = next(k for k, f in enumerate(table.schema) if pa.types.is_string(f.type))
+    values = [v.encode() for v in table.column(i).to_pylist()]
+    data = bytearray(b"".join(values))
+    data[0] = 0xE2  # the lead byte of a three-byte sequence, followed by ASCII
+    offsets = [0]
+    for v in values:
+        offsets.append(offsets[-1] + len(v))
+    column = pa.Array.from_buffers(
+        pa.string(), len(values), [None, pa.py_buffer(pa.array(offsets, pa.int32()).buffers()[1]), pa.py_buffer(bytes(data))]
+    )
+    return table.set_column(i, table.field(i), pa.chunked_array([column]))
+
+
+def test_text_that_is_not_utf8_is_refused_in_one_line(good, tmp_path):
+    meta, table, _, _ = good
+    path = tmp_path / "tent.parquet"
+    pq.write_table(_with_text_that_is_not_utf8(table), path)
+    with pytest.raises(TraceFileError) as caught:
+        read_trace(path)
+    assert str(caught.value).startswith(f"{path}: not a readable Parquet file") and "UTF8" in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_live_file_whose_text_is_not_utf8_is_refused_in_one_line(tmp_path):
+    from helpers.validation_files import write_validation_set
+    from tempora_sim.validation.live_runs import read_live
+
+    live, _ = write_validation_set(
+        tmp_path, None, [np.ones(6)], [1.0], ("fog",), 6, **{k: v for k, v in SMALL.items() if k != "episodes" and k != "num_batches"}
+    )
+    path = live / "tent-1.parquet"
+    pq.write_table(_with_text_that_is_not_utf8(pq.read_table(path)), path)
+    with pytest.raises(TraceFileError) as caught:
+        read_live(path)
+    assert str(caught.value).startswith(f"{path}: not a readable Parquet file") and "\n" not in str(caught.value)
