@@ -63,6 +63,7 @@ from statistics import NormalDist
 from typing import Sequence
 
 import numpy as np
+import polars as pl
 
 from tempora_schema import VARIABILITY_KEY, probe_median_ms
 from tempora_schema.prediction import prediction_error
@@ -218,18 +219,6 @@ def _main_delta(trace, sample: list[dict]) -> np.ndarray:
     return np.asarray(out, np.float64)
 
 
-def midranks(x: np.ndarray) -> np.ndarray:
-    """Ranks 1..N of ``x``, tied values sharing the mean of their ranks."""
-    x = np.asarray(x, np.float64)
-    order = np.argsort(x, kind="stable")
-    ranks = np.empty(x.size, np.float64)
-    ranks[order] = np.arange(1, x.size + 1, dtype=np.float64)
-    values, inverse = np.unique(x, return_inverse=True)
-    sums = np.bincount(inverse, weights=ranks, minlength=values.size)
-    counts = np.bincount(inverse, minlength=values.size)
-    return (sums / counts)[inverse]
-
-
 def rank_sum_p(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     """One-sided p-values of the Wilcoxon–Mann–Whitney rank-sum test: that ``a`` ranks above
     ``b``, and that it ranks below. Up to :data:`RANK_SUM_EXACT_MAX` values in all, exact over
@@ -239,7 +228,8 @@ def rank_sum_p(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     m, n = a.size, b.size
     if m == 0 or n == 0:
         return 1.0, 1.0
-    doubled = np.rint(2 * midranks(np.concatenate((a, b)))).astype(np.int64)  # midranks are k/2
+    # average ranks, as the rest of the simulator ranks (polars); doubled, they are integers
+    doubled = np.rint(2 * pl.Series(np.concatenate((a, b))).rank("average").to_numpy()).astype(np.int64)
     observed = int(doubled[:m].sum())
     if m + n <= RANK_SUM_EXACT_MAX:
         total = int(doubled.sum())
