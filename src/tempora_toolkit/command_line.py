@@ -18,6 +18,7 @@ lines) or a range ``start:stop:step`` (both ends included when the step lands on
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import io
@@ -29,7 +30,7 @@ import sys
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 import click
 
@@ -48,6 +49,32 @@ MAX_GRID_FILE_BYTES = 64 << 20
 #: Control characters (C0 but tab, DEL, C1): an ANSI escape in a name from the data would clear
 #: the screen or rewrite a line; :func:`visible` shows each as ``\\xNN`` instead.
 _CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+def leave_program(code: object) -> NoReturn:
+    """End a command-line program whose command has returned ``code``, without the interpreter's
+    teardown.
+
+    Every output file is written, fsynced and renamed into place before a command returns, so
+    what the teardown would still do is free the loaded modules and their heap: about 0.8 s per
+    process once torch and its compiler stack are loaded (a short ``tempora-trace run``: 4.5 s
+    against 3.7 s), 0.3 s once Numba's kernels are. Standard output and error are flushed first
+    (a closed pipe there is exit status 120, as the interpreter's own exit reports it) and the
+    exit handlers still run (logging's flush, multiprocessing's, the weakref finalizers, file
+    locks), as on an ordinary exit. Under a profiler or a tracer (``python -m cProfile``,
+    coverage), which writes its results in the teardown, the exit is the ordinary one. Only the
+    programs call this; a library or notebook caller of a click group keeps the ordinary exit."""
+    status = code if isinstance(code, int) else 1
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        sys.exit(status)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:  # None: started with the stream closed (`>&-`)
+                stream.flush()
+        except (OSError, ValueError):
+            status = status or 120
+    atexit._run_exitfuncs()
+    os._exit(status)
 
 
 def visible(text: object) -> str:

@@ -28,7 +28,7 @@ if __name__ == "__main__" or _os.path.basename(sys.argv[0] if sys.argv else "") 
 
 import click  # noqa: E402
 
-from tempora_toolkit.command_line import OneLineGroup  # noqa: E402
+from tempora_toolkit.command_line import OneLineGroup, leave_program  # noqa: E402
 
 PROG = "tempora-sim"
 
@@ -85,25 +85,15 @@ main = click.option(
 
 
 def run() -> None:
-    """The ``tempora-sim`` program (and ``python -m tempora_sim.commands.main``): run the command line,
-    flush its output, and leave without the interpreter's teardown.
-
-    Every output file is written, fsynced and renamed into place before a command returns,
-    and no command leaves an exit handler behind; what the teardown would do is free Numba's
-    compiled code and the loaded modules, which costs a warm sweep about 0.3 s and serves
-    nothing. A library caller that calls :data:`main` keeps the ordinary exit (and Numba's
-    ordinary start: :data:`tempora_sim.process.IN_PROGRAM`)."""
+    """The ``tempora-sim`` program (and ``python -m tempora_sim.commands.main``): run the command
+    line, then leave without the interpreter's teardown
+    (:func:`tempora_toolkit.command_line.leave_program`), which would spend about 0.3 s freeing
+    Numba's compiled code after the last line. A library caller that calls :data:`main` keeps the
+    ordinary exit (and Numba's ordinary start: :data:`tempora_sim.process.IN_PROGRAM`)."""
     from tempora_sim import process
 
     process.IN_PROGRAM = True
-    code = main.main(standalone_mode=False)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            if stream is not None:  # None: started with the stream closed (`>&-`)
-                stream.flush()
-        except (OSError, ValueError):  # a closed pipe: what the interpreter's own exit reports
-            code = code or 120
-    _os._exit(code if isinstance(code, int) else 1)
+    leave_program(main.main(standalone_mode=False))
 
 
 if __name__ == "__main__":
