@@ -94,3 +94,30 @@ def test_shared_words_are_declared_once(name):
         if pattern.search(path.read_text(encoding="utf-8"))
     ]
     assert not offenders, f"{name} spelled out outside tempora_schema.vocabulary:\n" + "\n".join(offenders)
+
+
+#: The house's two measured limits (docs/design/architecture.md, "before and after"): a module a
+#: newcomer can read at one sitting, and protocols named by their objects, not their words.
+LARGEST_MODULE_LINES = 700
+PROTOCOL_WORD_LINES = 15
+PROTOCOL_WORD = re.compile(r'"(offline|discrete|continuous|amortised|discrete-continuous|discrete-amortised)"')
+
+
+def test_no_module_outgrows_the_limit():
+    sizes = {p.relative_to(SRC): len(p.read_text(encoding="utf-8").splitlines()) for p in SRC.rglob("*.py")}
+    over = {str(p): n for p, n in sizes.items() if n > LARGEST_MODULE_LINES}
+    assert not over, f"split these modules (limit {LARGEST_MODULE_LINES} lines): {over}"
+
+
+def test_protocols_are_named_by_their_objects_outside_their_package():
+    """The page's count: lines of the simulator outside ``protocols/`` that spell a protocol's
+    word; none in the validation, the analyses or the report's sentences."""
+    hits = [
+        (path.relative_to(SRC / "tempora_sim"), n)
+        for path in (SRC / "tempora_sim").rglob("*.py")
+        if "protocols" not in path.relative_to(SRC / "tempora_sim").parts
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if PROTOCOL_WORD.search(line)
+    ]
+    assert len(hits) <= PROTOCOL_WORD_LINES, hits
+    assert not [h for h in hits if h[0].parts[0] in ("validation", "analyses") or h[0].name == "sentences.py"], hits
