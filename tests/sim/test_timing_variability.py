@@ -68,12 +68,36 @@ def test_model_from_a_hand_worked_measurement():
     assert m.shifts == pytest.approx(sorted([math.log(0.9), 0.0, math.log(1.1)]))
     controls = np.log([1.0, 1.05, 0.95, 1.0, 1.02, 0.98])
     assert m.residuals == pytest.approx(np.sort(np.concatenate([np.zeros(24), controls])))
-    # the six after-wait events rank above the six controls in 35 of 36 pairs (10.4 < 10.5):
-    # systematic (exact two-sided p ≈ 0.004). 5 ms: four events at 13 ms over the controls'
-    # median 10 → factor 1.3; 50 ms: two events, too few for a factor of their own → 1
+    # against the 24 repeat-pass events (twelve at 9 ms, twelve at 11 ms) the six after-wait
+    # events rank above in 132 of 144 pairs (only 10.4 is below the 11s): systematic. The
+    # reference is the repeat passes' median, between log 0.9 and log 1.1: log √0.99. 5 ms:
+    # four events at 13 ms → factor 1.3 / √0.99; 50 ms: two events, too few for a factor → 1
+    assert variability.rank_sum_p(np.log([1.3] * 4 + [1.04, 1.2]), np.log([0.9] * 12 + [1.1] * 12))[0] < 0.025
     assert m.idle_gaps_ms.tolist() == [5.0, 50.0]
-    assert m.idle_factors == pytest.approx([1.3, 1.0])
+    assert m.idle_factors == pytest.approx([1.3 / math.sqrt(0.99), 1.0])
     assert m.has_idle_effect and m.events == 12
+
+
+def test_the_reference_is_the_repeat_passes_not_the_controls_between_waits():
+    """Waiting slows the idle pass's back-to-back events too (here 11 ms against the repeat
+    passes' 10): the after-wait events at 11.5 ms are compared with the repeat passes, as the
+    main pass ran back to back, and carry the whole 15 %."""
+    main = np.full(16, 10.0)
+    repeat = [10.0, 10.1, 9.9, 10.05, 9.95, 10.0, 10.02, 9.98] * 2
+    tv = {
+        "sample": [{"episode": "a", "steps": list(range(16))}],
+        "passes_ms": [repeat, repeat[::-1]],
+        "idle_gaps_ms": [0, 20.0] * 8,
+        "idle_ms": [
+            v
+            for c, a in zip([11.0, 11.1, 10.9, 11.0, 11.05, 10.95, 11.0, 11.0], [11.5, 11.6, 11.4, 11.5, 11.5, 11.55, 11.45, 11.5])
+            for v in (c, a)
+        ],
+        "seconds": 0.0,
+    }
+    m = variability.model_from_measurement(tv, main)
+    assert m.idle_gaps_ms.tolist() == [20.0]
+    assert m.idle_factors == pytest.approx([1.15], rel=1e-3)
 
 
 def test_a_gap_on_the_other_side_of_a_systematic_effect_keeps_factor_one():
@@ -83,14 +107,15 @@ def test_a_gap_on_the_other_side_of_a_systematic_effect_keeps_factor_one():
     after = [(5.0, v) for v in (14.0, 14.2, 14.1, 14.3, 14.0, 14.1, 14.2)] + [(50.0, v) for v in (9.95, 9.96, 9.94)]
     tv = {
         "sample": [{"episode": "a", "steps": list(range(20))}],
-        "passes_ms": [[10.0] * 20],
+        "passes_ms": [controls * 2],
         "idle_gaps_ms": [g for (gap, _) in after for g in (0, gap)],
         "idle_ms": [v for c, (_, a) in zip(controls, after) for v in (c, a)],
         "seconds": 0.0,
     }
     m = variability.model_from_measurement(tv, np.full(20, 10.0))
     assert m.idle_gaps_ms.tolist() == [5.0, 50.0]
-    # the controls' median on the log scale: between 10.0 and 10.02, geometrically
+    # the repeat passes' median on the log scale (the controls' values twice): between 10.0 and
+    # 10.02, geometrically
     assert m.idle_factors == pytest.approx([14.1 / math.sqrt(10.0 * 10.02), 1.0])
 
 
@@ -98,13 +123,13 @@ def test_a_faster_after_wait_is_systematic_too():
     main = np.full(8, 10.0)
     tv = {
         "sample": [{"episode": "a", "steps": list(range(8))}],
-        "passes_ms": [[10.0] * 8],
+        "passes_ms": [[10.0, 10.2, 9.9, 10.1, 10.0, 10.2, 9.9, 10.1]],
         "idle_gaps_ms": [0, 5.0] * 4,
         "idle_ms": [10.0, 8.0, 10.2, 8.1, 9.9, 8.0, 10.1, 7.9],
         "seconds": 0.0,
     }
     m = variability.model_from_measurement(tv, main)
-    # log scale, as the model works: the controls' median log ratio is the mean of log 1.0 and log 1.01
+    # log scale, as the model works: the repeat pass's median log ratio is the mean of log 1.0 and log 1.01
     assert m.idle_factors == pytest.approx([0.8 / math.sqrt(1.0 * 1.01)])
 
 

@@ -32,15 +32,18 @@ uniforms through its own measured distribution (the predictive normal's ``u``-qu
 A slow pass of the machine is slow for every method, so paired differences stay sharp.
 
 **The idle effect.** In the idle pass every other event follows an idle wait. The effect is
-*systematic* when the events after a wait, every gap pooled, rank above (or below) the pass's
-back-to-back events by a two-sided rank-sum test at :data:`IDLE_TEST_LEVEL`
-(:func:`rank_sum_p`, exact for the idle pass's sizes): a wait costs the next event a roughly
-fixed time whatever its length beyond one event's, so the gaps share one test and four events
-per gap need not carry it alone. A gap's factor is then ``exp(median L_after − median L_control)``
-when it has at least three events on the systematic side, else 1. The discrete replay scales an
-event that starts after an idle time ``g`` by ``F(g)``, linear between the measured gaps
-(F(0) = 1) and constant beyond the largest (:func:`discrete_idle_kernel`); ``no_idle_effect``
-turns it off.
+*systematic* when the events after a wait, every gap pooled, rank above (or below) the repeat
+passes' events by a two-sided rank-sum test at :data:`IDLE_TEST_LEVEL` (:func:`rank_sum_p`,
+exact for the default sizes): a wait costs the next event a roughly fixed time whatever its
+length beyond one event's, so the gaps share one test and four events per gap need not carry
+it alone. The reference is the repeat passes, back to back as the main pass was, and not the
+idle pass's own back-to-back events, which run between waits (and waiting slows them too) and
+are a quarter as many; the cost is exposure to the machine's drift over the few seconds between
+the repeat passes and the idle pass (docs/design/statistics.md). A gap's factor is then
+``exp(median L_after − median L_repeat)`` when it has at least three events on the systematic
+side, else 1. The discrete replay scales an event that starts after an idle time ``g`` by ``F(g)``,
+linear between the measured gaps (F(0) = 1) and constant beyond the largest
+(:func:`discrete_idle_kernel`); ``no_idle_effect`` turns it off.
 
 A trace without the metadata has no model: its replicates repeat its traced times, and the
 answers say that its timing uncertainty is unknown.
@@ -73,7 +76,7 @@ from tempora_sim.engine.replay_options import ReplayOptions
 #: Default number of timing replicates behind an interval (``--timing-replicates``).
 DEFAULT_REPLICATES = 20
 #: Two-sided level of the rank-sum test that decides whether the idle pass's after-wait events
-#: differ systematically from its back-to-back ones.
+#: differ systematically from the repeat passes' back-to-back ones.
 IDLE_TEST_LEVEL = 0.05
 #: Up to this many events in all the rank-sum test counts every arrangement (exact); beyond it,
 #: the normal approximation with tie and continuity corrections.
@@ -258,12 +261,13 @@ def model_from_measurement(tv: dict, main: np.ndarray) -> TimingModel | None:
     log_main = np.log(np.where(ok, main, 1.0))
     if ok.sum() < 2:
         return None
-    shifts, residuals = [], []
+    shifts, residuals, repeats = [], [], []
     for times in tv["passes_ms"]:
         L = (np.log(np.asarray(times, np.float64)) - log_main)[ok]
         s = float(np.median(L))
         shifts.append(s)
         residuals.append(L - s)
+        repeats.append(L)
     gaps_ms, factors = [], []
     if tv["idle_ms"]:
         gaps = np.asarray(tv["idle_gaps_ms"], np.float64)
@@ -274,12 +278,16 @@ def model_from_measurement(tv: dict, main: np.ndarray) -> TimingModel | None:
             s = float(np.median(Lc))
             shifts.append(s)
             residuals.append(Lc - s)
+            # back to back as the main pass: the repeat passes (the idle pass's own controls
+            # run between waits, and waiting slows them too)
+            reference = np.concatenate(repeats)  # the schema asks for at least one repeat pass
+            r = float(np.median(reference))
             after = L[ok & (gaps > 0)]
-            slower, faster = rank_sum_p(after, Lc) if after.size else (1.0, 1.0)
+            slower, faster = rank_sum_p(after, reference) if after.size else (1.0, 1.0)
             side = 1.0 if 2 * slower < IDLE_TEST_LEVEL else -1.0 if 2 * faster < IDLE_TEST_LEVEL else 0.0
             for g in np.unique(gaps[gaps > 0]):
                 La = L[ok & (gaps == g)]
-                shift = float(np.median(La)) - s if La.size else 0.0
+                shift = float(np.median(La)) - r if La.size else 0.0
                 gaps_ms.append(float(g))
                 factors.append(math.exp(shift) if side != 0.0 and La.size >= 3 and shift * side > 0 else 1.0)
     return TimingModel(
