@@ -96,7 +96,9 @@ def test_metadata_policy_is_optional_and_checked():
 #: every method with an adapt step (the ones a policy applies to)
 ADAPTING = [m for m in available_methods() if adapts_after_prediction(get_method(m))]
 #: per-method options for 32-px demo images (SPA's noise patches are sized for its input)
-DEMO_PARAMS = {"spa": {"image_size": 32, "noise_patch": 8}}
+# RoTTA with a bank of 16 updated every 16 samples: its warm-up covers every bank size (64 by
+# default, 4 s a run here), and on this 64-image stream the default bank updates only once
+DEMO_PARAMS = {"spa": {"image_size": 32, "noise_patch": 8}, "rotta": {"memory_size": 16, "update_frequency": 16}}
 
 
 @pytest.fixture(scope="module")
