@@ -36,14 +36,16 @@ install: $(INSTALL)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
+	$(PY) -m pip install --quiet --no-compile -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 # `make test`: the whole suite, on every core (pytest-xdist; `--dist loadgroup` keeps a module's
 # shared fixture on one worker), each test under a timeout (pyproject.toml). `make test-fast`:
 # all but the `slow` marks (end to end, browser, hostile suite), for the edit-and-check loop.
-# TEST_WORKERS=0: one process, no workers; PYTEST_OPTS adds options (CI: --durations=25).
-TEST_WORKERS ?= auto
+# One worker more than the cores: the live-run and Ray tests wait on real clocks, and the third
+# worker's tests fill those waits. TEST_WORKERS=0: one process, no workers; PYTEST_OPTS adds
+# options (CI: --durations=25).
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 PYTEST_OPTS  ?=
 PYTEST = $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_OPTS)
 
