@@ -36,7 +36,7 @@ install: $(INSTALL)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --no-compile -e '.[$(EXTRAS)]'
+	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 # `make test`: the whole suite, on every core (pytest-xdist; `--dist loadgroup` keeps a module's
