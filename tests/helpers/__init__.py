@@ -11,5 +11,6 @@ modules need lives here (fixtures live in the ``conftest.py`` of the folder they
 - :mod:`helpers.utility_tables`: hand-built utility tables in the sweep's layout
 - :mod:`helpers.hostile`: what every hostile-input case asserts, and the faults it injects
 - :mod:`helpers.sim_cases`: the inputs ``tempora-sim`` must refuse (sweep, report, show)
+- :mod:`helpers.processes`: the environment of a child interpreter that imports what the test imports
 - :mod:`helpers.headless`: headless Chromium over the DevTools protocol (also bench/bench_explore.py)
 """

@@ -5,19 +5,16 @@ and the exit handlers run (a plugin's ``atexit`` hook, logging's flush)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from helpers.processes import child_env
+
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = {"tempora-trace": "tempora_trace.cli", "tempora-sim": "tempora_sim.commands.main"}
-
-
-def _env() -> dict:
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), *sys.path]))
 
 
 ORDINARY_EXIT = {
@@ -39,7 +36,7 @@ def _program(module: str, args: list[str], marker: Path, ordinary: bool = False)
         "logging.getLogger('exit-check').warning('logged before the exit')\n"
         f"sys.argv = ['prog', *{args!r}]\n"
     ) + (ORDINARY_EXIT[module] if ordinary else f"from {module} import run\nrun()\n")
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=300)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env(), timeout=300)
 
 
 @pytest.mark.parametrize("prog", list(PROGRAMS))
@@ -71,7 +68,7 @@ def test_a_trace_written_by_the_program_is_complete(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "tempora_trace.cli", "run", "--method", "standard", "--domains", "fog", "--max-batches", "2",
          "--frozen-sample", "2", "--out", str(tmp_path), "--quiet"],
-        capture_output=True, text=True, env=_env(), timeout=300,
+        capture_output=True, text=True, env=child_env(), timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert pq.read_table(tmp_path / "standard.parquet").num_rows > 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 import tempora_sim
+from helpers.processes import child_env
 from tempora_schema import METADATA_KEY
 from tempora_sim.commands.main import main
 from tempora_sim.errors import GridError, GroupError, ProtocolError, TraceFileError
@@ -280,14 +280,7 @@ def test_simulator_never_imports_torch():
         "tempora_sim.reporting.terminal, tempora_sim.commands.main, tempora_sim.sweeps.synthetic, tempora_sim.engine.oracle, tempora_schema; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, env=_child_env())
-
-
-def _child_env() -> dict:
-    """A child interpreter's environment with the same import path as this process (installed
-    or only on PYTHONPATH)."""
-    src = str(Path(tempora_sim.__file__).resolve().parents[1])
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([src, *sys.path]))
+    subprocess.run([sys.executable, "-c", code], check=True, env=child_env())
 
 
 def test_the_program_starts_numba_without_scipy_and_leaves_scipy_importable(trace_dir):
@@ -306,7 +299,7 @@ def test_the_program_starts_numba_without_scipy_and_leaves_scipy_importable(trac
     )
     out = {}
     for flag in (True, False):
-        done = subprocess.run([sys.executable, "-c", code.format(flag=flag)], check=True, env=_child_env(), capture_output=True, text=True)
+        done = subprocess.run([sys.executable, "-c", code.format(flag=flag)], check=True, env=child_env(), capture_output=True, text=True)
         out[flag] = done.stdout.split()
     assert out[True][0] == "0" and out[False][0] != "0"  # the library's start loads SciPy, the program's does not
     assert out[True][1] == out[False][1]

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from helpers.hostile import assert_refused, inject_errno, invoke, snapshot
+from helpers.processes import child_env
 from tempora_schema import METADATA_KEY, SCHEMA_VERSION
 from tempora_schema.live import LIVE_COLUMNS, LIVE_METADATA_KEY, SHARED_FIELDS, live_arrow_schema, validate_live_table
 from tempora_sim.commands.main import main
@@ -314,7 +315,7 @@ def test_a_report_killed_mid_way_leaves_a_stage_the_next_run_removes(ws):
         "from tempora_sim.commands.main import main\n"
         f"main.main(['report', {str(ws / 'traces')!r}, '--out', {str(ws / 'report')!r}, '--protocol', 'offline'])\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert [p.name for p in (ws / "report").iterdir() if p.name.startswith(".staging")], "the kill left no stage to clean"
     res = invoke(main, ["report", ws / "traces", "--out", ws / "report", "--protocol", "offline"])
@@ -352,7 +353,7 @@ def test_full_standard_output_is_one_line_naming_it(ws, monkeypatch):
             stdout=full,
             stderr=subprocess.PIPE,
             text=True,
-            env=_env(),
+            env=child_env(),
             timeout=300,
         )
     _one_error_line(proc, "cannot write to standard output: no space left on device")
@@ -360,10 +361,6 @@ def test_full_standard_output_is_one_line_naming_it(ws, monkeypatch):
 
 
 # ------------------------------------------------------------------------ the environment
-def _env(**extra) -> dict:
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), *sys.path]), **extra)
-
-
 def _one_error_line(proc, needle: str) -> None:
     assert "Traceback" not in proc.stderr, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if "warning:" not in ln]
@@ -383,7 +380,7 @@ ENVIRONMENTS = {
 def test_a_hostile_environment_still_prints(case, module, ws):
     args = ["sweep", str(ws / "traces"), "--protocol", "offline,discrete"] if module == "tempora_sim.commands.main" else ["list"]
     proc = subprocess.run(
-        [sys.executable, "-m", module, *args], capture_output=True, text=True, env=_env(**ENVIRONMENTS[case]["env"]), timeout=300
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, env=child_env(**ENVIRONMENTS[case]["env"]), timeout=300
     )
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stdout.strip()
@@ -397,7 +394,7 @@ def test_closed_standard_output_is_one_line(module, args, ws):
         stdout=None,
         stderr=subprocess.PIPE,
         text=True,
-        env=_env(),
+        env=child_env(),
         timeout=300,
         preexec_fn=lambda: os.close(1),
     )
@@ -418,7 +415,7 @@ def test_a_report_interrupted_while_staging_keeps_the_old_report(ws):
         "run()\n"
     )
     before = snapshot(ws)
-    proc = subprocess.Popen([sys.executable, "-c", code], env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", code], env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not [p for p in (ws / "report").iterdir() if p.name.startswith(".staging")]:
         time.sleep(0.1)

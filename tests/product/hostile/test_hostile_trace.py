@@ -18,6 +18,7 @@ import pytest
 from helpers.byo import write_image_folder, write_model_file
 from helpers.cifar import tiny_cifar_args
 from helpers.hostile import assert_refused, inject_errno, invoke, snapshot, user_workspace
+from helpers.processes import child_env
 from tempora_sim.sweeps.synthetic import write_trace
 from tempora_toolkit.atomic_files import output_lock
 from tempora_trace.cli import cli
@@ -333,13 +334,11 @@ def test_bare_method_is_run_and_domains_take_words_or_commas(ws):
 
 
 # ------------------------------------------------------------------------ real processes
-def _env() -> dict:
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), *sys.path]))
-
-
 @pytest.mark.parametrize("argv,prog", START_UP)
 def test_ctrl_c_during_start_up_is_one_line(argv, prog, tmp_path):
-    proc = subprocess.Popen([sys.executable, *argv], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, *argv], cwd=tmp_path, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     time.sleep(0.4)  # importing torch / polars / numba
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
