@@ -119,6 +119,27 @@ def test_a_gap_on_the_other_side_of_a_systematic_effect_keeps_factor_one():
     assert m.idle_factors == pytest.approx([14.1 / math.sqrt(10.0 * 10.02), 1.0])
 
 
+def test_repeat_passes_in_a_slower_moment_do_not_pass_for_an_idle_effect():
+    """The shape of an H200 trace: the repeat passes ran 18 % slower than the main pass, the idle
+    pass as fast as it again. Against the repeat passes the after-wait events look 15 % faster,
+    but they are not faster than the main pass's times that a factor would scale: no factor."""
+    main = np.full(8, 9.67)
+    tv = {
+        "sample": [{"episode": "a", "steps": list(range(8))}],
+        "passes_ms": [[11.5, 11.3, 11.6, 11.4, 11.6, 11.5, 11.7, 11.4], [11.8, 11.6, 11.5, 11.7, 11.4, 11.6, 11.5, 11.6]],
+        "idle_gaps_ms": [0, 11.6] * 4,
+        "idle_ms": [9.72, 9.72, 9.62, 9.84, 9.67, 9.75, 9.67, 9.79],
+        "seconds": 0.0,
+    }
+    m = variability.model_from_measurement(tv, main)
+    assert m.idle_gaps_ms.tolist() == [11.6]
+    assert m.idle_factors.tolist() == [1.0] and not m.has_idle_effect
+    # the same after-wait events 15 % below the main pass too: then the effect is real
+    tv["idle_ms"] = [9.72, 8.2, 9.62, 8.3, 9.67, 8.25, 9.67, 8.22]
+    m = variability.model_from_measurement(tv, main)
+    assert m.has_idle_effect and m.idle_factors[0] < 0.75
+
+
 def test_a_faster_after_wait_is_systematic_too():
     main = np.full(8, 10.0)
     tv = {

@@ -287,9 +287,14 @@ def model_from_measurement(tv: dict, main: np.ndarray) -> TimingModel | None:
             side = 1.0 if 2 * slower < IDLE_TEST_LEVEL else -1.0 if 2 * faster < IDLE_TEST_LEVEL else 0.0
             for g in np.unique(gaps[gaps > 0]):
                 La = L[ok & (gaps == g)]
-                shift = float(np.median(La)) - r if La.size else 0.0
+                level = float(np.median(La)) if La.size else 0.0
+                shift = level - r
                 gaps_ms.append(float(g))
-                factors.append(math.exp(shift) if side != 0.0 and La.size >= 3 and shift * side > 0 else 1.0)
+                # the factor scales the main pass's times: it applies only where the after-wait
+                # events also sit on its side of those times (log ratio 0), so that repeat passes
+                # caught in a slower or faster moment cannot pass for an idle effect
+                applies = side != 0.0 and La.size >= 3 and shift * side > 0 and level * side > 0
+                factors.append(math.exp(shift) if applies else 1.0)
     return TimingModel(
         shifts=np.sort(np.asarray(shifts, np.float64)),
         residuals=np.sort(np.concatenate(residuals)),
