@@ -84,6 +84,20 @@ def visible(text: object) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
+def _caused_by_interrupt(exc: BaseException) -> bool:
+    """Whether a Ctrl-C lies behind ``exc``: Python 3.11 turns a KeyboardInterrupt raised while a
+    class body binds its attributes (a dataclass being defined while a command's modules
+    import) into a RuntimeError raised from it."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
 def _one_line(text: str) -> str:
     """Newlines joined, every other control character shown (:func:`visible`)."""
     text = str(text).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
@@ -190,6 +204,11 @@ class OneLineGroup(click.Group):
         except (KeyboardInterrupt, click.exceptions.Abort) as exc:
             detail = str(exc) if isinstance(exc, KeyboardInterrupt) and exc.args else "interrupted"
             click.echo(f"{prog}: {_one_line(detail)}", err=True)
+            return EXIT_INTERRUPTED
+        except Exception as exc:
+            if not _caused_by_interrupt(exc):
+                raise
+            click.echo(f"{prog}: interrupted", err=True)
             return EXIT_INTERRUPTED
         finally:
             warnings.showwarning = previous

@@ -347,6 +347,33 @@ def test_ctrl_c_during_start_up_is_one_line(argv, prog, tmp_path):
     assert err.startswith(f"{prog}: interrupted"), err
 
 
+def test_ctrl_c_while_a_command_defines_a_class_is_one_line(capsys):
+    """A Ctrl-C that lands while a command's modules define a dataclass reaches the program as
+    RuntimeError("Error calling __set_name__ ...") raised from the KeyboardInterrupt (Python
+    3.11): still one line and status 130. Any other RuntimeError stays the error it is."""
+    from tempora_toolkit.command_line import EXIT_INTERRUPTED, OneLineGroup
+
+    class Interrupting:
+        def __set_name__(self, owner, name):
+            raise KeyboardInterrupt
+
+    group = OneLineGroup(name="prog", prog="prog")
+
+    @group.command()
+    def define():
+        type("Defined", (), {"field": Interrupting()})  # as a class statement binds its attributes
+
+    @group.command()
+    def broken():
+        raise RuntimeError("a defect, not an interrupt")
+
+    assert group.run(["define"]) == EXIT_INTERRUPTED
+    err = capsys.readouterr().err
+    assert err == "prog: interrupted\n", err
+    with pytest.raises(RuntimeError, match="a defect"):
+        group.run(["broken"])
+
+
 def test_the_documented_case_count_is_the_suite(hostile_modules):
     """docs/reference/errors.md states how many hostile cases the suite covers; keep it true."""
     cache, campaign, live, sim, surfaces, users = (hostile_modules[n] for n in ("cache", "campaign", "live", "sim", "surfaces", "users"))
