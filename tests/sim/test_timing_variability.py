@@ -122,7 +122,8 @@ def test_a_gap_on_the_other_side_of_a_systematic_effect_keeps_factor_one():
 def test_repeat_passes_in_a_slower_moment_do_not_pass_for_an_idle_effect():
     """The shape of an H200 trace: the repeat passes ran 18 % slower than the main pass, the idle
     pass as fast as it again. Against the repeat passes the after-wait events look 15 % faster,
-    but they are not faster than the main pass's times that a factor would scale: no factor."""
+    but they are faster than neither the main pass's times (which a factor would scale) nor the
+    idle pass's own back-to-back events: no factor."""
     main = np.full(8, 9.67)
     tv = {
         "sample": [{"episode": "a", "steps": list(range(8))}],
@@ -138,6 +139,23 @@ def test_repeat_passes_in_a_slower_moment_do_not_pass_for_an_idle_effect():
     tv["idle_ms"] = [9.72, 8.2, 9.62, 8.3, 9.67, 8.25, 9.67, 8.22]
     m = variability.model_from_measurement(tv, main)
     assert m.has_idle_effect and m.idle_factors[0] < 0.75
+
+
+def test_an_effect_beside_the_idle_pass_own_controls_holds_when_the_main_pass_ran_slower():
+    """The shape of a CPU trace: the main pass ran 9 % slower than the repeat passes; the
+    after-wait events are level with the main pass but 7 % above the back-to-back events run
+    between them in the idle pass. The wait's cost is seen in the idle pass itself, so the
+    factor (against the repeat passes) applies."""
+    main = np.full(8, 11.0)
+    tv = {
+        "sample": [{"episode": "a", "steps": list(range(8))}],
+        "passes_ms": [[10.0, 10.1, 9.9, 10.05, 9.95, 10.0, 10.1, 9.9]] * 2,
+        "idle_gaps_ms": [0, 12.5] * 4,
+        "idle_ms": [10.2, 10.9, 10.3, 11.0, 10.1, 10.95, 10.25, 10.85],
+        "seconds": 0.0,
+    }
+    m = variability.model_from_measurement(tv, main)
+    assert m.has_idle_effect and m.idle_factors[0] == pytest.approx(10.925 / 10.0, rel=2e-3)
 
 
 def test_a_faster_after_wait_is_systematic_too():

@@ -282,6 +282,7 @@ def model_from_measurement(tv: dict, main: np.ndarray) -> TimingModel | None:
             # run between waits, and waiting slows them too)
             reference = np.concatenate(repeats)  # the schema asks for at least one repeat pass
             r = float(np.median(reference))
+            control_level = float(np.median(Lc))  # the idle pass's own back-to-back events
             after = L[ok & (gaps > 0)]
             slower, faster = rank_sum_p(after, reference) if after.size else (1.0, 1.0)
             side = 1.0 if 2 * slower < IDLE_TEST_LEVEL else -1.0 if 2 * faster < IDLE_TEST_LEVEL else 0.0
@@ -290,10 +291,12 @@ def model_from_measurement(tv: dict, main: np.ndarray) -> TimingModel | None:
                 level = float(np.median(La)) if La.size else 0.0
                 shift = level - r
                 gaps_ms.append(float(g))
-                # the factor scales the main pass's times: it applies only where the after-wait
-                # events also sit on its side of those times (log ratio 0), so that repeat passes
-                # caught in a slower or faster moment cannot pass for an idle effect
-                applies = side != 0.0 and La.size >= 3 and shift * side > 0 and level * side > 0
+                # an effect seen against the repeat passes alone is their moment, not the wait:
+                # the after-wait events must also lie on its side of the main pass's times (log
+                # ratio 0, the times a factor scales) or of the idle pass's own back-to-back
+                # events, run between them
+                beside = level * side > 0 or (level - control_level) * side > 0
+                applies = side != 0.0 and La.size >= 3 and shift * side > 0 and beside
                 factors.append(math.exp(shift) if applies else 1.0)
     return TimingModel(
         shifts=np.sort(np.asarray(shifts, np.float64)),
