@@ -275,14 +275,13 @@ def model_from_measurement(tv: dict, main: np.ndarray) -> TimingModel | None:
         control = ok & (gaps == 0)
         if control.sum() >= 2:
             Lc = L[control]
-            s = float(np.median(Lc))
-            shifts.append(s)
-            residuals.append(Lc - s)
+            control_level = float(np.median(Lc))  # the idle pass's own back-to-back events
+            shifts.append(control_level)
+            residuals.append(Lc - control_level)
             # back to back as the main pass: the repeat passes (the idle pass's own controls
             # run between waits, and waiting slows them too)
             reference = np.concatenate(repeats)  # the schema asks for at least one repeat pass
             r = float(np.median(reference))
-            control_level = float(np.median(Lc))  # the idle pass's own back-to-back events
             after = L[ok & (gaps > 0)]
             slower, faster = rank_sum_p(after, reference) if after.size else (1.0, 1.0)
             side = 1.0 if 2 * slower < IDLE_TEST_LEVEL else -1.0 if 2 * faster < IDLE_TEST_LEVEL else 0.0
