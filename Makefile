@@ -190,9 +190,9 @@ FIELD_TRACE_OPTS ?= --max-batches 5 --frozen-sample 4 --threads 1
 FIELD_SWEEP_OPTS ?=
 
 # $(FIELD_TRACES)/<model>/<stream>/<method>.parquet for every stream and every method that fits
-# the model (asked of the tracer: expanded in recipes only, after `install`).
-field_files = $(foreach stream,$(FIELD_STREAMS),$(addprefix $(FIELD_TRACES)/$(FIELD_MODEL)/$(stream)/,\
-    $(addsuffix .parquet,$(or $(FIELD_METHODS),$(shell $(TRACE) list --methods-for $(FIELD_MODEL))))))
+# the model (asked of the tracer once, not once per stream: expanded in recipes only, after `install`).
+field_files_of = $(foreach stream,$(FIELD_STREAMS),$(addprefix $(FIELD_TRACES)/$(FIELD_MODEL)/$(stream)/,$(addsuffix .parquet,$(1))))
+field_files = $(call field_files_of,$(or $(FIELD_METHODS),$(shell $(TRACE) list --methods-for $(FIELD_MODEL))))
 
 field: install
 	@$(MAKE) --no-print-directory -j1 field-run FIELD_FILES='$(field_files)'
@@ -389,9 +389,9 @@ PV_VALIDATE_OPTS ?=
 # thread count, model and method (expanded in recipes only, after `install` made the tracer
 # importable). Each method's profile is taken right after its full trace, so the pair meets the
 # machine at one speed (a VM's speed moves by tens of percent over minutes; the transfer is
-# fitted on the pair).
-pv_pairs = $(foreach thr,$(PV_THREADS),$(foreach model,$(PV_MODELS),$(foreach m,$(or $(PV_METHODS),$(shell $(TRACE) list --methods-for $(model) --demo-set)),\
-    $(PV_OUT)/traces/$(thr)thr/$(model)/$(m).parquet $(PV_OUT)/profiles/$(thr)thr/$(model)/$(m).parquet)))
+# fitted on the pair). The tracer is asked for each model's methods once, not once per thread count.
+pv_pairs_of = $(foreach thr,$(PV_THREADS),$(foreach mm,$(1),$(PV_OUT)/traces/$(thr)thr/$(mm).parquet $(PV_OUT)/profiles/$(thr)thr/$(mm).parquet))
+pv_pairs = $(call pv_pairs_of,$(foreach model,$(PV_MODELS),$(addprefix $(model)/,$(or $(PV_METHODS),$(shell $(TRACE) list --methods-for $(model) --demo-set)))))
 
 predict-validate: install
 	@$(MAKE) --no-print-directory -j1 predict-validate-run PV_FILES='$(pv_pairs)'

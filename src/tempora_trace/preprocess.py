@@ -6,8 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from torchvision import transforms as T
-
 
 @dataclass(frozen=True)
 class Preprocess:
@@ -22,6 +20,8 @@ class Preprocess:
     std: tuple[float, ...] | None = None
 
     def transform(self):
+        from torchvision import transforms as T  # lazy: importing torchvision costs a process about 1.5 s (it loads torch._dynamo)
+
         mode = T.InterpolationMode(self.interpolation)
         return T.Compose([T.Resize(self.resize, interpolation=mode), T.CenterCrop(self.input_size), T.ToTensor()])
 

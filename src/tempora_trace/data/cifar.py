@@ -12,7 +12,6 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from torchvision.datasets import CIFAR10, CIFAR100
 
 from ..errors import DataError
 
@@ -64,6 +63,8 @@ def open_cifar_c(root: Path, corruption: str, severity: int) -> ArraySource:
 
 def open_cifar_clean(root: Path, num_classes: int) -> ArraySource:
     """The clean CIFAR test set from torchvision's extracted folder under ``root`` or its parent."""
+    from torchvision.datasets import CIFAR10, CIFAR100  # lazy: importing torchvision costs a process about 1.5 s (it loads torch._dynamo)
+
     cls, folder = (CIFAR100, "cifar-100-python") if num_classes == 100 else (CIFAR10, "cifar-10-batches-py")
     for base in (root, root.parent):
         if (base / folder).is_dir():

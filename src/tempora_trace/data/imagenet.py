@@ -9,9 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from torchvision import transforms as T
-from torchvision.datasets import ImageFolder
-
 from ..errors import DataError
 from .streams import ItemBatchSource
 
@@ -426,6 +423,8 @@ SUBSET_CLASSES = {"imagenet-a": IMAGENET_A_CLASSES, "imagenet-r": IMAGENET_R_CLA
 
 
 def _transforms(resize: bool):
+    from torchvision import transforms as T  # lazy: importing torchvision costs a process about 1.5 s (it loads torch._dynamo)
+
     steps = [T.Resize(256), T.CenterCrop(224)] if resize else [T.CenterCrop(224)]
     return T.Compose(steps + [T.ToTensor()])
 
@@ -433,6 +432,8 @@ def _transforms(resize: bool):
 def _image_folder(path: Path, resize: bool, what: str):
     if not path.is_dir():
         raise DataError(f"missing {what} folder {path}")
+    from torchvision.datasets import ImageFolder  # lazy: importing torchvision costs a process about 1.5 s (it loads torch._dynamo)
+
     try:
         # allow_empty: a class folder without images (a subsampled copy) is not an error;
         # the class count, which fixes the label map, is checked by the callers.

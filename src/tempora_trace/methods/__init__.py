@@ -18,6 +18,7 @@ snapshot-safe random generator :class:`MethodRNG`, and the conformance kit
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
 
 from ..errors import ConfigError
@@ -26,7 +27,6 @@ from ..models.external import is_external
 from ..norms import method_fits
 from . import _registry
 from ._registry import ENTRY_POINT_GROUP, MethodRef, MethodSource, entry_points, refresh_entry_points
-from .augment import MethodRNG
 from .base import (
     AS_DEFAULT,
     Departure,
@@ -41,12 +41,13 @@ from .base import (
     softmax_entropy,
 )
 from .gradient import GradientMethod, check_params, default_lr, dense_nchw, selected
+from .rng import MethodRNG
 from .teacher import TeacherStudentMethod, ema_update, stochastic_restore
 
 _REGISTRY: dict[str, type[TTAMethod]] = {}
 _DISCOVERED = False
 #: Modules of this package that hold no method (the API, the registry, the kit).
-_SUPPORT_MODULES = frozenset({"base", "gradient", "augment", "teacher", "testing"})
+_SUPPORT_MODULES = frozenset({"base", "gradient", "augment", "rng", "teacher", "testing"})
 
 
 def register(cls: type[TTAMethod]) -> type[TTAMethod]:
@@ -76,6 +77,18 @@ def _discover() -> None:
         if info.name not in _SUPPORT_MODULES and not info.name.startswith("_"):
             importlib.import_module(f"{__name__}.{info.name}")
     _DISCOVERED = True
+
+
+def _import_named_module(name: str) -> None:
+    """Import the built-in module named like method ``name`` (``eta-no-reset`` → ``eta_no_reset``),
+    if there is one: resolving a built-in name then imports that module alone, not every
+    method (several import torchvision, about 1.5 s a process that ``standard`` never needs).
+    A name without a module of its own is found by importing them all."""
+    module = name.replace("-", "_")
+    if name in _REGISTRY or module in _SUPPORT_MODULES or module.startswith("_") or not module.isidentifier():
+        return
+    if importlib.util.find_spec(f"{__name__}.{module}") is not None:
+        importlib.import_module(f"{__name__}.{module}")
 
 
 def builtin_methods() -> list[str]:
@@ -124,8 +137,8 @@ def resolve_method(spec: str) -> MethodRef:
     if not isinstance(spec, str) or not spec.strip():
         raise MethodError(f"method must be a name, MODULE:CLASS or PATH.py:CLASS, not {spec!r}")
     spec = spec.strip()
-    _discover()
     if _registry.is_spec(spec):
+        _discover()  # a class of the user's named like a built-in is a clash: every built-in must be known
         ref = _registry.load_spec(spec)
         clash = []
         known = _REGISTRY.get(ref.name)
@@ -135,6 +148,9 @@ def resolve_method(spec: str) -> MethodRef:
         if clash:
             raise MethodError(_clash_line(ref.name, [*clash, ref.source.describe()]))
         return ref
+    _import_named_module(spec)
+    if spec not in _REGISTRY:
+        _discover()
     eps = entry_points().get(spec, [])
     known = _REGISTRY.get(spec)
     if known is not None and not eps:

@@ -32,9 +32,9 @@ import torch
 import torch.nn as nn
 
 from ..norms import BN_TYPES
-from .augment import MethodRNG
 from .base import MethodContext
 from .gradient import GradientMethod, dense_nchw
+from .rng import MethodRNG
 
 __all__ = ["TeacherStudentMethod", "ema_update", "stochastic_restore"]
 

@@ -51,8 +51,8 @@ from torch.overrides import TorchFunctionMode
 
 from . import get_method
 from ._registry import MethodRef, check_method_class
-from .augment import MethodRNG
 from .base import MethodContext, MethodError, TTAMethod
+from .rng import MethodRNG
 from .testing_device import check_no_sync, check_warm_up
 from .testing_stream import (
     DEMO_MODELS,

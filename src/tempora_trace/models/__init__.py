@@ -19,7 +19,6 @@ from typing import Callable
 import torch
 import torch.nn as nn
 from safetensors.torch import load_file
-from torchvision import models as tvm
 
 import tempora_schema as schema
 
@@ -152,6 +151,8 @@ def _file(path: Path | None) -> str | None:
 
 # ------------------------------------------------------------------------ builders
 def _torchvision_resnet(arch: str, weights, num_classes: int | None):
+    from torchvision import models as tvm  # lazy: importing torchvision costs a process about 1.5 s (it loads torch._dynamo)
+
     classes = num_classes or 1000
     path = _resolve(weights, lambda: fetch_torchvision(arch))
     net = getattr(tvm, arch)(weights=None, num_classes=classes)

@@ -10,11 +10,12 @@ with that recipe loads directly.
 from __future__ import annotations
 
 import torch.nn as nn
-from torchvision.models import resnet18
 
 
 def build_cifar_resnet18(num_classes: int = 10) -> nn.Module:
     """Randomly initialised CIFAR ResNet-18 (expects normalised 32×32 input)."""
+    from torchvision.models import resnet18  # lazy: importing torchvision costs a process about 1.5 s (it loads torch._dynamo)
+
     net = resnet18(weights=None, num_classes=num_classes)
     net.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
     return net

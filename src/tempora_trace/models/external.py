@@ -39,9 +39,6 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-import torchvision
-from torchvision import models as tvm
-from torchvision.models import get_model_weights
 
 from .. import user_code
 from ..errors import ConfigError, UserCodeError, WeightsError
@@ -352,6 +349,8 @@ def build_timm(name: str, weights, num_classes: int | None, input_size: int | No
 def _tv_weights(name: str, tag: str | None):
     """The weights enum member ``tag`` (``DEFAULT`` when None) of torchvision model ``name``,
     or None when the model has no published weights."""
+    from torchvision.models import get_model_weights  # lazy: importing torchvision costs a process about 1.5 s (it loads torch._dynamo)
+
     try:
         enum = get_model_weights(name)
     except (ValueError, KeyError):
@@ -367,6 +366,9 @@ def _tv_weights(name: str, tag: str | None):
 
 
 def build_torchvision(name: str, tag: str | None, weights, num_classes: int | None, input_size: int | None, label: str | None = None):
+    import torchvision  # lazy: importing torchvision costs a process about 1.5 s (it loads torch._dynamo)
+    from torchvision import models as tvm
+
     from . import ModelSpec, Normalized, _load_into, _resolve  # lazy: this package imports this module at its top (a cycle otherwise)
 
     label = label or ("torchvision:" + name + (f":{tag}" if tag else ""))

@@ -22,7 +22,6 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import torch
-from torchvision.models import get_model_weights
 
 from ..errors import WeightsError
 
@@ -58,6 +57,8 @@ def _say(message: str) -> None:
 # ------------------------------------------------------------------------ torchvision
 def torchvision_weights(arch: str):
     """The ImageNet weights enum member the paper's ResNets use (``IMAGENET1K_V1``)."""
+    from torchvision.models import get_model_weights  # lazy: importing torchvision costs a process about 1.5 s (it loads torch._dynamo)
+
     return get_model_weights(arch).IMAGENET1K_V1
 
 
