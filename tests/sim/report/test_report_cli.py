@@ -173,7 +173,8 @@ def test_committed_demo_traces_are_complete_and_report(tmp_path):
         assert sorted(set(adapt["episode"].to_list())) == sorted(DEMO_CORRUPTIONS), t.path
         assert t.meta["dataset"] == "demo" and t.meta["batch_size"] == 64 and t.meta["seed"] == 2025
         assert set(adapt["severity"].to_list()) == {5}
-    res = CliRunner().invoke(main, ["report", str(DEMO_TRACES), "--out", str(tmp_path)])
+    # the demo set's explore page is built and opened by tests/sim/test_explore_browser.py
+    res = CliRunner().invoke(main, ["report", str(DEMO_TRACES), "--out", str(tmp_path), "--no-explore"])
     assert res.exit_code == 0, res.output
     _check_report(tmp_path, expect_latency=True, groups=("1-demo-resnet-", "2-demo-resnet-gn-"))
 
@@ -181,11 +182,11 @@ def test_committed_demo_traces_are_complete_and_report(tmp_path):
 def test_episode_selection_for_the_utility_curves(report_from_traces, tmp_path):
     out, _ = report_from_traces
     runner = CliRunner()
-    res = runner.invoke(main, ["report", str(out), "--out", str(tmp_path / "one"), "--episodes", "fog"])
+    res = runner.invoke(main, ["report", str(out), "--out", str(tmp_path / "one"), "--episodes", "fog", "--no-explore"])
     assert res.exit_code == 0, res.output
     res = runner.invoke(main, ["report", str(out), "--out", str(tmp_path / "bad"), "--episodes", "fog,nowhere"])
     assert res.exit_code == 2 and "nowhere" in res.output and "Traceback" not in res.output
-    res = runner.invoke(main, ["report", str(out), "--out", str(tmp_path / "all"), "--all-episodes"])
+    res = runner.invoke(main, ["report", str(out), "--out", str(tmp_path / "all"), "--all-episodes", "--no-explore"])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "all" / "figures" / "curves.png").is_file()
 
