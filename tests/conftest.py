@@ -19,6 +19,11 @@ from helpers.cifar import tiny_net, write_cifar_c
 # The suite never reaches for the network: a missing weights file is the offline refusal
 # (tests/trace/models/test_weights_download.py covers downloads with a local stand-in for the server).
 os.environ["TEMPORA_OFFLINE"] = "1"
+# torch's thread pool on one thread in every process of the suite (the tracer processes its
+# tests start inherit it), unless a test asks for more (--threads): two workers on two cores
+# each with a pool as wide as the machine made OpenMP threads wait on each other's cores, and
+# the suite ran about 20 s longer. Set before anything imports torch; a value the caller set stays.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 _CACHE_BEFORE = os.environ.get("TEMPORA_TRACE_CACHE")
