@@ -74,6 +74,35 @@ def test_coverage_counts_the_live_runs_inside_the_timing_interval(tmp_path):
     assert "timing coverage (2 settings, 24 live runs" in res.output.replace("\n", " ")
 
 
+@pytest.mark.parametrize("rho", [1.0, 0.5])
+def test_the_interval_from_light_replicates_is_the_one_from_full_frames(tmp_path, rho):
+    """Oracle: the interval read from light replicates (three measures in the base's row order)
+    is the one read from full replicate frames, row by row by episode name."""
+    from tempora_sim.sweeps.replay import POOLED, run_sweep
+    from tempora_sim.sweeps.traces import TraceSet, read_trace
+    from tempora_sim.sweeps.variability import timing_models
+    from tempora_sim.uncertainty.coverage import timing_interval
+    from tempora_sim.uncertainty.timing_replicates import replicates_of
+
+    _, traces = setup(tmp_path, syn.SyntheticVariability(0.05, 0.03), draws(2, 0.05, 0.03))
+    trace = read_trace(traces / "tent.parquet")
+    model = timing_models([trace])[0]
+    lam = float(trace.adapt_delta.mean()) / 2
+    run = {"protocol": "discrete", "gamma_ms": lam / rho, "queue": 1}
+    got = timing_interval(model, trace, run, lam, replicates=40, seed=3)
+
+    res = run_sweep(TraceSet([trace]), lambda_ms=lam, protocols="discrete", rho=[rho], queue=1)
+    full = replicates_of(res, 40, 3, models=[model]).reps
+    pooled = [r.filter(pl.col("episode") == POOLED).row(0, named=True) for r in full]
+    utilities = np.array([p["utility"] for p in pooled])
+    sd = served_set_sd(batch_variance(trace), full)
+    q = [0.025, 0.975]
+    u_lo, u_hi = np.quantile(utilities + sd * np.random.default_rng(3).standard_normal(len(pooled)), q)
+    a_lo, a_hi = np.quantile([p["alpha"] for p in pooled], q)
+    assert got == pytest.approx((a_lo, a_hi, u_lo, u_hi), abs=0, rel=1e-12)
+    assert a_hi > a_lo or rho < 1.0  # the replicates moved something at saturation
+
+
 def test_no_variability_measured_as_none_gives_a_zero_width_interval(tmp_path):
     """A device that measured no variability (every repeat time equal to the main one) gives a
     zero-width α interval at the replay's value; U's holds the replay's value and is wider only

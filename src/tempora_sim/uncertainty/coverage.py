@@ -30,6 +30,8 @@ from tempora_sim.uncertainty.timing_replicates import replicates_of
 #: Timing replicates behind a validation interval (one replay of one cut trace each: cheap).
 DEFAULT_REPLICATES = 200
 DEFAULT_LEVEL = 0.95
+#: What :func:`timing_interval` reads of each timing replicate.
+LIVE_INTERVAL_MEASURES = ("utility", "alpha", "served")
 #: Live runs a setting needs for its coverage to be a rate (with two it is 0, 50 or 100 %): the
 #: lowest setting is taken over these when there are any (the baseline and the policy are
 #: played twice, the four methods of the coverage test ten times).
@@ -64,16 +66,26 @@ def timing_interval(
         return None
     protocol = P.get(run["protocol"])
     res = run_sweep(TraceSet([restricted]), lambda_ms=lam, **protocol.live_replay(run, lam))
-    reps = replicates_of(res, replicates, seed, models=[model])
-    pooled = [r.filter(pl.col("episode") == POOLED).row(0, named=True) for r in reps.reps]
+    # light replicates (the measures read here, in the base's row order): the base names the rows
+    reps = replicates_of(res, replicates, seed, models=[model], measures=LIVE_INTERVAL_MEASURES)
+    episode = reps.base["episode"].to_numpy()
+    pooled = np.flatnonzero(episode == POOLED)[0]
+    per_episode = np.flatnonzero(episode != POOLED)
+
+    def stacked(column: str) -> np.ndarray:  # [replicates, rows]
+        return np.stack([r[column].to_numpy().astype(np.float64) for r in reps.reps])
+
     q = [(1 - level) / 2, 1 - (1 - level) / 2]
-    utilities = np.array([p["utility"] for p in pooled])
+    utilities = stacked("utility")[:, pooled]
     if not protocol.serves_subset:
         u_lo, u_hi = np.quantile(utilities, q)
         return None, None, float(u_lo), float(u_hi)
-    sd = served_set_sd(batch_variance(restricted), reps.reps)
-    u_lo, u_hi = np.quantile(utilities + sd * np.random.default_rng(seed).standard_normal(len(pooled)), q)
-    a_lo, a_hi = np.quantile([p["alpha"] for p in pooled], q)
+    variance = batch_variance(restricted)
+    s2 = np.array([variance.get(ep, 0.0) for ep in episode[per_episode]])
+    num_batches = reps.base["num_batches"].to_numpy()[per_episode].astype(np.float64)
+    sd = _served_set_sd(s2, stacked("served")[:, per_episode], num_batches)
+    u_lo, u_hi = np.quantile(utilities + sd * np.random.default_rng(seed).standard_normal(len(utilities)), q)
+    a_lo, a_hi = np.quantile(stacked("alpha")[:, pooled], q)
     return float(a_lo), float(a_hi), float(u_lo), float(u_hi)
 
 
@@ -101,11 +113,14 @@ def served_set_sd(variance: dict[str, float], reps: Sequence[pl.DataFrame]) -> n
     out = np.empty(len(reps))
     for i, r in enumerate(reps):
         e = r.filter(pl.col("episode") != POOLED)
-        served = e["served"].to_numpy().astype(float)
-        n = e["num_batches"].to_numpy().astype(float)
         s2 = np.array([variance.get(ep, 0.0) for ep in e["episode"].to_list()])
-        out[i] = np.sqrt(np.sum(2.0 * s2 * served * (1.0 - served / n))) / n.sum()
+        out[i] = _served_set_sd(s2, e["served"].to_numpy().astype(float)[None, :], e["num_batches"].to_numpy().astype(float))[0]
     return out
+
+
+def _served_set_sd(s2: np.ndarray, served: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """:func:`served_set_sd` on arrays: ``s2`` and ``n`` per episode, ``served`` [replicates, episodes]."""
+    return np.sqrt(np.sum(2.0 * s2 * served * (1.0 - served / n), axis=1)) / n.sum()
 
 
 def coverage_row(interval, alphas: Sequence[float | None], utilities: Sequence[float]) -> dict:
