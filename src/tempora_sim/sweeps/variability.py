@@ -397,6 +397,18 @@ def discrete_idle_kernel(series, curves, rho, replay: ReplayOptions) -> tuple[np
     return which, served, ssum, score
 
 
+def warm_idle_kernel() -> None:
+    """Compile (or load from Numba's cache) the discrete kernel with the idle effect, on a
+    two-batch series with one gap in its curve (:mod:`tempora_sim.sweeps.kernel_cache`)."""
+    from tempora_sim.engine import kernels as K
+
+    a, off, lam, rho = np.array([0.5, 0.25]), np.array([0, 2], np.int64), np.array([1.0]), np.array([1.0])
+    one = np.array([1.0])
+    K.discrete_idle_kernel(
+        a, a + 1, off, lam, rho, 1, False, K.SKIP_NULL, lam, np.array([0, 1], np.int64), one, one, np.array([0], np.int64)
+    )
+
+
 def apply_idle_effect(series, d: dict, rho, replay: ReplayOptions, curves) -> None:
     """Replace, in the discrete per-series sums ``d`` (served, served_sum, score_sum over
     ``rho``), those of the series that show an idle effect (in place)."""
