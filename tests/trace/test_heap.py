@@ -63,12 +63,15 @@ def test_steady_heap_events_take_no_fresh_pages_after_the_warm_up():
     steady, system = _faults("steady"), _faults("system")
     assert steady["applied"] == "steady" and system["applied"] == "system"
     faulting = lambda counts: sum(1 for c in counts if c > 16)  # noqa: E731
-    # under steady the events after the first ten reuse the pages of the one before (the
-    # heap may still grow once to a new high-water mark); under the C library's defaults
-    # the blocks allocated between events make about half of them take hundreds to
-    # thousands of fresh pages: the regime that made traced and live times differ
-    assert faulting(steady["faults"]) <= 3, steady["faults"]
+    # under steady the events after the first ten reuse the pages of the one before; the heap
+    # may still grow to a new high-water mark a few times (the blocks between events change
+    # size), a few hundred pages each, and how often varies from run to run (0 to 4 of 30
+    # seen). Under the C library's defaults the blocks allocated between events make about
+    # half of them take hundreds to thousands of fresh pages (17,000-23,000 in all, against
+    # 250-700 under steady): the regime that made traced and live times differ
+    assert faulting(steady["faults"]) <= len(steady["faults"]) // 4, steady["faults"]
     assert faulting(system["faults"]) >= 6, system["faults"]
+    assert 10 * sum(steady["faults"]) < sum(system["faults"]), (steady["faults"], system["faults"])
 
 
 def test_heap_policy_is_checked_recorded_and_system_leaves_the_allocator_alone():
