@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # In a fresh interpreter (no sweep has run there): compile every kernel, note each dispatcher's
@@ -50,6 +52,7 @@ WORKLOAD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_install_compiles_every_kernel_the_answers_call(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run([sys.executable, "-c", WORKLOAD, str(tmp_path)], capture_output=True, text=True, env=env, timeout=300)
