@@ -43,9 +43,16 @@ def demo_outputs(tmp_path_factory) -> Path:
     runner = CliRunner()
     res = runner.invoke(main, ["sweep", str(DEMO), "--protocol", "all", "--out", str(out / "sweep")])
     assert res.exit_code == 0, res.output
-    res = runner.invoke(main, ["report", str(out / "sweep"), "--out", str(out / "report")])
+    res = runner.invoke(main, ["report", str(out / "sweep"), "--out", str(out / "report"), "--no-figures"])
     assert res.exit_code == 0, res.output
     return out
+
+
+def test_report_without_figures_draws_none(demo_outputs):
+    """The golden tables come from a report drawn without figures (``--no-figures``): the same
+    numbers as the report that drew them when the golden files were written."""
+    assert not (demo_outputs / "report" / "figures").exists()
+    assert "![" not in (demo_outputs / "report" / "report.md").read_text(encoding="utf-8")
 
 
 def test_sweep_of_the_demo_traces_is_unchanged(demo_outputs):

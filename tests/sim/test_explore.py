@@ -205,12 +205,17 @@ def test_vendored_library_matches_its_record():
 
 def test_report_writes_and_links_the_page(two_groups, tmp_path):
     out = tmp_path / "report"
-    res = invoke(main, ["report", str(two_groups / "a"), "--out", str(out), "--protocol", "offline,discrete", "--resamples", "100"])
+    res = invoke(
+        main, ["report", str(two_groups / "a"), "--out", str(out), "--protocol", "offline,discrete", "--resamples", "100", "--no-figures"]
+    )
     assert res.exit_code == 0, res.output + res.stderr
     assert "[explore.html](explore.html)" in (out / "report.md").read_text()
     data = _decode((out / "explore.html").read_text(encoding="utf-8"))
     assert set(data["groups"][0]["views"]) == {"discrete|periodic"}
-    res = invoke(main, ["report", str(two_groups / "a"), "--out", str(tmp_path / "r2"), "--protocol", "offline,discrete", "--no-explore"])
+    res = invoke(
+        main,
+        ["report", str(two_groups / "a"), "--out", str(tmp_path / "r2"), "--protocol", "offline,discrete", "--no-explore", "--no-figures"],
+    )
     assert res.exit_code == 0, res.stderr
     assert not (tmp_path / "r2" / "explore.html").exists()
 

@@ -198,7 +198,21 @@ def test_predicted_traces_read_in_every_command(tmp_path):
     res = _run(["sweep", fit_dir, "--protocol", "discrete", "--rho", "1,0.5", "--timing-replicates", "3"])
     assert res.exit_code == 0, res.output
     assert "(predicted)" in res.output
-    res = _run(["report", fit_dir, "--out", tmp_path / "report", "--protocol", "discrete", "--rho", "1,0.5", "--timing-replicates", "2"])
+    res = _run(
+        [
+            "report",
+            fit_dir,
+            "--out",
+            tmp_path / "report",
+            "--protocol",
+            "discrete",
+            "--rho",
+            "1,0.5",
+            "--timing-replicates",
+            "2",
+            "--no-figures",
+        ]
+    )
     assert res.exit_code == 0, res.output
     assert "(predicted)" in (tmp_path / "report" / "report.md").read_text()
     res = _run(["advise", fit_dir, "--rho", "70%", "--timing-replicates", "2"])

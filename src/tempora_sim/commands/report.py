@@ -59,9 +59,17 @@ _SOURCE = click.argument("source", nargs=-1, required=True, type=click.Path(path
     is_flag=True,
     help="Do not write explore.html, the interactive page (written when SOURCE is traces; see tempora-sim explore).",
 )
+@click.option(
+    "--no-figures",
+    "no_figures",
+    is_flag=True,
+    help="Do not draw the figures (DIR/figures/): report.md and the tables only, in a fraction of the time.",
+)
 @sweep_options
 @bootstrap_options
-def report_command(source, out, all_episodes, episodes, scenarios, no_explore, ci_level, resamples, ci_seed, timing_replicates, **options):
+def report_command(
+    source, out, all_episodes, episodes, scenarios, no_explore, no_figures, ci_level, resamples, ci_seed, timing_replicates, **options
+):
     """Analyse RESULTS_OR_TRACES and write DIR/report.md with tables, CSVs and figures.
 
     SOURCE is a sweep's results (a directory holding utility.parquet) or trace files /
@@ -73,7 +81,7 @@ def report_command(source, out, all_episodes, episodes, scenarios, no_explore, c
     inputs = _load(rp, source, from_click(options), out, make_bootstrap(ci_level, resamples, ci_seed, timing_replicates), scenarios)
     swept = time.perf_counter() - t0
     eps = [e.strip() for e in episodes.split(",") if e.strip()] if episodes else None
-    result = rp.build_report(inputs, out, all_episodes=all_episodes, episodes=eps, explore=not no_explore)
+    result = rp.build_report(inputs, out, all_episodes=all_episodes, episodes=eps, figures=not no_figures, explore=not no_explore)
     total = time.perf_counter() - t0
     click.echo(
         f"wrote {result.report} ({len(result.tables)} tables, {len(result.figures)} figure files) "

@@ -362,7 +362,20 @@ def test_report_on_several_seeds_pools_them_and_measures_winner_stability(tmp_pa
     traces = _synthetic(tmp_path / "t", ("standard", "adabn", "tent"), seeds=(2025, 2026, 2027))
     out = tmp_path / "r"
     res = CliRunner().invoke(
-        main, ["report", str(traces), "--out", str(out), "--protocol", "offline,discrete", "--rho", "1,0.5", "--resamples", "200"]
+        main,
+        [
+            "report",
+            str(traces),
+            "--out",
+            str(out),
+            "--protocol",
+            "offline,discrete",
+            "--rho",
+            "1,0.5",
+            "--resamples",
+            "200",
+            "--no-figures",
+        ],
     )
     assert res.exit_code == 0, res.output
     md = (out / "report.md").read_text(encoding="utf-8")
