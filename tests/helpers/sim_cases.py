@@ -154,6 +154,16 @@ CASES = {
         "apply to traces",
         lambda ws: _results(ws / "results2"),
     ),
+    "report: curve episodes without figures": (
+        ["report", "{ws}/traces", "--out", "{ws}/r2", "--no-figures", "--episodes", "fog"],
+        "--episodes chooses the episodes of the utility curves, and --no-figures draws no figures",
+        None,
+    ),
+    "report: every episode's curves without figures": (
+        ["report", "{ws}/traces", "--out", "{ws}/r2", "--all-episodes", "--no-figures"],
+        "--all-episodes chooses the episodes",
+        None,
+    ),
     "report: results not readable": (["report", "{ws}/results", "--out", "{ws}/r2"], "not a readable utility table", None),
     "show: unknown table": (["show", "nonsense", "{ws}/traces"], "unknown table 'nonsense'", None),
 }

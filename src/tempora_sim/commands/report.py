@@ -76,6 +76,9 @@ def report_command(
     directories, which are swept first with the paper's grid (or --protocol/--rho/--T/--B)."""
     from tempora_sim import reporting as rp  # lazy: the analyses load when the command runs, not with `tempora-sim --help`
 
+    if no_figures and (all_episodes or episodes):
+        flag = "--all-episodes" if all_episodes else "--episodes"
+        _fail(f"{flag} chooses the episodes of the utility curves, and --no-figures draws no figures: give one or the other")
     check_output_dir(out, folders=rp.REPORT_FOLDERS, files=rp.REPORT_FILES)  # before anything is swept
     t0 = time.perf_counter()
     inputs = _load(rp, source, from_click(options), out, make_bootstrap(ci_level, resamples, ci_seed, timing_replicates), scenarios)
