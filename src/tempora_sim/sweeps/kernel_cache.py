@@ -14,9 +14,8 @@ from __future__ import annotations
 import sys
 import time
 
-import numpy as np
-
 from tempora_sim import protocols as P
+from tempora_sim.protocols.base import warm_inputs
 from tempora_sim.sweeps.replay import warm_kernels
 from tempora_sim.sweeps.variability import warm_idle_kernel
 
@@ -28,7 +27,8 @@ def compile_every_kernel() -> float:
     warm_idle_kernel()
     from tempora_sim.engine import kernels as K
 
-    K.discrete_served(np.array([1.0, 2.0]), 1.5, 1, False)  # the served set of a live run (validate)
+    a = warm_inputs()[0]
+    K.discrete_served(a, 1.5, 1, False)  # the served set of a live run (validate)
     return time.perf_counter() - t0
 
 

@@ -72,6 +72,7 @@ from tempora_schema import VARIABILITY_KEY, probe_median_ms
 from tempora_schema.prediction import prediction_error
 from tempora_sim.engine.idle import idle_factor as _idle_rule
 from tempora_sim.engine.replay_options import ReplayOptions
+from tempora_sim.protocols.base import warm_inputs
 
 #: Default number of timing replicates behind an interval (``--timing-replicates``).
 DEFAULT_REPLICATES = 20
@@ -402,7 +403,7 @@ def warm_idle_kernel() -> None:
     two-batch series with one gap in its curve (:mod:`tempora_sim.sweeps.kernel_cache`)."""
     from tempora_sim.engine import kernels as K
 
-    a, off, lam, rho = np.array([0.5, 0.25]), np.array([0, 2], np.int64), np.array([1.0]), np.array([1.0])
+    a, off, lam, rho = warm_inputs()
     one = np.array([1.0])
     K.discrete_idle_kernel(
         a, a + 1, off, lam, rho, 1, False, K.SKIP_NULL, lam, np.array([0, 1], np.int64), one, one, np.array([0], np.int64)
