@@ -202,20 +202,13 @@ class LiveRun:
         if self.tracing:
             # the tracer's own run (a MethodRun too): the trace pass and the live runs share
             # the model, the method, the stager and the clock
-            self.base: MethodRun = TraceRun(dataclasses.replace(cfg, out=str(settings.trace_alongside)), echo, claim=False)
-        else:
-            self.base = MethodRun(cfg, echo)
-        if settings.lambda_ms is not None:
-            self.lambda_ms, self.lambda_source = float(settings.lambda_ms), "--lambda-ms"
-        else:
-            self.lambda_ms, self.lambda_source, warning = standard_trace_lambda(
-                cfg, self.base.identity.group, settings.standard, settings.lambda_rule
+            self.base: MethodRun = TraceRun(
+                dataclasses.replace(cfg, out=str(settings.trace_alongside)), echo, claim=False, identified=self._plan
             )
-            if warning:
-                print(warning, file=sys.stderr, flush=True)
+        else:
+            self.base = MethodRun(cfg, echo, identified=self._plan)
         #: names this invocation: its trace alongside carries the same id (``taken_alongside``)
         self.run_id = uuid.uuid4().hex
-        self.plans = plan_runs(settings, self.lambda_ms)  # a schedule beyond the bound is refused before anything is claimed
         if self.tracing:
             if Path(self.lambda_source).resolve() == self.base.out_path.resolve():
                 raise ConfigError(
@@ -239,6 +232,21 @@ class LiveRun:
         )
         self.pauses = 0
         self.trace_path: Path | None = None
+
+    def _plan(self, base: MethodRun) -> None:
+        """λ (from ``--lambda-ms`` or the group's standard trace) and the runs it sets, as soon
+        as the group is known: a missing λ or a schedule beyond the bound is refused before
+        any data are staged or anything is claimed."""
+        settings = self.settings
+        if settings.lambda_ms is not None:
+            self.lambda_ms, self.lambda_source = float(settings.lambda_ms), "--lambda-ms"
+        else:
+            self.lambda_ms, self.lambda_source, warning = standard_trace_lambda(
+                self.cfg, base.identity.group, settings.standard, settings.lambda_rule
+            )
+            if warning:
+                print(warning, file=sys.stderr, flush=True)
+        self.plans = plan_runs(settings, self.lambda_ms)
 
     def _out_path(self, device) -> Path:
         cfg = self.cfg

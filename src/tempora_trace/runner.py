@@ -108,7 +108,11 @@ class MethodRun:
     staging and warm-up, the same scoring outside the timed regions.
     """
 
-    def __init__(self, cfg: TraceConfig, echo: Callable[[str], None]):
+    def __init__(self, cfg: TraceConfig, echo: Callable[[str], None], identified: Callable[[MethodRun], None] | None = None):
+        """``identified`` is called once the run's identity is known, before its data are
+        opened: a caller's checks that need the identity but not the data (a live run's λ from
+        the group's standard trace) refuse before a stream is staged (a demo stream not yet on
+        disk is generated on first use: minutes for all 15 corruptions)."""
         self.cfg = cfg
         self.echo = echo
         self.device = resolve_device(cfg.device)
@@ -134,6 +138,8 @@ class MethodRun:
         self.identity = cfg.trace_identity(
             self.model_spec.weights_identity, describe_device(self.device), self.method_ref.source.metadata()
         )
+        if identified is not None:
+            identified(self)
         #: machine-speed probe written to the metadata (docs/reference/trace-schema.md); empty = not measured
         self.speed_probe: list[dict] = []
         self.speed_probe_kind = schema.PROBE_NOT_MEASURED
@@ -325,8 +331,10 @@ class MethodRun:
 class TraceRun(MethodRun):
     """The mutable state of one trace run; :func:`trace_run` is the entry point."""
 
-    def __init__(self, cfg: TraceConfig, echo: Callable[[str], None], claim: bool = True):
-        super().__init__(cfg, echo)
+    def __init__(
+        self, cfg: TraceConfig, echo: Callable[[str], None], claim: bool = True, identified: Callable[[MethodRun], None] | None = None
+    ):
+        super().__init__(cfg, echo, identified)
         self.out_path = cfg.output_dir(device_slug(self.device)) / f"{cfg.file_stem()}.parquet"
         self.budgets = BudgetCutoffs(cfg.budgets_ms, cfg.lambda_ms) if cfg.budgets_ms else None
         self.writer: TraceWriter | None = None

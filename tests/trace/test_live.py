@@ -278,14 +278,19 @@ def test_bad_live_input_is_a_config_error(cifar_c_root, tmp_path):
     assert not (tmp_path / "live").exists()  # nothing written on bad input
 
 
-def test_tracer_cli_live_bad_input_exits_2(tmp_path, capsys):
+def test_tracer_cli_live_bad_input_exits_2(tmp_path, capsys, monkeypatch):
     from tempora_trace.cli import main
 
     assert main(["live", "--method", "tent", "--rho", "0", "--lambda-ms", "10", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--rho" in err
+    # a missing λ is refused as soon as the group is known, before the stream is staged: with an
+    # empty cache, the default demo stream (15 corruptions) would first be generated, for minutes
+    home = tmp_path / "home"
+    monkeypatch.setenv("TEMPORA_HOME", str(home))
     assert main(["live", "--method", "tent", "--rho", "1", "--standard", str(tmp_path), "--out", str(tmp_path)]) == 2
     assert "no λ" in capsys.readouterr().err
+    assert not home.exists()
     # exact budget checkpoints belong to a trace taken alongside, under the amortised protocol
     assert main(["live", "--method", "tent", "--rho", "1", "--lambda-ms", "10", "--budget-checkpoints", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
