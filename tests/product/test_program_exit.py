@@ -68,7 +68,7 @@ def test_a_trace_written_by_the_program_is_complete(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "tempora_trace.cli", "run", "--method", "standard", "--domains", "fog", "--max-batches", "2",
          "--frozen-sample", "2", "--out", str(tmp_path), "--quiet"],
-        capture_output=True, text=True, env=child_env(), timeout=300,
+        capture_output=True, text=True, env=child_env(TEMPORA_DEMO_TEST_SIZE="64"), timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert pq.read_table(tmp_path / "standard.parquet").num_rows > 0
