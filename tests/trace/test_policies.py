@@ -96,9 +96,7 @@ def test_metadata_policy_is_optional_and_checked():
 #: every method with an adapt step (the ones a policy applies to)
 ADAPTING = [m for m in available_methods() if adapts_after_prediction(get_method(m))]
 #: per-method options for 32-px demo images (SPA's noise patches are sized for its input)
-# RoTTA with a bank of 16 updated every 16 samples: its warm-up covers every bank size (64 by
-# default, 4 s a run here), and on this 64-image stream the default bank updates only once
-DEMO_PARAMS = {"spa": {"image_size": 32, "noise_patch": 8}, "rotta": {"memory_size": 16, "update_frequency": 16}}
+DEMO_PARAMS = {"spa": {"image_size": 32, "noise_patch": 8}}
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +119,8 @@ def demo_cfg(out, method="tent", policy=None, **kw) -> TraceConfig:
     base = dict(
         method=method,
         # the method's light configuration for checks (kit_params: CoTTA and MEMO with four
-        # augmented views); the gate under test does not depend on it
+        # augmented views, RoTTA with a bank of 16 updated every 16 samples); the gate under
+        # test does not depend on it
         method_params={**get_method(method).kit_params, **DEMO_PARAMS.get(method, {})},
         policy=policy,
         dataset="demo",

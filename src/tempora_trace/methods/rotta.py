@@ -165,6 +165,10 @@ class RoTTA(TeacherStudentMethod):
     non_negative_options = ("lr", "lambda_t", "lambda_u")
     fraction_options = ("momentum", "nu", "rbn_momentum")
     positive_int_options = ("memory_size", "update_frequency")
+    #: the kit's streams (24 to 96 samples) would never reach a bank update at the default 64, so
+    #: its checks would not see a learning step; a bank of 16 updated every 16 samples does, and
+    #: its warm-up (a forward and backward at every bank size) is a quarter of the default's
+    kit_params = {"memory_size": 16, "update_frequency": 16}
     departures = (
         Departure(
             point="random draws",
