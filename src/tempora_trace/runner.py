@@ -44,6 +44,7 @@ from .errors import ConfigError, TraceError
 from .heap import FaultTally, apply_heap_policy
 from .methods import resolve_method
 from .methods.base import MethodContext, TTAMethod
+from .methods.lazy_imports import load_pending
 from .models import get_model
 from .policies import PolicyGate, check_policy_method
 from .preprocess import default_preprocess
@@ -177,7 +178,7 @@ class MethodRun:
             raise
         # the options it runs with, its own defaults included: finite and writable, before any work
         check_param_values(self.method.hparams(), f"method '{self.method_ref.name}' options (its defaults included)")
-        preload_optimiser_imports(self.method)
+        preload_imports(self.method)
         self.masks = {}
         for ep in self.episodes:
             for d in ep.domains:
@@ -548,6 +549,14 @@ def preload_optimiser_imports(method: TTAMethod) -> None:
     optimiser = getattr(method, "optimizer", None)  # SAR's is a wrapper (SAM) around one
     if optimiser is not None or any(isinstance(v, torch.optim.Optimizer) for v in vars(method).values()):
         importlib.import_module("torch._dynamo")
+
+
+def preload_imports(method: TTAMethod) -> None:
+    """Everything ``method``'s first event would import, imported now, before any clock runs:
+    ``torch._dynamo`` for a method that holds an optimiser, and the modules that method modules
+    import on use (:mod:`tempora_trace.methods.lazy_imports`: torchvision's transforms)."""
+    preload_optimiser_imports(method)
+    load_pending()
 
 
 def trace_run(

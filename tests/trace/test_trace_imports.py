@@ -1,8 +1,11 @@
 """What a tracer process imports, and when: torchvision and ``torch._dynamo`` cost a process
-about 1.5 s together (torchvision's operators import ``torch._dynamo``). A ``standard`` trace of
-the demo model needs neither; a method that holds an optimiser has ``torch._dynamo`` imported
-before any clock runs (its first step would import it), so no timed event pays for an import.
-The process check runs in a fresh interpreter: this test process imported both long ago."""
+about 1.5 s together (torchvision's operators import ``torch._dynamo``). Listing the methods
+imports every method module and neither of them; a ``standard`` trace of the demo model needs
+neither; a method that holds an optimiser has ``torch._dynamo`` imported before any clock runs
+(its first step would import it), and a method that draws augmented views has torchvision's
+transforms imported when it is built (:mod:`tempora_trace.methods.lazy_imports`), so no timed
+event pays for an import. The process check runs in a fresh interpreter: this test process
+imported both long ago."""
 
 from __future__ import annotations
 
@@ -19,13 +22,18 @@ from tempora_trace import runner
 SCRIPT = textwrap.dedent(
     """
     import sys
+    from tempora_trace.catalogue import catalogue_lines
     from tempora_trace.config import TraceConfig
     from tempora_trace.runner import TraceRun
 
     def loaded():
         return ",".join(m for m in ("torchvision", "torch._dynamo") if m in sys.modules)
 
-    for method in ("standard", "tent"):
+    for method in ("standard", "tent", "list", "cmf"):
+        if method == "list":  # every method module imported, as `tempora-trace list` does
+            list(catalogue_lines())
+            print("list|" + loaded())
+            continue
         cfg = TraceConfig(method=method, dataset="demo", model="demo-resnet", domains=["fog"], batch_size=8, max_batches=1,
                           warmup_batches=0, timing_sample=0, threads=1, out=sys.argv[1] + "/" + method, quiet=True)
         run = TraceRun(cfg.resolved(), print)
@@ -42,7 +50,12 @@ def test_a_standard_trace_imports_neither_and_tent_has_dynamo_before_the_clock(t
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     lines = [ln for ln in proc.stdout.splitlines() if "|" in ln]
-    assert lines == ["standard||", "tent|torch._dynamo|torch._dynamo"]
+    assert lines == [
+        "standard||",
+        "tent|torch._dynamo|torch._dynamo",
+        "list|torch._dynamo",
+        "cmf|torchvision,torch._dynamo|torchvision,torch._dynamo",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -64,3 +77,52 @@ def test_which_methods_get_dynamo_before_the_clock(monkeypatch, method, preloads
     monkeypatch.setattr(runner.importlib, "import_module", imported.append)
     runner.preload_optimiser_imports(built)
     assert imported == (["torch._dynamo"] if preloads else [])
+
+
+#: the built-in methods whose modules declare a module imported on use (torchvision's transforms)
+LAZY_USERS = ["cmf", "cotta", "deyo", "memo", "roid", "rotta", "spa", "zerosiam"]
+
+
+@pytest.mark.parametrize("method", LAZY_USERS)
+def test_no_event_imports_a_module_once_the_tracer_prepared_the_method(monkeypatch, method):
+    """Every lazily imported module unloaded, the method built and prepared as the tracer does
+    (``preload_imports``), then two events: none loads a declared module or looks for any
+    module not imported yet."""
+    import importlib.abc
+    import sys
+
+    from tempora_trace.methods import MethodContext, get_method, lazy_imports
+    from tempora_trace.methods.testing_stream import DEMO_MODELS, demo_batches, demo_model
+
+    for lazy in lazy_imports._DECLARED:
+        monkeypatch.setattr(lazy, "module", None)
+        monkeypatch.setitem(lazy._owner, lazy._binding, lazy)
+    cls = get_method(method)
+    norm = "bn" if "bn" in cls.compatible_norms else "gn"
+    context = MethodContext(
+        num_classes=10, dataset_family="cifar", batch_size=4, device="cpu", model_name=DEMO_MODELS[norm], norm_kind=norm
+    )
+    built = cls(demo_model(norm), context, **cls.kit_params)
+    runner.preload_imports(built)
+    assert lazy_imports.load_pending() == []
+    xs = demo_batches(2, 4)
+    found: list[str] = []
+
+    class Recorder(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            found.append(name)
+            return None
+
+    real_load = lazy_imports.LazyModule.load
+
+    def load(self):
+        if self.module is None:
+            found.append(self.name)
+        return real_load(self)
+
+    monkeypatch.setattr(lazy_imports.LazyModule, "load", load)
+    monkeypatch.setattr(sys, "meta_path", [Recorder(), *sys.meta_path])
+    for x in xs:
+        built.predict(x)
+        built.adapt()
+    assert found == []

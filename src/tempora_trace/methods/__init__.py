@@ -47,7 +47,7 @@ from .teacher import TeacherStudentMethod, ema_update, stochastic_restore
 _REGISTRY: dict[str, type[TTAMethod]] = {}
 _DISCOVERED = False
 #: Modules of this package that hold no method (the API, the registry, the kit).
-_SUPPORT_MODULES = frozenset({"base", "gradient", "augment", "rng", "teacher", "testing"})
+_SUPPORT_MODULES = frozenset({"base", "gradient", "augment", "lazy_imports", "rng", "teacher", "testing"})
 
 
 def register(cls: type[TTAMethod]) -> type[TTAMethod]:

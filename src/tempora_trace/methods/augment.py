@@ -15,12 +15,14 @@ from typing import Any, Iterator
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import torchvision.transforms.functional as TF
-from torchvision.transforms import InterpolationMode
 
 from .base import classifier_head
 from .gradient import GradientMethod, dense_nchw
+from .lazy_imports import lazy_module
 from .rng import MethodRNG
+
+#: torchvision's functional transforms, imported when a method is built to run (lazy_imports)
+TF = lazy_module("torchvision.transforms.functional", globals(), "TF")
 
 __all__ = [
     "DetachedTargetMethod",
@@ -93,7 +95,9 @@ def cmf_augment(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     tx = int(round(_uniform(gen, -max_dx, max_dx)))
     ty = int(round(_uniform(gen, -max_dy, max_dy)))
     scale = _uniform(gen, 0.9, 1.1)
-    out = TF.affine(out, angle=angle, translate=[tx, ty], scale=scale, shear=[0.0, 0.0], interpolation=InterpolationMode.BILINEAR, fill=0.0)
+    out = TF.affine(
+        out, angle=angle, translate=[tx, ty], scale=scale, shear=[0.0, 0.0], interpolation=TF.InterpolationMode.BILINEAR, fill=0.0
+    )
     out = TF.center_crop(out, [h, w])
     if torch.rand((), generator=gen, device=gen.device).item() < 0.5:
         out = TF.hflip(out)
@@ -138,7 +142,7 @@ def random_resized_crop_flip(
     out = []
     for img in x:
         top, left, ch, cw = _resized_crop_box(h, w, gen, scale, ratio)
-        view = TF.resized_crop(img, top, left, ch, cw, [h, w], interpolation=InterpolationMode.BILINEAR, antialias=True)
+        view = TF.resized_crop(img, top, left, ch, cw, [h, w], interpolation=TF.InterpolationMode.BILINEAR, antialias=True)
         if torch.rand((), generator=gen, device=gen.device).item() < 0.5:
             view = TF.hflip(view)
         out.append(view)

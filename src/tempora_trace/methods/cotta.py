@@ -37,13 +37,15 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import torchvision.transforms.functional as TF
-from torchvision.transforms import InterpolationMode
 
 from . import register
 from .base import AS_DEFAULT, Departure, MethodContext, MethodError, no_stat_tracking
 from .gradient import TRACKED_BN_STATISTICS
+from .lazy_imports import lazy_module
 from .teacher import TeacherStudentMethod
+
+#: torchvision's functional transforms, imported when a method is built to run (lazy_imports)
+TF = lazy_module("torchvision.transforms.functional", globals(), "TF")
 
 __all__ = ["CoTTA", "cotta_augment", "cotta_confidence_threshold", "soft_cross_entropy", "symmetric_cross_entropy"]
 
@@ -91,7 +93,9 @@ def cotta_augment(
     tx = int(round(_uniform(gen, -pw / 16.0, pw / 16.0)))
     ty = int(round(_uniform(gen, -ph / 16.0, ph / 16.0)))
     scale = _uniform(gen, 0.9, 1.1)
-    out = TF.affine(out, angle=angle, translate=[tx, ty], scale=scale, shear=[0.0, 0.0], interpolation=InterpolationMode.BILINEAR, fill=0.0)
+    out = TF.affine(
+        out, angle=angle, translate=[tx, ty], scale=scale, shear=[0.0, 0.0], interpolation=TF.InterpolationMode.BILINEAR, fill=0.0
+    )
     out = blur_centre_crop(out, h, w, _uniform(gen, 0.001, 0.5))
     if torch.rand((), generator=gen, device=gen.device).item() < 0.5:
         out = TF.hflip(out)

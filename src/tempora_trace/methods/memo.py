@@ -36,12 +36,15 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import torchvision.transforms.v2.functional as TF
 
 from . import register
 from .augment import MethodRNG, random_resized_crop_flip
 from .base import Departure, MethodContext, MethodError, TTAMethod
 from .gradient import check_params, dense_nchw
+from .lazy_imports import lazy_module
+
+#: torchvision's functional transforms (v2), imported when a method is built to run (lazy_imports)
+TF = lazy_module("torchvision.transforms.v2.functional", globals(), "TF")
 
 #: the grey the authors' geometric operations fill uncovered pixels with (PIL fillcolor 128)
 FILL = 128 / 255
