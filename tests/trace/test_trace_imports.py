@@ -126,3 +126,40 @@ def test_no_event_imports_a_module_once_the_tracer_prepared_the_method(monkeypat
         built.predict(x)
         built.adapt()
     assert found == []
+
+
+BROKEN = """
+from tempora_trace.methods import TTAMethod
+from tempora_trace.methods.lazy_imports import lazy_module
+
+TV = lazy_module("no_such_library.transforms", globals(), "TV")
+
+
+class Broken(TTAMethod):
+    name = "broken-lazy"
+    family = "baseline"
+
+    def predict(self, x):
+        return self.model(x)
+
+    def adapt(self):
+        pass
+"""
+
+
+@pytest.mark.usefixtures("tiny_models", "one_thread")
+def test_a_declared_module_that_does_not_import_is_one_line_and_poisons_nothing(tmp_path, cifar_c_root, capsys, monkeypatch):
+    from helpers.cifar import tiny_cifar_args
+    from tempora_trace.cli import main
+    from tempora_trace.methods import lazy_imports
+
+    monkeypatch.setattr(lazy_imports, "_DECLARED", list(lazy_imports._DECLARED))
+    (tmp_path / "broken.py").write_text(BROKEN)
+    out = tmp_path / "out"
+    assert main(["run", "--method", f"{tmp_path / 'broken.py'}:Broken", *tiny_cifar_args(str(cifar_c_root), str(out))]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("tempora-trace: error: ") and "Traceback" not in err
+    assert "broken.py needs module 'no_such_library.transforms'" in err and "No module named 'no_such_library'" in err
+    assert not out.exists()
+    # the refused declaration is dropped: another method's run in this process goes on
+    assert main(["run", "--method", "tent", *tiny_cifar_args(str(cifar_c_root), str(out))]) == 0

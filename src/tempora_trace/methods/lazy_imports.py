@@ -16,6 +16,8 @@ import importlib
 from types import ModuleType
 from typing import Any
 
+from .base import MethodError
+
 __all__ = ["LazyModule", "lazy_module", "load_pending"]
 
 _DECLARED: list[LazyModule] = []
@@ -30,9 +32,18 @@ class LazyModule:
         self.module: ModuleType | None = None
 
     def load(self) -> ModuleType:
+        """The module, imported now if it was not; a module that does not import is a
+        one-line :class:`~tempora_trace.methods.base.MethodError` naming who declared it."""
         if self.module is None:
-            self.module = importlib.import_module(self.name)
-            self._owner[self._binding] = self.module
+            try:
+                module = importlib.import_module(self.name)
+            except Exception as exc:  # a missing library, or one that fails while importing
+                if self in _DECLARED:  # refused once; other methods' runs in this process go on
+                    _DECLARED.remove(self)
+                owner = self._owner.get("__file__") or self._owner.get("__name__", "a method module")
+                raise MethodError(f"{owner} needs module '{self.name}' (lazy_module), which does not import: {exc}") from exc
+            self.module = module
+            self._owner[self._binding] = module
         return self.module
 
     def __getattr__(self, attr: str) -> Any:  # a call outside a run (a user's own script) loads it on first use
