@@ -409,7 +409,7 @@ predict-validate-run: $(PV_FILES)
 	        --source $(PV_OUT)/traces/$${src}thr --profiles $(PV_OUT)/profiles/$${dst}thr $(PV_VALIDATE_OPTS) \
 	        > $(PV_OUT)/validation-$${src}to$${dst}.txt; \
 	    cat $(PV_OUT)/validation-$${src}to$${dst}.txt; done; done
-	if [ -f $(PV_OUT)/wall.tsv ]; then awk '{ s[$$1] += $$4 - $$3 } END { if (s["trace"] > 0) printf "profiles: %.1f %% of the full traces wall time (start-up included)\n", 100 * s["profile"] / s["trace"] }' $(PV_OUT)/wall.tsv; fi
+	if [ -f $(PV_OUT)/wall.tsv ]; then awk '{ s[$$1] += $$4 - $$3 } END { if (s["trace"] > 0) printf "profiles: %.1f %% of the full traces wall time (start-up included)%s\n", 100 * s["profile"] / s["trace"], "$(if $(strip $(PV_TRACE_OPTS)),; traces with $(strip $(PV_TRACE_OPTS)): not the tracer defaults the 5 % cost target is set against)" }' $(PV_OUT)/wall.tsv; fi
 
 # <out>/traces/<n>thr/<model>/<method>.parquet and <out>/profiles/…: threads, model and method from the path.
 $(PV_OUT)/traces/%.parquet:

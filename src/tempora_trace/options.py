@@ -56,10 +56,11 @@ DEFAULT_STAGE_MB = 1024.0
 DEFAULT_TIMING_SAMPLE = 16
 DEFAULT_TIMING_PASSES = 2
 DEFAULT_IDLE_GAPS = "1x,4x"
-#: Batches per episode a profile times (``tempora-trace profile --profile-batches``): on the
-#: default stream (the demo set's 15 corruptions, 156 batches each, the default frozen
-#: checkpoints) a profile costs at most 5 % of the full trace for every timing profile of the
-#: paper's Table 2 (docs/guide/predict.md, "Cost").
+#: Batches per episode a profile times (``tempora-trace profile --profile-batches``). Counted
+#: in events, a profile of the default stream (the demo set's 15 corruptions, 156 batches each,
+#: the default frozen checkpoints) costs at most 4.1 % of the full trace for every timing profile
+#: of the paper's Table 2; measured with start-up and warm-up, 2.5 % (standard) to 6.1 % (CMF)
+#: (docs/guide/predict.md, "Cost").
 DEFAULT_PROFILE_BATCHES = 8
 
 #: The subcommands that trace; a :class:`TraceOption` names the ones that take it.
@@ -451,7 +452,8 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
     TraceOption(
         "--profile-batches",
         "Batches per episode the profile times: the first ones of each episode of the stream a full trace of this "
-        "configuration would take (its default costs at most 5 % of that trace; docs/guide/predict.md).",
+        "configuration would take (the default costs 2.5–6.1 % of a full demo-stream trace with the default "
+        "checkpoints, by method; docs/guide/predict.md).",
         _P,
         default=DEFAULT_PROFILE_BATCHES,
         type=click.IntRange(1, INT32_MAX),
