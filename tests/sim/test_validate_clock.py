@@ -82,8 +82,40 @@ def test_a_trace_whose_passes_spread_widely_gets_a_wider_tolerance(tmp_path):
     live, traces = _setup(tmp_path, syn.SyntheticVariability(0.08, 0.0, gaps_ms=()), 1.0, 0.25)
     row = validate([live], traces).settings.row(0, named=True)
     assert row["clock_tolerance_pct"] > 5.0
+    # at the traced times: an agreement, not a pass on the spread
+    assert row["clock_pass"] and not row["clock_pass_on_spread"]
     live2, traces2 = _setup(tmp_path / "b", syn.SyntheticVariability(0.08, 0.0, gaps_ms=()), 1.0 + row["clock_tolerance_pct"] / 200, 0.25)
     assert validate([live2], traces2).settings.row(0, named=True)["clock_pass"]
+
+
+def _between(tolerance_pct: float) -> float:
+    """The live/traced factor whose clock gap lies halfway between --clock-tol-pct's 5 % and
+    ``tolerance_pct`` (live events slower: the gap is 100·(1/factor − 1), negative)."""
+    gap = (5.0 + tolerance_pct) / 2
+    return 1.0 / (1.0 - gap / 100)
+
+
+def test_a_pass_on_the_trace_spread_alone_is_called_inconclusive(tmp_path):
+    noisy = syn.SyntheticVariability(0.08, 0.0, gaps_ms=())
+    live, traces = _setup(tmp_path / "a", noisy, 1.0, 0.25)
+    spread = validate([live], traces).settings.row(0, named=True)["clock_tolerance_pct"]
+    assert spread > 5.5
+    live, traces = _setup(tmp_path / "b", noisy, _between(spread), 0.25)
+    row = validate([live], traces).settings.row(0, named=True)
+    # beyond --clock-tol-pct, within the spread: passed only because the trace is noisy
+    assert 5.0 < abs(row["clock_gap_idle_pct"]) < spread
+    assert row["clock_pass"] and row["clock_pass_on_spread"]
+    res = CliRunner().invoke(main, ["validate", str(live), "--traces", str(traces), "--out", str(tmp_path / "v")])
+    assert res.exit_code in (0, 1), res.output
+    flat = " ".join(res.output.split())
+    assert "clock, inconclusive: 1 of them pass only on their trace's own spread" in flat
+    assert "trace and play again while the machine holds its speed" in flat
+    # with a tolerance that covers the gap, the check is an agreement and says nothing more
+    res = CliRunner().invoke(
+        main, ["validate", str(live), "--traces", str(traces), "--out", str(tmp_path / "w"), "--clock-tol-pct", str(spread)]
+    )
+    assert res.exit_code in (0, 1), res.output
+    assert "inconclusive" not in res.output
 
 
 def test_names_from_the_data_are_shown_as_text_in_validate(tmp_path):

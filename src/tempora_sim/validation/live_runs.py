@@ -269,6 +269,9 @@ def clock_comparison(
     effect). That is the check of the instrument (``clock_pass``): within ``clock_tolerance_pct``
     = the larger of ``tol_pct`` and the trace's own 95 % spread of a pass's mean time (its
     timing model's pass shift, drift included), the traced clock is the live one.
+    ``clock_pass_on_spread``: it passes only because that spread widened the tolerance (the gap
+    is beyond ``tol_pct``): the trace is too noisy to tell the clocks apart at that size, an
+    inconclusive check rather than an agreement.
 
     ``speed_gap_pct`` is the machine's own speed during the trace against the live runs (the
     median speed probe of each; + = the machine was slower while tracing) and
@@ -293,7 +296,7 @@ def clock_comparison(
     speed = dict.fromkeys(("probe_trace_ms", "probe_live_ms", "speed_gap_pct", "clock_gap_speed_pct"))
     empty = dict.fromkeys(("delta_live_ms", "delta_trace_ms", "clock_gap_pct", "delta_trace_idle_ms", "clock_gap_idle_pct"))
     if both.height == 0:
-        return {**empty, **speed, "clock_tolerance_pct": None, "clock_pass": True}
+        return {**empty, **speed, "clock_tolerance_pct": None, "clock_pass": True, "clock_pass_on_spread": False}
     live_ms, trace_ms = float(both["delta_ms"].mean()), float(both["traced"].mean())
     factors = np.ones(both.height)
     if model is not None and model.has_idle_effect:
@@ -322,6 +325,7 @@ def clock_comparison(
         "clock_gap_idle_pct": gap_idle,
         "clock_tolerance_pct": tolerance,
         "clock_pass": abs(gap_idle) <= tolerance + 1e-9,
+        "clock_pass_on_spread": abs(gap_idle) > float(tol_pct) + 1e-9 and abs(gap_idle) <= tolerance + 1e-9,
     }
 
 

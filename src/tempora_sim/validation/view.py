@@ -166,6 +166,15 @@ def print_validation(result: Validation, console: Console) -> None:
             worst = off.sort(pl.col("clock_gap_idle_pct").abs(), descending=True).row(0, named=True)
             line += f"; beyond it: {off.height} (worst: {term_name(worst['method'])}, {worst['clock_gap_idle_pct']:+.1f} %)"
         console.print(line, style="red" if off.height else None)
+        loose = s.filter(pl.col("clock_pass_on_spread")) if "clock_pass_on_spread" in s.columns else s.clear()
+        if loose.height:
+            console.print(
+                f"clock, inconclusive: {loose.height} of them pass only on their trace's own spread (gaps "
+                f"{loose['clock_gap_idle_pct'].min():+.1f} to {loose['clock_gap_idle_pct'].max():+.1f} %, beyond --clock-tol-pct, "
+                f"within a spread of up to {loose['clock_tolerance_pct'].max():.1f} %): a trace that noisy cannot tell the clocks "
+                "apart; trace and play again while the machine holds its speed",
+                style="yellow",
+            )
         probed = s.filter(pl.col("clock_gap_speed_pct").is_not_null()) if "clock_gap_speed_pct" in s.columns else s.clear()
         if probed.height:
             moved = probed.filter(pl.col("speed_gap_pct").abs() > pl.col("clock_tolerance_pct"))
