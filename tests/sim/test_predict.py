@@ -18,7 +18,17 @@ from tempora_sim import analyses as an
 from tempora_sim import run_sweep
 from tempora_sim.commands.main import main
 from tempora_sim.prediction.check import validate_prediction
-from tempora_sim.prediction.transfer import PredictionError, fit_phase, predict, trace_bytes, write_prediction
+from tempora_sim.prediction.transfer import (
+    Pairs,
+    PredictionError,
+    choose_kind,
+    fit_phase,
+    fit_transfer,
+    fold_ids,
+    predict,
+    trace_bytes,
+    write_prediction,
+)
 from tempora_sim.sweeps import synthetic as syn
 from tempora_sim.sweeps import variability
 from tempora_sim.sweeps.traces import load_traces
@@ -78,6 +88,23 @@ def test_fit_phase_kinds():
     assert fit_phase("scale", np.zeros(4), np.ones(4)) is None
     # an event whose source phase is 0 stays 0 (a batch a policy did not adapt)
     assert list(aff(np.array([0.0, 1.0]))) == [0.0, pytest.approx(3.0)]
+
+
+def test_a_line_that_fits_each_fold_but_not_the_whole_is_not_chosen():
+    """A 12-event profile (4 batches of 3 episodes, two folds) of ETA on two threads against its
+    one-thread trace: a positive slope on each fold, a negative one on all twelve events. The
+    affine kind won the held-out comparison and then could not be fitted, so `predict` refused
+    the whole folder ("no transfer model fits"); the phase now takes the kind that fits."""
+    xe = np.array([22.32, 33.01, 23.59, 22.73, 35.4, 22.98, 22.5, 35.77, 40.24, 22.5, 23.2, 43.36])
+    ye = np.array([21.15, 20.7, 22.13, 20.89, 20.8, 18.54, 20.16, 20.85, 18.86, 18.68, 19.85, 20.13])
+    steps, episodes = np.repeat(np.arange(4), 3), np.tile(np.array(["contrast", "fog", "gaussian_noise"]), 4)
+    folds, k = fold_ids(steps, episodes)
+    assert k == 2 and fit_phase("affine", xe, ye) is None
+    assert all(fit_phase("affine", xe[folds != f], ye[folds != f]) is not None for f in range(k))
+    assert choose_kind(xe, ye, folds, k) == "scale"
+    pairs = Pairs(episodes, steps, xe, 0.9 * xe, ye, 0.9 * ye)
+    fitted = fit_transfer(pairs)
+    assert fitted is not None and fitted.e.kind == "scale" and fitted.e.a == pytest.approx(ye.sum() / xe.sum())
 
 
 def test_identical_devices_give_back_the_source_times(tmp_path):

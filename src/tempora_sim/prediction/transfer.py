@@ -19,8 +19,8 @@ Because the map is per event, a method whose adaptation cost depends on the batc
 and DeYO filter samples by entropy) keeps its per-batch structure. The kind of each phase is
 chosen out of sample: the shared events, in step order, are cut into K contiguous folds (4,
 or 2 below 16 events); each candidate is fitted on K − 1 folds and scored on the held-out
-one, and the smaller held-out squared error wins (``scale`` on a tie). The chosen model is then
-fitted on every shared event. Frozen rows' ``e`` is mapped with the ``e`` model.
+one, and the smaller held-out squared error wins (``scale`` on a tie) among the kinds that can
+also be fitted on every shared event. The chosen model is then fitted on every shared event. Frozen rows' ``e`` is mapped with the ``e`` model.
 
 **Its error.** The held-out fold's bias of the mean δ, b_k = log(Σ δ̂ / Σ δ), is what the
 prediction gets wrong about a method's level of time; σ_p = √(mean b_k²) with K degrees of
@@ -236,11 +236,14 @@ def _held_out_sse(kind: str, x: np.ndarray, y: np.ndarray, folds: np.ndarray, k:
 
 
 def choose_kind(x: np.ndarray, y: np.ndarray, folds: np.ndarray, k: int) -> str:
-    """The phase's model kind with the smaller held-out squared error (``scale`` on a tie)."""
+    """The phase's model kind with the smaller held-out squared error (``scale`` on a tie),
+    among the kinds that also fit every event: a line whose slope is positive on each part of
+    a short profile can come out negative on the whole, and the chosen kind is then fitted on
+    the whole."""
     if not (x > 0).any():
         return "zero"
     scores = {kind: _held_out_sse(kind, x, y, folds, k) for kind in ("scale", "affine")}
-    valid = {kind: v for kind, v in scores.items() if v is not None}
+    valid = {kind: v for kind, v in scores.items() if v is not None and fit_phase(kind, x, y) is not None}
     if not valid:
         return "scale"
     return min(valid, key=lambda kind: (valid[kind], kind != "scale"))
