@@ -20,7 +20,8 @@ and DeYO filter samples by entropy) keeps its per-batch structure. The kind of e
 chosen out of sample: the shared events, in step order, are cut into K contiguous folds (4,
 or 2 below 16 events); each candidate is fitted on K − 1 folds and scored on the held-out
 one, and the smaller held-out squared error wins (``scale`` on a tie) among the kinds that can
-also be fitted on every shared event. The chosen model is then fitted on every shared event. Frozen rows' ``e`` is mapped with the ``e`` model.
+also be fitted on every shared event. The chosen model is then fitted on every shared event.
+Frozen rows' ``e`` is mapped with the ``e`` model.
 
 **Its error.** The held-out fold's bias of the mean δ, b_k = log(Σ δ̂ / Σ δ), is what the
 prediction gets wrong about a method's level of time; σ_p = √(mean b_k²) with K degrees of
