@@ -307,6 +307,7 @@ def clock_comparison(
     noise_pct = 100.0 * (math.exp(_Z975 * spread[1]) - 1.0) if spread is not None else 0.0
     tolerance = max(float(tol_pct), noise_pct)
     gap_idle = 100.0 * (idle_ms / live_ms - 1.0)
+    within = abs(gap_idle) <= tolerance + 1e-9
     trace_probe, live_probe = probe_median_ms(trace.meta), live_probe_ms(runs)
     # a probed trace names a measured kind (the schema), so equal kinds mean the same computation
     if trace_probe and live_probe and trace.meta.get("speed_probe_kind") == runs[0].file.meta.get("speed_probe_kind"):
@@ -324,8 +325,8 @@ def clock_comparison(
         "delta_trace_idle_ms": idle_ms,
         "clock_gap_idle_pct": gap_idle,
         "clock_tolerance_pct": tolerance,
-        "clock_pass": abs(gap_idle) <= tolerance + 1e-9,
-        "clock_pass_on_spread": abs(gap_idle) > float(tol_pct) + 1e-9 and abs(gap_idle) <= tolerance + 1e-9,
+        "clock_pass": within,
+        "clock_pass_on_spread": within and abs(gap_idle) > float(tol_pct) + 1e-9,
     }
 
 
