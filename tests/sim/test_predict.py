@@ -307,6 +307,48 @@ def test_validate_prediction_across_device_kinds_names_the_baseline_it_cannot_fo
     assert not (tmp_path / "p2").exists()
 
 
+def test_validate_prediction_separates_the_machine_slowing_from_the_transfer(tmp_path):
+    """The measured traces taken while the machine ran 25 % slower than during the profiles
+    (their speed probes and every time × 1.25): the prediction is 20 % low, all of it the
+    machine's, and the check says so instead of blaming the transfer."""
+    slow, methods = 1.25, ("standard", "tent")
+    for i, m in enumerate(methods):
+        meta, table = syn.make_trace(m, episodes=EPISODES, num_batches=40, device=SOURCE, probe_ms=2.0, model="resnet50", rng_seed=11 + i)
+        syn.write_table(tmp_path / "source" / f"{m}.parquet", table)
+        tmeta, ttable = syn.on_device(meta, table, TARGET, threads=4, e_factor=0.8, l_factor=3.0)
+        pmeta, ptable = syn.profile_of(tmeta, ttable, 8)
+        syn.write_table(tmp_path / "profiles" / f"{m}.parquet", ptable)
+        smeta, stable = syn.on_device(tmeta, ttable, TARGET, threads=4, e_factor=slow, l_factor=slow)
+        syn.write_table(tmp_path / "measured" / f"{m}.parquet", stable)
+    out = tmp_path / "pred"
+    assert _run(["predict", tmp_path / "source", "--profiles", tmp_path / "profiles", "--out", out]).exit_code == 0
+    (fit,) = validate_prediction(out, tmp_path / "measured", st.BootstrapOptions(resamples=200, timing_replicates=2))
+    for m in fit.methods:
+        assert m.delta == pytest.approx(1 / slow - 1, abs=1e-6), m.method
+        assert m.machine == pytest.approx(slow - 1, abs=1e-9)
+        assert m.delta_at_profile_speed == pytest.approx(0.0, abs=1e-6)
+    (lam,) = fit.lambdas
+    assert lam.cv_predicted == pytest.approx(lam.cv_measured, rel=1e-6)  # the same spread, scaled
+    res = _run(["validate-prediction", out, "--against", tmp_path / "measured", "--resamples", "200", "--timing-replicates", "2"])
+    assert res.exit_code == 0, res.output
+    assert "largest |δ̄ error|: fit 20.0 % (0 of 2 within 10 %)" in res.output
+    assert "+25.0 % to +25.0 % against their profiles" in res.output
+    assert "the fit's largest |δ̄ error| is 0.0 % (2 of 2 within 10 %)" in res.output
+    assert "σ / mean of standard's δ: predicted" in res.output
+
+
+def test_validate_prediction_says_when_the_machine_speed_cannot_be_compared(tmp_path):
+    gpu_probe = {"speed_probe_kind": "matmul-2048-fp32x8"}
+    paths = write_setting(tmp_path, methods=("standard", "tent"), target_overrides={m: gpu_probe for m in ("standard", "tent")})
+    out = tmp_path / "pred"
+    assert _run(["predict", paths["source"], "--profiles", paths["profiles"], "--out", out]).exit_code == 0
+    (fit,) = validate_prediction(out, paths["measured"], st.BootstrapOptions(resamples=200, timing_replicates=2))
+    assert all(m.machine is None and m.delta_at_profile_speed is None for m in fit.methods)
+    res = _run(["validate-prediction", out, "--against", paths["measured"], "--resamples", "200", "--timing-replicates", "2"])
+    assert res.exit_code == 0, res.output
+    assert "the machine's speed change between them is not known" in res.output
+
+
 def _expect_refused(tmp_path, source, profiles, words):
     out = tmp_path / "never"
     res = _run(["predict", source, "--profiles", profiles, "--out", out])

@@ -5,6 +5,13 @@ For every predicted group the measured group of the same configuration on the pr
 
 * **times**, per method: the relative error of the mean δ, e and ℓ over the adapt rows
   (predicted / measured − 1), and of λ per group (from the two ``standard`` traces);
+* **the machine's share of it**: a predicted trace carries its profile's machine-speed probes,
+  the measured trace its own. Where they time the same work, their ratio says how much faster
+  or slower the machine ran during the check than during the profile, something no transfer
+  can know; the δ̄ error with the measured trace brought to the profile's speed
+  (``(1 + error) · ratio − 1``) is what is left for the transfer. Beside λ's error stands the
+  spread (σ / mean) of the predicted and the measured ``standard`` δ: λ is mean + 6σ, and a
+  transfer carries the source device's spread, not the target's;
 * **decisions**, over the sweep's default grids (every protocol): both sets are swept with the
   same library calls as ``tempora-sim report`` (:func:`tempora_sim.sweeps.replay.run_sweep`, timing
   replicates, :func:`tempora_sim.analyses.intervals.utility_intervals` and
@@ -29,7 +36,7 @@ from typing import Sequence
 import numpy as np
 import polars as pl
 
-from tempora_schema import GroupKey
+from tempora_schema import GroupKey, probe_median_ms
 from tempora_schema.prediction import PREDICTED_MARK, is_predicted, measured_device
 from tempora_sim import analyses as an
 from tempora_sim import protocols as P
@@ -57,6 +64,39 @@ class MethodError:
     acc_max_pp: float = 0.0
     #: the same over the frozen rows both traces score
     frozen_max_pp: float = 0.0
+    #: the machine's speed during the measured trace against its profile's (probe ratio − 1:
+    #: > 0, slower during the check); None where the probes time different work or are missing
+    machine: float | None = None
+
+    @property
+    def delta_at_profile_speed(self) -> float | None:
+        """The δ̄ error with the measured trace brought to the profile's machine speed."""
+        return None if self.machine is None else (1.0 + self.delta) * (1.0 + self.machine) - 1.0
+
+
+@dataclass
+class LambdaError:
+    group: str
+    error: float
+    #: σ / mean of the predicted and the measured standard trace's δ: λ is mean + 6σ, and a
+    #: transfer maps the source device's spread, which need not be the target's
+    cv_predicted: float | None = None
+    cv_measured: float | None = None
+
+
+def spread(trace: Trace) -> float | None:
+    """σ / mean of a trace's adapt-row δ (population σ, as λ's)."""
+    d = np.asarray(trace.adapt_delta, np.float64)
+    return float(d.std() / d.mean()) if d.size and d.mean() > 0 else None
+
+
+def machine_change(pred: Trace, meas: Trace) -> float | None:
+    """Median speed probe of the measured trace over the predicted one's (its profile's) − 1;
+    None when either was not probed or the probes time different work."""
+    a, b = probe_median_ms(pred.meta), probe_median_ms(meas.meta)
+    if a is None or b is None or a <= 0 or pred.meta.get("speed_probe_kind") != meas.meta.get("speed_probe_kind"):
+        return None
+    return b / a - 1.0
 
 
 def accuracy_difference(pred: Trace, meas: Trace) -> tuple[int, float, float]:
@@ -90,7 +130,7 @@ class TransferCheck:
 
     name: str
     methods: list[MethodError]
-    lambdas: list[tuple[str, float]]
+    lambdas: list[LambdaError]
     #: None where the transfer could not be evaluated (``unavailable`` says why)
     decisions: DecisionCheck | None
     unavailable: str | None = None
@@ -136,8 +176,9 @@ def _rel(a: float, b: float) -> float | None:
     return a / b - 1.0 if b > 0 else None
 
 
-def time_errors(pairs: list[tuple[list[Trace], list[Trace]]]) -> tuple[list[MethodError], list[tuple[str, float]]]:
-    """Per method the relative error of δ̄, ē, ℓ̄; per group that of λ."""
+def time_errors(pairs: list[tuple[list[Trace], list[Trace]]]) -> tuple[list[MethodError], list[LambdaError]]:
+    """Per method the relative error of δ̄, ē, ℓ̄ and the machine's speed change; per group
+    that of λ, with the spread of both standard traces."""
     methods, lambdas = [], []
     for pred, meas in pairs:
         label = meas[0].group.label(seed=False)
@@ -151,12 +192,13 @@ def time_errors(pairs: list[tuple[list[Trace], list[Trace]]]) -> tuple[list[Meth
                     _rel(float(pa_["e_ms"].mean()), float(ma_["e_ms"].mean())) or 0.0,
                     _rel(float(pa_["l_ms"].mean()), float(ma_["l_ms"].mean())),
                     *accuracy_difference(p, m),
+                    machine=machine_change(p, m),
                 )
             )
         ps = next((t for t in pred if t.method == STANDARD_METHOD), None)
         ms = next((t for t in meas if t.method == STANDARD_METHOD), None)
         if ps is not None and ms is not None:
-            lambdas.append((label, lambda_from_standard(ps) / lambda_from_standard(ms) - 1.0))
+            lambdas.append(LambdaError(label, lambda_from_standard(ps) / lambda_from_standard(ms) - 1.0, spread(ps), spread(ms)))
     return methods, lambdas
 
 
@@ -293,21 +335,56 @@ def _share(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.1f} %"
 
 
+def _machine_lines(methods: list[MethodError]) -> list[str]:
+    """What the machine's speed change between the profiles and the measured traces explains."""
+    probed = [m for m in methods if m.machine is not None]
+    if not probed:
+        return [
+            "machine: the profiles' and the measured traces' speed probes time different work (or are missing); "
+            "the machine's speed change between them is not known"
+        ]
+    lo, hi = min(m.machine for m in probed), max(m.machine for m in probed)
+    same = [m.delta_at_profile_speed for m in probed]
+    worst = max(abs(x) for x in same)
+    return [
+        f"machine: during the measured traces it ran {_pct(lo)} to {_pct(hi)} against their profiles (speed probes; > 0 slower); "
+        f"with each measured trace brought to its profile's speed the fit's largest |δ̄ error| is {100 * worst:.1f} % "
+        f"({_within(same)}); the rest is the machine's speed change, which no profile foresees"
+    ]
+
+
+def _within(errors: list[float], limit: float = 0.10) -> str:
+    return f"{sum(abs(x) <= limit + 1e-12 for x in errors)} of {len(errors)} within {100 * limit:.0f} %"
+
+
 def check_lines(checks: list[TransferCheck]) -> list[str]:
-    """The terminal report: per method the time errors of every transfer side by side, λ, then
-    the decision figures of every transfer; a baseline the inputs cannot give is named, with why."""
+    """The terminal report: per method the time errors of every transfer side by side and the
+    machine's speed change, λ, then the decision figures of every transfer; a baseline the
+    inputs cannot give is named, with why."""
     skipped = [c for c in checks if c.unavailable is not None]
     checks = [c for c in checks if c.unavailable is None]
     names = [c.name for c in checks]
     lines = ["Time errors (predicted / measured − 1; 'fit' is the transfer model, the others its baselines)"]
-    header = f"{'group · method':<58}" + "".join(f"{'δ̄ ' + n:>22}" for n in names) + f"{'ē fit':>12}{'ℓ̄ fit':>12}"
+    header = (
+        f"{'group · method':<58}"
+        + "".join(f"{'δ̄ ' + n:>22}" for n in names)
+        + f"{'ē fit':>12}{'ℓ̄ fit':>12}{'machine':>10}{'δ̄ fit, same speed':>20}"
+    )
     lines.append(header)
     base = {(m.group, m.method): m for m in checks[0].methods}
     for key, m in base.items():
         cells = "".join(f"{_pct(next((x.delta for x in c.methods if (x.group, x.method) == key), None)):>22}" for c in checks)
-        lines.append(f"{(m.group[:40] + ' · ' + m.method):<58}{cells}{_pct(m.e):>12}{_pct(m.l):>12}")
-    worst = {c.name: max((abs(m.delta) for m in c.methods), default=0.0) for c in checks}
-    lines.append("largest |δ̄ error|: " + ", ".join(f"{n} {100 * worst[n]:.1f} %" for n in names))
+        lines.append(
+            f"{(m.group[:40] + ' · ' + m.method):<58}{cells}{_pct(m.e):>12}{_pct(m.l):>12}{_pct(m.machine):>10}{_pct(m.delta_at_profile_speed):>20}"
+        )
+    lines.append(
+        "largest |δ̄ error|: "
+        + ", ".join(
+            f"{n} {100 * max((abs(m.delta) for m in c.methods), default=0.0):.1f} % ({_within([m.delta for m in c.methods])})"
+            for n, c in zip(names, checks)
+        )
+    )
+    lines += _machine_lines(checks[0].methods)
     lines += [f"baseline {c.name}: not evaluated ({c.unavailable})" for c in skipped]
     differ = [m for m in checks[0].methods if m.acc_max_pp > 0 or m.frozen_max_pp > 0]
     if differ:
@@ -319,8 +396,9 @@ def check_lines(checks: list[TransferCheck]) -> list[str]:
     else:
         lines.append("accuracy: every shared batch and frozen row is the same on both devices")
     for c in checks:
-        for label, err in c.lambdas:
-            lines.append(f"λ error ({c.name}) {label}: {_pct(err)}")
+        for lam in c.lambdas:
+            cv = f" (σ / mean of standard's δ: predicted {_share(lam.cv_predicted)}, measured {_share(lam.cv_measured)})"
+            lines.append(f"λ error ({c.name}) {lam.group}: {_pct(lam.error)}{cv}")
     lines.append("")
     lines.append("Decisions over the default grids (temporal episode × scenario cells; offline agrees by construction)")
     lines.append(
