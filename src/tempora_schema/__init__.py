@@ -80,6 +80,7 @@ from tempora_schema.prediction import (  # noqa: F401  (re-exported)
     KIND_KEY,
     KIND_PROFILE,
     PREDICTED_KEY,
+    PROFILE_AUTO_KEY,
     PROFILE_BATCHES_KEY,
     check_kind_rows,
     validate_kind,

@@ -2,7 +2,8 @@
 
 A **profile** (``tempora-trace profile``) is a trace file of the first ``profile_batches``
 batches of every episode of a stream, timing only: the same columns and metadata as a trace,
-plus ``kind = "profile"`` and ``profile_batches``, and no frozen rows (``frozen_eval = 0``).
+plus ``kind = "profile"`` and ``profile_batches`` (with ``profile_auto``, the rule, when
+``--profile-batches auto`` chose the count), and no frozen rows (``frozen_eval = 0``).
 Its identity is the identity of the trace it shortens (the configuration, the device, the
 library versions), so it pairs with a full trace of the same configuration taken elsewhere.
 
@@ -38,6 +39,9 @@ KIND_KEY = "kind"
 KIND_PROFILE = "profile"
 #: Metadata key of a profile: batches per episode it times.
 PROFILE_BATCHES_KEY = "profile_batches"
+#: Metadata key of a profile whose length ``--profile-batches auto`` chose: the rule,
+#: ``{"share": 0.025, "min": 8}`` (that share of the longest episode, at least ``min``).
+PROFILE_AUTO_KEY = "profile_auto"
 #: Metadata key of a predicted trace.
 PREDICTED_KEY = "predicted"
 #: What the device of a predicted trace ends with.
@@ -98,10 +102,17 @@ def validate_kind(meta: Mapping[str, Any], path: object = "<trace>") -> None:
             bad(f"a profile's metadata '{PROFILE_BATCHES_KEY}' must be a positive integer, got {pb!r}")
         if meta.get("frozen_eval") != 0:
             bad("a profile scores no frozen checkpoints: metadata 'frozen_eval' must be 0")
+        if PROFILE_AUTO_KEY in meta:
+            rule = meta[PROFILE_AUTO_KEY]
+            ok = isinstance(rule, dict) and set(rule) == {"share", "min"}
+            if not (ok and _is_number(rule["share"]) and 0 < rule["share"] <= 1 and _is_int(rule["min"]) and rule["min"] >= 1):
+                bad(f'a profile\'s metadata \'{PROFILE_AUTO_KEY}\' must be {{"share": 0 < s <= 1, "min": n >= 1}}, got {rule!r}')
         if PREDICTED_KEY in meta:
             bad(f"a profile is measured: it cannot carry '{PREDICTED_KEY}'")
-    elif PROFILE_BATCHES_KEY in meta:
-        bad(f"metadata '{PROFILE_BATCHES_KEY}' belongs to a profile ('{KIND_KEY}': '{KIND_PROFILE}')")
+    else:
+        for key in (PROFILE_BATCHES_KEY, PROFILE_AUTO_KEY):
+            if key in meta:
+                bad(f"metadata '{key}' belongs to a profile ('{KIND_KEY}': '{KIND_PROFILE}')")
     device = meta.get("device")
     if PREDICTED_KEY in meta:
         validate_predicted(meta[PREDICTED_KEY], path)

@@ -47,10 +47,11 @@ def trace(config: TraceConfig | None = None, /, *, quiet: bool = True, **fields:
 
 
 def profile(
-    config: TraceConfig | None = None, /, *, profile_batches: int = DEFAULT_PROFILE_BATCHES, quiet: bool = True, **fields: Any
+    config: TraceConfig | None = None, /, *, profile_batches: int | str = DEFAULT_PROFILE_BATCHES, quiet: bool = True, **fields: Any
 ) -> Path:
     """Profile one method (``tempora-trace profile``): the first ``profile_batches`` batches of
-    every episode, timing only, and return the written file; ``tempora-sim predict`` turns a
+    every episode (``"auto"``: 2.5 % of the longest episode, at least 8), timing only, and
+    return the written file; ``tempora-sim predict`` turns a
     trace taken elsewhere and this profile into a predicted trace of this device."""
     return profile_run(_config(config, {**fields, "profile_batches": profile_batches}, quiet))
 

@@ -51,7 +51,7 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as Bar
 
-from tempora_schema import PROFILE_BATCHES_KEY, decode_metadata
+from tempora_schema import PROFILE_AUTO_KEY, PROFILE_BATCHES_KEY, decode_metadata
 from tempora_schema.errors import OutputLockedError, output_error
 from tempora_schema.prediction import is_profile
 from tempora_schema.vocabulary import BASELINE_METHOD
@@ -119,7 +119,11 @@ def task_differences(meta: dict, task: TraceTask, cfg: TraceConfig) -> list[str]
     if not task.is_profile:
         return identity_differences(meta, cfg, params=True)
     differ = identity_differences(meta, dataclasses.replace(cfg, frozen_sample=0), params=True)  # a profile scores no frozen rows
-    if meta.get(PROFILE_BATCHES_KEY) != task.profile_batches:
+    if task.profile_batches == trace_options.PROFILE_AUTO:  # the count follows the stream; the rule must be today's
+        if meta.get(PROFILE_AUTO_KEY) != trace_options.profile_auto_rule():
+            found = meta.get(PROFILE_AUTO_KEY) or meta.get(PROFILE_BATCHES_KEY)
+            differ.append(f"{PROFILE_BATCHES_KEY} {found!r} ≠ {trace_options.PROFILE_AUTO!r} {trace_options.profile_auto_rule()!r}")
+    elif meta.get(PROFILE_BATCHES_KEY) != task.profile_batches:
         differ.append(f"{PROFILE_BATCHES_KEY} {meta.get(PROFILE_BATCHES_KEY)!r} ≠ {task.profile_batches!r}")
     return differ
 

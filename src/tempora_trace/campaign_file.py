@@ -42,7 +42,7 @@ from .methods.base import MethodContext
 from .methods.gradient import check_param_types
 from .models import MODEL_NORMS, model_norms
 from .norms import describe_norms, method_fits
-from .options import DEFAULT_PROFILE_BATCHES, PROFILE
+from .options import DEFAULT_PROFILE_BATCHES, PROFILE, PROFILE_AUTO
 from .policies import adapts_after_prediction
 
 DEVICE_TYPES = ("cpu", "cuda")
@@ -108,8 +108,9 @@ class TraceTask:
     budgets_ms: tuple[float, ...] = ()
     #: sparse-adaptation policy (docs/design/design.md §11); None: adapt on every batch
     policy: str | None = None
-    #: a profile (``tempora-trace profile``) of this many batches per episode; None: a full trace
-    profile_batches: int | None = None
+    #: a profile (``tempora-trace profile``) of this many batches per episode (``"auto"``: a
+    #: share of the longest episode); None: a full trace
+    profile_batches: int | str | None = None
 
     @property
     def is_profile(self) -> bool:
@@ -412,7 +413,7 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
     return campaign
 
 
-def _profile_batches(group: dict, where: str) -> int | None:
+def _profile_batches(group: dict, where: str) -> int | str | None:
     """A profile group's ``profile_batches`` (default :data:`DEFAULT_PROFILE_BATCHES`); None for a trace group."""
     profiles = group.get("profiles", False)
     if not isinstance(profiles, bool):
@@ -422,8 +423,10 @@ def _profile_batches(group: dict, where: str) -> int | None:
     if not profiles:
         raise CampaignError(f"{where}: profile_batches is for a profile group; add profiles = true (or leave profile_batches out)")
     batches = group["profile_batches"]
+    if batches == PROFILE_AUTO:
+        return batches
     if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
-        raise CampaignError(f"{where}: profile_batches must be an integer >= 1, got {batches!r}")
+        raise CampaignError(f"{where}: profile_batches must be an integer >= 1 or '{PROFILE_AUTO}', got {batches!r}")
     return batches
 
 

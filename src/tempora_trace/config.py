@@ -42,6 +42,7 @@ from .options import (
     LIVE,
     MAX_PARAM_DEPTH,
     MAX_ROUNDS,
+    PROFILE_AUTO,
     WARMUP_BATCHES,
     config_kwargs,
 )
@@ -216,8 +217,9 @@ class TraceConfig:
     #: ImageNet-C corruptions applied on the fly to a folder of clean images (folder:PATH only)
     corruptions: list[str] | None = None
     #: a profile (``tempora-trace profile``): the first ``profile_batches`` batches of every
-    #: episode, timing only (no frozen checkpoints); None: a full trace
-    profile_batches: int | None = None
+    #: episode, timing only (no frozen checkpoints); ``"auto"``: a share of the longest episode
+    #: (:func:`tempora_trace.profiling.profile_length`); None: a full trace
+    profile_batches: int | str | None = None
     resume: bool = False
     force: bool = False
     quiet: bool = False
@@ -305,7 +307,10 @@ class TraceConfig:
         except ValueError as exc:
             raise ConfigError(f"--idle-gaps: {exc} (use <k>x multiples of the median δ, times, or 'none')") from None
         if cfg.profile_batches is not None:
-            if not 1 <= cfg.profile_batches <= INT32_MAX:
+            if isinstance(cfg.profile_batches, (str, bool)):
+                if cfg.profile_batches != PROFILE_AUTO:
+                    raise ConfigError(f"--profile-batches must be a number ≥ 1 or '{PROFILE_AUTO}', not {cfg.profile_batches!r}")
+            elif not 1 <= cfg.profile_batches <= INT32_MAX:
                 raise ConfigError(f"--profile-batches must be in 1..{INT32_MAX}, not {cfg.profile_batches}")
             if cfg.budgets_ms or cfg.checkpoints:
                 raise ConfigError("a profile times the stream only: it takes no frozen checkpoints or budgets")

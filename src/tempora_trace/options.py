@@ -56,12 +56,23 @@ DEFAULT_STAGE_MB = 1024.0
 DEFAULT_TIMING_SAMPLE = 16
 DEFAULT_TIMING_PASSES = 2
 DEFAULT_IDLE_GAPS = "1x,4x"
-#: Batches per episode a profile times (``tempora-trace profile --profile-batches``). Counted
-#: in events, a profile of the default stream (the demo set's 15 corruptions, 156 batches each,
-#: the default frozen checkpoints) costs at most 4.1 % of the full trace for every timing profile
-#: of the paper's Table 2; measured with start-up and warm-up, 2.5 % (standard) to 6.1 % (CMF)
-#: (docs/guide/predict.md, "Cost").
-DEFAULT_PROFILE_BATCHES = 8
+#: Batches per episode a profile times (``tempora-trace profile --profile-batches``): by default
+#: (``auto``) a share of the stream's longest episode, at least a floor. A fixed count per
+#: episode is 5 % of a demo episode (156 batches) but 0.3 % of the same data as one continual
+#: episode, whose profile would then fit its transfer on 8 events. The floor is 8 because
+#: 4-batch profiles of the demo stream, paired with 8-batch ones against the same full traces,
+#: kept 85 % of the certain winners in one of four directions (8 batches: 94.5 % or more);
+#: docs/guide/predict.md, "Half the profile" and "Cost".
+PROFILE_AUTO = "auto"
+PROFILE_SHARE = 0.025
+PROFILE_MIN_BATCHES = 8
+DEFAULT_PROFILE_BATCHES = PROFILE_AUTO
+
+
+def profile_auto_rule() -> dict[str, float | int]:
+    """What ``--profile-batches auto`` means, as a profile's metadata records it."""
+    return {"share": PROFILE_SHARE, "min": PROFILE_MIN_BATCHES}
+
 
 #: The subcommands that trace; a :class:`TraceOption` names the ones that take it.
 COMMANDS = ("run", "live", "calibrate", "profile")
@@ -82,6 +93,15 @@ def _frozen_sample(text: str, option: str) -> int | None:
         raise OptionError(f"{option}: expected a number ≥ 1 or 'all', got '{text}'") from None
 
 
+def _profile_batches(text: str, option: str) -> int | str:
+    if text.strip() == PROFILE_AUTO:
+        return PROFILE_AUTO
+    try:
+        return parse_int(text, option, 1, INT32_MAX)
+    except OptionError:
+        raise OptionError(f"{option}: expected a number ≥ 1 or '{PROFILE_AUTO}', got '{text}'") from None
+
+
 def _ratio_list(text: str, option: str) -> list[float]:
     values = [parse_ratio(t, option) for t in split_list(text, option)]
     bad = [v for v in values if not v > 0]
@@ -98,6 +118,7 @@ def _positive_time_list(text: str, option: str) -> list[float]:
 
 
 FROZEN_SAMPLE = ValueType("N|all", _frozen_sample)
+PROFILE_BATCHES = ValueType("N|auto", _profile_batches)
 
 
 #: Deepest nesting of a ``--param`` value (the trace identity and metadata hold it as JSON).
@@ -452,11 +473,11 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
     TraceOption(
         "--profile-batches",
         "Batches per episode the profile times: the first ones of each episode of the stream a full trace of this "
-        "configuration would take (the default costs 2.5–6.1 % of a full demo-stream trace with the default "
-        "checkpoints, by method; docs/guide/predict.md).",
+        f"configuration would take; '{PROFILE_AUTO}': {PROFILE_SHARE * 100:g} % of the longest episode, at least "
+        f"{PROFILE_MIN_BATCHES}: 8 on the demo stream, 2.3–6.1 % of a full trace by method (docs/guide/predict.md).",
         _P,
         default=DEFAULT_PROFILE_BATCHES,
-        type=click.IntRange(1, INT32_MAX),
+        type=PROFILE_BATCHES,
     ),
     # the data, the model, the device and the run (every command that traces)
     TraceOption(

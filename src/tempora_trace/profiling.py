@@ -5,6 +5,7 @@ episode, timing only; its file is a trace's with ``kind = "profile"``
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -13,7 +14,18 @@ import tempora_schema as schema
 from .config import TraceConfig
 from .data import Episode
 from .errors import ConfigError
+from .options import PROFILE_AUTO, PROFILE_MIN_BATCHES, PROFILE_SHARE, profile_auto_rule
 from .runner import TraceRun
+
+
+def profile_length(value: int | str, episodes: Sequence[Episode]) -> int:
+    """Batches per episode of a profile: ``value`` itself, or for ``auto``
+    :data:`~tempora_trace.options.PROFILE_SHARE` of the stream's longest episode (rounded up),
+    at least :data:`~tempora_trace.options.PROFILE_MIN_BATCHES`."""
+    if value != PROFILE_AUTO:
+        return int(value)
+    longest = max((ep.num_batches for ep in episodes), default=0)
+    return max(PROFILE_MIN_BATCHES, math.ceil(PROFILE_SHARE * longest - 1e-9))
 
 
 def profile_episodes(episodes: Sequence[Episode], batches: int) -> list[Episode]:
@@ -37,13 +49,15 @@ class ProfileRun(TraceRun):
     Everything a trace run does to its events is kept — the warm-up, the staging, the clock
     and its rules, the speed probe, the timing-variability measurement after the main pass —
     and no frozen checkpoint is scored. The metadata is a trace's plus ``kind = "profile"`` and
-    ``profile_batches`` (:mod:`tempora_schema.prediction`)."""
+    ``profile_batches`` (the count used), with ``profile_auto`` (the rule) when the count was
+    chosen by ``auto`` (:mod:`tempora_schema.prediction`)."""
 
     def __init__(self, cfg: TraceConfig, echo: Callable[[str], None]):
         if cfg.profile_batches is None:
             raise ConfigError("a profile needs its length (--profile-batches)")
         super().__init__(cfg, echo, claim=False)
-        self.episodes = profile_episodes(self.episodes, cfg.profile_batches)
+        self.length = profile_length(cfg.profile_batches, self.episodes)
+        self.episodes = profile_episodes(self.episodes, self.length)
         self.budgets = None
         self.claim_output()
 
@@ -52,7 +66,8 @@ class ProfileRun(TraceRun):
             **super().metadata(),
             "frozen_eval": 0,
             schema.KIND_KEY: schema.KIND_PROFILE,
-            schema.PROFILE_BATCHES_KEY: self.cfg.profile_batches,
+            schema.PROFILE_BATCHES_KEY: self.length,
+            **({schema.PROFILE_AUTO_KEY: profile_auto_rule()} if self.cfg.profile_batches == PROFILE_AUTO else {}),
         }
 
 

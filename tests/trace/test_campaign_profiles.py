@@ -89,9 +89,10 @@ def test_dry_run_says_which_tasks_are_profiles(tmp_path):
     "change, message",
     [
         (("profiles = true", 'profiles = "yes"'), "groups[1]: profiles must be true or false, got 'yes'"),
-        (("profile_batches = 4", "profile_batches = 0"), "groups[1]: profile_batches must be an integer >= 1, got 0"),
-        (("profile_batches = 4", "profile_batches = 2.5"), "profile_batches must be an integer >= 1, got 2.5"),
-        (("profile_batches = 4", "profile_batches = true"), "profile_batches must be an integer >= 1, got True"),
+        (("profile_batches = 4", "profile_batches = 0"), "groups[1]: profile_batches must be an integer >= 1 or 'auto', got 0"),
+        (("profile_batches = 4", "profile_batches = 2.5"), "profile_batches must be an integer >= 1 or 'auto', got 2.5"),
+        (("profile_batches = 4", "profile_batches = true"), "profile_batches must be an integer >= 1 or 'auto', got True"),
+        (("profile_batches = 4", 'profile_batches = "Auto"'), "profile_batches must be an integer >= 1 or 'auto', got 'Auto'"),
         (("profile_batches = 4", "profile_batches = 4294967296"), "--profile-batches"),
         (("profiles = true", "profiles = false"), "groups[1]: profile_batches is for a profile group; add profiles = true"),
         (("profiles = true\nprofile_batches = 4", "profile_batches = 4"), "profile_batches is for a profile group"),
@@ -139,6 +140,30 @@ def test_the_kind_of_a_complete_file_is_part_of_its_identity(tmp_path):
     cfg = task_config(profile, c.root(profile))
     assert task_differences({}, profile, cfg) == ["kind 'trace' ≠ 'profile'"]
     assert task_differences({"kind": "profile"}, trace, task_config(trace, c.out)) == ["kind 'profile' ≠ 'trace'"]
+
+
+def test_an_auto_length_task_takes_only_a_file_of_todays_rule(tmp_path):
+    """``profile_batches = "auto"`` (the default): the count follows the stream, so a complete
+    file is this task's when it was chosen by the same rule; a count asked for takes any file
+    of that count."""
+    from tempora_trace.campaign import task_config, task_differences
+
+    c = load_campaign(write(tmp_path, SIDE_BY_SIDE.replace("profile_batches = 4", 'profile_batches = "auto"')))
+    auto = c.tasks[3]
+    assert auto.profile_batches == "auto" and "profile:auto" in auto.label
+    argv = auto.argv(c.root(auto))
+    assert argv[argv.index("--profile-batches") + 1] == "auto"
+
+    def length(meta, task):
+        return [d for d in task_differences(meta, task, task_config(task, c.root(task))) if d.startswith("profile_batches")]
+
+    rule = {"share": 0.025, "min": 8}
+    assert length({"kind": "profile", "profile_batches": 8, "profile_auto": rule}, auto) == []
+    assert length({"kind": "profile", "profile_batches": 8}, auto) == ["profile_batches 8 ≠ 'auto' {'share': 0.025, 'min': 8}"]
+    assert length({"kind": "profile", "profile_batches": 4, "profile_auto": {"share": 0.025, "min": 4}}, auto) != []
+    fixed = load_campaign(write(tmp_path, SIDE_BY_SIDE, "fixed.toml")).tasks[3]
+    assert length({"kind": "profile", "profile_batches": 4, "profile_auto": {"share": 0.025, "min": 4}}, fixed) == []
+    assert length({"kind": "profile", "profile_batches": 5}, fixed) == ["profile_batches 5 ≠ 4"]
 
 
 # --------------------------------------------------------------------------- run for real

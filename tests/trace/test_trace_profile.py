@@ -117,3 +117,41 @@ def test_profile_episodes_keep_the_streams_first_batches():
     (one,) = profile_episodes(continual, 3)
     assert [len(b) for b in one.batches] == [2, 1] and one.num_batches == 3
     assert np.array_equal(one.locate(2)[1], continual[0].batches[1][0])
+
+
+def test_the_auto_length_is_a_share_of_the_longest_episode_with_a_floor():
+    import numpy as np
+
+    from tempora_trace.data import Episode
+    from tempora_trace.options import PROFILE_MIN_BATCHES, PROFILE_SHARE
+    from tempora_trace.profiling import profile_length
+
+    def stream(*lengths):
+        return [Episode(f"d{i}", [f"d{i}"], [[np.arange(2)] * n]) for i, n in enumerate(lengths)]
+
+    assert (PROFILE_SHARE, PROFILE_MIN_BATCHES) == (0.025, 8)
+    assert profile_length(7, stream(156)) == 7  # a count is a count
+    assert profile_length("auto", stream(*[156] * 15)) == 8  # the demo set: 3.9 batches, the floor
+    assert profile_length("auto", stream(782, 782)) == 20  # ImageNet-C, 50,000 images at 64
+    assert profile_length("auto", stream(2340)) == 59  # the demo set as one continual episode
+    assert profile_length("auto", stream(400, 40)) == 10 and profile_length("auto", stream(401)) == 11  # 2.5 %, rounded up
+    assert profile_length("auto", stream(3)) == 8  # shorter than the floor: the whole episode
+
+
+def test_the_default_profile_records_its_rule_and_resumes_only_as_auto(cifar_c_root, tmp_path, capsys):
+    code, _, err = run(["profile", *common(cifar_c_root, tmp_path / "p")], capsys)
+    assert code == 0, err
+    meta, rows = read(tmp_path / "p" / "tent-bs8.parquet")
+    assert meta["profile_batches"] == 8 and meta["profile_auto"] == {"share": 0.025, "min": 8}
+    counts = {e: rows["episode"].count(e) for e in set(rows["episode"])}
+    assert set(counts) == {"fog", "gaussian_noise"} and max(counts.values()) <= 8
+    code, _, err = run(["profile", *common(cifar_c_root, tmp_path / "p2"), "--profile-batches", "auto2"], capsys)
+    assert code == 2 and "expected a number ≥ 1 or 'auto'" in err and len(err.strip().splitlines()) == 1
+    # a profile chosen by count carries no rule, and a rule only belongs to a profile
+    schema.validate_kind({**meta, "profile_batches": 4, "profile_auto": {"share": 0.5, "min": 4}})
+    for bad in ({"share": 0, "min": 4}, {"share": 0.025}, {"share": 0.025, "min": True}, "auto"):
+        with pytest.raises(schema.TraceSchemaError, match="profile_auto"):
+            schema.validate_kind({**meta, "profile_auto": bad})
+    trace_meta = {k: v for k, v in meta.items() if k not in ("kind", "profile_batches")}
+    with pytest.raises(schema.TraceSchemaError, match="belongs to a profile"):
+        schema.validate_kind(trace_meta)
