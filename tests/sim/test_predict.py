@@ -435,3 +435,25 @@ def test_schema_rules_of_profiles_and_predicted_traces(tmp_path):
         schema.validate_metadata(dict(meta, device="cpu (predicted)"))
     with pytest.raises(schema.TraceSchemaError, match="predicted"):
         schema.validate_metadata(dict(meta, device="cpu (predicted)", predicted={"source": {}}))
+
+
+def test_a_profile_that_times_fewer_domains_than_the_stream_is_named():
+    """A continual stream's profile is its first batches, one corruption: `predict` says that
+    the transfer fitted there is applied to every other domain; an episodic stream's profile
+    times the first batches of every domain and is not named."""
+    from types import SimpleNamespace
+
+    import polars as pl
+
+    from tempora_schema import GroupKey
+    from tempora_sim.prediction.transfer import domain_coverage_lines
+
+    meta = {"dataset": "demo", "model": "demo-resnet", "device": "cpu:board (predicted)", "batch_size": 64, "seed": 1, "threads": 2}
+    meta |= {"stream": "continual", "severity": 5, "domains": ["gaussian_noise", "fog", "snow"], "max_batches": None, "weights": "x"}
+    target = GroupKey.from_metadata(meta)
+    frame = lambda *domains: SimpleNamespace(adapt=pl.DataFrame({"domain": list(domains)}))  # noqa: E731
+    continual = SimpleNamespace(target=target, source=frame("gaussian_noise", "fog", "snow"), profile=frame("gaussian_noise"))
+    (line,) = domain_coverage_lines([continual, continual])  # once per target group
+    assert "the profiles time 1 of the stream's 3 domains (gaussian_noise)" in line and "A continual stream" in line
+    episodic = SimpleNamespace(target=target, source=frame("gaussian_noise", "fog", "snow"), profile=frame("gaussian_noise", "fog", "snow"))
+    assert domain_coverage_lines([episodic]) == []

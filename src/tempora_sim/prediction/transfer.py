@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -66,7 +67,7 @@ from tempora_schema import (
 )
 from tempora_schema.prediction import PREDICTED_KEY, is_predicted, measured_device, predicted_device
 from tempora_schema.vocabulary import BASELINE_METHOD
-from tempora_sim.errors import GroupError, SimError
+from tempora_sim.errors import GroupError, SimError, SimWarning
 from tempora_sim.sweeps.traces import Trace, TraceSet, check_out_outside, load_traces, trace_from_frame
 from tempora_toolkit.atomic_files import staged_dir, to_bytes, write_file
 
@@ -530,6 +531,28 @@ def _describe(m: PhaseModel) -> str:
     return f"×{m.a:.3g} {'+' if m.b >= 0 else '−'} {abs(m.b):.3g} ms"
 
 
+def domain_coverage_lines(pairings: Sequence[Pairing]) -> list[str]:
+    """One line per target group whose profiles time fewer of the stream's domains than the
+    source traces hold: a continual or gradual stream's profile is its first batches, one
+    corruption, and the transfer fitted there is applied to every other (docs/guide/predict.md)."""
+    lines, seen = [], set()
+    for p in pairings:
+        if p.target in seen:
+            continue
+        seen.add(p.target)
+        src = p.source.adapt["domain"].cast(pl.String).unique(maintain_order=True).to_list()
+        prof = set(p.profile.adapt["domain"].cast(pl.String).unique().to_list())
+        timed = [d for d in src if d in prof]
+        if len(timed) < len(src):
+            lines.append(
+                f"{p.target.label()}: the profiles time {len(timed)} of the stream's {len(src)} domains "
+                f"({', '.join(timed[:3])}{', …' if len(timed) > 3 else ''}) and the transfer fitted there is applied to all of "
+                "them; check one method against a full trace on the device before trusting it (docs/guide/predict.md, "
+                "'A continual stream')"
+            )
+    return lines
+
+
 def predict(
     sources: str | os.PathLike | Sequence[str | os.PathLike],
     profiles: str | os.PathLike | Sequence[str | os.PathLike],
@@ -559,6 +582,8 @@ def predict(
         p.transfers = transfers_of(p.source, p.profile, p.pairs)
         if p.transfers["fit"] is None:
             raise PredictionError(f"{p.profile.path}: no transfer model fits its events (are its times all 0?)")
+    for line in domain_coverage_lines(pairings):
+        warnings.warn(line, SimWarning, stacklevel=2)
     out: dict[str, list[tuple[Path, Trace]]] = {}
     unavailable: dict[str, str] = {}
     for name in transfers:
