@@ -36,14 +36,15 @@ from typing import Sequence
 import numpy as np
 import polars as pl
 
-from tempora_schema import GroupKey, probe_median_ms
+from tempora_schema import GroupKey
 from tempora_schema.prediction import PREDICTED_MARK, is_predicted, measured_device
+from tempora_schema.provision import lambda_provision
 from tempora_sim import analyses as an
 from tempora_sim import protocols as P
 from tempora_sim.errors import SimError
-from tempora_sim.prediction.transfer import predict
+from tempora_sim.prediction.transfer import predict, probe_factor
 from tempora_sim.sweeps.replay import run_sweep
-from tempora_sim.sweeps.traces import STANDARD_METHOD, Trace, TraceSet, lambda_from_standard, load_traces
+from tempora_sim.sweeps.traces import STANDARD_METHOD, Trace, TraceSet, load_traces
 from tempora_sim.uncertainty import bootstrap as st
 from tempora_sim.uncertainty.timing_replicates import INTERVAL_MEASURES, replicates_of
 
@@ -84,19 +85,11 @@ class LambdaError:
     cv_measured: float | None = None
 
 
-def spread(trace: Trace) -> float | None:
-    """σ / mean of a trace's adapt-row δ (population σ, as λ's)."""
-    d = np.asarray(trace.adapt_delta, np.float64)
-    return float(d.std() / d.mean()) if d.size and d.mean() > 0 else None
-
-
 def machine_change(pred: Trace, meas: Trace) -> float | None:
     """Median speed probe of the measured trace over the predicted one's (its profile's) − 1;
     None when either was not probed or the probes time different work."""
-    a, b = probe_median_ms(pred.meta), probe_median_ms(meas.meta)
-    if a is None or b is None or a <= 0 or pred.meta.get("speed_probe_kind") != meas.meta.get("speed_probe_kind"):
-        return None
-    return b / a - 1.0
+    factor = probe_factor(pred, meas)
+    return None if factor is None else factor - 1.0
 
 
 def accuracy_difference(pred: Trace, meas: Trace) -> tuple[int, float, float]:
@@ -198,7 +191,10 @@ def time_errors(pairs: list[tuple[list[Trace], list[Trace]]]) -> tuple[list[Meth
         ps = next((t for t in pred if t.method == STANDARD_METHOD), None)
         ms = next((t for t in meas if t.method == STANDARD_METHOD), None)
         if ps is not None and ms is not None:
-            lambdas.append(LambdaError(label, lambda_from_standard(ps) / lambda_from_standard(ms) - 1.0, spread(ps), spread(ms)))
+            (lam_p, mean_p, sd_p), (lam_m, mean_m, sd_m) = lambda_provision(ps.adapt_delta), lambda_provision(ms.adapt_delta)
+            lambdas.append(
+                LambdaError(label, lam_p / lam_m - 1.0, sd_p / mean_p if mean_p > 0 else None, sd_m / mean_m if mean_m > 0 else None)
+            )
     return methods, lambdas
 
 
