@@ -384,7 +384,7 @@ PV_METHODS      ?=
 PV_DOMAINS      ?= gaussian_noise fog contrast
 # The full traces: the whole demo stream of each corruption (156 batches), checkpoints sampled.
 PV_TRACE_OPTS   ?= --frozen-sample 8
-# The profiles: the default length (auto: 2.5 % of the longest episode, at least 4; 4 here).
+# The profiles: the default length (auto: 2.5 % of the longest episode, at least 8; 8 here).
 PV_PROFILE_OPTS ?=
 # Shared by traces and profiles (the configuration both must agree on).
 PV_OPTS         ?= --dataset demo --device cpu --quiet
