@@ -88,6 +88,8 @@ from tempora_schema.prediction import (  # noqa: F401  (re-exported)
 from tempora_schema.provision import LAMBDA_RULES, LAMBDA_SIGMAS, MAD_TO_SIGMA, lambda_ms  # noqa: F401  (re-exported)
 from tempora_schema.validation import (  # noqa: F401  (re-exported; the private rules other modules of both stages use)
     _SHA256,
+    PROBE_DRIFT_LIMIT,
+    ProbeDrift,
     RowArrays,
     RowLayout,
     _arrow_kind_ok,
@@ -95,6 +97,7 @@ from tempora_schema.validation import (  # noqa: F401  (re-exported; the private
     check_metadata_matches_rows,
     check_policy_rows,
     metadata_version,
+    probe_drift,
     probe_median_ms,
     rows_from_arrow,
     trace_policy,

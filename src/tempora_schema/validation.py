@@ -180,6 +180,38 @@ def probe_median_ms(meta: Mapping[str, Any]) -> float | None:
     return float(np.median([p["ms"] for p in probe])) if probe else None
 
 
+#: A change of the machine's speed inside one trace worth naming: the median of three
+#: successive speed probes moving by more than this over the trace.
+PROBE_DRIFT_LIMIT = 0.10
+
+
+@dataclass(frozen=True)
+class ProbeDrift:
+    """How far the machine's speed moved inside one trace, by its own speed probes."""
+
+    #: slowest / fastest − 1 of the medians of three successive probes
+    change: float
+    fast_ms: float
+    slow_ms: float
+
+    @property
+    def moved(self) -> bool:
+        return self.change > PROBE_DRIFT_LIMIT
+
+
+def probe_drift(meta: Mapping[str, Any]) -> ProbeDrift | None:
+    """The machine's sustained speed change inside one trace: the medians of three successive
+    speed probes (in the order they ran), slowest over fastest − 1, so one slow probe does not
+    count and a machine that changed speed halfway does. A trace's median probe, which every
+    comparison between traces uses, hides such a change. ``None`` below three probes."""
+    ms = [float(p["ms"]) for p in meta.get("speed_probe") or []]
+    if len(ms) < 3:
+        return None
+    runs = [float(np.median(ms[i : i + 3])) for i in range(len(ms) - 2)]
+    fast, slow = min(runs), max(runs)
+    return ProbeDrift(slow / fast - 1.0, fast, slow)
+
+
 # ------------------------------------------------------------------------------ v1 files
 def upgrade_v1_metadata(meta: Mapping[str, Any], severities: Sequence[Any], domains: Sequence[str]) -> dict[str, Any]:
     """A v1 trace's metadata with the v2 keys filled from what the file shows.

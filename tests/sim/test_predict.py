@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
@@ -335,6 +336,49 @@ def test_validate_prediction_separates_the_machine_slowing_from_the_transfer(tmp
     assert "+25.0 % to +25.0 % against their profiles" in res.output
     assert "the fit's largest |δ̄ error| is 0.0 % (2 of 2 within 10 %)" in res.output
     assert "σ / mean of standard's δ: predicted" in res.output
+
+
+def test_probe_drift_takes_a_sustained_change_and_ignores_one_slow_probe():
+    probes = lambda ms: {"speed_probe": [{"episode": "a", "step": 50 * i, "ms": x} for i, x in enumerate(ms)]}  # noqa: E731
+    halfway = schema.probe_drift(probes([2.0, 2.0, 2.0, 1.5, 1.5, 1.5]))  # medians of three: 2, 2, 1.5, 1.5
+    assert halfway.change == pytest.approx(1 / 3) and (halfway.fast_ms, halfway.slow_ms) == (1.5, 2.0) and halfway.moved
+    blip = schema.probe_drift(probes([2.0, 2.0, 3.0, 2.0, 2.0]))  # medians of three: 2, 2, 2
+    assert blip.change == 0.0 and not blip.moved
+    assert schema.probe_drift(probes([2.0, 3.0])) is None and schema.probe_drift({"speed_probe": []}) is None
+
+
+def test_validate_prediction_names_a_trace_whose_machine_changed_speed_inside_it(tmp_path):
+    """A measured ``tent`` trace whose machine ran 25 % faster from its second episode on is
+    named with its change; the ``standard`` trace with one slow probe is not; the source traces,
+    steady, are counted."""
+    for i, m in enumerate(("standard", "tent")):
+        meta, table = syn.make_trace(m, episodes=EPISODES, num_batches=120, device=SOURCE, probe_ms=2.0, model="resnet50", rng_seed=21 + i)
+        syn.write_table(tmp_path / "source" / f"{m}.parquet", table)
+        tmeta, ttable = syn.on_device(meta, table, TARGET, threads=4, e_factor=0.8, l_factor=3.0)
+        syn.write_table(tmp_path / "profiles" / f"{m}.parquet", syn.profile_of(tmeta, ttable, 8)[1])
+        probes = tmeta["speed_probe"]
+        assert len(probes) == 9  # steps 0, 50 and 100 of three episodes
+        if m == "tent":
+            probes = [dict(p, ms=p["ms"] * (1.0 if p["episode"] == EPISODES[0] else 0.75)) for p in probes]
+        else:
+            probes = [dict(p, ms=p["ms"] * (1.5 if k == 4 else 1.0)) for k, p in enumerate(probes)]
+        mmeta = dict(tmeta, speed_probe=probes)
+        syn.write_table(tmp_path / "measured" / f"{m}.parquet", pa.Table.from_pydict(ttable.to_pydict(), schema=schema.arrow_schema(mmeta)))
+    out = tmp_path / "pred"
+    assert _run(["predict", tmp_path / "source", "--profiles", tmp_path / "profiles", "--out", out]).exit_code == 0
+    opts = st.BootstrapOptions(resamples=200, timing_replicates=2)
+    fit = validate_prediction(out, tmp_path / "measured", opts, tmp_path / "source", tmp_path / "profiles")[0]
+    drift = {m.method: m.drift for m in fit.methods}
+    assert drift["tent"].moved and drift["tent"].change == pytest.approx(1 / 0.75 - 1, abs=0.03)
+    assert not drift["standard"].moved
+    assert sorted(name for name, _ in fit.source_drifts) == ["standard", "tent"]
+    assert not any(d.moved for _, d in fit.source_drifts)
+    args = ["--source", tmp_path / "source", "--profiles", tmp_path / "profiles", "--resamples", "200", "--timing-replicates", "2"]
+    res = _run(["validate-prediction", out, "--against", tmp_path / "measured", *args])
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("inside a trace:"))
+    assert "within 1 of 2 measured traces (tent 3" in line and "and 0 of 2 source traces;" in line
+    assert "those methods' time errors mix machine speeds" in line and "not checked" not in line
 
 
 def test_validate_prediction_says_when_the_machine_speed_cannot_be_compared(tmp_path):

@@ -12,6 +12,10 @@ For every predicted group the measured group of the same configuration on the pr
   (``(1 + error) · ratio − 1``) is what is left for the transfer. Beside λ's error stands the
   spread (σ / mean) of the predicted and the measured ``standard`` δ: λ is mean + 6σ, and a
   transfer carries the source device's spread, not the target's;
+* **the machine inside a trace**: a median probe hides a machine that changed speed halfway
+  through a trace. Every measured trace (and, given ``--source``, every source trace) whose own
+  probes moved by more than :data:`~tempora_schema.PROBE_DRIFT_LIMIT`
+  (:func:`~tempora_schema.probe_drift`) is named: its method's time errors mix two speeds;
 * **decisions**, over the sweep's default grids (every protocol): both sets are swept with the
   same library calls as ``tempora-sim report`` (:func:`tempora_sim.sweeps.replay.run_sweep`, timing
   replicates, :func:`tempora_sim.analyses.intervals.utility_intervals` and
@@ -36,7 +40,7 @@ from typing import Sequence
 import numpy as np
 import polars as pl
 
-from tempora_schema import GroupKey
+from tempora_schema import PROBE_DRIFT_LIMIT, GroupKey, ProbeDrift, probe_drift
 from tempora_schema.prediction import PREDICTED_MARK, is_predicted, measured_device
 from tempora_schema.provision import lambda_provision
 from tempora_sim import analyses as an
@@ -68,6 +72,8 @@ class MethodError:
     #: the machine's speed during the measured trace against its profile's (probe ratio − 1:
     #: > 0, slower during the check); None where the probes time different work or are missing
     machine: float | None = None
+    #: how far the machine's speed moved inside the measured trace (None: fewer than three probes)
+    drift: ProbeDrift | None = None
 
     @property
     def delta_at_profile_speed(self) -> float | None:
@@ -127,6 +133,16 @@ class TransferCheck:
     #: None where the transfer could not be evaluated (``unavailable`` says why)
     decisions: DecisionCheck | None
     unavailable: str | None = None
+    #: (trace, the machine's speed change inside it) of the measured traces and, where given, the sources
+    measured_drifts: list[tuple[str, ProbeDrift | None]] = field(default_factory=list)
+    source_drifts: list[tuple[str, ProbeDrift | None]] = field(default_factory=list)
+
+
+def trace_drifts(traces: Sequence[Trace]) -> list[tuple[str, ProbeDrift | None]]:
+    """(name, :func:`~tempora_schema.probe_drift`) per trace; the name is the method's, with the
+    model's where the traces hold several models."""
+    several = len({t.group.model for t in traces}) > 1
+    return [(f"{t.group.model} · {t.method}" if several else t.method, probe_drift(t.meta)) for t in traces]
 
 
 def _target_key(key: GroupKey) -> GroupKey:
@@ -186,6 +202,7 @@ def time_errors(pairs: list[tuple[list[Trace], list[Trace]]]) -> tuple[list[Meth
                     _rel(float(pa_["l_ms"].mean()), float(ma_["l_ms"].mean())),
                     *accuracy_difference(p, m),
                     machine=machine_change(p, m),
+                    drift=probe_drift(m.meta),
                 )
             )
         ps = next((t for t in pred if t.method == STANDARD_METHOD), None)
@@ -298,7 +315,8 @@ def check_transfer(
 ) -> TransferCheck:
     pairs = pair_groups(predicted, measured)
     methods, lambdas = time_errors(pairs)
-    return TransferCheck(name, methods, lambdas, decision_check(pairs, bootstrap, memo))
+    drifts = trace_drifts([m for _, meas in pairs for m in meas])
+    return TransferCheck(name, methods, lambdas, decision_check(pairs, bootstrap, memo), measured_drifts=drifts)
 
 
 def validate_prediction(
@@ -316,6 +334,7 @@ def validate_prediction(
     memo: dict = {}
     checks = [check_transfer("fit", load_traces(predicted), measured_set, bootstrap, memo)]
     if sources is not None:
+        checks[0].source_drifts = trace_drifts(load_traces(sources).traces)
         baselines = predict(sources, profiles, transfers=("speed-probe", "method-median"), skip_unavailable=True)
         for name, items in baselines.traces.items():
             checks.append(check_transfer(name, TraceSet([t for _, t in items]), measured_set, bootstrap, memo))
@@ -347,6 +366,29 @@ def _machine_lines(methods: list[MethodError]) -> list[str]:
         f"with each measured trace brought to its profile's speed the fit's largest |δ̄ error| is {100 * worst:.1f} % "
         f"({_within(same)}); the rest is the machine's speed change, which no profile foresees"
     ]
+
+
+def _drift_lines(measured: list[tuple[str, ProbeDrift | None]], sources: list[tuple[str, ProbeDrift | None]]) -> list[str]:
+    """Which traces saw the machine change speed inside them (their own probes)."""
+    parts, unchecked = [], 0
+    for what, drifts in (("measured", measured), ("source", sources)):
+        if not drifts:
+            continue
+        unchecked += sum(d is None for _, d in drifts)
+        moved = [(name, d) for name, d in drifts if d is not None and d.moved]
+        named = ", ".join(f"{name} {100 * d.change:.0f} % ({d.fast_ms:.2f}–{d.slow_ms:.2f} ms)" for name, d in moved)
+        parts.append(f"{len(moved)} of {len(drifts)} {what} traces" + (f" ({named})" if moved else ""))
+    if not parts:
+        return []
+    line = (
+        f"inside a trace: the machine's speed moved by more than {100 * PROBE_DRIFT_LIMIT:.0f} % (medians of three successive "
+        f"speed probes) within {' and '.join(parts)}"
+    )
+    if any(" % (" in p for p in parts):
+        line += "; a median probe hides such a change, and those methods' time errors mix machine speeds"
+    if unchecked:
+        line += f"; {unchecked} trace(s) with fewer than three probes not checked"
+    return [line]
 
 
 def _within(errors: list[float], limit: float = 0.10) -> str:
@@ -381,6 +423,7 @@ def check_lines(checks: list[TransferCheck]) -> list[str]:
         )
     )
     lines += _machine_lines(checks[0].methods)
+    lines += _drift_lines(checks[0].measured_drifts, checks[0].source_drifts)
     lines += [f"baseline {c.name}: not evaluated ({c.unavailable})" for c in skipped]
     differ = [m for m in checks[0].methods if m.acc_max_pp > 0 or m.frozen_max_pp > 0]
     if differ:
