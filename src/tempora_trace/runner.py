@@ -527,7 +527,19 @@ class TraceRun(MethodRun):
                     if on_episode_end is not None:
                         on_episode_end(i, episode.name)
                 self.measure_variability()
-            return self.writer.finish(self.metadata())
+            meta = self.metadata()
+            path = self.writer.finish(meta)
+            drift = schema.probe_drift(meta)
+            if drift is not None and drift.moved:
+                what = "profile" if meta.get(schema.KIND_KEY) == schema.KIND_PROFILE else "trace"
+                print(
+                    f"tempora-trace: warning: the machine's speed moved {100 * drift.change:.0f} % during this {what} "
+                    f"(medians of three successive speed probes, {drift.fast_ms:.2f}–{drift.slow_ms:.2f} ms): its times "
+                    "mix two speeds of the machine; take it again while the machine holds its speed",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            return path
         except TraceError:
             # refused mid-run (a method that raised, a prediction that cannot be scored) before
             # any episode was complete: nothing to resume, so nothing stays behind

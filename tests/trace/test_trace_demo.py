@@ -59,6 +59,26 @@ def test_demo_tent_trace_is_read_by_the_simulator(small_demo_home, tmp_path, cap
     assert sorted(os.listdir(out)) == ["standard-bs16.parquet", "tent-bs16.parquet"]
 
 
+def test_a_machine_that_changes_speed_during_a_trace_is_named_once_it_is_written(small_demo_home, tmp_path, monkeypatch, capsys):
+    """Four episodes probe the machine once each; the probe reads 2 ms twice, then 1.5 ms (the
+    machine a quarter faster from the third episode on): the trace is written and one warning
+    line says by how much its speed moved. A steady probe, or one slow probe, says nothing."""
+    from tempora_trace import timing
+
+    def run(times, name):
+        it = iter(times)
+        monkeypatch.setattr(timing.SpeedProbe, "measure", lambda self: next(it))
+        argv = ["--dataset", "demo", "--model", "demo-resnet", "--method", "standard", "--device", "cpu", "--out", str(tmp_path)]
+        options = ["--domains", "gaussian_noise", "fog", "contrast", "brightness", "--batch-size", "16", "--timing-sample", "0"]
+        assert main([*argv, *options, "--name", name, "--quiet"]) == 0
+        return capsys.readouterr().err
+
+    err = run([2.0, 2.0, 1.5, 1.5], "moved")
+    assert err.count("\n") == 1 and err.startswith("tempora-trace: warning: the machine's speed moved 33 % during this trace")
+    assert "(medians of three successive speed probes, 1.50–2.00 ms)" in err and (tmp_path / "moved.parquet").exists()
+    assert run([2.0, 2.0, 2.0, 2.0], "steady") == "" and run([2.0, 3.0, 2.0, 2.0], "one-slow-probe") == ""
+
+
 def test_batchnorm_only_method_on_the_group_norm_demo_model_is_refused(capsys):
     assert main(["--method", "adabn", "--model", "demo-resnet-gn", "--device", "cpu"]) == 2
     err = capsys.readouterr().err.strip()
