@@ -342,8 +342,9 @@ validate-gpu: install
 # then traced again. `tempora-sim validate` checks each setting against the traces before and
 # after: the replay against the live runs, and the live events' mean δ against the traced δ of
 # the same batches with the trace's idle effect applied (within --clock-tol-pct, 5 %, or the
-# trace's own pass-to-pass spread). Exit 1 when either comparison misses. About 6 minutes on
-# an idle 2-core CPU; one thing at a time, as for `make validate`.
+# trace's own pass-to-pass spread). Exit 1 when either comparison misses, or when a clock check
+# passes only on that spread (inconclusive). About 6 minutes on an idle 2-core CPU; one thing at
+# a time, as for `make validate`.
 CLOCK_METHODS ?= standard tent cmf
 CLOCK_RHO     ?= 1,0.5,0.25
 CLOCK_BATCHES ?= 100

@@ -91,7 +91,7 @@ EXIT_TOLERANCE = 1
 )
 def validate_command(live, traces, out, abs_pp, slack_pp, amortised_pp, min_agreement, tie_us, clock_pct):
     """Put every LIVE run (files/directories from `tempora-trace live`) beside the replay of
-    its trace group; exit 1 when a tolerance is exceeded."""
+    its trace group; exit 1 when a tolerance is exceeded or a clock check is inconclusive."""
     # lazy: the replay and rich load when validate runs, not with `tempora-sim --help`
     from tempora_sim.validation.live_runs import validate_into
     from tempora_sim.validation.view import print_validation, validation_console
@@ -113,6 +113,9 @@ def validate_command(live, traces, out, abs_pp, slack_pp, amortised_pp, min_agre
     if written:
         console.print(f"wrote {', '.join(str(p) for p in written if p.suffix == '.csv')} (and .parquet)")
     if not result.passed:
-        click.echo(f"tempora-sim: validate: {result.checks_beyond_tolerance} check(s) beyond tolerance", err=True)
+        parts = [f"{result.checks_beyond_tolerance} check(s) beyond tolerance"]
+        if result.clock_inconclusive:
+            parts.append(f"{result.clock_inconclusive} clock check(s) inconclusive (their traces too noisy to tell the clocks apart)")
+        click.echo(f"tempora-sim: validate: {', '.join(parts)}", err=True)
         raise click.exceptions.Exit(EXIT_TOLERANCE)
     click.echo("validate: every check within tolerance")
