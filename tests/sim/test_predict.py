@@ -368,7 +368,7 @@ def test_validate_prediction_names_a_trace_whose_machine_changed_speed_inside_it
     assert _run(["predict", tmp_path / "source", "--profiles", tmp_path / "profiles", "--out", out]).exit_code == 0
     opts = st.BootstrapOptions(resamples=200, timing_replicates=2)
     fit = validate_prediction(out, tmp_path / "measured", opts, tmp_path / "source", tmp_path / "profiles")[0]
-    drift = {m.method: m.drift for m in fit.methods}
+    drift = dict(fit.measured_drifts)
     assert drift["tent"].moved and drift["tent"].change == pytest.approx(1 / 0.75 - 1, abs=0.03)
     assert not drift["standard"].moved
     assert sorted(name for name, _ in fit.source_drifts) == ["standard", "tent"]

@@ -72,8 +72,6 @@ class MethodError:
     #: the machine's speed during the measured trace against its profile's (probe ratio − 1:
     #: > 0, slower during the check); None where the probes time different work or are missing
     machine: float | None = None
-    #: how far the machine's speed moved inside the measured trace (None: fewer than three probes)
-    drift: ProbeDrift | None = None
 
     @property
     def delta_at_profile_speed(self) -> float | None:
@@ -202,7 +200,6 @@ def time_errors(pairs: list[tuple[list[Trace], list[Trace]]]) -> tuple[list[Meth
                     _rel(float(pa_["l_ms"].mean()), float(ma_["l_ms"].mean())),
                     *accuracy_difference(p, m),
                     machine=machine_change(p, m),
-                    drift=probe_drift(m.meta),
                 )
             )
         ps = next((t for t in pred if t.method == STANDARD_METHOD), None)
@@ -370,12 +367,13 @@ def _machine_lines(methods: list[MethodError]) -> list[str]:
 
 def _drift_lines(measured: list[tuple[str, ProbeDrift | None]], sources: list[tuple[str, ProbeDrift | None]]) -> list[str]:
     """Which traces saw the machine change speed inside them (their own probes)."""
-    parts, unchecked = [], 0
+    parts, unchecked, any_moved = [], 0, False
     for what, drifts in (("measured", measured), ("source", sources)):
         if not drifts:
             continue
         unchecked += sum(d is None for _, d in drifts)
         moved = [(name, d) for name, d in drifts if d is not None and d.moved]
+        any_moved = any_moved or bool(moved)
         named = ", ".join(f"{name} {100 * d.change:.0f} % ({d.fast_ms:.2f}–{d.slow_ms:.2f} ms)" for name, d in moved)
         parts.append(f"{len(moved)} of {len(drifts)} {what} traces" + (f" ({named})" if moved else ""))
     if not parts:
@@ -384,7 +382,7 @@ def _drift_lines(measured: list[tuple[str, ProbeDrift | None]], sources: list[tu
         f"inside a trace: the machine's speed moved by more than {100 * PROBE_DRIFT_LIMIT:.0f} % (medians of three successive "
         f"speed probes) within {' and '.join(parts)}"
     )
-    if any(" % (" in p for p in parts):
+    if any_moved:
         line += "; a median probe hides such a change, and those methods' time errors mix machine speeds"
     if unchecked:
         line += f"; {unchecked} trace(s) with fewer than three probes not checked"
