@@ -79,7 +79,7 @@ from .live_clock import (
 from .live_settings import LiveSettings, RunPlan, plan_runs, standard_trace_lambda
 from .progress import ProgressView
 from .run_support import NON_FINITE, capture_rng, host_snapshot, prediction_problem, restore_rng, summarize
-from .runner import REWARM_AFTER_S, MethodRun, TraceRun
+from .runner import REWARM_AFTER_S, MethodRun, TraceRun, warn_if_the_machine_moved
 from .timing import (
     Event,
     clock_resolution_ns,
@@ -485,8 +485,10 @@ class LiveRun:
                 finally:
                     self.base.stager.close()
                 if self.tracing:
-                    self.trace_path = self.base.writer.finish(self.base.metadata())
+                    trace_meta = self.base.metadata()
+                    self.trace_path = self.base.writer.finish(trace_meta)
                     self.echo(f"wrote {self.trace_path}")
+                    warn_if_the_machine_moved(trace_meta)
                 meta = self.metadata()
                 columns = {name: [v for p in self.plans for v in self.columns[p.run][name]] for name in LIVE_COLUMNS}
                 table = pa.table(columns, schema=live_arrow_schema(meta))

@@ -529,16 +529,7 @@ class TraceRun(MethodRun):
                 self.measure_variability()
             meta = self.metadata()
             path = self.writer.finish(meta)
-            drift = schema.probe_drift(meta)
-            if drift is not None and drift.moved:
-                what = "profile" if meta.get(schema.KIND_KEY) == schema.KIND_PROFILE else "trace"
-                print(
-                    f"tempora-trace: warning: the machine's speed moved {100 * drift.change:.0f} % during this {what} "
-                    f"(medians of three successive speed probes, {drift.fast_ms:.2f}–{drift.slow_ms:.2f} ms): its times "
-                    "mix two speeds of the machine; take it again while the machine holds its speed",
-                    file=sys.stderr,
-                    flush=True,
-                )
+            warn_if_the_machine_moved(meta)
             return path
         except TraceError:
             # refused mid-run (a method that raised, a prediction that cannot be scored) before
@@ -550,6 +541,23 @@ class TraceRun(MethodRun):
             progress.close()
             self.stager.close()
             self.writer.close()  # releases the output lock, however the run ended
+
+
+def warn_if_the_machine_moved(meta: dict[str, Any]) -> None:
+    """One warning line on stderr when a written trace's (or profile's) own speed probes show
+    the machine changing speed while it ran (:func:`tempora_schema.probe_drift`): its times
+    mix two speeds, which no comparison by median probe would show."""
+    drift = schema.probe_drift(meta)
+    if drift is None or not drift.moved:
+        return
+    what = "profile" if meta.get(schema.KIND_KEY) == schema.KIND_PROFILE else "trace"
+    print(
+        f"tempora-trace: warning: the machine's speed moved {100 * drift.change:.0f} % during this {what} "
+        f"(medians of three successive speed probes, {drift.fast_ms:.2f}–{drift.slow_ms:.2f} ms): its times "
+        "mix two speeds of the machine; take it again while the machine holds its speed",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def preload_optimiser_imports(method: TTAMethod) -> None:

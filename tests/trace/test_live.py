@@ -369,12 +369,17 @@ def test_trace_alongside_holds_the_exact_budget_checkpoints(cifar_c_root, tmp_pa
 
 @pytest.mark.usefixtures("tiny_models")
 @pytest.mark.slow
-def test_trace_alongside_writes_the_trace_a_separate_run_writes(recorded, cifar_c_root, tmp_path):
+def test_trace_alongside_writes_the_trace_a_separate_run_writes(recorded, cifar_c_root, tmp_path, monkeypatch):
     """A trace taken episode by episode between live runs holds the same rows (timings aside)
-    as a trace run on its own, and validate knows it was taken alongside."""
+    as a trace run on its own, and validate knows it was taken alongside; its metadata goes
+    through the tracer's check of the machine's speed, as a trace run's does."""
     from tempora_schema.live import decode_live_metadata
+    from tempora_sim.sweeps.traces import load_traces
     from tempora_sim.validation.live_runs import validate
+    from tempora_trace import live_runner
 
+    checked: list[dict] = []
+    monkeypatch.setattr(live_runner, "warn_if_the_machine_moved", checked.append)
     traces, _ = recorded
     paired = tmp_path / "paired"
     live = run_live(
@@ -393,6 +398,8 @@ def test_trace_alongside_writes_the_trace_a_separate_run_writes(recorded, cifar_
     assert together.select(untimed).equals(alone.select(untimed))
     meta = decode_live_metadata(pq.read_schema(live), live)
     assert meta["trace_alongside"] == together_path.name
+    (written,) = checked
+    assert written["speed_probe"] == load_traces(together_path).traces[0].meta["speed_probe"] and written["speed_probe"]
     # each episode fits in one chunk: staged once, played by all three runs from the same
     # tensors; the last run (adapting on every batch, as the trace does) scores what it scored
     assert meta["stage_pauses"] == 0
