@@ -331,8 +331,9 @@ def validate_prediction(
     memo: dict = {}
     checks = [check_transfer("fit", load_traces(predicted), measured_set, bootstrap, memo)]
     if sources is not None:
-        checks[0].source_drifts = trace_drifts(load_traces(sources).traces)
         baselines = predict(sources, profiles, transfers=("speed-probe", "method-median"), skip_unavailable=True)
+        # the source traces predict already read and paired (one per path, however many targets)
+        checks[0].source_drifts = trace_drifts(list({p.source.path: p.source for p in baselines.pairings}.values()))
         for name, items in baselines.traces.items():
             checks.append(check_transfer(name, TraceSet([t for _, t in items]), measured_set, bootstrap, memo))
         checks += [TransferCheck(name, [], [], None, unavailable=why) for name, why in baselines.unavailable.items()]
