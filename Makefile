@@ -36,13 +36,21 @@ install: $(INSTALL)
 # With the simulator installed, its replay kernels are compiled once into Numba's cache
 # (tempora_sim/sweeps/kernel_cache.py): the first sweeps of a fresh install, several processes
 # at once in a test run, then load them instead of each compiling them (about 14 s of CPU each).
+# The compile needs only the base install (the simulator), so it runs on one core while pip
+# installs the other extras (torch's wheels: mostly unpacking, on the other core).
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
-	$(if $(findstring sim,$(EXTRAS)),$(PY) -m tempora_sim.sweeps.kernel_cache)
+	$(if $(findstring sim,$(EXTRAS)),$(install_beside_kernels),$(PY) -m pip install --quiet -e '.[$(EXTRAS)]')
 	touch $(STAMP)
+
+# the base install, then the kernels' compile in the background beside the extras' install;
+# fails if either fails
+define install_beside_kernels
+$(PY) -m pip install --quiet -e . && { $(PY) -m tempora_sim.sweeps.kernel_cache & kernels=$$!; \
+	  $(PY) -m pip install --quiet -e '.[$(EXTRAS)]'; extras=$$?; wait $$kernels && exit $$extras; }
+endef
 
 # `make test`: the whole suite, on every core (pytest-xdist; `--dist loadgroup` keeps a module's
 # shared fixture on one worker), each test under a timeout (pyproject.toml). `make test-fast`:
