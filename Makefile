@@ -347,12 +347,13 @@ validate-gpu: install
 # `make validate-clock`: is the traced clock the live one? The sandwich of
 # docs/results/validation-runs.md ("Traced and live clocks"): CLOCK_METHODS traced first, each in
 # its own process as a user traces, then played live at CLOCK_RHO (CLOCK_REPEATS runs each),
-# then traced again. `tempora-sim validate` checks each setting against the traces before and
-# after: the replay against the live runs, and the live events' mean δ against the traced δ of
-# the same batches with the trace's idle effect applied (within --clock-tol-pct, 5 %, or the
-# trace's own pass-to-pass spread). Exit 1 when either comparison misses, or when a clock check
-# passes only on that spread (inconclusive). About 6 minutes on an idle 2-core CPU; one thing at
-# a time, as for `make validate`.
+# then traced again. `tempora-sim validate` checks each setting against the traces before
+# (report/) and after (report-after/): the replay against the live runs, and the live events'
+# mean δ against the traced δ of the same batches with the trace's idle effect applied, as the
+# geometric mean of the two sides (--sandwich: a steady drift of the machine cancels; within
+# --clock-tol-pct, 5 %, or the two traces' pass-to-pass spread). Each side's own gap is in its
+# report too. Exit 1 when a comparison misses, or when a clock check passes only on that spread
+# (inconclusive). About 6 minutes on an idle 2-core CPU; one thing at a time, as for `make validate`.
 CLOCK_METHODS ?= standard tent cmf
 CLOCK_RHO     ?= 1,0.5,0.25
 CLOCK_BATCHES ?= 100
@@ -371,9 +372,11 @@ validate-clock: install
 	    $(TRACE) run --method $$m $(CLOCK_OPTS) --out $(CLOCK_OUT)/traces-after --quiet \
 	        $$( [ $$m = standard ] && echo --no-default-checkpoints || echo $(VALIDATE_TRACE_OPTS) ) || exit 2; \
 	done; \
-	$(SIM) validate $(CLOCK_OUT)/live --traces $(CLOCK_OUT)/traces --out $(CLOCK_OUT)/report $(VALIDATE_CHECK_OPTS) || status=$$?; \
+	$(SIM) validate $(CLOCK_OUT)/live --traces $(CLOCK_OUT)/traces --sandwich $(CLOCK_OUT)/traces-after \
+	    --out $(CLOCK_OUT)/report $(VALIDATE_CHECK_OPTS) || status=$$?; \
 	[ $$status -le 1 ] || exit $$status; \
-	$(SIM) validate $(CLOCK_OUT)/live --traces $(CLOCK_OUT)/traces-after --out $(CLOCK_OUT)/report-after $(VALIDATE_CHECK_OPTS) || status=$$?; \
+	$(SIM) validate $(CLOCK_OUT)/live --traces $(CLOCK_OUT)/traces-after --sandwich $(CLOCK_OUT)/traces \
+	    --out $(CLOCK_OUT)/report-after $(VALIDATE_CHECK_OPTS) || status=$$?; \
 	exit $$status
 
 # ------------------------------------------------------------------ predict (answers for devices not traced)

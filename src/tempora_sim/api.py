@@ -162,13 +162,18 @@ def explore(
     return write_page(data, path)
 
 
-def validate(live: Source, traces: Source, tolerances: Tolerances | None = None, **tolerance: float):
+def validate(live: Source, traces: Source, tolerances: Tolerances | None = None, *, sandwich: Source | None = None, **tolerance: float):
     """Put every live run under ``live`` (files from ``tempora-trace live``) beside the replay
     of its trace under ``traces``; returns a :class:`~tempora_sim.validation.live_runs.Validation`:
     ``.settings`` (one row per setting: live and replay, the clock check, coverage), ``.runs``,
     ``.disagreements`` and ``.passed``. Tolerances as :class:`~tempora_sim.validation.tolerances.Tolerances`
-    or its fields (``abs_pp``, ``clock_pct`` …)."""
+    or its fields (``abs_pp``, ``clock_pct`` …). ``sandwich``: the same configurations traced on
+    the other side of the live runs, for the sandwich's clock check (``--sandwich``)."""
     from tempora_sim.validation.live_runs import validate as _validate
 
     tol = tolerances if tolerances is not None else Tolerances(**tolerance)
-    return _validate(_paths(live), traces if isinstance(traces, TraceSet) else read_traces(traces), tol)
+
+    def read(source: Source | TraceSet) -> TraceSet:
+        return source if isinstance(source, TraceSet) else read_traces(source)
+
+    return _validate(_paths(live), read(traces), tol, None if sandwich is None else read(sandwich))

@@ -218,13 +218,16 @@ def test_demo_and_demo_traces_run_end_to_end(tmp_path, demo_env):
         "tent@every2-bs8.parquet",
     ]
     assert (validation / "report" / "validation.csv").is_file()
-    # the clock sandwich: traces before, live runs, traces after, and a validation against each
+    # the clock sandwich: traces before, live runs, traces after, and a validation against each,
+    # its clock check on both sides' mean
     clock = tmp_path / "validate-clock"
     assert sorted(p.name for p in (clock / "traces-after").glob("*.parquet")) == ["standard-bs8.parquet", "tent-bs8.parquet"]
-    for report in ("report", "report-after"):
+    for report, other in (("report", "traces-after"), ("report-after", "traces")):
         table = pl.read_csv(clock / report / "validation.csv")
         assert sorted(table["method"].to_list()) == ["standard", "standard", "tent", "tent"]
-        assert table["clock_gap_idle_pct"].null_count() == 0 and table["clock_pass"].null_count() == 0
+        for col in ("clock_gap_idle_pct", "clock_gap_idle_other_pct", "clock_gap_sandwich_pct", "clock_pass"):
+            assert table[col].null_count() == 0, col
+        assert all(Path(p).parent.name == other for p in table["trace_other"].to_list())
     for folder in (tmp_path / "demo" / "traces", tmp_path / "set"):
         written = folder / "demo-resnet" / "cpu"
         assert sorted(p.name for p in written.glob("*.parquet")) == ["standard.parquet", "tent.parquet"]

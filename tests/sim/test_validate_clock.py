@@ -3,6 +3,7 @@ trace's idle effect applied at the idle time each live event waited, against the
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -118,6 +119,80 @@ def test_a_pass_on_the_trace_spread_alone_is_called_inconclusive(tmp_path):
     )
     assert res.exit_code in (0, 1), res.output
     assert "inconclusive" not in res.output
+
+
+def _traces_at(tmp: Path, scale: float, variability=QUIET) -> Path:
+    """The traces `_setup` writes (the same draws), every time × ``scale``: the same
+    configurations traced again on a machine ``scale`` times slower."""
+    out = tmp / "after"
+    out.mkdir(parents=True)
+    for m in ("standard", "tent"):
+        _, table = syn.make_trace(m, episodes=EPISODES, num_batches=N, variability=variability, time_scale=scale)
+        pq.write_table(table, out / f"{m}.parquet")
+    return out
+
+
+def test_the_sandwich_takes_a_steady_drift_out_of_the_clock_check(tmp_path):
+    """The machine sped up steadily: the trace before ran 7.5 % slower than the live runs, the
+    trace after 7.5 % faster. Each side alone is beyond 5 %; their geometric mean is the clock
+    at the live runs' moment, √0.86 / 0.93 − 1 = −0.3 %, and the sandwich passes."""
+    live, traces = _setup(tmp_path, QUIET, 0.93, 0.25)
+    after = _traces_at(tmp_path, 0.86)
+    alone = validate([live], traces).settings.row(0, named=True)
+    assert alone["clock_gap_idle_pct"] == pytest.approx(100 * (1 / 0.93 - 1), rel=1e-6) and not alone["clock_pass"]
+    v = validate([live], traces, sandwich_source=after)
+    row = v.settings.row(0, named=True)
+    assert row["clock_gap_idle_pct"] == pytest.approx(alone["clock_gap_idle_pct"], rel=1e-12)
+    assert row["clock_gap_idle_other_pct"] == pytest.approx(100 * (0.86 / 0.93 - 1), rel=1e-6)
+    assert row["clock_gap_sandwich_pct"] == pytest.approx(100 * (0.86**0.5 / 0.93 - 1), rel=1e-6)
+    assert row["clock_pass"] and not row["clock_pass_on_spread"] and v.passed
+    assert row["trace_other"].endswith("tent.parquet") and "after" in row["trace_other"]
+    # the replay is the traces before's: the same α and U as without the traces after
+    for col in ("alpha_replay", "utility_replay", "alpha_timing_lo", "alpha_timing_hi", "covered_alpha"):
+        assert row[col] == alone[col], col
+    res = CliRunner().invoke(main, ["validate", str(live), "--traces", str(traces), "--sandwich", str(after), "--out", str(tmp_path / "v")])
+    assert res.exit_code == 0, res.output
+    flat = " ".join(res.output.split())
+    assert "δ Δ% sandwich" in flat or "sandwich" in flat
+    assert "the geometric mean of the traces on both sides of the live runs" in flat
+    assert "each side alone: --traces +7.5 to +7.5 %, --sandwich -7.5 to -7.5 %" in flat
+    written = pq.read_table(tmp_path / "v" / "validation.parquet").to_pylist()[0]
+    assert written["clock_gap_sandwich_pct"] == pytest.approx(row["clock_gap_sandwich_pct"])
+    # without the traces after, the same runs fail on the trace before alone
+    res = CliRunner().invoke(main, ["validate", str(live), "--traces", str(traces)])
+    assert res.exit_code == 1
+
+
+def test_a_gap_both_sides_share_is_the_clocks_and_fails_the_sandwich(tmp_path):
+    """Both traces 10 % faster than the live events: no drift to take out, the clocks differ."""
+    live, traces = _setup(tmp_path, QUIET, 1.10, 0.25)
+    row = validate([live], traces, sandwich_source=_traces_at(tmp_path, 1.0)).settings.row(0, named=True)
+    assert row["clock_gap_sandwich_pct"] == pytest.approx(100 * (1 / 1.10 - 1), rel=1e-6)
+    assert not row["clock_pass"]
+
+
+def test_the_sandwich_tolerance_is_the_spread_of_a_mean_of_two_passes(tmp_path):
+    """Each trace alone carries the tolerance of one pass; the mean of two independent passes
+    spreads √2 less (log scale), and never below --clock-tol-pct."""
+    noisy = syn.SyntheticVariability(0.08, 0.0, gaps_ms=())
+    live, traces = _setup(tmp_path, noisy, 1.0, 0.25)
+    one = validate([live], traces).settings.row(0, named=True)["clock_tolerance_pct"]
+    row = validate([live], traces, sandwich_source=_traces_at(tmp_path, 1.0, noisy)).settings.row(0, named=True)
+    expected = 100 * (math.exp(math.log(1 + one / 100) / math.sqrt(2)) - 1)
+    assert row["clock_tolerance_pct"] == pytest.approx(max(5.0, expected), rel=1e-9)
+    quiet_live, quiet_traces = _setup(tmp_path / "q", QUIET, 1.0, 0.25)
+    row = validate([quiet_live], quiet_traces, sandwich_source=_traces_at(tmp_path / "q", 1.0)).settings.row(0, named=True)
+    assert row["clock_tolerance_pct"] == pytest.approx(5.0)
+
+
+def test_a_sandwich_without_the_live_runs_method_is_one_line(tmp_path):
+    live, traces = _setup(tmp_path, QUIET, 1.0, 0.25)
+    after = _traces_at(tmp_path, 1.0)
+    (after / "tent.parquet").unlink()
+    res = CliRunner().invoke(main, ["validate", str(live), "--traces", str(traces), "--sandwich", str(after)])
+    assert res.exit_code == 2 and "under --sandwich" in res.output and "Traceback" not in res.output
+    res = CliRunner().invoke(main, ["validate", str(live), "--traces", str(traces), "--sandwich", str(tmp_path / "nowhere")])
+    assert res.exit_code == 2 and "Traceback" not in res.output
 
 
 def test_names_from_the_data_are_shown_as_text_in_validate(tmp_path):

@@ -39,6 +39,16 @@ EXIT_TOLERANCE = 1
     type=click.Path(path_type=Path),
     help="Trace files/directories holding each live run's group (its method's trace).",
 )
+@click.option(
+    "--sandwich",
+    "sandwich",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="TRACES",
+    help="The same configurations traced on the other side of the live runs (after them, when --traces came before): "
+    "the clock check then compares the live δ with the geometric mean of both traces, so a steady drift of the machine "
+    "cancels; the replay stays --traces'.",
+)
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Directory for validation*.parquet/csv (omit to only print).")
 @click.option(
     "--tol-pp",
@@ -89,7 +99,7 @@ EXIT_TOLERANCE = 1
     help="Largest gap (%) between the live events' mean δ and the traced δ of the same batches with the trace's idle "
     "effect applied, unless the trace's own pass-to-pass spread is wider.",
 )
-def validate_command(live, traces, out, abs_pp, slack_pp, amortised_pp, min_agreement, tie_us, clock_pct):
+def validate_command(live, traces, sandwich, out, abs_pp, slack_pp, amortised_pp, min_agreement, tie_us, clock_pct):
     """Put every LIVE run (files/directories from `tempora-trace live`) beside the replay of
     its trace group; exit 1 when a tolerance is exceeded or a clock check is inconclusive."""
     # lazy: the replay and rich load when validate runs, not with `tempora-sim --help`
@@ -107,7 +117,8 @@ def validate_command(live, traces, out, abs_pp, slack_pp, amortised_pp, min_agre
             raise OptionError(f"{name} must be ≥ 0, got {value:g}")
     if not 0 <= min_agreement <= 100:
         raise OptionError(f"--min-agreement must be a percentage in 0..100, got {min_agreement:g}")
-    result, written = validate_into(live, traces, Tolerances(abs_pp, slack_pp, amortised_pp, min_agreement, tie_us, clock_pct), out)
+    tol = Tolerances(abs_pp, slack_pp, amortised_pp, min_agreement, tie_us, clock_pct)
+    result, written = validate_into(live, traces, tol, out, sandwich)
     console = validation_console()
     print_validation(result, console)
     if written:

@@ -244,14 +244,14 @@ def _label(meta: dict) -> str:
     return method_label(str(meta["method"]), meta.get("method_params"), meta.get("policy"))
 
 
-def _find_trace(traces: TraceSet, live: LiveFile) -> Trace:
+def _find_trace(traces: TraceSet, live: LiveFile, option: str = "--traces") -> Trace:
     """The trace of the live run's method and group (a trace of exactly its group first, else
     one of the same comparable group, which is then cut to the live run's episodes)."""
     want = comparable_group(live.group)
     wanted = _label(live.meta)
     found = [t for t in traces.traces if t.method == wanted and comparable_group(t.group) == want]
     if not found:
-        raise GroupError(f"{live.path}: no trace of method '{wanted}' in group {live.group.label()} under --traces")
+        raise GroupError(f"{live.path}: no trace of method '{wanted}' in group {live.group.label()} under {option}")
     return min(found, key=lambda t: (t.group != live.group, str(t.path)))
 
 
@@ -303,9 +303,7 @@ def clock_comparison(
         gaps, fs = model.idle_gaps_ms, model.idle_factors
         factors = np.array([variability.idle_factor(float(g), gaps, fs) for g in both["idle_ms"].to_numpy()])
     idle_ms = float(np.mean(both["traced"].to_numpy() * factors))
-    spread = variability.shift_spread(model.shifts, model.pooled, model.drift) if model is not None else None
-    noise_pct = 100.0 * (math.exp(_Z975 * spread[1]) - 1.0) if spread is not None else 0.0
-    tolerance = max(float(tol_pct), noise_pct)
+    tolerance = max(float(tol_pct), _noise_pct(_pass_sd(model)))
     gap_idle = 100.0 * (idle_ms / live_ms - 1.0)
     within = abs(gap_idle) <= tolerance + 1e-9
     trace_probe, live_probe = probe_median_ms(trace.meta), live_probe_ms(runs)
@@ -328,6 +326,50 @@ def clock_comparison(
         "clock_pass": within,
         "clock_pass_on_spread": within and abs(gap_idle) > float(tol_pct) + 1e-9,
     }
+
+
+def _pass_sd(model: "variability.TimingModel | None") -> float:
+    """The standard deviation (log scale) of a new pass's shift by the trace's timing model; 0
+    without a model."""
+    spread = variability.shift_spread(model.shifts, model.pooled, model.drift) if model is not None else None
+    return float(spread[1]) if spread is not None else 0.0
+
+
+def _noise_pct(sd: float) -> float:
+    """A pass's 95 % spread of its mean time, in %, from its log-scale standard deviation."""
+    return 100.0 * (math.exp(_Z975 * sd) - 1.0)
+
+
+def sandwich_clock(own: dict, other: dict, sd_own: float, sd_other: float, tol_pct: float) -> dict:
+    """The clock check against the traces on both sides of the live runs (the sandwich: trace,
+    play, trace again). A machine that drifts steadily moves the two traces in opposite
+    directions from the live runs' moment, so their geometric mean is the traced clock at that
+    moment, and a gap left in it is the clocks', not the drift's.
+
+    ``own`` and ``other`` are :func:`clock_comparison` of each side (``own``: the trace the
+    replay uses). Adds the other side's ``delta_trace_idle_other_ms`` and
+    ``clock_gap_idle_other_pct``, and ``clock_gap_sandwich_pct``: the live δ against the
+    geometric mean of the two idle-applied traced δ. The check (``clock_pass``,
+    ``clock_pass_on_spread``, ``clock_tolerance_pct``) is then the sandwich's, its tolerance
+    the larger of ``tol_pct`` and the 95 % spread of the mean of two independent passes
+    (log-scale standard deviation √(sd_own² + sd_other²) / 2)."""
+    out = dict(own)
+    out["delta_trace_idle_other_ms"] = other["delta_trace_idle_ms"]
+    out["clock_gap_idle_other_pct"] = other["clock_gap_idle_pct"]
+    live_ms, a_ms, b_ms = own["delta_live_ms"], own["delta_trace_idle_ms"], other["delta_trace_idle_ms"]
+    if not (live_ms and a_ms and b_ms):
+        out["clock_gap_sandwich_pct"] = None
+        return out
+    gap = 100.0 * (math.sqrt(a_ms * b_ms) / live_ms - 1.0)
+    tolerance = max(float(tol_pct), _noise_pct(math.hypot(sd_own, sd_other) / 2.0))
+    within = abs(gap) <= tolerance + 1e-9
+    out.update(
+        clock_gap_sandwich_pct=gap,
+        clock_tolerance_pct=tolerance,
+        clock_pass=within,
+        clock_pass_on_spread=within and abs(gap) > float(tol_pct) + 1e-9,
+    )
+    return out
 
 
 def live_probe_ms(runs: Sequence[LiveRunStats]) -> float | None:
@@ -397,8 +439,11 @@ def _pp(x: float | None) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else 100.0 * x
 
 
-def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Tolerances | None = None) -> Validation:
-    """Compare every live run under ``live_sources`` with the replay of ``trace_source``."""
+def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Tolerances | None = None, sandwich_source=None) -> Validation:
+    """Compare every live run under ``live_sources`` with the replay of ``trace_source``.
+    ``sandwich_source``: the same configurations traced on the other side of the live runs
+    (after them, when ``trace_source`` was traced before); the clock check is then the
+    sandwich's (:func:`sandwich_clock`), while the replay stays that of ``trace_source``."""
     tol = tol or Tolerances()
     lives = [read_live(p) for p in find_live_files(live_sources)]
     traces = trace_source if isinstance(trace_source, TraceSet) else load_traces(trace_source)
@@ -414,12 +459,26 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
 
     setting_rows, run_rows, dis_rows = [], [], []
     models = dict(zip(map(id, traces.traces), variability.timing_models(traces.traces)))
+    other_side = None
+    if sandwich_source is not None:
+        other_side = sandwich_source if isinstance(sandwich_source, TraceSet) else load_traces(sandwich_source)
+        models.update(zip(map(id, other_side.traces), variability.timing_models(other_side.traces)))
     for runs in settings.values():
         first = runs[0]
         meta = first.file.meta
         trace = _find_trace(traces, first.file)
         replay = replay_setting(trace, first)["pooled"]
         clocks = clock_comparison(trace, runs, models[id(trace)], tol.clock_pct)
+        if other_side is not None:
+            other = _find_trace(other_side, first.file, "--sandwich")
+            clocks = sandwich_clock(
+                clocks,
+                clock_comparison(other, runs, models[id(other)], tol.clock_pct),
+                _pass_sd(models[id(trace)]),
+                _pass_sd(models[id(other)]),
+                tol.clock_pct,
+            )
+            clocks["trace_other"] = str(other.path)
         # the attribution check: the trace's own pattern, moved to the live events' mean speed
         speed = clocks["delta_live_ms"] / clocks["delta_trace_ms"] if clocks["delta_live_ms"] else 1.0
         at_live = replay if speed == 1.0 else replay_setting(trace, first, speed)["pooled"]
@@ -553,15 +612,21 @@ def write_frames(frames: dict[str, pl.DataFrame], out: str | os.PathLike) -> lis
 
 
 def validate_into(
-    live_sources: Sequence[str | os.PathLike], trace_source: str | os.PathLike, tol: Tolerances, out: str | os.PathLike | None = None
+    live_sources: Sequence[str | os.PathLike],
+    trace_source: str | os.PathLike,
+    tol: Tolerances,
+    out: str | os.PathLike | None = None,
+    sandwich_source: str | os.PathLike | None = None,
 ) -> tuple[Validation, list[Path]]:
     """:func:`validate`, and with ``out`` its frames written there (``out`` checked before any
     work); returns the validation and the files written."""
     if out is not None:
         # written inside a trace or live folder, validation*.parquet would be read as traces or
         # live runs by the next run
-        check_out_outside([trace_source], out)
+        check_out_outside([trace_source] + ([sandwich_source] if sandwich_source is not None else []), out)
         check_out_outside(live_sources, out, "live-run folder", "live runs")
         check_output_dir(out)
-    result = validate([str(p) for p in live_sources], [str(trace_source)], tol)
+    result = validate(
+        [str(p) for p in live_sources], [str(trace_source)], tol, [str(sandwich_source)] if sandwich_source is not None else None
+    )
     return result, (write_frames(result.frames(), out) if out is not None else [])

@@ -52,10 +52,21 @@ def _split(disc) -> str:
     return f" ({', '.join(parts)})" if parts else ""
 
 
-def _clock_cell(row: dict) -> str:
+def _clock_gap_column(settings: pl.DataFrame) -> str:
+    """The gap the clock check decides on: the sandwich's when the traces on the other side of
+    the live runs were given (``--sandwich``), else the trace's."""
+    return "clock_gap_sandwich_pct" if "clock_gap_sandwich_pct" in settings.columns else "clock_gap_idle_pct"
+
+
+def _clock_cell(row: dict, column: str) -> str:
     """The traced clock against the live one, the trace's idle effect applied; red beyond its tolerance."""
-    cell = _f(row.get("clock_gap_idle_pct"), digits=1, scale=1, signed=True)
+    cell = _f(row.get(column), digits=1, scale=1, signed=True)
     return cell if row.get("clock_pass", True) else f"[bold red]{cell}[/]"
+
+
+def _range(values: pl.Series) -> str:
+    v = values.drop_nulls()
+    return f"{v.min():+.1f} to {v.max():+.1f} %" if v.len() else "–"
 
 
 def print_validation(result: Validation, console: Console) -> None:
@@ -63,6 +74,8 @@ def print_validation(result: Validation, console: Console) -> None:
     self-consistency) and the disagreements table."""
     s = result.settings
     runs = result.runs
+    gap_col = _clock_gap_column(s)
+    sandwich = gap_col == "clock_gap_sandwich_pct"
     t = Table(
         title="Live runs vs replay (pooled over episodes; %, differences in pp = replay − live)", box=box.SIMPLE_HEAD, title_justify="left"
     )
@@ -81,7 +94,7 @@ def print_validation(result: Validation, console: Console) -> None:
         "U replay",
         "ΔU",
         "δ Δ%",
-        "δ Δ% idle",
+        "δ Δ% sandwich" if sandwich else "δ Δ% idle",
         "δ Δ% speed",
         "Δα @live δ",
         "ΔU @live δ",
@@ -132,7 +145,7 @@ def print_validation(result: Validation, console: Console) -> None:
             _f(row["utility_replay"]),
             _f(row["delta_utility_pp"], scale=1, signed=True),
             _f(row["clock_gap_pct"], digits=1, scale=1, signed=True),
-            _clock_cell(row),
+            _clock_cell(row, gap_col),
             _f(row.get("clock_gap_speed_pct"), digits=1, scale=1, signed=True),
             _f(row.get("delta_alpha_live_speed_pp"), scale=1, signed=True),
             _f(row["delta_utility_live_speed_pp"], scale=1, signed=True),
@@ -157,20 +170,32 @@ def print_validation(result: Validation, console: Console) -> None:
         )
     if "clock_pass" in s.columns and s.height:
         off = s.filter(~pl.col("clock_pass"))
+        traced = (
+            "the geometric mean of the traces on both sides of the live runs, idle effect applied, column δ Δ% sandwich"
+            if sandwich
+            else "idle effect applied, column δ Δ% idle"
+        )
+        spread = "the two traces' pass-to-pass spread, of their mean" if sandwich else "the trace's own pass-to-pass spread"
         line = (
-            f"clock: traced δ (idle effect applied, column δ Δ% idle) within tolerance of the live δ in {s.height - off.height} of "
+            f"clock: traced δ ({traced}) within tolerance of the live δ in {s.height - off.height} of "
             f"{s.height} setting(s) (tolerance: {s['clock_tolerance_pct'].min():.1f}–{s['clock_tolerance_pct'].max():.1f} %, "
-            "the larger of --clock-tol-pct and the trace's own pass-to-pass spread)"
+            f"the larger of --clock-tol-pct and {spread})"
         )
         if off.height:
-            worst = off.sort(pl.col("clock_gap_idle_pct").abs(), descending=True).row(0, named=True)
-            line += f"; beyond it: {off.height} (worst: {term_name(worst['method'])}, {worst['clock_gap_idle_pct']:+.1f} %)"
+            worst = off.sort(pl.col(gap_col).abs(), descending=True).row(0, named=True)
+            line += f"; beyond it: {off.height} (worst: {term_name(worst['method'])}, {worst[gap_col]:+.1f} %)"
         console.print(line, style="red" if off.height else None)
+        if sandwich:
+            console.print(
+                f"clock, each side alone: --traces {_range(s['clock_gap_idle_pct'])}, --sandwich "
+                f"{_range(s['clock_gap_idle_other_pct'])} against the live δ",
+                style="dim",
+            )
         loose = s.filter(pl.col("clock_pass_on_spread")) if "clock_pass_on_spread" in s.columns else s.clear()
         if loose.height:
             console.print(
                 f"clock, inconclusive: {loose.height} of them pass only on their trace's own spread (gaps "
-                f"{loose['clock_gap_idle_pct'].min():+.1f} to {loose['clock_gap_idle_pct'].max():+.1f} %, beyond --clock-tol-pct, "
+                f"{loose[gap_col].min():+.1f} to {loose[gap_col].max():+.1f} %, beyond --clock-tol-pct, "
                 f"within a spread of up to {loose['clock_tolerance_pct'].max():.1f} %): a trace that noisy cannot tell the clocks "
                 "apart; trace and play again while the machine holds its speed",
                 style="yellow",

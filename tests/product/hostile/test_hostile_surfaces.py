@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -205,6 +206,21 @@ CASES = {
         ["validate", "{ws}/live/tent.live.parquet", "--traces", "{ws}/traces", "--out", "{ws}/live/val"],
         "inside the live-run folder",
         None,
+    ),
+    "validate: out inside the sandwich's traces": (
+        ["validate", "{ws}/live", "--traces", "{ws}/traces", "--sandwich", "{ws}/after", "--out", "{ws}/after/val"],
+        "inside the trace directory",
+        lambda ws: shutil.copytree(ws / "traces", ws / "after"),
+    ),
+    "validate: sandwich folder missing": (
+        ["validate", "{ws}/live", "--traces", "{ws}/traces", "--sandwich", "{ws}/nowhere"],
+        "nowhere",
+        None,
+    ),
+    "validate: sandwich without the live run's method": (
+        ["validate", "{ws}/live", "--traces", "{ws}/traces", "--sandwich", "{ws}/after"],
+        "under --sandwich",
+        lambda ws: (shutil.copytree(ws / "traces", ws / "after"), [p.unlink() for p in (ws / "after").glob("tent*.parquet")]),
     ),
 }
 
