@@ -47,7 +47,7 @@ EXIT_TOLERANCE = 1
     metavar="TRACES",
     help="The same configurations traced on the other side of the live runs (after them, when --traces came before): "
     "the clock check then compares the live δ with the geometric mean of both traces, so a steady drift of the machine "
-    "cancels; the replay stays --traces'.",
+    "cancels; the replay stays that of --traces.",
 )
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Directory for validation*.parquet/csv (omit to only print).")
 @click.option(
