@@ -180,6 +180,16 @@ def test_the_sandwich_tolerance_is_the_spread_of_a_mean_of_two_passes(tmp_path):
     row = validate([live], traces, sandwich_source=_traces_at(tmp_path, 1.0, noisy)).settings.row(0, named=True)
     expected = 100 * (math.exp(math.log(1 + one / 100) / math.sqrt(2)) - 1)
     assert row["clock_tolerance_pct"] == pytest.approx(max(5.0, expected), rel=1e-9)
+    # noisier traces, a gap beyond 5 % within their mean's spread: inconclusive, and said of the two
+    noisier = syn.SyntheticVariability(0.2, 0.0, gaps_ms=())
+    live_a, traces_a = _setup(tmp_path / "a", noisier, 1.0, 0.25)
+    wide = validate([live_a], traces_a, sandwich_source=_traces_at(tmp_path / "a", 1.0, noisier)).settings
+    assert wide.row(0, named=True)["clock_tolerance_pct"] > 6.0
+    live_b, traces_b = _setup(tmp_path / "b", noisier, _between(wide.row(0, named=True)["clock_tolerance_pct"]), 0.25)
+    after_b = _traces_at(tmp_path / "b", 1.0, noisier)
+    assert validate([live_b], traces_b, sandwich_source=after_b).settings.row(0, named=True)["clock_pass_on_spread"]
+    res = CliRunner().invoke(main, ["validate", str(live_b), "--traces", str(traces_b), "--sandwich", str(after_b)])
+    assert res.exit_code == 1 and "clock, inconclusive: 1 of them pass only on their two traces' spread" in " ".join(res.output.split())
     quiet_live, quiet_traces = _setup(tmp_path / "q", QUIET, 1.0, 0.25)
     row = validate([quiet_live], quiet_traces, sandwich_source=_traces_at(tmp_path / "q", 1.0)).settings.row(0, named=True)
     assert row["clock_tolerance_pct"] == pytest.approx(5.0)

@@ -193,8 +193,9 @@ def print_validation(result: Validation, console: Console) -> None:
             )
         loose = s.filter(pl.col("clock_pass_on_spread")) if "clock_pass_on_spread" in s.columns else s.clear()
         if loose.height:
+            whose = "their two traces' spread" if sandwich else "their trace's own spread"
             console.print(
-                f"clock, inconclusive: {loose.height} of them pass only on their trace's own spread (gaps "
+                f"clock, inconclusive: {loose.height} of them pass only on {whose} (gaps "
                 f"{loose[gap_col].min():+.1f} to {loose[gap_col].max():+.1f} %, beyond --clock-tol-pct, "
                 f"within a spread of up to {loose['clock_tolerance_pct'].max():.1f} %): a trace that noisy cannot tell the clocks "
                 "apart; trace and play again while the machine holds its speed",

@@ -135,6 +135,17 @@ def test_the_hand_made_live_file_is_valid_and_validates(ws):
 
 SWEEP = ["sweep", "{ws}/traces"]
 VALIDATE = ["validate", "{ws}/bad/tent.live.parquet", "--traces", "{ws}/traces"]
+
+
+def _sandwich_of(ws: Path, without: str | None = None) -> None:
+    """``ws/after``: the workspace's traces again, as if traced after the live runs, less the
+    traces of method ``without``."""
+    shutil.copytree(ws / "traces", ws / "after")
+    if without is not None:
+        for path in (ws / "after").glob(f"{without}*.parquet"):
+            path.unlink()
+
+
 CASES = {
     # grids
     "rho range with a subnormal step": ([*SWEEP, "--rho", "0.05:1:5e-324"], "more than 1,000,000 values", None),
@@ -210,7 +221,7 @@ CASES = {
     "validate: out inside the sandwich's traces": (
         ["validate", "{ws}/live", "--traces", "{ws}/traces", "--sandwich", "{ws}/after", "--out", "{ws}/after/val"],
         "inside the trace directory",
-        lambda ws: shutil.copytree(ws / "traces", ws / "after"),
+        _sandwich_of,
     ),
     "validate: sandwich folder missing": (
         ["validate", "{ws}/live", "--traces", "{ws}/traces", "--sandwich", "{ws}/nowhere"],
@@ -220,7 +231,7 @@ CASES = {
     "validate: sandwich without the live run's method": (
         ["validate", "{ws}/live", "--traces", "{ws}/traces", "--sandwich", "{ws}/after"],
         "under --sandwich",
-        lambda ws: (shutil.copytree(ws / "traces", ws / "after"), [p.unlink() for p in (ws / "after").glob("tent*.parquet")]),
+        lambda ws: _sandwich_of(ws, without="tent"),
     ),
 }
 
