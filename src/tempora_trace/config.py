@@ -38,6 +38,7 @@ from .options import (
     DEFAULT_IDLE_GAPS,
     DEFAULT_STAGE_MB,
     DEFAULT_TIMING_PASSES,
+    DEFAULT_PROBE_EVERY,
     DEFAULT_TIMING_SAMPLE,
     LIVE,
     MAX_PARAM_DEPTH,
@@ -66,6 +67,8 @@ _IDENTITY_EXCLUDE = {
     "resume", "force", "quiet", "workers", "stage_mb", "out", "name", "data_root", "method_spec",
     # timed after the main pass, outside every row (tempora_trace.variability)
     "timing_sample", "timing_passes", "idle_gaps",
+    # outside the events; the probes' steps are in the metadata
+    "probe_every",
     # carried by the stream's name (``continual:x3``), which is in the identity
     "rounds",
 }  # fmt: skip
@@ -210,6 +213,8 @@ class TraceConfig:
     timing_sample: int = DEFAULT_TIMING_SAMPLE
     timing_passes: int = DEFAULT_TIMING_PASSES
     idle_gaps: str = DEFAULT_IDLE_GAPS
+    #: a machine-speed probe before every ``probe_every``-th step of an episode (outside events)
+    probe_every: int = DEFAULT_PROBE_EVERY
     #: image side of a model by spec (timm:, torchvision:, a factory) where it cannot say
     input_size: int | None = None
     #: CSV ``folder,index`` mapping a folder dataset's classes onto the model's (folder:PATH only)
@@ -300,6 +305,8 @@ class TraceConfig:
             raise ConfigError(f"--heap must be one of {', '.join(HEAP_POLICIES)}, not {cfg.heap!r}")
         if not 0 <= cfg.timing_sample <= 100_000:
             raise ConfigError(f"--timing-sample must be in 0..100000 (0 turns the measurement off), not {cfg.timing_sample}")
+        if not 1 <= cfg.probe_every <= 100_000:
+            raise ConfigError(f"--probe-every must be in 1..100000, not {cfg.probe_every}")
         if not 1 <= cfg.timing_passes <= 100:
             raise ConfigError(f"--timing-passes must be in 1..100, not {cfg.timing_passes}")
         try:

@@ -56,6 +56,15 @@ DEFAULT_STAGE_MB = 1024.0
 DEFAULT_TIMING_SAMPLE = 16
 DEFAULT_TIMING_PASSES = 2
 DEFAULT_IDLE_GAPS = "1x,4x"
+#: A machine-speed probe before steps 0, k, 2k, … of every episode (``--probe-every``), outside
+#: the events: three probes are what a trace needs to show the machine moving while it ran
+#: (:func:`tempora_schema.probe_drift`), so a short trace that must be checked for it probes
+#: more often.
+DEFAULT_PROBE_EVERY = 50
+_PROBE_HELP = (
+    "A machine-speed probe before every N-th batch of an episode (its first included), outside the timed "
+    "events; a trace with three or more shows whether the machine changed speed while it ran."
+)
 #: Batches per episode a profile times (``tempora-trace profile --profile-batches``): by default
 #: (``auto``) a share of the stream's longest episode, at least a floor. A fixed count per
 #: episode is 5 % of a demo episode (156 batches) but 0.3 % of the same data as one continual
@@ -458,6 +467,19 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
         _RLP,
         default=DEFAULT_TIMING_PASSES,
         type=click.IntRange(1, 100),
+        campaign=int,
+    ),
+    TraceOption(
+        "--probe-every",
+        {
+            RUN: _PROBE_HELP,
+            PROFILE: _PROBE_HELP,
+            LIVE: "With --trace-alongside: the trace's machine-speed probes, as on run (the live runs probe once per episode).",
+        },
+        _RLP,
+        default=DEFAULT_PROBE_EVERY,
+        type=click.IntRange(1, 100_000),
+        metavar="N",
         campaign=int,
     ),
     TraceOption(

@@ -11,7 +11,7 @@ Nothing but the method runs inside a timed event (docs/design/timing.md): batche
 at a time (:mod:`.staging`) and that chunk's events — adapt and frozen alike — run with every
 decode thread idle; the garbage collector runs only between events; after a long staging pause
 the device is warmed by one untimed frozen forward; and a machine-speed probe runs at each
-episode start and every :data:`PROBE_EVERY` steps, outside the events.
+episode start and every ``--probe-every`` steps, outside the events.
 
 This module holds the run itself (:class:`MethodRun`, :class:`TraceRun`, :func:`trace_run`);
 the pieces it shares with the profile and live runs are :mod:`.run_support`, the profile run
@@ -81,8 +81,6 @@ from .variability import VariabilityPlan, parse_idle_gaps
 from .variability import measure as measure_variability
 from .writer import RowBuffer, TraceWriter
 
-#: A machine-speed probe runs before steps 0, PROBE_EVERY, 2·PROBE_EVERY, … of every episode.
-PROBE_EVERY = 50
 #: A staging pass at least this long (s) is followed by one untimed frozen forward before
 #: the next timed event, so no event pays for caches the decoding evicted (docs/design/timing.md).
 REWARM_AFTER_S = 0.05
@@ -362,7 +360,7 @@ class TraceRun(MethodRun):
         )
 
     def _maybe_probe(self, episode_index: int, episode: Episode, step: int) -> None:
-        if step % PROBE_EVERY == 0:
+        if step % self.cfg.probe_every == 0:
             self.probes.setdefault(episode_index, []).append(
                 {"episode": episode.name, "step": int(step), "ms": round(self.probe.measure(), 4)}
             )

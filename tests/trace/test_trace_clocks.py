@@ -257,3 +257,31 @@ def test_speed_probe_runs_every_50_steps_and_survives_resume(cifar_c_root, tmp_p
     meta = schema.decode_metadata(pq.read_schema(path), path)
     assert [(p["episode"], p["step"]) for p in meta["speed_probe"]] == [(e, s) for e in ("fog", "snow") for s in (0, 50, 100)]
     assert all(p["ms"] > 0 for p in meta["speed_probe"])
+
+
+def test_probe_every_sets_the_probes_steps_and_is_not_part_of_the_identity(cifar_c_root, tmp_path):
+    """``--probe-every 4`` on 10-step episodes probes before steps 0, 4 and 8 of each (three
+    probes: enough for the inside-a-trace check); the probes run outside the events, so a run
+    resumed with the default interval continues the same trace and keeps the earlier probes."""
+    from helpers.cifar import write_cifar_c
+
+    root = write_cifar_c(tmp_path / "data", ["fog", "snow"], per_severity=20)
+    kw = dict(batch_size=2, domains=["fog", "snow"], default_checkpoints=False)
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_first(i, name):
+        raise Stop
+
+    with pytest.raises(Stop):
+        trace_run(_cfg(root, tmp_path / "o", probe_every=4, **kw), on_episode_end=stop_after_first)
+    path = trace_run(_cfg(root, tmp_path / "o", resume=True, **kw))
+    meta = schema.decode_metadata(pq.read_schema(path), path)
+    assert [(p["episode"], p["step"]) for p in meta["speed_probe"]] == [("fog", 0), ("fog", 4), ("fog", 8), ("snow", 0)]
+    assert schema.probe_drift({"speed_probe": meta["speed_probe"][:3]}) is not None
+
+
+def test_probe_every_is_checked(cifar_c_root, tmp_path):
+    with pytest.raises(ConfigError, match="--probe-every must be in 1..100000"):
+        _cfg(cifar_c_root, tmp_path, probe_every=0).resolved()
