@@ -345,9 +345,12 @@ validate-gpu: install
 	    --domains $(GPU_DOMAINS) --max-batches $(GPU_BATCHES) --batch-size $(GPU_BATCH_SIZE) --stage-mb $(GPU_STAGE_MB) --force $(GPU_OPTS)"
 
 # `make validate-clock`: is the traced clock the live one? The sandwich of
-# docs/results/validation-runs.md ("Traced and live clocks"): CLOCK_METHODS traced first, each in
-# its own process as a user traces, then played live at CLOCK_RHO (CLOCK_REPEATS runs each),
-# then traced again. `tempora-sim validate` checks each setting against the traces before
+# docs/results/validation-runs.md ("Traced and live clocks"): each of CLOCK_METHODS traced in its
+# own process as a user traces, played live at CLOCK_RHO (CLOCK_REPEATS runs each) and traced
+# again, method after method (`standard` first: λ comes from its trace), so each sandwich spans a
+# minute or two of the machine's time rather than the whole run (CLOCK_ORDER=blocks: every trace
+# first, then every live run, then every trace again, as the runs before this order were
+# taken). `tempora-sim validate` checks each setting against the traces before
 # (report/) and after (report-after/): the replay against the live runs, and the live events'
 # mean δ against the traced δ of the same batches with the trace's idle effect applied, as the
 # geometric mean of the two sides (--sandwich: a steady drift of the machine cancels; within
@@ -360,24 +363,49 @@ CLOCK_BATCHES ?= 100
 CLOCK_DOMAINS ?= gaussian_noise
 CLOCK_REPEATS ?= 3
 CLOCK_OUT     ?= $(RESULTS)/validate-clock
+# A speed probe every 25 batches: four per 100-batch trace, so the tracer can say when the machine
+# changed speed while it ran (it needs three).
 CLOCK_OPTS    ?= --dataset demo --model demo-resnet --device $(VALIDATE_DEVICE) --domains $(CLOCK_DOMAINS) \
-                 --max-batches $(CLOCK_BATCHES) --threads 1 --force
+                 --max-batches $(CLOCK_BATCHES) --threads 1 --probe-every 25 --force
+CLOCK_ORDER   ?= method
 validate-clock: install
 	@status=0; \
-	$(MAKE) --no-print-directory validate VALIDATE_ALONGSIDE=no VALIDATE_METHODS="$(CLOCK_METHODS)" VALIDATE_RHO=$(CLOCK_RHO) \
-	    VALIDATE_PROTOCOL=discrete VALIDATE_REPEATS=$(CLOCK_REPEATS) VALIDATE_BASELINE_REPEATS=$(CLOCK_REPEATS) VALIDATE_POLICY= \
-	    VALIDATE_OUT=$(CLOCK_OUT) VALIDATE_OPTS="$(CLOCK_OPTS)" VALIDATE_CHECK=no || exit 2; \
-	for m in $(CLOCK_METHODS); do \
-	    echo "trace $$m again"; \
-	    $(TRACE) run --method $$m $(CLOCK_OPTS) --out $(CLOCK_OUT)/traces-after --quiet \
-	        $$( [ $$m = standard ] && echo --no-default-checkpoints || echo $(VALIDATE_TRACE_OPTS) ) || exit 2; \
-	done; \
+	$(if $(filter blocks,$(CLOCK_ORDER)),$(clock_in_blocks),$(clock_by_method)) \
 	$(SIM) validate $(CLOCK_OUT)/live --traces $(CLOCK_OUT)/traces --sandwich $(CLOCK_OUT)/traces-after \
 	    --out $(CLOCK_OUT)/report $(VALIDATE_CHECK_OPTS) || status=$$?; \
 	[ $$status -le 1 ] || exit $$status; \
 	$(SIM) validate $(CLOCK_OUT)/live --traces $(CLOCK_OUT)/traces-after --sandwich $(CLOCK_OUT)/traces \
 	    --out $(CLOCK_OUT)/report-after $(VALIDATE_CHECK_OPTS) || status=$$?; \
 	exit $$status
+
+# trace ($$1: traces or traces-after), as `make validate` traces: `standard` without checkpoints
+clock_trace = $(TRACE) run --method $$m $(CLOCK_OPTS) --out $(CLOCK_OUT)/$(1) \
+	$$( [ $$m = standard ] && echo --no-default-checkpoints || echo $(VALIDATE_TRACE_OPTS) )
+
+# each method's sandwich around its own live runs; `standard` first (its trace gives λ) and
+# played only when CLOCK_METHODS names it
+define clock_by_method
+mkdir -p $(CLOCK_OUT); \
+	for m in standard $(filter-out standard,$(CLOCK_METHODS)); do \
+	    played=$(if $(filter standard,$(CLOCK_METHODS)),yes,no); [ $$m = standard ] || played=yes; \
+	    echo "trace $$m"; $(call clock_trace,traces) || exit 2; \
+	    [ $$played = yes ] || continue; \
+	    echo "live $$m"; \
+	    $(TRACE) live --method $$m $(CLOCK_OPTS) --out $(CLOCK_OUT)/live --standard $(CLOCK_OUT)/traces --protocol discrete \
+	        --rho $(CLOCK_RHO) --queue 1 --lambda-rule $(VALIDATE_LAMBDA_RULE) --repeats $(CLOCK_REPEATS) || exit 2; \
+	    echo "trace $$m again"; $(call clock_trace,traces-after) --quiet || exit 2; \
+	done;
+endef
+
+# every trace, then every live run (`make validate`'s order), then every trace again
+define clock_in_blocks
+$(MAKE) --no-print-directory validate VALIDATE_ALONGSIDE=no VALIDATE_METHODS="$(CLOCK_METHODS)" VALIDATE_RHO=$(CLOCK_RHO) \
+	    VALIDATE_PROTOCOL=discrete VALIDATE_REPEATS=$(CLOCK_REPEATS) VALIDATE_BASELINE_REPEATS=$(CLOCK_REPEATS) VALIDATE_POLICY= \
+	    VALIDATE_OUT=$(CLOCK_OUT) VALIDATE_OPTS="$(CLOCK_OPTS)" VALIDATE_CHECK=no || exit 2; \
+	for m in $(CLOCK_METHODS); do \
+	    echo "trace $$m again"; $(call clock_trace,traces-after) --quiet || exit 2; \
+	done;
+endef
 
 # ------------------------------------------------------------------ predict (answers for devices not traced)
 # `make predict-validate`: how far a predicted trace can be trusted, on "devices" this machine

@@ -222,6 +222,13 @@ def test_demo_and_demo_traces_run_end_to_end(tmp_path, demo_env):
     # its clock check on both sides' mean
     clock = tmp_path / "validate-clock"
     assert sorted(p.name for p in (clock / "traces-after").glob("*.parquet")) == ["standard-bs8.parquet", "tent-bs8.parquet"]
+    # method after method: standard's sandwich is closed before tent is first traced
+    written = {
+        f"{side}/{m}": (clock / side / f"{m}-bs8.parquet").stat().st_mtime_ns
+        for side in ("traces", "traces-after")
+        for m in ("standard", "tent")
+    }
+    assert written["traces/standard"] < written["traces-after/standard"] < written["traces/tent"] < written["traces-after/tent"]
     for report, other in (("report", "traces-after"), ("report-after", "traces")):
         table = pl.read_csv(clock / report / "validation.csv")
         assert sorted(table["method"].to_list()) == ["standard", "standard", "tent", "tent"]
