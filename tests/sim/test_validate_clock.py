@@ -278,3 +278,58 @@ def test_a_live_file_with_a_bad_speed_probe_is_refused_in_one_line(tmp_path, pro
     _probe_live(live, probes, kind)
     res = CliRunner().invoke(main, ["validate", str(live), "--traces", str(traces)])
     assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output
+
+
+def _probe_trace(path: Path, probes_ms) -> Path:
+    """The trace at ``path`` with its speed probes replaced by ``probes_ms``, in the order they ran."""
+    import json
+
+    from tempora_schema import METADATA_KEY
+
+    table = pq.read_table(path)
+    key = METADATA_KEY.encode()
+    meta = json.loads(table.schema.metadata[key])
+    meta["speed_probe"] = [{"episode": EPISODES[0], "step": 5 * i, "ms": float(ms)} for i, ms in enumerate(probes_ms)]
+    meta["speed_probe_kind"] = "synthetic"
+    pq.write_table(table.replace_schema_metadata({key: json.dumps(meta).encode()}), path)
+    return path
+
+
+def test_a_machine_that_changed_speed_inside_a_trace_or_the_live_runs_is_named(tmp_path):
+    """The trace before's probes read 2 ms three times, then 1.5 ms three times (the machine a
+    third faster halfway, by the medians of three successive probes); the trace after's hold
+    2 ms; the live runs' probes, run after run, move 20 %. Each is a column, and one line names
+    the trace before and the live runs, never the steady trace after or a single slow probe."""
+    live, traces = _setup(tmp_path, QUIET, 1.0, 0.25, probe_ms=2.0)
+    after = _traces_at(tmp_path, 1.0)
+    _probe_trace(traces / "tent.parquet", [2.0, 2.0, 2.0, 1.5, 1.5, 1.5])
+    _probe_trace(after / "tent.parquet", [2.0, 2.0, 3.0, 2.0, 2.0])
+    import json
+
+    (path,) = live.glob("*.parquet")
+    table = pq.read_table(path)
+    meta = json.loads(table.schema.metadata[b"tempora_live"])
+    meta["speed_probe_kind"] = "synthetic"  # the traces' kind: what the live runs timed
+    for i, run in enumerate(sorted(meta["runs"], key=lambda r: r["run"])):
+        run["speed_probe_ms"] = [2.0, 2.0] if i == 0 else [2.4, 2.4]
+    pq.write_table(table.replace_schema_metadata({b"tempora_live": json.dumps(meta).encode()}), path)
+    row = validate([live], traces, sandwich_source=after).settings.row(0, named=True)
+    assert row["trace_speed_moved_pct"] == pytest.approx(100 * (2.0 / 1.5 - 1))
+    assert row["trace_other_speed_moved_pct"] == pytest.approx(0.0)
+    # run 0: 2.0, 2.0; run 1: 2.4, 2.4 → medians of three 2.0 and 2.4
+    assert row["live_speed_moved_pct"] == pytest.approx(20.0)
+    res = CliRunner().invoke(main, ["validate", str(live), "--traces", str(traces), "--sandwich", str(after)])
+    flat = " ".join(res.output.split())
+    assert (
+        "inside a run: the machine's speed moved by more than 10 % (medians of three successive speed probes) within 2 of 3 checked" in flat
+    )
+    assert "tent --traces trace 33 %, tent live runs 20 %" in flat and "--sandwich trace" not in flat
+    # traces with fewer than three probes are not checked, and nothing moved is not named
+    _probe_trace(traces / "tent.parquet", [2.0, 1.5])
+    row = validate([live], traces).settings.row(0, named=True)
+    assert row["trace_speed_moved_pct"] is None and "trace_other_speed_moved_pct" not in row
+    for run in meta["runs"]:
+        run["speed_probe_ms"] = [2.0]
+    pq.write_table(table.replace_schema_metadata({b"tempora_live": json.dumps(meta).encode()}), path)
+    res = CliRunner().invoke(main, ["validate", str(live), "--traces", str(traces)])
+    assert "inside a run" not in res.output

@@ -30,7 +30,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tempora_schema import PHASE_ADAPT, GroupKey, TraceSchemaError, method_label, probe_median_ms
+from tempora_schema import PHASE_ADAPT, GroupKey, TraceSchemaError, method_label, probe_drift, probe_median_ms
 from tempora_schema.live import comparable_group, decode_live_metadata, validate_live_table
 from tempora_sim import protocols as P
 from tempora_sim.errors import GroupError, SimError, TraceFileError
@@ -372,6 +372,26 @@ def sandwich_clock(own: dict, other: dict, sd_own: float, sd_other: float, tol_p
     return out
 
 
+def speed_moved_pct(probes_ms: Sequence[float]) -> float | None:
+    """How far the machine's speed moved while these probes ran, in the order they ran
+    (:func:`tempora_schema.probe_drift`: the medians of three successive probes, slowest over
+    fastest − 1, in %); None below three probes."""
+    drift = probe_drift({"speed_probe": [{"ms": float(x)} for x in probes_ms]})
+    return None if drift is None else 100.0 * drift.change
+
+
+def trace_speed_moved_pct(trace: Trace) -> float | None:
+    """:func:`speed_moved_pct` of a trace's own probes."""
+    return speed_moved_pct([p["ms"] for p in trace.meta.get("speed_probe") or ()])
+
+
+def live_speed_moved_pct(live: LiveFile) -> float | None:
+    """:func:`speed_moved_pct` over a live file's runs, each run's probes in run order: the
+    machine during the whole live session, every setting of the file."""
+    runs = sorted(live.meta.get("runs") or (), key=lambda r: int(r["run"]))
+    return speed_moved_pct([x for r in runs for x in r.get("speed_probe_ms") or ()])
+
+
 def live_probe_ms(runs: Sequence[LiveRunStats]) -> float | None:
     """Median machine-speed probe (ms) over the runs of one setting, or None where the live
     file has none (files written before live runs were probed)."""
@@ -479,6 +499,7 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
                 tol.clock_pct,
             )
             clocks["trace_other"] = str(other.path)
+            clocks["trace_other_speed_moved_pct"] = trace_speed_moved_pct(other)
         # the attribution check: the trace's own pattern, moved to the live events' mean speed
         speed = clocks["delta_live_ms"] / clocks["delta_trace_ms"] if clocks["delta_live_ms"] else 1.0
         at_live = replay if speed == 1.0 else replay_setting(trace, first, speed)["pooled"]
@@ -502,6 +523,9 @@ def validate(live_sources: Sequence[str | os.PathLike], trace_source, tol: Toler
             # the trace was taken in the live runs' own process, episode by episode beside them
             "trace_alongside": meta.get("run_id") is not None and trace.meta.get("taken_alongside") == meta.get("run_id"),
             **clocks,
+            # the machine's speed change inside the trace, and over the live file's runs (probes)
+            "trace_speed_moved_pct": trace_speed_moved_pct(trace),
+            "live_speed_moved_pct": live_speed_moved_pct(first.file),
             "utility_live": float(u.mean()),
             "utility_replay": float(replay["utility"]),
             "utility_replay_live_speed": float(at_live["utility"]),

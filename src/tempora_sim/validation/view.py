@@ -17,6 +17,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from tempora_schema import PROBE_DRIFT_LIMIT
 from tempora_sim import protocols as P
 from tempora_sim.reporting.terminal import term_name
 from tempora_sim.uncertainty.coverage import describe, overall
@@ -67,6 +68,35 @@ def _clock_cell(row: dict, column: str) -> str:
 def _range(values: pl.Series) -> str:
     v = values.drop_nulls()
     return f"{v.min():+.1f} to {v.max():+.1f} %" if v.len() else "–"
+
+
+def _inside_lines(s: pl.DataFrame) -> list[str]:
+    """One line naming every trace (each side of a sandwich) and live file whose own speed
+    probes show the machine changing speed while it ran (:func:`tempora_schema.probe_drift`):
+    a median probe, which the speed column compares, hides such a change."""
+    limit = 100 * PROBE_DRIFT_LIMIT
+    named: dict[str, float] = {}
+    checked = 0
+    columns = (("trace_speed_moved_pct", "trace", "--traces"), ("trace_other_speed_moved_pct", "trace_other", "--sandwich"))
+    for moved_col, path_col, side in columns:
+        if moved_col not in s.columns:
+            continue
+        for row in s.select("method", path_col, moved_col).unique(subset=[path_col]).iter_rows(named=True):
+            checked += row[moved_col] is not None
+            if row[moved_col] is not None and row[moved_col] > limit:
+                named[f"{term_name(row['method'])} {side} trace {row[moved_col]:.0f} %"] = row[moved_col]
+    if "live_speed_moved_pct" in s.columns:
+        for row in s.select("method", "live_speed_moved_pct").unique(subset=["method"]).iter_rows(named=True):
+            checked += row["live_speed_moved_pct"] is not None
+            if row["live_speed_moved_pct"] is not None and row["live_speed_moved_pct"] > limit:
+                named[f"{term_name(row['method'])} live runs {row['live_speed_moved_pct']:.0f} %"] = row["live_speed_moved_pct"]
+    if not named:
+        return []
+    return [
+        f"inside a run: the machine's speed moved by more than {limit:.0f} % (medians of three successive speed probes) "
+        f"within {len(named)} of {checked} checked: {', '.join(named)}; their times mix two speeds of the machine, which "
+        "no median probe shows: trace and play again while it holds its speed"
+    ]
 
 
 def print_validation(result: Validation, console: Console) -> None:
@@ -215,6 +245,8 @@ def print_validation(result: Validation, console: Console) -> None:
                     "are the machine's as much as the tracer's: trace and play again while it holds its speed"
                 )
             console.print(line, style="yellow" if moved.height else "dim")
+        for line in _inside_lines(s):
+            console.print(line, style="yellow")
     gaps = s.filter(pl.col("clock_gap_pct").abs() > CLOCK_GAP_NOTE_PCT)
     if gaps.height:
         worst = gaps.sort(pl.col("clock_gap_pct").abs(), descending=True).row(0, named=True)
