@@ -36,9 +36,9 @@ from .models.external import model_label as spec_model_label
 from .options import (
     DEFAULT_FROZEN_SAMPLE,
     DEFAULT_IDLE_GAPS,
+    DEFAULT_PROBE_EVERY,
     DEFAULT_STAGE_MB,
     DEFAULT_TIMING_PASSES,
-    DEFAULT_PROBE_EVERY,
     DEFAULT_TIMING_SAMPLE,
     LIVE,
     MAX_PARAM_DEPTH,
