@@ -105,6 +105,8 @@ def test_campaign_keys_are_the_declared_ones():
         "timing_sample",
         "timing_passes",
         "idle_gaps",
+        # the machine-speed probe's interval
+        "probe_every",
     }
     assert all("run" in trace_options.BY_NAME[k].commands for k in TRACE_OPTIONS)
 
