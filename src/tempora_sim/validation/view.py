@@ -81,12 +81,13 @@ def _inside_lines(s: pl.DataFrame) -> list[str]:
     for moved_col, path_col, side in columns:
         if moved_col not in s.columns:
             continue
-        for row in s.select("method", path_col, moved_col).unique(subset=[path_col]).iter_rows(named=True):
+        for row in s.select("method", path_col, moved_col).unique(subset=[path_col], maintain_order=True).iter_rows(named=True):
             checked += row[moved_col] is not None
             if row[moved_col] is not None and row[moved_col] > limit:
                 named[f"{term_name(row['method'])} {side} trace {row[moved_col]:.0f} %"] = row[moved_col]
     if "live_speed_moved_pct" in s.columns:
-        for row in s.select("method", "live_speed_moved_pct").unique(subset=["method"]).iter_rows(named=True):
+        runs_of = ["dataset", "model", "device", "method"]  # one live file per method of a group
+        for row in s.select(*runs_of, "live_speed_moved_pct").unique(subset=runs_of, maintain_order=True).iter_rows(named=True):
             checked += row["live_speed_moved_pct"] is not None
             if row["live_speed_moved_pct"] is not None and row["live_speed_moved_pct"] > limit:
                 named[f"{term_name(row['method'])} live runs {row['live_speed_moved_pct']:.0f} %"] = row["live_speed_moved_pct"]
