@@ -88,6 +88,8 @@ CASES = {
     "severity 9": ([*RUN, "--severity", "9"], "'--severity'", None),
     "stream unknown": ([*RUN, "--stream", "sometimes"], "'--stream'", None),
     "threads zero": ([*RUN, "--threads", "0"], "'--threads'", None),
+    "probe every zero": ([*RUN, "--probe-every", "0"], "'--probe-every'", None),
+    "profile probe every word": (["profile", "--method", "tent", "--probe-every", "often"], "'--probe-every'", None),
     "workers negative": ([*RUN, "--workers", "-1"], "'--workers'", None),
     "name with a slash": ([*RUN, "--name", "a/b"], "may only use", None),
     "unknown domain": ([*RUN, "--domains", "rain"], "unknown domain 'rain'", None),
