@@ -18,8 +18,6 @@ imports torch (``TraceConfig`` does, for its checks).
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -44,6 +42,7 @@ from tempora_toolkit.command_line import (
 
 from .errors import ConfigError
 from .heap import DEFAULT_HEAP, HEAP_POLICIES
+from .option_values import MAX_PARAM_DEPTH, parse_corruptions, parse_domains, parse_param  # noqa: F401
 
 #: Later batches scored per frozen checkpoint (``--frozen-sample``).
 DEFAULT_FROZEN_SAMPLE = 32
@@ -56,15 +55,9 @@ DEFAULT_STAGE_MB = 1024.0
 DEFAULT_TIMING_SAMPLE = 16
 DEFAULT_TIMING_PASSES = 2
 DEFAULT_IDLE_GAPS = "1x,4x"
-#: A machine-speed probe before steps 0, k, 2k, … of every episode (``--probe-every``), outside
-#: the events: three probes are what a trace needs to show the machine moving while it ran
-#: (:func:`tempora_schema.probe_drift`), so a short trace that must be checked for it probes
-#: more often.
+#: A speed probe before steps 0, k, 2k, … of an episode (``--probe-every``): a trace needs three
+#: to show the machine moving while it ran (:func:`tempora_schema.probe_drift`).
 DEFAULT_PROBE_EVERY = 50
-_PROBE_HELP = (
-    "A machine-speed probe before every N-th batch of an episode (its first included), outside the timed "
-    "events; a trace with three or more shows whether the machine changed speed while it ran."
-)
 #: Batches per episode a profile times (``tempora-trace profile --profile-batches``): by default
 #: (``auto``) a share of the stream's longest episode, at least a floor. A fixed count per
 #: episode is 5 % of a demo episode (156 batches) but 0.3 % of the same data as one continual
@@ -128,65 +121,6 @@ def _positive_time_list(text: str, option: str) -> list[float]:
 
 FROZEN_SAMPLE = ValueType("N|all", _frozen_sample)
 PROFILE_BATCHES = ValueType("N|auto", _profile_batches)
-
-
-#: Deepest nesting of a ``--param`` value (the trace identity and metadata hold it as JSON).
-MAX_PARAM_DEPTH = 32
-
-
-def _finite_json(value: Any, where: str) -> Any:
-    """``--param`` values must be finite: NaN/∞ would collapse the model and break strict JSON;
-    and nested at most :data:`MAX_PARAM_DEPTH` deep (a deeper one cannot be written back)."""
-    stack = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            raise OptionError(f"--param {where}: {item} is not a finite number")
-        if isinstance(item, (list, dict)) and depth >= MAX_PARAM_DEPTH:
-            raise OptionError(f"--param {where}: a value nested more than {MAX_PARAM_DEPTH} levels deep")
-        if isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item)
-        elif isinstance(item, dict):
-            stack.extend((v, depth + 1) for v in item.values())
-    return value
-
-
-def parse_param(pair: str) -> tuple[str, Any]:
-    """``KEY=VALUE``: VALUE is JSON when it parses (numbers, true/false, lists), else a string."""
-    if "=" not in pair:
-        raise OptionError(f"--param expects KEY=VALUE, got '{pair}'")
-    key, text = (s.strip() for s in pair.split("=", 1))
-    if not key:
-        raise OptionError(f"--param expects KEY=VALUE, got '{pair}'")
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        return key, text
-    except RecursionError:
-        raise OptionError(f"--param {key}: a value nested more than {MAX_PARAM_DEPTH} levels deep") from None
-    if text.strip().lower().lstrip("+-") in ("nan", "infinity", "inf"):
-        raise OptionError(f"--param {key}: {text} is not a finite number")
-    return key, _finite_json(value, key)
-
-
-def parse_domains(text: str | None) -> list[str] | None:
-    """``--domains``: comma- or space-separated names (None: the dataset's default)."""
-    if text is None:
-        return None
-    items = [t.strip() for t in text.replace(" ", ",").split(",") if t.strip()]
-    if not items:
-        raise OptionError("--domains: empty list")
-    return items
-
-
-def parse_corruptions(text: str | None) -> list[str] | None:
-    """``--corruptions``: comma- or space-separated names or groups (None: a folder as it is)."""
-    if text is None:
-        return None
-    items = [t.strip() for t in text.replace(" ", ",").split(",") if t.strip()]
-    if not items:
-        raise OptionError("--corruptions: empty list")
-    return items
 
 
 def _list_or_empty(value: Sequence | None) -> list:
@@ -471,11 +405,8 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
     ),
     TraceOption(
         "--probe-every",
-        {
-            RUN: _PROBE_HELP,
-            PROFILE: _PROBE_HELP,
-            LIVE: "With --trace-alongside: the trace's machine-speed probes, as on run (the live runs probe once per episode).",
-        },
+        "A machine-speed probe before every N-th batch of an episode (its first included; on live, of the trace "
+        "taken alongside), outside the timed events; with three or more a trace shows whether the machine changed speed.",
         _RLP,
         default=DEFAULT_PROBE_EVERY,
         type=click.IntRange(1, 100_000),
