@@ -49,21 +49,21 @@ def parse_param(pair: str) -> tuple[str, Any]:
     return key, _finite_json(value, key)
 
 
-def parse_domains(text: str | None) -> list[str] | None:
-    """``--domains``: comma- or space-separated names (None: the dataset's default)."""
+def _names(text: str | None, option: str) -> list[str] | None:
+    """Comma- or space-separated names; None stays None (the option not given)."""
     if text is None:
         return None
     items = [t.strip() for t in text.replace(" ", ",").split(",") if t.strip()]
     if not items:
-        raise OptionError("--domains: empty list")
+        raise OptionError(f"{option}: empty list")
     return items
+
+
+def parse_domains(text: str | None) -> list[str] | None:
+    """``--domains``: names (None: the dataset's default)."""
+    return _names(text, "--domains")
 
 
 def parse_corruptions(text: str | None) -> list[str] | None:
-    """``--corruptions``: comma- or space-separated names or groups (None: a folder as it is)."""
-    if text is None:
-        return None
-    items = [t.strip() for t in text.replace(" ", ",").split(",") if t.strip()]
-    if not items:
-        raise OptionError("--corruptions: empty list")
-    return items
+    """``--corruptions``: names or groups (None: a folder as it is)."""
+    return _names(text, "--corruptions")
