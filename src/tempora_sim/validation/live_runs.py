@@ -387,7 +387,7 @@ def trace_speed_moved_pct(trace: Trace) -> float | None:
 
 def live_speed_moved_pct(live: LiveFile) -> float | None:
     """:func:`speed_moved_pct` over a live file's runs, each run's probes in run order: the
-    machine during the whole live session, every setting of the file."""
+    machine over all the file's live runs, every setting of the file."""
     runs = sorted(live.meta.get("runs") or (), key=lambda r: int(r["run"]))
     return speed_moved_pct([x for r in runs for x in r.get("speed_probe_ms") or ()])
 
