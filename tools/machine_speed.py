@@ -18,6 +18,14 @@ alternating (the tracer's idle pass), for each wait of ``--waits``: the cost of 
 with the machine's moment taken out. A timing measurement: run it alone on an idle machine.
 
     python tools/machine_speed.py waits [--waits 2,15,60] [--rounds 4]
+
+``interleave`` asks whether the live loop or the moment makes live events slower than traced
+ones: in one process it alternates the tracer's own pass over an episode and ``tempora-trace
+live``'s own run of it at each ρ (T L T L …), so every live run has a trace pass seconds before
+and after it, then times the tracer's variability pass (idle pass included) at each
+``--timing-sample`` and replays the live runs' idle times through the replay's idle rule.
+
+    python tools/machine_speed.py interleave [--method standard] [--lambda-ms 30] [--rounds 6] [--timing-sample 16,48]
 """
 
 from __future__ import annotations
@@ -135,6 +143,176 @@ def waits(method: str, wait_ms: list[float], rounds: int) -> dict:
     return summary
 
 
+def interleave(method: str, lambda_ms: float, rhos: list[float], rounds: int, batches: int, samples: list[int]) -> dict:
+    """One process and the product's own loops: the tracer's pass over the episode
+    (``TraceRun.run_episode``, checkpoints and probes included) and ``tempora-trace live``'s run
+    of it at each ρ (``LiveRun.play_episode``), alternating T L T L …, so every live run lies
+    between two trace passes seconds away, and the ρ order reverses every round. A live run
+    slower than the trace passes either side of it is the live loop's; one that moves with
+    them is the machine's moment. Per live run: its mean δ over the served events against the
+    geometric mean of the two passes' δ over the same steps, and the speed probe before each."""
+    import dataclasses
+    import math
+    import shutil
+    import tempfile
+
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "src"))
+    from tempora_trace.heap import apply_heap_policy
+
+    apply_heap_policy("steady")
+    import tempora_schema as schema
+    from tempora_trace.config import TraceConfig
+    from tempora_trace.live_clock import last_arrival
+    from tempora_trace.live_runner import LiveRun, RunTally
+    from tempora_trace.live_settings import LiveSettings
+    from tempora_trace.progress import ProgressView
+    from tempora_trace.timing import collector_paused
+
+    tmp = Path(tempfile.mkdtemp(prefix="interleave-"))
+    cfg = TraceConfig(
+        method=method,
+        dataset="demo",
+        model="demo-resnet",
+        device="cpu",
+        domains=["gaussian_noise"],
+        max_batches=batches,
+        threads=1,
+        probe_every=25,
+        quiet=True,
+        force=True,
+        out=str(tmp / "live"),
+    ).resolved()
+    settings = LiveSettings(rho=rhos, lambda_ms=lambda_ms, queue=1, trace_alongside=str(tmp / "along")).checked()
+    live = LiveRun(cfg, settings, lambda _: None)
+    base, episode = live.base, live.base.episodes[0]
+    blocks: list[dict] = []
+
+    def trace_pass() -> None:
+        probe = base.probe.measure()
+        c = base.run_episode(0, episode, ProgressView(enabled=False)).columns
+        by_step = {s: d for s, d, ph in zip(c["step"], c["delta_ms"], c["phase"]) if ph == schema.PHASE_ADAPT}
+        blocks.append({"kind": "trace", "probe_ms": probe, "delta_ms": by_step})
+
+    def live_run(plan) -> None:
+        probe = base.probe.measure()
+        c = live.columns[plan.run]
+        start = len(c["step"])
+        live.play_episode(plan, 0, episode, RunTally())
+        served = [k for k in range(start, len(c["step"])) if c["served"][k]]
+        by_step = {c["step"][k]: c["delta_ms"][k] for k in served}
+        # the idle time before each served event: its pickup minus the previous served event's end
+        idle = {
+            c["step"][k]: max(0.0, c["pickup_ms"][k] - c["free_ms"][j]) if j is not None else 0.0
+            for j, k in zip([None, *served[:-1]], served)
+        }
+        blocks.append({"kind": "live", "rho": plan.rho, "probe_ms": probe, "delta_ms": by_step, "idle_ms": idle})
+
+    try:
+        last_arrival(1.0, 1.0)
+        with collector_paused():
+            base.warm_up()
+            trace_pass()
+            for r in range(rounds):
+                for plan in live.plans if r % 2 == 0 else live.plans[::-1]:
+                    live_run(plan)
+                    trace_pass()
+            passes = {}
+            for n in samples:  # the tracer's own timing-variability pass (idle pass included), per sample size
+                base.cfg = dataclasses.replace(base.cfg, timing_sample=n)
+                base.measure_variability()
+                passes[n] = base.timing_variability
+    finally:
+        base.stager.close()
+        base.writer.discard()
+        base.writer.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    from tempora_sim.engine.idle import idle_factor
+    from tempora_sim.sweeps.variability import model_from_measurement
+
+    def mean_over(block: dict, steps) -> float:
+        return statistics.fmean(block["delta_ms"][s] for s in steps)
+
+    # the replay's idle rule from each variability pass (the last trace pass as the main pass's times)
+    curves = {}
+    for n, tv in passes.items():
+        main = np.array([blocks[-1]["delta_ms"][st] for item in tv["sample"] for st in item["steps"]])
+        model = model_from_measurement(tv, main)
+        curves[n] = (model.idle_gaps_ms, model.idle_factors)
+        idle_ms, idle_gaps = np.asarray(tv["idle_ms"]), np.asarray(tv["idle_gaps_ms"])
+        pass_medians = [round(float(np.median(p)), 2) for p in tv["passes_ms"]]
+        by_gap = {round(float(g), 1): round(float(np.median(idle_ms[idle_gaps == g])), 2) for g in np.unique(idle_gaps)}
+        print(
+            f"{method} sample {n}: main {np.median(main):.2f} ms, repeat passes {pass_medians} ms, idle pass by gap {by_gap} ms; "
+            f"replay's factors {np.round(model.idle_factors, 3).tolist()}",
+            file=sys.stderr,
+        )
+    rows = []
+    for k in range(1, len(blocks), 2):
+        before, run, after = blocks[k - 1], blocks[k], blocks[k + 1]
+        steps = sorted(run["delta_ms"])
+        t_before, t_after, l = mean_over(before, steps), mean_over(after, steps), mean_over(run, steps)
+        sandwich = math.sqrt(t_before * t_after)
+        replayed = {
+            n: l
+            / statistics.fmean(
+                math.sqrt(before["delta_ms"][st] * after["delta_ms"][st]) * idle_factor(run["idle_ms"][st], g, f) for st in steps
+            )
+            for n, (g, f) in curves.items()
+        }
+        rows.append(
+            {
+                "rho": run["rho"],
+                "served": len(steps),
+                "live_ms": l,
+                "trace_before_ms": t_before,
+                "trace_after_ms": t_after,
+                "live_over_sandwich": l / sandwich,
+                "live_over_replayed": replayed,
+                "median_idle_ms": statistics.median(run["idle_ms"].values()),
+                "after_over_before": t_after / t_before,
+                "probe_live_over_sandwich": run["probe_ms"] / math.sqrt(before["probe_ms"] * after["probe_ms"]),
+            }
+        )
+        shown = "  ".join(f"replayed({n}) × {v:.3f}" for n, v in replayed.items())
+        print(
+            f"{method} ρ {run['rho']:<4g} live {l:6.2f} ms  traces {t_before:6.2f} / {t_after:6.2f} ms  live/sandwich × {l / sandwich:.3f}  "
+            f"live/{shown}",
+            file=sys.stderr,
+            flush=True,
+        )
+    summary = {}
+    for rho in rhos:
+        mine = [r for r in rows if r["rho"] == float(rho)]
+        ratios = [r["live_over_sandwich"] for r in mine]
+        item = summary[f"{float(rho):g}"] = {
+            "median_live_over_sandwich": statistics.median(ratios),
+            "min": min(ratios),
+            "max": max(ratios),
+            "median_live_over_replayed": {n: statistics.median(r["live_over_replayed"][n] for r in mine) for n in curves},
+            "median_idle_ms": statistics.median(r["median_idle_ms"] for r in mine),
+            "live_slower_than_both": sum(r["live_ms"] > max(r["trace_before_ms"], r["trace_after_ms"]) for r in mine),
+            "live_faster_than_both": sum(r["live_ms"] < min(r["trace_before_ms"], r["trace_after_ms"]) for r in mine),
+            "runs": len(mine),
+        }
+        shown = ", ".join(f"sample {n} × {v:.3f}" for n, v in item["median_live_over_replayed"].items())
+        print(
+            f"{method} ρ {float(rho):g} (idle {item['median_idle_ms']:.1f} ms): live/sandwich median × {item['median_live_over_sandwich']:.3f} "
+            f"({min(ratios):.3f}–{max(ratios):.3f}); live/replayed {shown}; slower than both {item['live_slower_than_both']}, "
+            f"faster than both {item['live_faster_than_both']} of {len(mine)}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return {
+        "summary": summary,
+        "runs": rows,
+        "idle_curves": {n: [g.tolist(), f.tolist()] for n, (g, f) in curves.items()},
+        "timing_variability": passes,
+    }
+
+
 def _command(method: str, blocks: int, cpu: str | None, aslr: bool) -> list[str]:
     cmd = [sys.executable, __file__, "worker", "--method", method, "--blocks", str(blocks)]
     if not aslr:
@@ -205,13 +383,19 @@ def pairs(method: str, count: int, blocks: int) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("design", choices=("sequential", "pairs", "waits", "worker"))
+    ap.add_argument("design", choices=("sequential", "pairs", "waits", "interleave", "worker"))
     ap.add_argument("--method", default="standard")
     ap.add_argument("--processes", type=int, default=18, help="sequential: processes, cycling through the six conditions")
     ap.add_argument("--pairs", type=int, default=4, help="pairs: how many pairs")
     ap.add_argument("--blocks", type=int, default=None, help="blocks of 40 events per process (default 6 sequential, 30 pairs)")
     ap.add_argument("--waits", default="2,15,60", help="waits: idle waits before an event, ms, comma-separated")
     ap.add_argument("--rounds", type=int, default=4, help="waits: rounds through every condition")
+    ap.add_argument("--lambda-ms", type=float, default=30.0, help="interleave: λ of the live runs (ms)")
+    ap.add_argument("--rho", default="1,0.5,0.25", help="interleave: utilisations of the live runs")
+    ap.add_argument(
+        "--timing-sample", default="16", help="interleave: the variability pass's sample sizes, comma-separated, each timed after the runs"
+    )
+    ap.add_argument("--batches", type=int, default=100, help="interleave: batches in the episode")
     ap.add_argument("--out", type=Path, default=None, help="write every process's line and the summary here (JSON)")
     args = ap.parse_args()
     if args.design == "worker":
@@ -221,6 +405,14 @@ def main() -> None:
         result = waits(args.method, [float(w) for w in args.waits.split(",")], args.rounds)
         if args.out is not None:
             args.out.write_text(json.dumps({"design": "waits", "method": args.method, "conditions": result}, indent=1))
+        return
+    if args.design == "interleave":
+        samples = [int(n) for n in args.timing_sample.split(",")]
+        result = interleave(args.method, args.lambda_ms, [float(r) for r in args.rho.split(",")], args.rounds, args.batches, samples)
+        if args.out is not None:
+            args.out.write_text(
+                json.dumps({"design": "interleave", "method": args.method, "lambda_ms": args.lambda_ms, **result}, indent=1)
+            )
         return
     if args.design == "sequential":
         rows = sequential(args.method, args.processes, args.blocks or 6)

@@ -10,8 +10,12 @@ order and its memory cap, and the machine-speed probe lands where it should.
 from __future__ import annotations
 
 import gc
+import json
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -285,3 +289,44 @@ def test_probe_every_sets_the_probes_steps_and_is_not_part_of_the_identity(cifar
 def test_probe_every_is_checked(cifar_c_root, tmp_path):
     with pytest.raises(ConfigError, match="--probe-every must be in 1..100000"):
         _cfg(cifar_c_root, tmp_path, probe_every=0).resolved()
+
+
+@pytest.mark.slow
+def test_the_interleave_tool_alternates_the_product_loops_and_replays_the_waits(tmp_path):
+    """tools/machine_speed.py interleave (docs/results/validation-runs.md): every live run lies
+    between two trace passes over the same steps, and each variability sample size gives the
+    replay's idle curve; a tiny run, checked for its structure, not its times."""
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "interleave.json"
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(root / "tools" / "machine_speed.py"),
+            "interleave",
+            "--batches",
+            "6",
+            "--rounds",
+            "2",
+            "--lambda-ms",
+            "5",
+            "--rho",
+            "1,0.5",
+            "--timing-sample",
+            "4,6",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr
+    got = json.loads(out.read_text())
+    assert [r["rho"] for r in got["runs"]] == [1.0, 0.5, 0.5, 1.0]  # the ρ order reverses every round
+    for r in got["runs"]:
+        assert 1 <= r["served"] <= 6 and r["live_ms"] > 0 and r["trace_before_ms"] > 0 and r["trace_after_ms"] > 0
+        assert r["live_over_sandwich"] == pytest.approx(r["live_ms"] / (r["trace_before_ms"] * r["trace_after_ms"]) ** 0.5)
+        assert set(r["live_over_replayed"]) == {"4", "6"}
+    assert set(got["summary"]) == {"1", "0.5"} and all(s["runs"] == 2 for s in got["summary"].values())
+    assert {n: sum(len(i["steps"]) for i in tv["sample"]) for n, tv in got["timing_variability"].items()} == {"4": 4, "6": 6}
+    assert set(got["idle_curves"]) == {"4", "6"}
