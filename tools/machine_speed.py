@@ -25,7 +25,7 @@ live``'s own run of it at each ρ (T L T L …), so every live run has a trace p
 and after it, then times the tracer's variability pass (idle pass included) at each
 ``--timing-sample`` and replays the live runs' idle times through the replay's idle rule.
 
-    python tools/machine_speed.py interleave [--method standard] [--lambda-ms 30] [--rounds 6] [--timing-sample 16,48]
+    python tools/machine_speed.py interleave [--method standard] [--lambda-ms 30] [--rounds 6] [--timing-sample 16,48] [--spin-us N]
 """
 
 from __future__ import annotations
@@ -143,7 +143,9 @@ def waits(method: str, wait_ms: list[float], rounds: int) -> dict:
     return summary
 
 
-def interleave(method: str, lambda_ms: float, rhos: list[float], rounds: int, batches: int, samples: list[int]) -> dict:
+def interleave(
+    method: str, lambda_ms: float, rhos: list[float], rounds: int, batches: int, samples: list[int], spin_us: float | None = None
+) -> dict:
     """One process and the product's own loops: the tracer's pass over the episode
     (``TraceRun.run_episode``, checkpoints and probes included) and ``tempora-trace live``'s run
     of it at each ρ (``LiveRun.play_episode``), alternating T L T L …, so every live run lies
@@ -184,7 +186,10 @@ def interleave(method: str, lambda_ms: float, rhos: list[float], rounds: int, ba
         force=True,
         out=str(tmp / "live"),
     ).resolved()
-    settings = LiveSettings(rho=rhos, lambda_ms=lambda_ms, queue=1, trace_alongside=str(tmp / "along")).checked()
+    settings = LiveSettings(rho=rhos, lambda_ms=lambda_ms, queue=1, trace_alongside=str(tmp / "along"))
+    if spin_us is not None:  # the live runs' waits spun instead of slept (live --spin-us): does sleeping cost?
+        settings.spin_us = spin_us
+    settings = settings.checked()
     live = LiveRun(cfg, settings, lambda _: None)
     base, episode = live.base, live.base.episodes[0]
     blocks: list[dict] = []
@@ -395,6 +400,7 @@ def main() -> None:
     ap.add_argument(
         "--timing-sample", default="16", help="interleave: the variability pass's sample sizes, comma-separated, each timed after the runs"
     )
+    ap.add_argument("--spin-us", type=float, default=None, help="interleave: the live runs' --spin-us (default the live runner's)")
     ap.add_argument("--batches", type=int, default=100, help="interleave: batches in the episode")
     ap.add_argument("--out", type=Path, default=None, help="write every process's line and the summary here (JSON)")
     args = ap.parse_args()
@@ -408,7 +414,8 @@ def main() -> None:
         return
     if args.design == "interleave":
         samples = [int(n) for n in args.timing_sample.split(",")]
-        result = interleave(args.method, args.lambda_ms, [float(r) for r in args.rho.split(",")], args.rounds, args.batches, samples)
+        rhos = [float(r) for r in args.rho.split(",")]
+        result = interleave(args.method, args.lambda_ms, rhos, args.rounds, args.batches, samples, args.spin_us)
         if args.out is not None:
             args.out.write_text(
                 json.dumps({"design": "interleave", "method": args.method, "lambda_ms": args.lambda_ms, **result}, indent=1)
