@@ -44,26 +44,34 @@ ROOT = Path(__file__).resolve().parents[1]
 BLOCK = 40
 
 
-def _method_run(method: str):
-    """The configuration every design times, built as the tracer builds it (the steady heap
-    first), and its first episode's batches staged: (run, batches)."""
+def _config(method: str, batches: int, **extra):
+    """The configuration every design times (demo-resnet, ``gaussian_noise``, one thread), with
+    the steady heap applied first, as the tracer applies it before anything allocates."""
     sys.path.insert(0, str(ROOT / "src"))
     from tempora_trace.heap import apply_heap_policy
 
     apply_heap_policy("steady")
     from tempora_trace.config import TraceConfig
-    from tempora_trace.runner import MethodRun
 
-    cfg = TraceConfig(
+    return TraceConfig(
         method=method,
         dataset="demo",
         model="demo-resnet",
         device="cpu",
         domains=["gaussian_noise"],
-        max_batches=BLOCK,
+        max_batches=batches,
         threads=1,
         quiet=True,
+        **extra,
     ).resolved()
+
+
+def _method_run(method: str):
+    """The configuration every design times, built as the tracer builds it, and its first
+    episode's batches staged: (run, batches)."""
+    cfg = _config(method, BLOCK)
+    from tempora_trace.runner import MethodRun
+
     run = MethodRun(cfg, lambda _: None)
     episode = run.episodes[0]
     return run, [b.x for b in run.stager.stage(episode, range(episode.num_batches))]
@@ -160,32 +168,15 @@ def interleave(
 
     import numpy as np
 
-    sys.path.insert(0, str(ROOT / "src"))
-    from tempora_trace.heap import apply_heap_policy
-
-    apply_heap_policy("steady")
+    tmp = Path(tempfile.mkdtemp(prefix="interleave-"))
+    cfg = _config(method, batches, probe_every=25, force=True, out=str(tmp / "live"))
     import tempora_schema as schema
-    from tempora_trace.config import TraceConfig
     from tempora_trace.live_clock import last_arrival
     from tempora_trace.live_runner import LiveRun, RunTally
     from tempora_trace.live_settings import LiveSettings
     from tempora_trace.progress import ProgressView
     from tempora_trace.timing import collector_paused
 
-    tmp = Path(tempfile.mkdtemp(prefix="interleave-"))
-    cfg = TraceConfig(
-        method=method,
-        dataset="demo",
-        model="demo-resnet",
-        device="cpu",
-        domains=["gaussian_noise"],
-        max_batches=batches,
-        threads=1,
-        probe_every=25,
-        quiet=True,
-        force=True,
-        out=str(tmp / "live"),
-    ).resolved()
     settings = LiveSettings(rho=rhos, lambda_ms=lambda_ms, queue=1, trace_alongside=str(tmp / "along"))
     if spin_us is not None:  # the live runs' waits spun instead of slept (live --spin-us): does sleeping cost?
         settings.spin_us = spin_us
