@@ -385,7 +385,7 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=4, help="pairs: how many pairs")
     ap.add_argument("--blocks", type=int, default=None, help="blocks of 40 events per process (default 6 sequential, 30 pairs)")
     ap.add_argument("--waits", default="2,15,60", help="waits: idle waits before an event, ms, comma-separated")
-    ap.add_argument("--rounds", type=int, default=4, help="waits: rounds through every condition")
+    ap.add_argument("--rounds", type=int, default=4, help="waits: rounds through every condition; interleave: rounds through every ρ")
     ap.add_argument("--lambda-ms", type=float, default=30.0, help="interleave: λ of the live runs (ms)")
     ap.add_argument("--rho", default="1,0.5,0.25", help="interleave: utilisations of the live runs")
     ap.add_argument(
@@ -409,7 +409,10 @@ def main() -> None:
         result = interleave(args.method, args.lambda_ms, rhos, args.rounds, args.batches, samples, args.spin_us)
         if args.out is not None:
             args.out.write_text(
-                json.dumps({"design": "interleave", "method": args.method, "lambda_ms": args.lambda_ms, **result}, indent=1)
+                json.dumps(
+                    {"design": "interleave", "method": args.method, "lambda_ms": args.lambda_ms, "spin_us": args.spin_us, **result},
+                    indent=1,
+                )
             )
         return
     if args.design == "sequential":

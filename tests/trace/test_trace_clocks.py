@@ -322,6 +322,7 @@ def test_the_interleave_tool_alternates_the_product_loops_and_replays_the_waits(
     )
     assert run.returncode == 0, run.stderr
     got = json.loads(out.read_text())
+    assert got["design"] == "interleave" and got["lambda_ms"] == 5 and got["spin_us"] is None
     assert [r["rho"] for r in got["runs"]] == [1.0, 0.5, 0.5, 1.0]  # the ρ order reverses every round
     for r in got["runs"]:
         assert 1 <= r["served"] <= 6 and r["live_ms"] > 0 and r["trace_before_ms"] > 0 and r["trace_after_ms"] > 0
