@@ -215,10 +215,10 @@ def interleave(
                     live_run(plan)
                     trace_pass()
             passes = {}
-            for n in samples:  # the tracer's own timing-variability pass (idle pass included), per sample size
+            for i, n in enumerate(samples):  # the tracer's own timing-variability pass (idle pass included), per sample size
                 base.cfg = dataclasses.replace(base.cfg, timing_sample=n)
                 base.measure_variability()
-                passes[n] = base.timing_variability
+                passes[str(n) if samples.count(n) == 1 else f"{n}/{i + 1}"] = base.timing_variability
     finally:
         base.stager.close()
         base.writer.discard()
@@ -389,7 +389,9 @@ def main() -> None:
     ap.add_argument("--lambda-ms", type=float, default=30.0, help="interleave: λ of the live runs (ms)")
     ap.add_argument("--rho", default="1,0.5,0.25", help="interleave: utilisations of the live runs")
     ap.add_argument(
-        "--timing-sample", default="16", help="interleave: the variability pass's sample sizes, comma-separated, each timed after the runs"
+        "--timing-sample",
+        default="16",
+        help="interleave: the variability pass's sample sizes, comma-separated, each timed after the runs (a size given twice, twice)",
     )
     ap.add_argument("--spin-us", type=float, default=None, help="interleave: the live runs' --spin-us (default the live runner's)")
     ap.add_argument("--batches", type=int, default=100, help="interleave: batches in the episode")
