@@ -186,10 +186,10 @@ def interleave(
     blocks: list[dict] = []
 
     def trace_pass() -> None:
-        probe = base.probe.measure()
         c = base.run_episode(0, episode, ProgressView(enabled=False)).columns
         by_step = {s: d for s, d, ph in zip(c["step"], c["delta_ms"], c["phase"]) if ph == schema.PHASE_ADAPT}
-        blocks.append({"kind": "trace", "probe_ms": probe, "delta_ms": by_step})
+        # the tracer's own probe before the pass's first event (step 0 is always probed)
+        blocks.append({"kind": "trace", "probe_ms": base.probes[0][0]["ms"], "delta_ms": by_step})
 
     def live_run(plan) -> None:
         probe = base.probe.measure()

@@ -328,6 +328,7 @@ def test_the_interleave_tool_alternates_the_product_loops_and_replays_the_waits(
         assert 1 <= r["served"] <= 6 and r["live_ms"] > 0 and r["trace_before_ms"] > 0 and r["trace_after_ms"] > 0
         assert r["live_over_sandwich"] == pytest.approx(r["live_ms"] / (r["trace_before_ms"] * r["trace_after_ms"]) ** 0.5)
         assert set(r["live_over_replayed"]) == {"4", "6"}
+        assert r["probe_live_over_sandwich"] > 0  # every block, trace passes included, has its probe
     assert set(got["summary"]) == {"1", "0.5"} and all(s["runs"] == 2 for s in got["summary"].values())
     assert {n: sum(len(i["steps"]) for i in tv["sample"]) for n, tv in got["timing_variability"].items()} == {"4": 4, "6": 6}
     assert set(got["idle_curves"]) == {"4", "6"}
