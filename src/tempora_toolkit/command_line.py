@@ -152,9 +152,6 @@ class OneLineGroup(click.Group):
     def run(self, args: Sequence[str] | None = None, complete_var: str | None = None, **extra: Any) -> int:
         """Parse ``args`` and run the subcommand; return the exit status (never raises for input)."""
         prog = self.prog
-        handler = signal.getsignal(signal.SIGINT)
-        if getattr(handler, "__name__", "") == "_interrupted_at_start_up" and _in_main_thread():
-            signal.signal(signal.SIGINT, signal.default_int_handler)  # the CLI's start-up guard is done
         args = sys.argv[1:] if args is None else list(args)
         # --debug (anywhere) or TEMPORA_DEBUG=1: an error raised by the user's own code (a
         # model factory, a plugin) prints its traceback above the one error line
@@ -172,6 +169,11 @@ class OneLineGroup(click.Group):
         warnings.showwarning = lambda message, category, *a, **k: click.echo(f"{prog}: warning: {_one_line(str(message))}", err=True)
         streams = _GuardedStreams()
         try:
+            # the CLI's start-up guard (one line, exit 130) hands over to the except clauses below
+            # only here: a Ctrl-C before this line is still the guard's
+            handler = signal.getsignal(signal.SIGINT)
+            if getattr(handler, "__name__", "") == "_interrupted_at_start_up" and _in_main_thread():
+                signal.signal(signal.SIGINT, signal.default_int_handler)
             if not args:
                 click.echo(self.get_help(click.Context(self, info_name=prog)))
                 sys.stdout.flush()

@@ -349,6 +349,37 @@ def test_ctrl_c_during_start_up_is_one_line(argv, prog, tmp_path):
     assert err.startswith(f"{prog}: interrupted"), err
 
 
+def test_the_start_up_guard_holds_until_the_command_can_catch_the_interrupt(monkeypatch):
+    """The CLI's start-up SIGINT handler (one line, exit 130) is handed back to Python's only
+    inside the command's try: a Ctrl-C while the output streams are being set up is still the
+    guard's, never a KeyboardInterrupt with nothing to catch it (a traceback)."""
+    import tempora_toolkit.command_line as command_line
+
+    def _interrupted_at_start_up(signum, frame):  # the name the CLIs' guard has
+        raise AssertionError("not called in this test")
+
+    seen = []
+    real_streams = command_line._GuardedStreams
+
+    def streams_recording_the_handler():
+        seen.append(signal.getsignal(signal.SIGINT))
+        return real_streams()
+
+    monkeypatch.setattr(command_line, "_GuardedStreams", streams_recording_the_handler)
+    previous = signal.signal(signal.SIGINT, _interrupted_at_start_up)
+    try:
+        group = command_line.OneLineGroup(name="prog", prog="prog")
+
+        @group.command()
+        def noop():
+            seen.append(signal.getsignal(signal.SIGINT))
+
+        assert group.run(["noop"]) == 0
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert seen == [_interrupted_at_start_up, signal.default_int_handler]
+
+
 def test_ctrl_c_while_a_command_defines_a_class_is_one_line(capsys):
     """A Ctrl-C that lands while a command's modules define a dataclass reaches the program as
     RuntimeError("Error calling __set_name__ ...") raised from the KeyboardInterrupt (Python
