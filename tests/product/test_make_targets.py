@@ -188,23 +188,22 @@ def test_demo_and_demo_traces_run_end_to_end(tmp_path, demo_env):
                 GPU_OPTS="--threads 1 --warmup-batches 0 --quiet",
                 GPU_TRACE_OPTS="--frozen-sample 1 --timing-sample 2",
                 VALIDATE_B="0ms",
-                VALIDATE_METHODS="standard tent",
+                # what validate-gpu adds to validate is its data and model (synthetic ImageNet-C
+                # JPEGs, a torchvision network): `standard` alone runs them; the adapting method
+                # and the policy run through the same recipe in `make validate` above
+                VALIDATE_METHODS="standard",
+                VALIDATE_POLICY="",
                 VALIDATE_RHO="1",
                 VALIDATE_REPEATS="1",
                 VALIDATE_BASELINE_REPEATS="1",
-                VALIDATE_POLICY_REPEATS="1",
                 VALIDATE_CHECK_OPTS="--tol-pp 100 --amortised-tol-pp 100 --min-agreement 0 --tie-us 1e9 --clock-tol-pct 1000",
             ),
         ]
     )
     gpu = tmp_path / "validate-gpu"
     assert len(list((tmp_path / "synthetic" / CORRUPTION / "5").rglob("*.JPEG"))) == 8
-    assert sorted(p.name for p in (gpu / "live").glob("*.parquet")) == [
-        "standard-bs4.live.parquet",
-        "tent-bs4.live.parquet",
-        "tent@every2-bs4.live.parquet",
-    ]
-    assert (gpu / "report" / "validation.csv").read_text().count("imagenet-c") >= 2
+    assert sorted(p.name for p in (gpu / "live").glob("*.parquet")) == ["standard-bs4.live.parquet"]
+    assert (gpu / "report" / "validation.csv").read_text().count("imagenet-c") >= 1
     validation = tmp_path / "validate"
     # the methods, and tent under the sparse-adaptation policy every:2 (VALIDATE_POLICY)
     assert sorted(p.name for p in (validation / "live").glob("*.parquet")) == [
