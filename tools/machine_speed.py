@@ -24,8 +24,13 @@ ones: in one process it alternates the tracer's own pass over an episode and ``t
 live``'s own run of it at each ρ (T L T L …), so every live run has a trace pass seconds before
 and after it, then times the tracer's variability pass (idle pass included) at each
 ``--timing-sample`` and replays the live runs' idle times through the replay's idle rule.
+``--mini-blocks PAIRS,LENGTH`` adds an idle measurement paired within a second or two (blocks of
+back-to-back and of waited events side by side); ``--waited-pass`` follows each live run with the
+same steps in this tool's own loop, each after the idle time it had live: is a live event slow
+for its wait, or for the live loop?
 
     python tools/machine_speed.py interleave [--method standard] [--lambda-ms 30] [--rounds 6] [--timing-sample 16,48] [--spin-us N]
+                                             [--mini-blocks 8,4] [--waited-pass]
 """
 
 from __future__ import annotations
@@ -151,8 +156,65 @@ def waits(method: str, wait_ms: list[float], rounds: int) -> dict:
     return summary
 
 
+def mini_blocks(base, gaps_ms: list[float], pairs: int, length: int) -> dict[float, dict]:
+    """An idle measurement paired at the scale of a fraction of a second: for each gap, ``pairs``
+    times, ``length`` events back to back then ``length`` events each after an idle wait of the
+    gap, over the episode's events in order (the episode restarted as the tracer's variability
+    pass restarts it). A pair's ratio is the median of its waited events over the median of its
+    back-to-back events after the first (which follows the previous pair's last wait); the gap's
+    factor is the median over pairs. The machine's moment, which moves over seconds on a VM,
+    is the same for both halves of a pair."""
+    import time as _time
+
+    from tempora_trace.timing import collect_between_events, now_ns, timed_event, wait_until
+
+    episode = base.episodes[0]
+    n = episode.num_batches
+    out: dict[float, dict] = {}
+    base.start_episode(0, episode)
+    step = 0
+    for g in gaps_ms:
+        ratios, waited_ms, b2b_ms = [], [], []
+        for _ in range(pairs):
+            halves: dict[str, list[float]] = {"b2b": [], "waited": []}
+            for half in ("b2b", "waited"):
+                if step + length > n:
+                    base.start_episode(0, episode)
+                    step = 0
+                for chunk in base._staged(episode, range(step, step + length)):
+                    for b in chunk:
+                        if half == "waited":
+                            wait_until(now_ns() + int(g * 1e6))
+                        x = b.x.to(base.device, non_blocking=True)
+                        ev = timed_event(base.method, x, base.clock, gate=getattr(base, "gate", None))
+                        base._last_event_end = _time.perf_counter()
+                        halves[half].append(ev.e_ms + ev.l_ms)
+                        del ev, x
+                        collect_between_events()
+                step += length
+            control = halves["b2b"][1:] or halves["b2b"]
+            ratios.append(statistics.median(halves["waited"]) / statistics.median(control))
+            waited_ms += halves["waited"]
+            b2b_ms += control
+        out[g] = {
+            "factor": statistics.median(ratios),
+            "ratios": ratios,
+            "waited_ms": statistics.median(waited_ms),
+            "b2b_ms": statistics.median(b2b_ms),
+        }
+    return out
+
+
 def interleave(
-    method: str, lambda_ms: float, rhos: list[float], rounds: int, batches: int, samples: list[int], spin_us: float | None = None
+    method: str,
+    lambda_ms: float,
+    rhos: list[float],
+    rounds: int,
+    batches: int,
+    samples: list[int],
+    spin_us: float | None = None,
+    mini: tuple[int, int] | None = None,
+    waited: bool = False,
 ) -> dict:
     """One process and the product's own loops: the tracer's pass over the episode
     (``TraceRun.run_episode``, checkpoints and probes included) and ``tempora-trace live``'s run
@@ -205,6 +267,36 @@ def interleave(
         }
         blocks.append({"kind": "live", "rho": plan.rho, "probe_ms": probe, "delta_ms": by_step, "idle_ms": idle})
 
+    def waited_pass(live_block: dict) -> None:
+        """The tracer's events of the steps the live run served, each after the idle time it had
+        there, in this tool's own loop (staged and timed as the tracer's variability pass): is a
+        live event slower for its wait alone, or for something else the live loop does?"""
+        import time as _time
+
+        from tempora_trace.timing import collect_between_events, now_ns, timed_event, wait_until
+
+        probe = base.probe.measure()
+        steps = sorted(live_block["delta_ms"])
+        by_step: dict[int, float] = {}
+        base.start_episode(0, episode)
+        for chunk in base._staged(episode, range(episode.num_batches)):
+            for b in chunk:
+                step = b.step
+                wait = live_block["idle_ms"].get(step)
+                if wait:
+                    wait_until(now_ns() + int(wait * 1e6))
+                x = b.x.to(base.device, non_blocking=True)
+                ev = timed_event(base.method, x, base.clock, gate=getattr(base, "gate", None))
+                base._last_event_end = _time.perf_counter()
+                if step in live_block["delta_ms"]:
+                    by_step[step] = ev.e_ms + ev.l_ms
+                del ev, x
+                collect_between_events()
+        assert set(by_step) == set(steps), "the waited pass must time every step the live run served"
+        blocks.append(
+            {"kind": "waited", "rho": live_block["rho"], "probe_ms": probe, "delta_ms": by_step, "idle_ms": live_block["idle_ms"]}
+        )
+
     try:
         last_arrival(1.0, 1.0)
         with collector_paused():
@@ -214,11 +306,24 @@ def interleave(
                 for plan in live.plans if r % 2 == 0 else live.plans[::-1]:
                     live_run(plan)
                     trace_pass()
+                    if waited:
+                        waited_pass(blocks[-2])
+                        trace_pass()
             passes = {}
             for i, n in enumerate(samples):  # the tracer's own timing-variability pass (idle pass included), per sample size
                 base.cfg = dataclasses.replace(base.cfg, timing_sample=n)
                 base.measure_variability()
                 passes[str(n) if samples.count(n) == 1 else f"{n}/{i + 1}"] = base.timing_variability
+            mini_result = None
+            if mini is not None:  # at the live runs' own idle times (median per ρ) and the tracer's 1× and 4× median δ
+                per_rho: dict[float, list[float]] = {}
+                for b in blocks:
+                    if b["kind"] == "live":
+                        per_rho.setdefault(b["rho"], []).append(statistics.median(b["idle_ms"].values()))
+                waits_seen = sorted({round(statistics.median(v), 1) for v in per_rho.values()})
+                typical = statistics.median(blocks[-1]["delta_ms"].values())
+                gaps = sorted({g for g in waits_seen if g > 0.5} | {round(typical, 1), round(4 * typical, 1)})
+                mini_result = mini_blocks(base, gaps, *mini)
     finally:
         base.stager.close()
         base.writer.discard()
@@ -245,6 +350,17 @@ def interleave(
             f"replay's factors {np.round(model.idle_factors, 3).tolist()}",
             file=sys.stderr,
         )
+    if mini_result is not None:
+        g = np.array(sorted(mini_result), np.float64)
+        f = np.array([mini_result[x]["factor"] for x in sorted(mini_result)], np.float64)
+        curves["mini"] = (g, f)
+        for x in sorted(mini_result):
+            m = mini_result[x]
+            print(
+                f"{method} mini-blocks gap {x:g} ms: waited {m['waited_ms']:.2f} / back to back {m['b2b_ms']:.2f} ms, factor × {m['factor']:.3f} "
+                f"(pairs {min(m['ratios']):.3f}–{max(m['ratios']):.3f})",
+                file=sys.stderr,
+            )
     rows = []
     for k in range(1, len(blocks), 2):
         before, run, after = blocks[k - 1], blocks[k], blocks[k + 1]
@@ -261,6 +377,7 @@ def interleave(
         rows.append(
             {
                 "rho": run["rho"],
+                "kind": run["kind"],
                 "served": len(steps),
                 "live_ms": l,
                 "trace_before_ms": t_before,
@@ -274,16 +391,18 @@ def interleave(
         )
         shown = "  ".join(f"replayed({n}) × {v:.3f}" for n, v in replayed.items())
         print(
-            f"{method} ρ {run['rho']:<4g} live {l:6.2f} ms  traces {t_before:6.2f} / {t_after:6.2f} ms  live/sandwich × {l / sandwich:.3f}  "
+            f"{method} {run['kind']:6s} ρ {run['rho']:<4g} {l:6.2f} ms  traces {t_before:6.2f} / {t_after:6.2f} ms  live/sandwich × {l / sandwich:.3f}  "
             f"live/{shown}",
             file=sys.stderr,
             flush=True,
         )
     summary = {}
-    for rho in rhos:
-        mine = [r for r in rows if r["rho"] == float(rho)]
+    for kind, rho in [(k, r) for k in ("live", "waited") for r in rhos]:
+        mine = [r for r in rows if r["rho"] == float(rho) and r["kind"] == kind]
+        if not mine:
+            continue
         ratios = [r["live_over_sandwich"] for r in mine]
-        item = summary[f"{float(rho):g}"] = {
+        item = summary[f"{float(rho):g}" if kind == "live" else f"waited {float(rho):g}"] = {
             "median_live_over_sandwich": statistics.median(ratios),
             "min": min(ratios),
             "max": max(ratios),
@@ -295,7 +414,7 @@ def interleave(
         }
         shown = ", ".join(f"sample {n} × {v:.3f}" for n, v in item["median_live_over_replayed"].items())
         print(
-            f"{method} ρ {float(rho):g} (idle {item['median_idle_ms']:.1f} ms): live/sandwich median × {item['median_live_over_sandwich']:.3f} "
+            f"{method} {kind} ρ {float(rho):g} (idle {item['median_idle_ms']:.1f} ms): {kind}/sandwich median × {item['median_live_over_sandwich']:.3f} "
             f"({min(ratios):.3f}–{max(ratios):.3f}); live/replayed {shown}; slower than both {item['live_slower_than_both']}, "
             f"faster than both {item['live_faster_than_both']} of {len(mine)}",
             file=sys.stderr,
@@ -306,6 +425,7 @@ def interleave(
         "runs": rows,
         "idle_curves": {n: [g.tolist(), f.tolist()] for n, (g, f) in curves.items()},
         "timing_variability": passes,
+        "mini_blocks": {str(k): v for k, v in (mini_result or {}).items()},
     }
 
 
@@ -395,6 +515,16 @@ def main() -> None:
     )
     ap.add_argument("--spin-us", type=float, default=None, help="interleave: the live runs' --spin-us (default the live runner's)")
     ap.add_argument("--batches", type=int, default=100, help="interleave: batches in the episode")
+    ap.add_argument(
+        "--mini-blocks",
+        default=None,
+        help="interleave: PAIRS,LENGTH: after the runs, an idle measurement of back-to-back and waited blocks of LENGTH events, PAIRS per gap",
+    )
+    ap.add_argument(
+        "--waited-pass",
+        action="store_true",
+        help="interleave: after each live run (and the trace pass after it), the same steps in this tool's loop, each after its live idle time",
+    )
     ap.add_argument("--out", type=Path, default=None, help="write every process's line and the summary here (JSON)")
     args = ap.parse_args()
     if args.design == "worker":
@@ -408,7 +538,8 @@ def main() -> None:
     if args.design == "interleave":
         samples = [int(n) for n in args.timing_sample.split(",")]
         rhos = [float(r) for r in args.rho.split(",")]
-        result = interleave(args.method, args.lambda_ms, rhos, args.rounds, args.batches, samples, args.spin_us)
+        mini = tuple(int(v) for v in args.mini_blocks.split(",")) if args.mini_blocks else None
+        result = interleave(args.method, args.lambda_ms, rhos, args.rounds, args.batches, samples, args.spin_us, mini, args.waited_pass)
         if args.out is not None:
             args.out.write_text(
                 json.dumps(

@@ -294,8 +294,9 @@ def test_probe_every_is_checked(cifar_c_root, tmp_path):
 @pytest.mark.slow
 def test_the_interleave_tool_alternates_the_product_loops_and_replays_the_waits(tmp_path):
     """tools/machine_speed.py interleave (docs/results/validation-runs.md): every live run lies
-    between two trace passes over the same steps, and each variability sample size gives the
-    replay's idle curve; a tiny run, checked for its structure, not its times."""
+    between two trace passes over the same steps, and so does the waited pass that follows it
+    (the same steps, each after its live idle time); each variability sample size and the
+    mini-blocks give an idle curve; a tiny run, checked for its structure, not its times."""
     root = Path(__file__).resolve().parents[2]
     out = tmp_path / "interleave.json"
     run = subprocess.run(
@@ -313,6 +314,9 @@ def test_the_interleave_tool_alternates_the_product_loops_and_replays_the_waits(
             "1,0.5",
             "--timing-sample",
             "4,6",
+            "--mini-blocks",
+            "2,2",
+            "--waited-pass",
             "--out",
             str(out),
         ],
@@ -323,12 +327,21 @@ def test_the_interleave_tool_alternates_the_product_loops_and_replays_the_waits(
     assert run.returncode == 0, run.stderr
     got = json.loads(out.read_text())
     assert got["design"] == "interleave" and got["lambda_ms"] == 5 and got["spin_us"] is None
-    assert [r["rho"] for r in got["runs"]] == [1.0, 0.5, 0.5, 1.0]  # the ρ order reverses every round
+    # the ρ order reverses every round; each live run is followed by its waited pass
+    assert [(r["kind"], r["rho"]) for r in got["runs"]] == [(k, rho) for rho in (1.0, 0.5, 0.5, 1.0) for k in ("live", "waited")]
+    for live, waited in zip(got["runs"][::2], got["runs"][1::2]):
+        assert waited["served"] == live["served"] and waited["median_idle_ms"] == live["median_idle_ms"]
     for r in got["runs"]:
         assert 1 <= r["served"] <= 6 and r["live_ms"] > 0 and r["trace_before_ms"] > 0 and r["trace_after_ms"] > 0
         assert r["live_over_sandwich"] == pytest.approx(r["live_ms"] / (r["trace_before_ms"] * r["trace_after_ms"]) ** 0.5)
-        assert set(r["live_over_replayed"]) == {"4", "6"}
+        assert set(r["live_over_replayed"]) == {"4", "6", "mini"}
         assert r["probe_live_over_sandwich"] > 0  # every block, trace passes included, has its probe
-    assert set(got["summary"]) == {"1", "0.5"} and all(s["runs"] == 2 for s in got["summary"].values())
+    assert set(got["summary"]) == {"1", "0.5", "waited 1", "waited 0.5"} and all(s["runs"] == 2 for s in got["summary"].values())
     assert {n: sum(len(i["steps"]) for i in tv["sample"]) for n, tv in got["timing_variability"].items()} == {"4": 4, "6": 6}
-    assert set(got["idle_curves"]) == {"4", "6"}
+    assert set(got["idle_curves"]) == {"4", "6", "mini"}
+    mini = got["mini_blocks"]
+    assert mini and all(
+        len(m["ratios"]) == 2 and m["factor"] == pytest.approx(sorted(m["ratios"])[0] / 2 + sorted(m["ratios"])[1] / 2)
+        for m in mini.values()
+    )
+    assert [float(g) for g in mini] == got["idle_curves"]["mini"][0]  # the gaps, ascending
