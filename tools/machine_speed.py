@@ -27,10 +27,11 @@ and after it, then times the tracer's variability pass (idle pass included) at e
 ``--mini-blocks PAIRS,LENGTH`` adds an idle measurement paired within a second or two (blocks of
 back-to-back and of waited events side by side); ``--waited-pass`` follows each live run with the
 same steps in this tool's own loop, each after the idle time it had live: is a live event slow
-for its wait, or for the live loop?
+for its wait, or for the live loop? ``--pass-pairs ALTERNATIONS,SAMPLE`` measures the wait with
+whole passes over the sample, each waited pass between back-to-back ones.
 
     python tools/machine_speed.py interleave [--method standard] [--lambda-ms 30] [--rounds 6] [--timing-sample 16,48] [--spin-us N]
-                                             [--mini-blocks 8,4] [--waited-pass]
+                                             [--mini-blocks 8,4] [--waited-pass] [--pass-pairs 3,25]
 """
 
 from __future__ import annotations
@@ -205,6 +206,53 @@ def mini_blocks(base, gaps_ms: list[float], pairs: int, length: int) -> dict[flo
     return out
 
 
+def pass_pairs(base, gaps_ms: list[float], alternations: int, sample: int) -> dict[float, dict]:
+    """An idle measurement of whole passes: for each gap, a back-to-back pass over the first
+    ``sample`` steps of the episode, then ``alternations`` times a pass over the same steps with
+    every event after an idle wait of the gap followed by another back-to-back pass. A waited
+    pass's ratio is its median over the geometric mean of the back-to-back passes either side;
+    the gap's factor is the median over its waited passes. Passes, not blocks: the slowdown of
+    waiting holds over seconds, so back-to-back events a second from waited ones carry it too."""
+    import math
+    import time as _time
+
+    from tempora_trace.timing import collect_between_events, now_ns, timed_event, wait_until
+
+    episode = base.episodes[0]
+    steps = range(min(sample, episode.num_batches))
+
+    def one(gap: float) -> float:
+        base.start_episode(0, episode)
+        times = []
+        for chunk in base._staged(episode, steps):
+            for b in chunk:
+                if gap > 0:
+                    wait_until(now_ns() + int(gap * 1e6))
+                x = b.x.to(base.device, non_blocking=True)
+                ev = timed_event(base.method, x, base.clock, gate=getattr(base, "gate", None))
+                base._last_event_end = _time.perf_counter()
+                times.append(ev.e_ms + ev.l_ms)
+                del ev, x
+                collect_between_events()
+        return statistics.median(times)
+
+    out: dict[float, dict] = {}
+    for g in gaps_ms:
+        b2b = [one(0.0)]
+        waited = []
+        for _ in range(alternations):
+            waited.append(one(g))
+            b2b.append(one(0.0))
+        ratios = [w / math.sqrt(b2b[i] * b2b[i + 1]) for i, w in enumerate(waited)]
+        out[g] = {
+            "factor": statistics.median(ratios),
+            "ratios": ratios,
+            "waited_ms": statistics.median(waited),
+            "b2b_ms": statistics.median(b2b),
+        }
+    return out
+
+
 def interleave(
     method: str,
     lambda_ms: float,
@@ -215,6 +263,7 @@ def interleave(
     spin_us: float | None = None,
     mini: tuple[int, int] | None = None,
     waited: bool = False,
+    passes_plan: tuple[int, int] | None = None,
 ) -> dict:
     """One process and the product's own loops: the tracer's pass over the episode
     (``TraceRun.run_episode``, checkpoints and probes included) and ``tempora-trace live``'s run
@@ -314,16 +363,16 @@ def interleave(
                 base.cfg = dataclasses.replace(base.cfg, timing_sample=n)
                 base.measure_variability()
                 passes[str(n) if samples.count(n) == 1 else f"{n}/{i + 1}"] = base.timing_variability
-            mini_result = None
-            if mini is not None:  # at the live runs' own idle times (median per ρ) and the tracer's 1× and 4× median δ
-                per_rho: dict[float, list[float]] = {}
-                for b in blocks:
-                    if b["kind"] == "live":
-                        per_rho.setdefault(b["rho"], []).append(statistics.median(b["idle_ms"].values()))
-                waits_seen = sorted({round(statistics.median(v), 1) for v in per_rho.values()})
-                typical = statistics.median(blocks[-1]["delta_ms"].values())
-                gaps = sorted({g for g in waits_seen if g > 0.5} | {round(typical, 1), round(4 * typical, 1)})
-                mini_result = mini_blocks(base, gaps, *mini)
+            # the other idle measurements: at the live runs' own idle times (median per ρ) and the tracer's 1× and 4× median δ
+            per_rho: dict[float, list[float]] = {}
+            for b in blocks:
+                if b["kind"] == "live":
+                    per_rho.setdefault(b["rho"], []).append(statistics.median(b["idle_ms"].values()))
+            waits_seen = sorted({round(statistics.median(v), 1) for v in per_rho.values()})
+            typical = statistics.median(blocks[-1]["delta_ms"].values())
+            gaps = sorted({g for g in waits_seen if g > 0.5} | {round(typical, 1), round(4 * typical, 1)})
+            mini_result = mini_blocks(base, gaps, *mini) if mini is not None else None
+            pass_result = pass_pairs(base, gaps, *passes_plan) if passes_plan is not None else None
     finally:
         base.stager.close()
         base.writer.discard()
@@ -359,6 +408,17 @@ def interleave(
             print(
                 f"{method} mini-blocks gap {x:g} ms: waited {m['waited_ms']:.2f} / back to back {m['b2b_ms']:.2f} ms, factor × {m['factor']:.3f} "
                 f"(pairs {min(m['ratios']):.3f}–{max(m['ratios']):.3f})",
+                file=sys.stderr,
+            )
+    if pass_result is not None:
+        g = np.array(sorted(pass_result), np.float64)
+        f = np.array([pass_result[x]["factor"] for x in sorted(pass_result)], np.float64)
+        curves["passes"] = (g, f)
+        for x in sorted(pass_result):
+            m = pass_result[x]
+            print(
+                f"{method} pass pairs gap {x:g} ms: waited {m['waited_ms']:.2f} / back to back {m['b2b_ms']:.2f} ms, "
+                f"factor × {m['factor']:.3f} (passes {min(m['ratios']):.3f}–{max(m['ratios']):.3f})",
                 file=sys.stderr,
             )
     rows = []
@@ -426,6 +486,7 @@ def interleave(
         "idle_curves": {n: [g.tolist(), f.tolist()] for n, (g, f) in curves.items()},
         "timing_variability": passes,
         "mini_blocks": {str(k): v for k, v in (mini_result or {}).items()},
+        "pass_pairs": {str(k): v for k, v in (pass_result or {}).items()},
     }
 
 
@@ -521,6 +582,11 @@ def main() -> None:
         help="interleave: PAIRS,LENGTH: after the runs, an idle measurement of back-to-back and waited blocks of LENGTH events, PAIRS per gap",
     )
     ap.add_argument(
+        "--pass-pairs",
+        default=None,
+        help="interleave: ALTERNATIONS,SAMPLE: after the runs, waited passes over the first SAMPLE steps between back-to-back passes, per gap",
+    )
+    ap.add_argument(
         "--waited-pass",
         action="store_true",
         help="interleave: after each live run (and the trace pass after it), the same steps in this tool's loop, each after its live idle time",
@@ -539,7 +605,10 @@ def main() -> None:
         samples = [int(n) for n in args.timing_sample.split(",")]
         rhos = [float(r) for r in args.rho.split(",")]
         mini = tuple(int(v) for v in args.mini_blocks.split(",")) if args.mini_blocks else None
-        result = interleave(args.method, args.lambda_ms, rhos, args.rounds, args.batches, samples, args.spin_us, mini, args.waited_pass)
+        plan = tuple(int(v) for v in args.pass_pairs.split(",")) if args.pass_pairs else None
+        result = interleave(
+            args.method, args.lambda_ms, rhos, args.rounds, args.batches, samples, args.spin_us, mini, args.waited_pass, plan
+        )
         if args.out is not None:
             args.out.write_text(
                 json.dumps(

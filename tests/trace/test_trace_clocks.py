@@ -296,7 +296,7 @@ def test_the_interleave_tool_alternates_the_product_loops_and_replays_the_waits(
     """tools/machine_speed.py interleave (docs/results/validation-runs.md): every live run lies
     between two trace passes over the same steps, and so does the waited pass that follows it
     (the same steps, each after its live idle time); each variability sample size and the
-    mini-blocks give an idle curve; a tiny run, checked for its structure, not its times."""
+    mini-blocks and the pass pairs give an idle curve; a tiny run, checked for its structure, not its times."""
     root = Path(__file__).resolve().parents[2]
     out = tmp_path / "interleave.json"
     run = subprocess.run(
@@ -317,6 +317,8 @@ def test_the_interleave_tool_alternates_the_product_loops_and_replays_the_waits(
             "--mini-blocks",
             "2,2",
             "--waited-pass",
+            "--pass-pairs",
+            "1,3",
             "--out",
             str(out),
         ],
@@ -334,11 +336,13 @@ def test_the_interleave_tool_alternates_the_product_loops_and_replays_the_waits(
     for r in got["runs"]:
         assert 1 <= r["served"] <= 6 and r["live_ms"] > 0 and r["trace_before_ms"] > 0 and r["trace_after_ms"] > 0
         assert r["live_over_sandwich"] == pytest.approx(r["live_ms"] / (r["trace_before_ms"] * r["trace_after_ms"]) ** 0.5)
-        assert set(r["live_over_replayed"]) == {"4", "6", "mini"}
+        assert set(r["live_over_replayed"]) == {"4", "6", "mini", "passes"}
         assert r["probe_live_over_sandwich"] > 0  # every block, trace passes included, has its probe
     assert set(got["summary"]) == {"1", "0.5", "waited 1", "waited 0.5"} and all(s["runs"] == 2 for s in got["summary"].values())
     assert {n: sum(len(i["steps"]) for i in tv["sample"]) for n, tv in got["timing_variability"].items()} == {"4": 4, "6": 6}
-    assert set(got["idle_curves"]) == {"4", "6", "mini"}
+    assert set(got["idle_curves"]) == {"4", "6", "mini", "passes"}
+    pairs = got["pass_pairs"]  # one waited pass per gap, between two back-to-back passes
+    assert list(pairs) == list(got["mini_blocks"]) and all(len(m["ratios"]) == 1 and m["factor"] == m["ratios"][0] for m in pairs.values())
     mini = got["mini_blocks"]
     assert mini and all(
         len(m["ratios"]) == 2 and m["factor"] == pytest.approx(sorted(m["ratios"])[0] / 2 + sorted(m["ratios"])[1] / 2)
