@@ -157,6 +157,33 @@ def waits(method: str, wait_ms: list[float], rounds: int) -> dict:
     return summary
 
 
+def _timed_after_wait(base, batch, wait_ms: float) -> float:
+    """One staged batch as the tracer's variability pass times it, after an idle wait of
+    ``wait_ms`` (none when 0): its δ in ms."""
+    import time as _time
+
+    from tempora_trace.timing import collect_between_events, now_ns, timed_event, wait_until
+
+    if wait_ms > 0:
+        wait_until(now_ns() + int(wait_ms * 1e6))
+    x = batch.x.to(base.device, non_blocking=True)
+    ev = timed_event(base.method, x, base.clock, gate=getattr(base, "gate", None))
+    base._last_event_end = _time.perf_counter()
+    delta = ev.e_ms + ev.l_ms
+    del ev, x
+    collect_between_events()
+    return delta
+
+
+def _gap_entry(ratios: list[float], waited_ms: list[float], b2b_ms: list[float]) -> dict:
+    return {
+        "factor": statistics.median(ratios),
+        "ratios": ratios,
+        "waited_ms": statistics.median(waited_ms),
+        "b2b_ms": statistics.median(b2b_ms),
+    }
+
+
 def mini_blocks(base, gaps_ms: list[float], pairs: int, length: int) -> dict[float, dict]:
     """An idle measurement paired at the scale of a fraction of a second: for each gap, ``pairs``
     times, ``length`` events back to back then ``length`` events each after an idle wait of the
@@ -165,10 +192,6 @@ def mini_blocks(base, gaps_ms: list[float], pairs: int, length: int) -> dict[flo
     back-to-back events after the first (which follows the previous pair's last wait); the gap's
     factor is the median over pairs. The machine's moment, which moves over seconds on a VM,
     is the same for both halves of a pair."""
-    import time as _time
-
-    from tempora_trace.timing import collect_between_events, now_ns, timed_event, wait_until
-
     episode = base.episodes[0]
     n = episode.num_batches
     out: dict[float, dict] = {}
@@ -183,26 +206,13 @@ def mini_blocks(base, gaps_ms: list[float], pairs: int, length: int) -> dict[flo
                     base.start_episode(0, episode)
                     step = 0
                 for chunk in base._staged(episode, range(step, step + length)):
-                    for b in chunk:
-                        if half == "waited":
-                            wait_until(now_ns() + int(g * 1e6))
-                        x = b.x.to(base.device, non_blocking=True)
-                        ev = timed_event(base.method, x, base.clock, gate=getattr(base, "gate", None))
-                        base._last_event_end = _time.perf_counter()
-                        halves[half].append(ev.e_ms + ev.l_ms)
-                        del ev, x
-                        collect_between_events()
+                    halves[half] += [_timed_after_wait(base, b, g if half == "waited" else 0.0) for b in chunk]
                 step += length
             control = halves["b2b"][1:] or halves["b2b"]
             ratios.append(statistics.median(halves["waited"]) / statistics.median(control))
             waited_ms += halves["waited"]
             b2b_ms += control
-        out[g] = {
-            "factor": statistics.median(ratios),
-            "ratios": ratios,
-            "waited_ms": statistics.median(waited_ms),
-            "b2b_ms": statistics.median(b2b_ms),
-        }
+        out[g] = _gap_entry(ratios, waited_ms, b2b_ms)
     return out
 
 
@@ -214,27 +224,13 @@ def pass_pairs(base, gaps_ms: list[float], alternations: int, sample: int) -> di
     the gap's factor is the median over its waited passes. Passes, not blocks: the slowdown of
     waiting holds over seconds, so back-to-back events a second from waited ones carry it too."""
     import math
-    import time as _time
-
-    from tempora_trace.timing import collect_between_events, now_ns, timed_event, wait_until
 
     episode = base.episodes[0]
     steps = range(min(sample, episode.num_batches))
 
     def one(gap: float) -> float:
         base.start_episode(0, episode)
-        times = []
-        for chunk in base._staged(episode, steps):
-            for b in chunk:
-                if gap > 0:
-                    wait_until(now_ns() + int(gap * 1e6))
-                x = b.x.to(base.device, non_blocking=True)
-                ev = timed_event(base.method, x, base.clock, gate=getattr(base, "gate", None))
-                base._last_event_end = _time.perf_counter()
-                times.append(ev.e_ms + ev.l_ms)
-                del ev, x
-                collect_between_events()
-        return statistics.median(times)
+        return statistics.median(_timed_after_wait(base, b, gap) for chunk in base._staged(episode, steps) for b in chunk)
 
     out: dict[float, dict] = {}
     for g in gaps_ms:
@@ -243,13 +239,7 @@ def pass_pairs(base, gaps_ms: list[float], alternations: int, sample: int) -> di
         for _ in range(alternations):
             waited.append(one(g))
             b2b.append(one(0.0))
-        ratios = [w / math.sqrt(b2b[i] * b2b[i + 1]) for i, w in enumerate(waited)]
-        out[g] = {
-            "factor": statistics.median(ratios),
-            "ratios": ratios,
-            "waited_ms": statistics.median(waited),
-            "b2b_ms": statistics.median(b2b),
-        }
+        out[g] = _gap_entry([w / math.sqrt(b2b[i] * b2b[i + 1]) for i, w in enumerate(waited)], waited, b2b)
     return out
 
 
@@ -320,27 +310,15 @@ def interleave(
         """The tracer's events of the steps the live run served, each after the idle time it had
         there, in this tool's own loop (staged and timed as the tracer's variability pass): is a
         live event slower for its wait alone, or for something else the live loop does?"""
-        import time as _time
-
-        from tempora_trace.timing import collect_between_events, now_ns, timed_event, wait_until
-
         probe = base.probe.measure()
         steps = sorted(live_block["delta_ms"])
         by_step: dict[int, float] = {}
         base.start_episode(0, episode)
         for chunk in base._staged(episode, range(episode.num_batches)):
             for b in chunk:
-                step = b.step
-                wait = live_block["idle_ms"].get(step)
-                if wait:
-                    wait_until(now_ns() + int(wait * 1e6))
-                x = b.x.to(base.device, non_blocking=True)
-                ev = timed_event(base.method, x, base.clock, gate=getattr(base, "gate", None))
-                base._last_event_end = _time.perf_counter()
-                if step in live_block["delta_ms"]:
-                    by_step[step] = ev.e_ms + ev.l_ms
-                del ev, x
-                collect_between_events()
+                delta = _timed_after_wait(base, b, live_block["idle_ms"].get(b.step) or 0.0)
+                if b.step in live_block["delta_ms"]:
+                    by_step[b.step] = delta
         assert set(by_step) == set(steps), "the waited pass must time every step the live run served"
         blocks.append(
             {"kind": "waited", "rho": live_block["rho"], "probe_ms": probe, "delta_ms": by_step, "idle_ms": live_block["idle_ms"]}
@@ -399,26 +377,16 @@ def interleave(
             f"replay's factors {np.round(model.idle_factors, 3).tolist()}",
             file=sys.stderr,
         )
-    if mini_result is not None:
-        g = np.array(sorted(mini_result), np.float64)
-        f = np.array([mini_result[x]["factor"] for x in sorted(mini_result)], np.float64)
-        curves["mini"] = (g, f)
-        for x in sorted(mini_result):
-            m = mini_result[x]
+    for name, label, result in (("mini", "mini-blocks", mini_result), ("passes", "pass pairs", pass_result)):
+        if result is None:
+            continue
+        gaps_sorted = sorted(result)
+        curves[name] = (np.array(gaps_sorted, np.float64), np.array([result[x]["factor"] for x in gaps_sorted], np.float64))
+        for x in gaps_sorted:
+            m = result[x]
             print(
-                f"{method} mini-blocks gap {x:g} ms: waited {m['waited_ms']:.2f} / back to back {m['b2b_ms']:.2f} ms, factor × {m['factor']:.3f} "
-                f"(pairs {min(m['ratios']):.3f}–{max(m['ratios']):.3f})",
-                file=sys.stderr,
-            )
-    if pass_result is not None:
-        g = np.array(sorted(pass_result), np.float64)
-        f = np.array([pass_result[x]["factor"] for x in sorted(pass_result)], np.float64)
-        curves["passes"] = (g, f)
-        for x in sorted(pass_result):
-            m = pass_result[x]
-            print(
-                f"{method} pass pairs gap {x:g} ms: waited {m['waited_ms']:.2f} / back to back {m['b2b_ms']:.2f} ms, "
-                f"factor × {m['factor']:.3f} (passes {min(m['ratios']):.3f}–{max(m['ratios']):.3f})",
+                f"{method} {label} gap {x:g} ms: waited {m['waited_ms']:.2f} / back to back {m['b2b_ms']:.2f} ms, "
+                f"factor × {m['factor']:.3f} (each {min(m['ratios']):.3f}–{max(m['ratios']):.3f})",
                 file=sys.stderr,
             )
     rows = []
