@@ -157,24 +157,6 @@ def waits(method: str, wait_ms: list[float], rounds: int) -> dict:
     return summary
 
 
-def _timed_after_wait(base, batch, wait_ms: float) -> float:
-    """One staged batch as the tracer's variability pass times it, after an idle wait of
-    ``wait_ms`` (none when 0): its δ in ms."""
-    import time as _time
-
-    from tempora_trace.timing import collect_between_events, now_ns, timed_event, wait_until
-
-    if wait_ms > 0:
-        wait_until(now_ns() + int(wait_ms * 1e6))
-    x = batch.x.to(base.device, non_blocking=True)
-    ev = timed_event(base.method, x, base.clock, gate=getattr(base, "gate", None))
-    base._last_event_end = _time.perf_counter()
-    delta = ev.e_ms + ev.l_ms
-    del ev, x
-    collect_between_events()
-    return delta
-
-
 def _gap_entry(ratios: list[float], waited_ms: list[float], b2b_ms: list[float]) -> dict:
     return {
         "factor": statistics.median(ratios),
@@ -192,6 +174,8 @@ def mini_blocks(base, gaps_ms: list[float], pairs: int, length: int) -> dict[flo
     back-to-back events after the first (which follows the previous pair's last wait); the gap's
     factor is the median over pairs. The machine's moment, which moves over seconds on a VM,
     is the same for both halves of a pair."""
+    from tempora_trace.variability import time_sample_event
+
     episode = base.episodes[0]
     n = episode.num_batches
     out: dict[float, dict] = {}
@@ -206,7 +190,7 @@ def mini_blocks(base, gaps_ms: list[float], pairs: int, length: int) -> dict[flo
                     base.start_episode(0, episode)
                     step = 0
                 for chunk in base._staged(episode, range(step, step + length)):
-                    halves[half] += [_timed_after_wait(base, b, g if half == "waited" else 0.0) for b in chunk]
+                    halves[half] += [time_sample_event(base, b, g if half == "waited" else 0.0) for b in chunk]
                 step += length
             control = halves["b2b"][1:] or halves["b2b"]
             ratios.append(statistics.median(halves["waited"]) / statistics.median(control))
@@ -225,12 +209,14 @@ def pass_pairs(base, gaps_ms: list[float], alternations: int, sample: int) -> di
     waiting holds over seconds, so back-to-back events a second from waited ones carry it too."""
     import math
 
+    from tempora_trace.variability import time_sample_event
+
     episode = base.episodes[0]
     steps = range(min(sample, episode.num_batches))
 
     def one(gap: float) -> float:
         base.start_episode(0, episode)
-        return statistics.median(_timed_after_wait(base, b, gap) for chunk in base._staged(episode, steps) for b in chunk)
+        return statistics.median(time_sample_event(base, b, gap) for chunk in base._staged(episode, steps) for b in chunk)
 
     out: dict[float, dict] = {}
     for g in gaps_ms:
@@ -277,6 +263,7 @@ def interleave(
     from tempora_trace.live_settings import LiveSettings
     from tempora_trace.progress import ProgressView
     from tempora_trace.timing import collector_paused
+    from tempora_trace.variability import time_sample_event
 
     settings = LiveSettings(rho=rhos, lambda_ms=lambda_ms, queue=1, trace_alongside=str(tmp / "along"))
     if spin_us is not None:  # the live runs' waits spun instead of slept (live --spin-us): does sleeping cost?
@@ -316,7 +303,7 @@ def interleave(
         base.start_episode(0, episode)
         for chunk in base._staged(episode, range(episode.num_batches)):
             for b in chunk:
-                delta = _timed_after_wait(base, b, live_block["idle_ms"].get(b.step) or 0.0)
+                delta = time_sample_event(base, b, live_block["idle_ms"].get(b.step) or 0.0)
                 if b.step in live_block["delta_ms"]:
                     by_step[b.step] = delta
         assert set(by_step) == set(steps), "the waited pass must time every step the live run served"

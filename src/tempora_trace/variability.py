@@ -116,6 +116,21 @@ def idle_gap(event: int, gaps_ms: tuple[float, ...]) -> float:
     return float(gaps_ms[(event // 2) % len(gaps_ms)])
 
 
+def time_sample_event(run: Any, batch: Any, gap_ms: float) -> float:
+    """One staged batch of the sample timed as every variability-pass event is: after an idle
+    wait of ``gap_ms`` (none when 0), on ``run``'s device and clock, its policy's gate asked as
+    in the main pass, a collection after it. Returns its δ (e + ℓ) in ms."""
+    if gap_ms > 0:
+        wait_until(now_ns() + int(gap_ms * 1e6))
+    x = batch.x.to(run.device, non_blocking=True)
+    ev = timed_event(run.method, x, run.clock, gate=getattr(run, "gate", None))  # a policy decides as in the main pass
+    run._last_event_end = time.perf_counter()
+    delta = ev.e_ms + ev.l_ms
+    del ev, x
+    collect_between_events()
+    return delta
+
+
 def measure(run: Any, plan: VariabilityPlan) -> dict[str, Any] | None:
     """Time the sample again (``plan.passes`` back-to-back passes, then the idle pass) and
     return the ``timing_variability`` metadata value, or None when there is nothing to time.
@@ -140,15 +155,8 @@ def measure(run: Any, plan: VariabilityPlan) -> dict[str, Any] | None:
             for chunk in run._staged(episode, range(k)):
                 for b in chunk:
                     gap = idle_gap(len(times), gaps) if gaps is not None else 0.0
-                    if gap > 0:
-                        wait_until(now_ns() + int(gap * 1e6))
-                    x = b.x.to(run.device, non_blocking=True)
-                    ev = timed_event(run.method, x, run.clock, gate=getattr(run, "gate", None))  # a policy decides as in the main pass
-                    run._last_event_end = time.perf_counter()
-                    times.append(round(ev.e_ms + ev.l_ms, 6))
+                    times.append(round(time_sample_event(run, b, gap), 6))
                     waits.append(gap)
-                    del ev, x
-                    collect_between_events()
         return times, waits
 
     passes = [one_pass(None)[0] for _ in range(plan.passes)]

@@ -341,9 +341,9 @@ def test_the_interleave_tool_alternates_the_product_loops_and_replays_the_waits(
     assert set(got["summary"]) == {"1", "0.5", "waited 1", "waited 0.5"} and all(s["runs"] == 2 for s in got["summary"].values())
     assert {n: sum(len(i["steps"]) for i in tv["sample"]) for n, tv in got["timing_variability"].items()} == {"4": 4, "6": 6}
     assert set(got["idle_curves"]) == {"4", "6", "mini", "passes"}
-    pairs = got["pass_pairs"]  # one waited pass per gap, between two back-to-back passes
-    assert list(pairs) == list(got["mini_blocks"]) and all(len(m["ratios"]) == 1 and m["factor"] == m["ratios"][0] for m in pairs.values())
-    mini = got["mini_blocks"]
+    mini, pairs = got["mini_blocks"], got["pass_pairs"]
+    # one waited pass per gap, between two back-to-back passes, at the mini-blocks' gaps
+    assert list(pairs) == list(mini) and all(len(m["ratios"]) == 1 and m["factor"] == m["ratios"][0] for m in pairs.values())
     assert mini and all(
         len(m["ratios"]) == 2 and m["factor"] == pytest.approx(sorted(m["ratios"])[0] / 2 + sorted(m["ratios"])[1] / 2)
         for m in mini.values()
