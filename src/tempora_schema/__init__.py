@@ -110,8 +110,10 @@ from tempora_schema.validation import (  # noqa: F401  (re-exported; the private
     validate_table,
 )
 from tempora_schema.variability import (  # noqa: F401  (re-exported)
+    IDLE_BLOCKS_KEY,
     VARIABILITY_KEY,
     check_variability_rows,
+    idle_blocks,
     sample_size,
     validate_variability,
 )

@@ -36,6 +36,7 @@ from .models.external import model_label as spec_model_label
 from .options import (
     DEFAULT_FROZEN_SAMPLE,
     DEFAULT_IDLE_GAPS,
+    DEFAULT_IDLE_SETTLE_S,
     DEFAULT_PROBE_EVERY,
     DEFAULT_STAGE_MB,
     DEFAULT_TIMING_PASSES,
@@ -66,7 +67,7 @@ __all__ = [
 _IDENTITY_EXCLUDE = {
     "resume", "force", "quiet", "workers", "stage_mb", "out", "name", "data_root", "method_spec",
     # timed after the main pass, outside every row (tempora_trace.variability)
-    "timing_sample", "timing_passes", "idle_gaps",
+    "timing_sample", "timing_passes", "idle_gaps", "idle_settle",
     # outside the events; the probes' steps are in the metadata
     "probe_every",
     # carried by the stream's name (``continual:x3``), which is in the identity
@@ -213,6 +214,7 @@ class TraceConfig:
     timing_sample: int = DEFAULT_TIMING_SAMPLE
     timing_passes: int = DEFAULT_TIMING_PASSES
     idle_gaps: str = DEFAULT_IDLE_GAPS
+    idle_settle: float = DEFAULT_IDLE_SETTLE_S
     #: a machine-speed probe before every ``probe_every``-th step of an episode (outside events)
     probe_every: int = DEFAULT_PROBE_EVERY
     #: image side of a model by spec (timm:, torchvision:, a factory) where it cannot say
@@ -309,6 +311,8 @@ class TraceConfig:
             raise ConfigError(f"--probe-every must be in 1..100000, not {cfg.probe_every}")
         if not 1 <= cfg.timing_passes <= 100:
             raise ConfigError(f"--timing-passes must be in 1..100, not {cfg.timing_passes}")
+        if not (isinstance(cfg.idle_settle, (int, float)) and 0 <= cfg.idle_settle <= 60):
+            raise ConfigError(f"--idle-settle must be a number of seconds in 0..60, not {cfg.idle_settle!r}")
         try:
             cfg.idle_gaps = format_idle_gaps(parse_idle_gaps(str(cfg.idle_gaps)))
         except ValueError as exc:

@@ -54,7 +54,8 @@ DEFAULT_STAGE_MB = 1024.0
 #: events per pass (``--timing-sample``, 0 = off), repeat passes, idle waits of the idle pass.
 DEFAULT_TIMING_SAMPLE = 16
 DEFAULT_TIMING_PASSES = 2
-DEFAULT_IDLE_GAPS = "1x,4x"
+DEFAULT_IDLE_GAPS = "0.25x,1x,4x"
+DEFAULT_IDLE_SETTLE_S = 1.5
 #: A speed probe before steps 0, k, 2k, … of an episode (``--probe-every``): a trace needs three
 #: to show the machine moving while it ran (:func:`tempora_schema.probe_drift`).
 DEFAULT_PROBE_EVERY = 50
@@ -415,12 +416,22 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
     ),
     TraceOption(
         "--idle-gaps",
-        "Idle waits before every other event of the idle pass: <k>x (multiples of the sample's median δ) "
-        "and/or times (ms, or with ms/s), comma-separated; 'none' for no idle pass.",
+        "Idle waits of the waited idle blocks, one block each, every event after the wait: <k>x (multiples of the "
+        "sample's median δ) and/or times (ms, or with ms/s), comma-separated; 'none' for no idle blocks.",
         _RLP,
         default=DEFAULT_IDLE_GAPS,
         metavar="GAPS",
         campaign=str,
+    ),
+    TraceOption(
+        "--idle-settle",
+        "Seconds every idle block runs the sample untimed before its timed pass, so the machine settles into "
+        "waiting or not waiting (0: none).",
+        _RLP,
+        default=DEFAULT_IDLE_SETTLE_S,
+        type=click.FloatRange(0.0, 60.0),
+        metavar="SECONDS",
+        campaign=float,
     ),
     # how much of the stream a profile times (profile)
     TraceOption(

@@ -484,14 +484,18 @@ class TraceRun(MethodRun):
 
     def measure_variability(self) -> None:
         """Time a sample of the stream again after the main pass (:mod:`.variability`)."""
-        plan = VariabilityPlan(self.cfg.timing_sample, self.cfg.timing_passes, parse_idle_gaps(self.cfg.idle_gaps))
+        gaps = parse_idle_gaps(self.cfg.idle_gaps)
+        plan = VariabilityPlan(self.cfg.timing_sample, self.cfg.timing_passes, gaps, self.cfg.idle_settle)
         if plan.enabled:
+            if gaps:
+                self.echo(f"timing variability: repeat passes, then {2 * len(gaps) + 1} idle blocks of at least {plan.settle_s:g} s each")
             self.timing_variability = measure_variability(self, plan)
             if self.timing_variability is not None:
                 tv = self.timing_variability
+                blocks = schema.idle_blocks(tv)
                 self.echo(
                     f"timing variability: {len(tv['passes_ms'])} repeat pass(es) and "
-                    f"{'an idle pass' if tv['idle_ms'] else 'no idle pass'} over {schema.sample_size(tv)} events, {tv['seconds']:.1f} s"
+                    f"{f'{len(blocks)} idle blocks' if blocks else 'no idle blocks'} over {schema.sample_size(tv)} events, {tv['seconds']:.1f} s"
                 )
 
     def metadata(self) -> dict[str, Any]:

@@ -10,20 +10,28 @@ pipeline sat idle? After every episode of the main pass is on disk, the tracer t
   main pass started that episode (``reset()`` where the stream resets, RNGs seeded from
   ``(seed, episode)``), so every repeat event runs the same computation as the main-pass event
   of the same step, and the ratio of their times is the device's pass-to-pass variability;
-* one idle pass: the same events, every other one after an idle wait cycling through
-  ``idle_gaps`` (multiples of the sample's median δ, or fixed times; the others back to back, as the control), so the simulator can tell
-  whether events after an idle gap are systematically slower.
+* the idle blocks: whole passes over the sample, alternately back to back and with every event
+  after an idle wait (one block per gap of ``idle_gaps``, multiples of the sample's median δ
+  or fixed times), starting and ending back to back: B W₁ B W₂ … B. A waited block's events
+  are compared with the same events of the blocks either side, a second or two away, so the
+  machine's speed at the moment cancels and what is left is the cost of waiting. Before its
+  recorded pass every block runs the sample for ``settle_s`` seconds untimed: on a machine
+  whose speed depends on whether it has been sleeping (a virtual machine whose host gives an
+  idle core away), both the slowdown and the recovery from it take about a second, so single
+  events or short blocks after a wait measure neither (docs/results/validation-runs.md).
 
 The events are timed by :func:`~tempora_trace.timing.timed_event`, staged and re-warmed like
-the main pass's (:meth:`~tempora_trace.runner.MethodRun._staged`). Cost: ``(passes + 1) ×
-sample`` extra events plus the idle waits (defaults: 3 × 16 events, and idle waits of 4 × 1 and 4 × 4 median δ: about 68 δ in all),
-a few seconds per trace; ``--timing-sample 0`` turns it off.
+the main pass's (:meth:`~tempora_trace.runner.MethodRun._staged`). Cost: ``passes × sample``
+events, then per block ``settle_s`` (to the end of the event running then) plus one pass over
+the sample (with its waits in a waited block): with the defaults (16 events, two passes, gaps
+0.25 ×, 1 × and 4 × the median δ, 1.5 s) about 10.5 s plus 140 δ; ``--timing-sample 0`` turns
+it off.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -31,27 +39,29 @@ import numpy as np
 import tempora_schema as schema
 from tempora_toolkit.command_line import parse_time_ms
 
+from .options import DEFAULT_IDLE_GAPS as DEFAULT_IDLE_GAPS_TEXT
+from .options import DEFAULT_IDLE_SETTLE_S, DEFAULT_TIMING_PASSES, DEFAULT_TIMING_SAMPLE
 from .timing import collect_between_events, now_ns, timed_event, wait_until
 
-#: Default number of sample events per pass (0 turns the measurement off).
-DEFAULT_SAMPLE = 16
-#: Default number of back-to-back repeat passes.
-DEFAULT_PASSES = 2
-#: Default idle waits of the idle pass, as multiples of the sample's median δ (``"1x,4x"``):
-#: the idle a pipeline sees between events at ρ = 50 % and 20 %, whatever the device's speed.
-DEFAULT_IDLE_GAPS = ((1.0, True), (4.0, True))
+#: Defaults of the plan: the options' (``--timing-sample``, ``--timing-passes``, ``--idle-settle``).
+DEFAULT_SAMPLE = DEFAULT_TIMING_SAMPLE
+DEFAULT_PASSES = DEFAULT_TIMING_PASSES
+DEFAULT_SETTLE_S = DEFAULT_IDLE_SETTLE_S
 #: The sample spreads over at most this many episodes.
 MAX_EPISODES = 4
 
 
 @dataclass(frozen=True)
 class VariabilityPlan:
-    """What to measure: ``sample`` events per pass, ``passes`` repeat passes, idle waits."""
+    """What to measure: ``sample`` events per pass, ``passes`` repeat passes, the idle blocks'
+    waits and their run-in."""
 
     sample: int = DEFAULT_SAMPLE
     passes: int = DEFAULT_PASSES
     #: ``(value, relative)``: ``relative`` gaps are multiples of the first repeat pass's median δ
-    idle_gaps: tuple[tuple[float, bool], ...] = DEFAULT_IDLE_GAPS
+    idle_gaps: tuple[tuple[float, bool], ...] = field(default_factory=lambda: DEFAULT_IDLE_GAPS)
+    #: untimed run-in of every idle block (s)
+    settle_s: float = DEFAULT_SETTLE_S
 
     @property
     def enabled(self) -> bool:
@@ -104,16 +114,13 @@ def parse_idle_gaps(text: str) -> tuple[tuple[float, bool], ...]:
     return tuple(out)
 
 
+#: The waited blocks' idle waits by default (``--idle-gaps``), parsed: 0.25 ×, 1 × and 4 × the
+#: sample's median δ, about the idle a pipeline sees between events at ρ = 80 %, 50 % and 20 %.
+DEFAULT_IDLE_GAPS = parse_idle_gaps(DEFAULT_IDLE_GAPS_TEXT)
+
+
 def format_idle_gaps(gaps: tuple[tuple[float, bool], ...]) -> str:
     return ",".join(f"{v:g}x" if rel else f"{v:g}ms" for v, rel in gaps) if gaps else "none"
-
-
-def idle_gap(event: int, gaps_ms: tuple[float, ...]) -> float:
-    """Idle wait (ms) before idle-pass event ``event``: every odd event waits, cycling through
-    ``gaps_ms``; even events run back to back (the control)."""
-    if not gaps_ms or event % 2 == 0:
-        return 0.0
-    return float(gaps_ms[(event // 2) % len(gaps_ms)])
 
 
 def time_sample_event(run: Any, batch: Any, gap_ms: float) -> float:
@@ -132,7 +139,7 @@ def time_sample_event(run: Any, batch: Any, gap_ms: float) -> float:
 
 
 def measure(run: Any, plan: VariabilityPlan) -> dict[str, Any] | None:
-    """Time the sample again (``plan.passes`` back-to-back passes, then the idle pass) and
+    """Time the sample again (``plan.passes`` back-to-back passes, then the idle blocks) and
     return the ``timing_variability`` metadata value, or None when there is nothing to time.
     ``run`` is the :class:`~tempora_trace.runner.MethodRun` whose main pass is done (its
     episodes, method, stager and clock).
@@ -146,29 +153,45 @@ def measure(run: Any, plan: VariabilityPlan) -> dict[str, Any] | None:
     if not parts:
         return None
 
-    def one_pass(gaps: tuple[float, ...] | None) -> tuple[list[float], list[float]]:
-        times: list[float] = []
-        waits: list[float] = []
-        for index, k in parts:
-            episode = run.episodes[index]
-            run.start_episode(index, episode)
-            for chunk in run._staged(episode, range(k)):
-                for b in chunk:
-                    gap = idle_gap(len(times), gaps) if gaps is not None else 0.0
-                    times.append(round(time_sample_event(run, b, gap), 6))
-                    waits.append(gap)
-        return times, waits
+    def part(index: int, k: int, gap: float, stop_at: float = float("inf")) -> list[float]:
+        """The first ``k`` steps of episode ``index``, started as the main pass started it,
+        every event after ``gap`` ms; the run-in stops at ``stop_at`` (perf_counter seconds)."""
+        episode = run.episodes[index]
+        run.start_episode(index, episode)
+        times = []
+        for chunk in run._staged(episode, range(k)):
+            for b in chunk:
+                if time.perf_counter() >= stop_at:
+                    return times
+                times.append(round(time_sample_event(run, b, gap), 6))
+        return times
 
-    passes = [one_pass(None)[0] for _ in range(plan.passes)]
+    def one_pass(gap: float) -> list[float]:
+        return [t for index, k in parts for t in part(index, k, gap)]
+
+    def block(gap: float) -> dict[str, Any]:
+        """The sample's parts in turn, untimed, for ``plan.settle_s``; then one recorded pass."""
+        t0 = time.perf_counter()
+        stop_at, turn = t0 + plan.settle_s, 0
+        while time.perf_counter() < stop_at:
+            part(*parts[turn % len(parts)], gap, stop_at)
+            turn += 1
+        lead = time.perf_counter() - t0
+        return {"gap_ms": round(gap, 6), "settle_s": round(lead, 3), "ms": [max(t, 1e-6) for t in one_pass(gap)]}
+
+    passes = [one_pass(0.0) for _ in range(plan.passes)]
     typical = float(np.median(passes[0]))
-    gaps_ms = tuple(v * typical if rel else v for v, rel in plan.idle_gaps)
-    idle_ms, idle_gaps = one_pass(gaps_ms) if gaps_ms else ([], [])
+    gaps_ms = [v * typical if rel else v for v, rel in plan.idle_gaps]
+    blocks = [block(0.0)] if gaps_ms else []
+    for gap in gaps_ms:
+        blocks += [block(gap), block(0.0)]
     # an event measured as exactly 0 ms (a coarse clock) carries no ratio: floor it at 1 ns
     tv = {
         "sample": [{"episode": run.episodes[i].name, "steps": list(range(k))} for i, k in parts],
         "passes_ms": [[max(t, 1e-6) for t in p] for p in passes],
-        "idle_gaps_ms": idle_gaps,
-        "idle_ms": [max(t, 1e-6) for t in idle_ms],
+        "idle_gaps_ms": [],
+        "idle_ms": [],
+        **({schema.IDLE_BLOCKS_KEY: blocks} if blocks else {}),
         "seconds": round(time.perf_counter() - t_start, 3),
     }
     schema.validate_variability(tv, "timing variability")

@@ -48,7 +48,8 @@ def tiny_cifar_args(data_root, out, *extra) -> list:
 
 def tiny_config(root, out, **kw):
     """The tracer's configuration of a tiny run (``tent`` on tiny-bn, both corruptions of the
-    ``cifar_c_root`` fixture, batches of 8, quiet) into ``out``; ``kw`` overrides any field."""
+    ``cifar_c_root`` fixture, batches of 8, quiet, idle blocks without their run-in: its length is
+    a property of the machine, checked on its own) into ``out``; ``kw`` overrides any field."""
     from tempora_trace.config import TraceConfig
 
     base = dict(
@@ -60,6 +61,7 @@ def tiny_config(root, out, **kw):
         batch_size=8,
         out=str(out),
         quiet=True,
+        idle_settle=0.0,
     )
     base.update(kw)
     return TraceConfig(**base)

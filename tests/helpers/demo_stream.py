@@ -85,7 +85,9 @@ def stream_accuracy(method_name: str, model_name: str, corruption: str, severity
 
 def trace_tiny(method: str, model: str, data_root: Path, out: Path, **method_params) -> dict:
     """Run the real tracer (``trace_run``) for ``method`` on the conftest's tiny CIFAR-C data
-    and model, validate the trace against the schema and return its columns and metadata."""
+    and model, validate the trace against the schema and return its columns and metadata.
+    The idle blocks have no run-in (``idle_settle=0``): its length is a property of the machine,
+    checked in tests/trace/test_trace_variability.py; here it would only cost seconds."""
     import pyarrow.parquet as pq
 
     import tempora_schema as schema
@@ -104,6 +106,7 @@ def trace_tiny(method: str, model: str, data_root: Path, out: Path, **method_par
         quiet=True,
         frozen_sample=2,
         warmup_batches=1,
+        idle_settle=0.0,
     )
     path = trace_run(cfg)
     table = pq.read_table(path)

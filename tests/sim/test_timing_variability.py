@@ -172,6 +172,79 @@ def test_a_faster_after_wait_is_systematic_too():
     assert m.idle_factors == pytest.approx([0.8 / math.sqrt(1.0 * 1.01)])
 
 
+# ----------------------------------------------------------------------------- the idle blocks
+def _blocks_tv(main_n: int, blocks: list[tuple[float, list[float]]], passes=None) -> dict:
+    return {
+        "sample": [{"episode": "a", "steps": list(range(main_n))}],
+        "passes_ms": passes or [[10.0] * main_n],
+        "idle_gaps_ms": [],
+        "idle_ms": [],
+        "idle_blocks": [{"gap_ms": g, "settle_s": 1.5, "ms": ms} for g, ms in blocks],
+        "seconds": 1.0,
+    }
+
+
+def test_idle_blocks_hand_worked():
+    """B W B W B, each waited event against the same event in the blocks either side. The
+    machine ran 10 % slower from the second back-to-back block on. The 5 ms block (12 ms) is
+    above both neighbours in all 8 events (two-sided p = 2/256 each side): factor
+    12 / √(10 · 11), against their geometric mean. The 50 ms block (10.89 ms) is below both
+    (11 ms): faster, factor 0.99."""
+    tv = _blocks_tv(8, [(0, [10.0] * 8), (5.0, [12.0] * 8), (0, [11.0] * 8), (50.0, [10.89] * 8), (0, [11.0] * 8)])
+    m = variability.model_from_measurement(tv, np.full(8, 10.0))
+    assert m.idle_gaps_ms.tolist() == [5.0, 50.0]
+    assert m.idle_factors == pytest.approx([12.0 / math.sqrt(110.0), 0.99])
+    # the back-to-back blocks are more passes: shifts log 1 (the repeat pass), log 1, log 1.1, log 1.1
+    assert m.shifts == pytest.approx(sorted([0.0, 0.0, math.log(1.1), math.log(1.1)]))
+    assert m.residuals == pytest.approx(np.zeros(32))
+
+
+def test_a_waited_block_between_its_neighbours_has_no_factor():
+    """The machine stepped from 10 to 12 ms around the 5 ms block (11.5 ms): above the block
+    before, below the block after, so the step cannot be told from a wait's cost: factor 1. A
+    block above both neighbours in only 6 of 8 events (two-sided p = 0.29) has none either."""
+    tv = _blocks_tv(8, [(0, [10.0] * 8), (5.0, [11.5] * 8), (0, [12.0] * 8), (50.0, [13.0] * 6 + [11.0] * 2), (0, [12.0] * 8)])
+    m = variability.model_from_measurement(tv, np.full(8, 10.0))
+    assert variability.sign_test_p(np.array([1.0] * 6 + [-1.0] * 2))[0] * 2 > 0.05
+    assert m.idle_factors.tolist() == [1.0, 1.0] and not m.has_idle_effect
+
+
+def test_the_machine_drifting_across_the_blocks_is_not_an_idle_effect():
+    """The machine slows steadily from block to block (10, 11, 12.1, … ms), each waited block
+    exactly between its neighbours up to a ±1 % scatter: an idle pass comparing with repeat
+    passes seconds earlier would see +10 to +20 %; the blocks see nothing."""
+    speeds = [10.0 * 1.1**j for j in range(5)]
+    scatter = [1.01, 0.99] * 4
+    blocks = [(0, [speeds[0]] * 8)]
+    for j, gap in ((1, 5.0), (3, 50.0)):
+        blocks += [(gap, [speeds[j] * f for f in scatter]), (0, [speeds[j + 1]] * 8)]
+    # speeds[1] and speeds[3] are the geometric means of their neighbours
+    m = variability.model_from_measurement(_blocks_tv(8, blocks), np.full(8, 10.0))
+    assert m.idle_factors.tolist() == [1.0, 1.0] and not m.has_idle_effect
+
+
+def _brute_sign(d: list[float]) -> tuple[float, float]:
+    """Plain-Python oracle: every sign pattern of the nonzero values, equally likely."""
+    nz = [x for x in d if x != 0]
+    if not nz:
+        return 1.0, 1.0
+    up = sum(x > 0 for x in nz)
+    counts = [sum(p) for p in itertools.product((0, 1), repeat=len(nz))]
+    return sum(c >= up for c in counts) / len(counts), sum(c <= up for c in counts) / len(counts)
+
+
+@settings(max_examples=60, deadline=None)
+@given(hst.lists(hst.sampled_from([-2.0, -0.5, 0.0, 0.3, 1.0]), min_size=0, max_size=10))
+def test_sign_test_is_exact(d):
+    assert variability.sign_test_p(np.array(d)) == pytest.approx(_brute_sign(d))
+
+
+def test_sign_test_hand_worked():
+    # eight of eight above: one pattern in 256; seven of eight: 9 in 256
+    assert variability.sign_test_p(np.ones(8)) == pytest.approx((1 / 256, 1.0))
+    assert variability.sign_test_p(np.array([1.0] * 7 + [-1.0]))[0] == pytest.approx(9 / 256)
+
+
 def _brute_rank_sum(a: list[float], b: list[float]) -> tuple[float, float]:
     """Plain-Python oracle: every way of choosing which of the pooled values are ``a``'s."""
     pooled = a + b

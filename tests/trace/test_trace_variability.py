@@ -40,12 +40,6 @@ def test_sample_plan_spreads_the_sample_over_up_to_four_episodes():
     assert tv_mod.sample_plan([5, 5], 0) == []
 
 
-def test_idle_pass_waits_before_every_other_event_cycling_through_the_gaps():
-    gaps = (10.0, 40.0)
-    assert [tv_mod.idle_gap(i, gaps) for i in range(7)] == [0, 10, 0, 40, 0, 10, 0]
-    assert [tv_mod.idle_gap(i, ()) for i in range(3)] == [0, 0, 0]
-
-
 @pytest.mark.parametrize(
     "text, parsed",
     [
@@ -68,21 +62,35 @@ def test_bad_idle_gaps_are_refused(text, cifar_c_root, tmp_path):
 
 # ----------------------------------------------------------------------------- the run
 def test_default_trace_carries_a_valid_measurement(cifar_c_root, tmp_path):
-    path = trace_run(tiny_config(cifar_c_root, tmp_path / "out"))
+    path = trace_run(tiny_config(cifar_c_root, tmp_path / "out", idle_settle=0.05))
     table, meta = read(path)
     tv = meta[schema.VARIABILITY_KEY]
     schema.validate_table(table, meta, path)  # the optional key passes the reader's rules
     # two episodes of 4 batches: the whole stream is the sample
     assert tv["sample"] == [{"episode": "gaussian_noise", "steps": [0, 1, 2, 3]}, {"episode": "fog", "steps": [0, 1, 2, 3]}]
     assert len(tv["passes_ms"]) == 2 and all(len(p) == 8 for p in tv["passes_ms"])
-    # idle pass: every other event waits 1× then 4× the first repeat pass's median δ
+    # the idle blocks: back to back, then 0.25×, 1× and 4× the first repeat pass's median δ,
+    # each followed by a back-to-back block; each after its run-in
     typical = sorted(tv["passes_ms"][0])[3:5]
     median = (typical[0] + typical[1]) / 2
-    gaps = tv["idle_gaps_ms"]
-    assert gaps[0::2] == [0.0] * 4
-    assert gaps[1::2] == pytest.approx([median, 4 * median, median, 4 * median])
-    assert len(tv["idle_ms"]) == 8 and all(t > 0 for t in tv["idle_ms"])
-    assert tv["seconds"] >= 0
+    blocks = schema.idle_blocks(tv)
+    assert [b["gap_ms"] for b in blocks] == pytest.approx([0, 0.25 * median, 0, median, 0, 4 * median, 0], rel=1e-4)
+    assert all(len(b["ms"]) == 8 and all(t > 0 for t in b["ms"]) for b in blocks)
+    assert all(b["settle_s"] >= 0.05 for b in blocks)
+    assert tv["idle_ms"] == [] and tv["idle_gaps_ms"] == []
+    assert tv["seconds"] >= 7 * 0.05
+
+
+def test_a_waited_block_waits_before_every_event(cifar_c_root, tmp_path, monkeypatch):
+    """Every event of a waited block, run-in included, follows its wait; every event of a
+    back-to-back block follows none."""
+    waits = []
+    real = tv_mod.time_sample_event
+    monkeypatch.setattr(tv_mod, "time_sample_event", lambda run, b, gap: (waits.append(gap), real(run, b, gap))[1])
+    _, meta = read(trace_run(tiny_config(cifar_c_root, tmp_path / "out", idle_gaps="3ms,7ms", idle_settle=0, timing_passes=1)))
+    # one repeat pass (8 events, no wait), then B W B W B of 8 events each (no run-in)
+    assert waits == [0.0] * 16 + [3.0] * 8 + [0.0] * 8 + [7.0] * 8 + [0.0] * 8
+    assert [b["settle_s"] for b in schema.idle_blocks(meta[schema.VARIABILITY_KEY])] == [0.0] * 5
 
 
 def test_measurement_leaves_the_rows_untouched_and_can_be_turned_off(cifar_c_root, tmp_path):
@@ -115,19 +123,19 @@ def test_repeat_events_run_the_main_pass_computation(cifar_c_root, tmp_path, mon
     monkeypatch.setattr(runner, "timed_event", recorder("main"))
     monkeypatch.setattr(tv_mod, "timed_event", recorder("repeat"))
     extra = {"policy": policy} if policy else {}
-    path = trace_run(tiny_config(cifar_c_root, tmp_path / "out", warmup_batches=0, timing_passes=1, **extra))
+    path = trace_run(tiny_config(cifar_c_root, tmp_path / "out", warmup_batches=0, timing_passes=1, idle_settle=0, **extra))
     _, meta = read(path)
     main = logits["main"]  # 2 episodes × 4 steps, in sample order
-    assert len(main) == 8 and len(logits["repeat"]) == 2 * 8  # one repeat pass and the idle pass
+    assert len(main) == 8 and len(logits["repeat"]) == 8 * 8  # one repeat pass and seven idle blocks
     for k, rep in enumerate(logits["repeat"]):
         assert torch.equal(rep, main[k % 8]), f"repeat event {k} differs from main-pass event {k % 8}"
     assert len(meta[schema.VARIABILITY_KEY]["passes_ms"]) == 1
 
 
-def test_no_idle_pass_with_idle_gaps_none(cifar_c_root, tmp_path):
+def test_no_idle_blocks_with_idle_gaps_none(cifar_c_root, tmp_path):
     _, meta = read(trace_run(tiny_config(cifar_c_root, tmp_path / "out", idle_gaps="none", timing_passes=3, timing_sample=3)))
     tv = meta[schema.VARIABILITY_KEY]
-    assert tv["idle_ms"] == [] and tv["idle_gaps_ms"] == []
+    assert tv["idle_ms"] == [] and tv["idle_gaps_ms"] == [] and schema.IDLE_BLOCKS_KEY not in tv
     assert len(tv["passes_ms"]) == 3
     assert tv["sample"] == [{"episode": "gaussian_noise", "steps": [0, 1]}, {"episode": "fog", "steps": [0]}]
 
@@ -138,6 +146,9 @@ def test_no_idle_pass_with_idle_gaps_none(cifar_c_root, tmp_path):
         (["--timing-sample", "-1"], "--timing-sample"),
         (["--timing-passes", "0"], "--timing-passes"),
         (["--idle-gaps", "soon"], "--idle-gaps"),
+        (["--idle-settle", "-1"], "--idle-settle"),
+        (["--idle-settle", "61"], "--idle-settle"),
+        (["--idle-settle", "soon"], "--idle-settle"),
     ],
 )
 def test_cli_refuses_bad_timing_options_in_one_line(cifar_c_root, tmp_path, args, message):
@@ -198,6 +209,45 @@ def test_a_well_formed_measurement_passes():
 def test_malformed_measurements_are_rejected(path, value, rule):
     with pytest.raises(schema.TraceSchemaError, match=rule):
         schema.validate_variability(_broken(path, value), "t.parquet")
+
+
+BLOCKS = dict(
+    GOOD,
+    idle_gaps_ms=[],
+    idle_ms=[],
+    idle_blocks=[{"gap_ms": 0, "settle_s": 1.5, "ms": [1.0, 2.0, 3.0]}, {"gap_ms": 4.0, "settle_s": 1.5, "ms": [1.1, 2.1, 3.1]}]
+    + [{"gap_ms": 0, "settle_s": 1.6, "ms": [1.0, 2.0, 3.0]}],
+)
+
+
+def test_well_formed_idle_blocks_pass():
+    schema.validate_variability(copy.deepcopy(BLOCKS))
+    assert [b["gap_ms"] for b in schema.idle_blocks(BLOCKS)] == [0, 4.0, 0]
+    assert schema.idle_blocks(GOOD) == []
+
+
+@pytest.mark.parametrize(
+    "change, rule",
+    [
+        (lambda tv: tv.update(idle_ms=[1.0, 2.0, 3.0], idle_gaps_ms=[0, 5.0, 0]), "cannot both"),
+        (lambda tv: tv.update(idle_blocks=tv["idle_blocks"][:2]), "at least three"),
+        (lambda tv: tv.update(idle_blocks="blocks"), "at least three"),
+        (lambda tv: tv["idle_blocks"][1].pop("settle_s"), "keys gap_ms, ms, settle_s"),
+        (lambda tv: tv["idle_blocks"][1].update(gap_ms=-1.0), "'gap_ms' and 'settle_s'"),
+        (lambda tv: tv["idle_blocks"][1].update(settle_s=float("inf")), "'gap_ms' and 'settle_s'"),
+        (lambda tv: tv["idle_blocks"][1].update(ms=[1.0, 2.0]), "must list 3"),
+        (lambda tv: tv["idle_blocks"][1].update(ms=[1.0, 0.0, 2.0]), "must list 3"),
+        (lambda tv: tv["idle_blocks"][0].update(gap_ms=2.0), "start and end back to back"),
+        (lambda tv: tv["idle_blocks"][1].update(gap_ms=0), "start and end back to back"),
+        (lambda tv: tv["idle_blocks"].insert(2, dict(tv["idle_blocks"][1])), "between any two waited"),
+        (lambda tv: tv.update(extra=1), "exactly the keys"),
+    ],
+)
+def test_malformed_idle_blocks_are_rejected(change, rule):
+    tv = copy.deepcopy(BLOCKS)
+    change(tv)
+    with pytest.raises(schema.TraceSchemaError, match=rule):
+        schema.validate_variability(tv, "t.parquet")
 
 
 def test_sample_must_name_rows_of_the_trace():

@@ -56,6 +56,7 @@ from tempora_schema import (
     COLUMN_TYPES,
     HEAP_FAULTS_KEY,
     HEAP_KEY,
+    IDLE_BLOCKS_KEY,
     METHOD_SOURCE_KEY,
     PHASE_ADAPT,
     PROFILE_BATCHES_KEY,
@@ -410,6 +411,8 @@ def _rescaled_variability(tv: dict, profile: Trace, predicted_delta: dict[tuple[
     out = dict(tv)
     out["passes_ms"] = [[float(t * f) for t, f in zip(times, factors)] for times in tv["passes_ms"]]
     out["idle_ms"] = [float(t * f) for t, f in zip(tv["idle_ms"], factors)] if tv["idle_ms"] else []
+    if IDLE_BLOCKS_KEY in tv:
+        out[IDLE_BLOCKS_KEY] = [dict(b, ms=[float(t * f) for t, f in zip(b["ms"], factors)]) for b in tv[IDLE_BLOCKS_KEY]]
     return out
 
 

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from tempora_schema import (
     CORRUPTIONS,
+    IDLE_BLOCKS_KEY,
     METADATA_FIELDS_V1,
     NO_CHECKPOINT,
     PHASE_ADAPT,
@@ -381,6 +382,11 @@ def on_device(
             tv,
             passes_ms=[[t * x for t, x in zip(p, f)] for p in tv["passes_ms"]],
             idle_ms=[t * x for t, x in zip(tv["idle_ms"], f)] if tv["idle_ms"] else [],
+            **(
+                {IDLE_BLOCKS_KEY: [dict(b, ms=[t * x for t, x in zip(b["ms"], f)]) for b in tv[IDLE_BLOCKS_KEY]]}
+                if IDLE_BLOCKS_KEY in tv
+                else {}
+            ),
         )
     cols = dict(d, e_ms=e, l_ms=l, delta_ms=e + l)
     return out, pa.Table.from_pydict(cols, schema=arrow_schema(out))
@@ -411,6 +417,7 @@ def profile_of(meta: dict, table: pa.Table, batches: int) -> tuple[dict, pa.Tabl
                 passes_ms=[pick(p) for p in tv["passes_ms"]],
                 idle_gaps_ms=pick(tv["idle_gaps_ms"]) if tv["idle_ms"] else [],
                 idle_ms=pick(tv["idle_ms"]),
+                **({IDLE_BLOCKS_KEY: [dict(b, ms=pick(b["ms"])) for b in tv[IDLE_BLOCKS_KEY]]} if IDLE_BLOCKS_KEY in tv else {}),
             )
         else:
             out.pop(VARIABILITY_KEY)

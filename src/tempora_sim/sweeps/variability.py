@@ -31,17 +31,18 @@ uniforms through its own measured distribution (the predictive normal's ``u``-qu
 ``⌊v·M⌋``-th smallest of its M residuals).
 A slow pass of the machine is slow for every method, so paired differences stay sharp.
 
-**The idle effect.** In the idle pass every other event follows an idle wait. The effect is
-*systematic* when the events after a wait, every gap pooled, rank above (or below) the repeat
-passes' events by a two-sided rank-sum test at :data:`IDLE_TEST_LEVEL` (:func:`rank_sum_p`,
-exact for the default sizes): a wait costs the next event a roughly fixed time whatever its
-length beyond one event's, so the gaps share one test and four events per gap need not carry
-it alone. The reference is the repeat passes, back to back as the main pass was, and not the
-idle pass's own back-to-back events, which run between waits (and waiting slows them too) and
-are a quarter as many; the cost is exposure to the machine's drift over the few seconds between
-the repeat passes and the idle pass (docs/design/statistics.md). A gap's factor is then
+**The idle effect.** The idle blocks (B W₁ B W₂ … B: whole passes over the sample, back to
+back or with every event after a wait, each after an untimed run-in) compare every waited
+event with the same event in the back-to-back blocks either side, seconds away. A gap's effect
+is *systematic* when its events lie on one side of both neighbours' by two-sided exact sign
+tests at :data:`IDLE_TEST_LEVEL` (:func:`sign_test_p`); its factor is then ``exp(median d)``,
+``d = L_waited − (L_before + L_after) / 2``, else 1 (:func:`_blocks_effect`). The back-to-back
+blocks count as more passes. Traces from before the blocks carry one idle pass instead, every other
+event after a wait; their after-wait events are tested against the repeat passes by a
+two-sided rank-sum test (:func:`rank_sum_p`, exact for the default sizes) and a gap's factor is
 ``exp(median L_after − median L_repeat)`` when it has at least three events on the systematic
-side, else 1. The discrete replay scales an event that starts after an idle time ``g`` by ``F(g)``,
+side and lies on that side of the main pass or the idle pass's own back-to-back events.
+The discrete replay scales an event that starts after an idle time ``g`` by ``F(g)``,
 linear between the measured gaps (F(0) = 1) and constant beyond the largest
 (:func:`discrete_idle_kernel`); ``no_idle_effect`` turns it off.
 
@@ -68,7 +69,7 @@ from typing import Sequence
 import numpy as np
 import polars as pl
 
-from tempora_schema import VARIABILITY_KEY, probe_median_ms
+from tempora_schema import VARIABILITY_KEY, idle_blocks, probe_median_ms
 from tempora_schema.prediction import prediction_error
 from tempora_sim.engine.idle import idle_factor as _idle_rule
 from tempora_sim.engine.replay_options import ReplayOptions
@@ -76,8 +77,8 @@ from tempora_sim.protocols.base import warm_inputs
 
 #: Default number of timing replicates behind an interval (``--timing-replicates``).
 DEFAULT_REPLICATES = 20
-#: Two-sided level of the rank-sum test that decides whether the idle pass's after-wait events
-#: differ systematically from the repeat passes' back-to-back ones.
+#: Two-sided level of the test that decides whether waited events differ systematically from
+#: back-to-back ones (the sign test of the idle blocks; the rank-sum test of an older idle pass).
 IDLE_TEST_LEVEL = 0.05
 #: Up to this many events in all the rank-sum test counts every arrangement (exact); beyond it,
 #: the normal approximation with tie and continuity corrections.
@@ -270,7 +271,10 @@ def model_from_measurement(tv: dict, main: np.ndarray) -> TimingModel | None:
         residuals.append(L - s)
         repeats.append(L)
     gaps_ms, factors = [], []
-    if tv["idle_ms"]:
+    blocks = idle_blocks(tv)
+    if blocks:
+        gaps_ms, factors = _blocks_effect(blocks, log_main, ok, shifts, residuals)
+    elif tv["idle_ms"]:
         gaps = np.asarray(tv["idle_gaps_ms"], np.float64)
         L = np.log(np.asarray(tv["idle_ms"], np.float64)) - log_main
         control = ok & (gaps == 0)
@@ -306,6 +310,58 @@ def model_from_measurement(tv: dict, main: np.ndarray) -> TimingModel | None:
         events=int(ok.sum()),
         seconds=float(tv["seconds"]),
     )
+
+
+def sign_test_p(d: np.ndarray) -> tuple[float, float]:
+    """One-sided p-values of the exact sign test: that the values lie above 0, and that they
+    lie below (zeros left out)."""
+    d = np.asarray(d, np.float64)
+    above, below = int(np.sum(d > 0)), int(np.sum(d < 0))
+    n = above + below
+    if n == 0:
+        return 1.0, 1.0
+    tail = lambda k: sum(math.comb(n, j) for j in range(k, n + 1)) / 2.0**n  # noqa: E731  P(X ≥ k)
+    return float(min(1.0, tail(above))), float(min(1.0, tail(below)))
+
+
+def _blocks_effect(
+    blocks: list[dict], log_main: np.ndarray, ok: np.ndarray, shifts: list, residuals: list
+) -> tuple[list[float], list[float]]:
+    """Idle gaps and factors of the idle blocks (B W B W … B); the back-to-back blocks count as
+    more passes (appended to ``shifts`` and ``residuals``).
+
+    Every waited event is compared with the same event in the back-to-back blocks either side,
+    on the log scale (log ratios to the main pass). A gap's effect is systematic when its
+    events lie on the same side of both neighbours' by two-sided exact sign tests at
+    :data:`IDLE_TEST_LEVEL` (:func:`sign_test_p`): a machine that changed speed between the
+    blocks leaves the waited block between them, and no factor. The factor is then
+    ``exp(median d)``, ``d = L_waited − (L_before + L_after) / 2``: against the neighbours'
+    geometric mean, so a steady drift of the machine over those seconds cancels."""
+    L = [(np.log(np.asarray(b["ms"], np.float64)) - log_main)[ok] for b in blocks]
+    for b, Lb in zip(blocks, L):
+        if b["gap_ms"] == 0 and Lb.size:
+            level = float(np.median(Lb))
+            shifts.append(level)
+            residuals.append(Lb - level)
+    by_gap: dict[float, list[tuple[np.ndarray, np.ndarray]]] = {}
+    for j, b in enumerate(blocks):
+        if b["gap_ms"] > 0:  # the schema puts a back-to-back block on each side
+            by_gap.setdefault(float(b["gap_ms"]), []).append((L[j] - L[j - 1], L[j] - L[j + 1]))
+    gaps_ms, factors = [], []
+    for g in sorted(by_gap):
+        before = np.concatenate([x for x, _ in by_gap[g]])
+        after = np.concatenate([y for _, y in by_gap[g]])
+        sides = [_side(sign_test_p(x)) for x in (before, after)]
+        d = (before + after) / 2.0  # L_waited − (L_before + L_after) / 2
+        level = float(np.median(d)) if d.size else 0.0
+        gaps_ms.append(g)
+        factors.append(math.exp(level) if sides[0] == sides[1] != 0.0 and d.size >= 3 and level * sides[0] > 0 else 1.0)
+    return gaps_ms, factors
+
+
+def _side(p: tuple[float, float]) -> float:
+    """+1 (slower) or −1 (faster) when the two-sided test at :data:`IDLE_TEST_LEVEL` rejects, else 0."""
+    return 1.0 if 2 * p[0] < IDLE_TEST_LEVEL else -1.0 if 2 * p[1] < IDLE_TEST_LEVEL else 0.0
 
 
 def timing_model(trace) -> TimingModel | None:
