@@ -488,7 +488,9 @@ class TraceRun(MethodRun):
         plan = VariabilityPlan(self.cfg.timing_sample, self.cfg.timing_passes, gaps, self.cfg.idle_settle)
         if plan.enabled:
             if gaps:
-                self.echo(f"timing variability: repeat passes, then {2 * len(gaps) + 1} idle blocks of at least {plan.settle_s:g} s each")
+                self.echo(
+                    f"timing variability: repeat passes, then {2 * len(gaps) + 1} idle blocks, {2 * len(gaps)} after a {plan.settle_s:g} s run-in"
+                )
             self.timing_variability = measure_variability(self, plan)
             if self.timing_variability is not None:
                 tv = self.timing_variability

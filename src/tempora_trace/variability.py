@@ -15,17 +15,18 @@ pipeline sat idle? After every episode of the main pass is on disk, the tracer t
   or fixed times), starting and ending back to back: B W₁ B W₂ … B. A waited block's events
   are compared with the same events of the blocks either side, a second or two away, so the
   machine's speed at the moment cancels and what is left is the cost of waiting. Before its
-  recorded pass every block runs the sample for ``settle_s`` seconds untimed: on a machine
+  recorded pass every block but the first (the repeat passes ran back to back just before it)
+  runs the sample for ``settle_s`` seconds untimed: on a machine
   whose speed depends on whether it has been sleeping (a virtual machine whose host gives an
   idle core away), both the slowdown and the recovery from it take about a second, so single
   events or short blocks after a wait measure neither (docs/results/validation-runs.md).
 
 The events are timed by :func:`~tempora_trace.timing.timed_event`, staged and re-warmed like
 the main pass's (:meth:`~tempora_trace.runner.MethodRun._staged`). Cost: ``passes × sample``
-events, then per block ``settle_s`` (to the end of the event running then) plus one pass over
-the sample (with its waits in a waited block): with the defaults (16 events, two passes, gaps
-0.25 ×, 1 × and 4 × the median δ, 1.5 s) about 10.5 s plus 140 δ; ``--timing-sample 0`` turns
-it off.
+events, then seven blocks of one pass over the sample each (with its waits in a waited block),
+six of them after ``settle_s`` of run-in (to the end of the event running then): with the
+defaults (16 events, two passes, gaps 0.25 ×, 1 × and 4 × the median δ, 1.5 s) about
+9 s + 228 δ; ``--timing-sample 0`` turns it off.
 """
 
 from __future__ import annotations
@@ -169,10 +170,11 @@ def measure(run: Any, plan: VariabilityPlan) -> dict[str, Any] | None:
     def one_pass(gap: float) -> list[float]:
         return [t for index, k in parts for t in part(index, k, gap)]
 
-    def block(gap: float) -> dict[str, Any]:
-        """The sample's parts in turn, untimed, for ``plan.settle_s``; then one recorded pass."""
+    def block(gap: float, settle: bool = True) -> dict[str, Any]:
+        """The sample's parts in turn, untimed, for ``plan.settle_s`` (``settle``); then one
+        recorded pass."""
         t0 = time.perf_counter()
-        stop_at, turn = t0 + plan.settle_s, 0
+        stop_at, turn = t0 + (plan.settle_s if settle else 0.0), 0
         while time.perf_counter() < stop_at:
             part(*parts[turn % len(parts)], gap, stop_at)
             turn += 1
@@ -182,7 +184,7 @@ def measure(run: Any, plan: VariabilityPlan) -> dict[str, Any] | None:
     passes = [one_pass(0.0) for _ in range(plan.passes)]
     typical = float(np.median(passes[0]))
     gaps_ms = [v * typical if rel else v for v, rel in plan.idle_gaps]
-    blocks = [block(0.0)] if gaps_ms else []
+    blocks = [block(0.0, settle=False)] if gaps_ms else []  # the repeat passes ran back to back before it
     for gap in gaps_ms:
         blocks += [block(gap), block(0.0)]
     # an event measured as exactly 0 ms (a coarse clock) carries no ratio: floor it at 1 ns

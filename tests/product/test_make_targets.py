@@ -138,7 +138,7 @@ def test_demo_and_demo_traces_run_end_to_end(tmp_path, demo_env):
                 **common,
                 DEMO_DOMAINS=CORRUPTION,
                 DEMO_OUT=str(tmp_path / "demo"),
-                DEMO_TRACE_OPTS="--batch-size 16 --frozen-sample 1 --warmup-batches 0 --threads 1 --quiet",
+                DEMO_TRACE_OPTS="--batch-size 16 --frozen-sample 1 --warmup-batches 0 --threads 1 --idle-settle 0 --quiet",
             ),
             start_make(
                 "demo-traces",
@@ -153,7 +153,7 @@ def test_demo_and_demo_traces_run_end_to_end(tmp_path, demo_env):
                 demo_env,
                 VALIDATE_METHODS="standard tent",
                 VALIDATE_OPTS=f"--dataset demo --model demo-resnet --device cpu --domains {CORRUPTION} --batch-size 8 "
-                "--max-batches 2 --threads 1 --warmup-batches 0 --force --quiet",
+                "--max-batches 2 --threads 1 --warmup-batches 0 --idle-settle 0 --force --quiet",
                 VALIDATE_RHO="1",
                 VALIDATE_B="0ms",
                 VALIDATE_REPEATS="1",
@@ -168,7 +168,7 @@ def test_demo_and_demo_traces_run_end_to_end(tmp_path, demo_env):
                 demo_env,
                 CLOCK_METHODS="standard tent",
                 CLOCK_OPTS=f"--dataset demo --model demo-resnet --device cpu --domains {CORRUPTION} --batch-size 8 "
-                "--max-batches 2 --threads 1 --warmup-batches 0 --force",
+                "--max-batches 2 --threads 1 --warmup-batches 0 --idle-settle 0 --force",
                 CLOCK_RHO="1,0.5",
                 CLOCK_REPEATS="1",
                 VALIDATE_TRACE_OPTS="--frozen-sample 1",
@@ -185,7 +185,7 @@ def test_demo_and_demo_traces_run_end_to_end(tmp_path, demo_env):
                 GPU_DOMAINS=CORRUPTION,
                 GPU_DATA=str(tmp_path / "synthetic"),
                 GPU_VALIDATE_OUT=str(tmp_path / "validate-gpu"),
-                GPU_OPTS="--threads 1 --warmup-batches 0 --quiet",
+                GPU_OPTS="--threads 1 --warmup-batches 0 --idle-settle 0 --quiet",
                 GPU_TRACE_OPTS="--frozen-sample 1 --timing-sample 2",
                 VALIDATE_B="0ms",
                 # what validate-gpu adds to validate is its data and model (synthetic ImageNet-C
@@ -254,7 +254,7 @@ def test_predict_validate_runs_end_to_end(tmp_path, demo_env):
                 PV_MODELS="demo-resnet",
                 PV_METHODS="standard tent",
                 PV_DOMAINS="gaussian_noise fog",
-                PV_OPTS="--dataset demo --device cpu --quiet --batch-size 4 --warmup-batches 0 --timing-sample 4",
+                PV_OPTS="--dataset demo --device cpu --quiet --batch-size 4 --warmup-batches 0 --timing-sample 4 --idle-settle 0",
                 PV_TRACE_OPTS="--frozen-sample 1",
                 PV_PROFILE_OPTS="--profile-batches 2",
                 PV_VALIDATE_OPTS="--resamples 100 --timing-replicates 1",

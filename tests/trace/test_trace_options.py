@@ -105,6 +105,7 @@ def test_campaign_keys_are_the_declared_ones():
         "timing_sample",
         "timing_passes",
         "idle_gaps",
+        "idle_settle",
         # the machine-speed probe's interval
         "probe_every",
     }

@@ -76,9 +76,10 @@ def test_default_trace_carries_a_valid_measurement(cifar_c_root, tmp_path):
     blocks = schema.idle_blocks(tv)
     assert [b["gap_ms"] for b in blocks] == pytest.approx([0, 0.25 * median, 0, median, 0, 4 * median, 0], rel=1e-4)
     assert all(len(b["ms"]) == 8 and all(t > 0 for t in b["ms"]) for b in blocks)
-    assert all(b["settle_s"] >= 0.05 for b in blocks)
+    # the first block follows the back-to-back repeat passes at once; every other runs in first
+    assert blocks[0]["settle_s"] < 0.05 and all(b["settle_s"] >= 0.05 for b in blocks[1:])
     assert tv["idle_ms"] == [] and tv["idle_gaps_ms"] == []
-    assert tv["seconds"] >= 7 * 0.05
+    assert tv["seconds"] >= 6 * 0.05
 
 
 def test_a_waited_block_waits_before_every_event(cifar_c_root, tmp_path, monkeypatch):
