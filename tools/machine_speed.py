@@ -240,6 +240,7 @@ def interleave(
     mini: tuple[int, int] | None = None,
     waited: bool = False,
     passes_plan: tuple[int, int] | None = None,
+    idle_settle: float | None = None,
 ) -> dict:
     """One process and the product's own loops: the tracer's pass over the episode
     (``TraceRun.run_episode``, checkpoints and probes included) and ``tempora-trace live``'s run
@@ -324,8 +325,9 @@ def interleave(
                         waited_pass(blocks[-2])
                         trace_pass()
             passes = {}
-            for i, n in enumerate(samples):  # the tracer's own timing-variability pass (idle pass included), per sample size
-                base.cfg = dataclasses.replace(base.cfg, timing_sample=n)
+            for i, n in enumerate(samples):  # the tracer's own timing-variability pass (idle blocks included), per sample size
+                settle = base.cfg.idle_settle if idle_settle is None else idle_settle
+                base.cfg = dataclasses.replace(base.cfg, timing_sample=n, idle_settle=settle)
                 base.measure_variability()
                 passes[str(n) if samples.count(n) == 1 else f"{n}/{i + 1}"] = base.timing_variability
             # the other idle measurements: at the live runs' own idle times (median per ρ) and the tracer's 1× and 4× median δ
@@ -356,11 +358,10 @@ def interleave(
         main = np.array([blocks[-1]["delta_ms"][st] for item in tv["sample"] for st in item["steps"]])
         model = model_from_measurement(tv, main)
         curves[n] = (model.idle_gaps_ms, model.idle_factors)
-        idle_ms, idle_gaps = np.asarray(tv["idle_ms"]), np.asarray(tv["idle_gaps_ms"])
         pass_medians = [round(float(np.median(p)), 2) for p in tv["passes_ms"]]
-        by_gap = {round(float(g), 1): round(float(np.median(idle_ms[idle_gaps == g])), 2) for g in np.unique(idle_gaps)}
+        by_block = [(round(b["gap_ms"], 1), round(float(np.median(b["ms"])), 2)) for b in tv.get("idle_blocks", [])]
         print(
-            f"{method} sample {n}: main {np.median(main):.2f} ms, repeat passes {pass_medians} ms, idle pass by gap {by_gap} ms; "
+            f"{method} sample {n}: main {np.median(main):.2f} ms, repeat passes {pass_medians} ms, idle blocks (gap, median) {by_block} ms; "
             f"replay's factors {np.round(model.idle_factors, 3).tolist()}",
             file=sys.stderr,
         )
@@ -529,6 +530,9 @@ def main() -> None:
         default="16",
         help="interleave: the variability pass's sample sizes, comma-separated, each timed after the runs (a size given twice, twice)",
     )
+    ap.add_argument(
+        "--idle-settle", type=float, default=None, help="interleave: the variability pass's --idle-settle (default the tracer's)"
+    )
     ap.add_argument("--spin-us", type=float, default=None, help="interleave: the live runs' --spin-us (default the live runner's)")
     ap.add_argument("--batches", type=int, default=100, help="interleave: batches in the episode")
     ap.add_argument(
@@ -562,7 +566,17 @@ def main() -> None:
         mini = tuple(int(v) for v in args.mini_blocks.split(",")) if args.mini_blocks else None
         plan = tuple(int(v) for v in args.pass_pairs.split(",")) if args.pass_pairs else None
         result = interleave(
-            args.method, args.lambda_ms, rhos, args.rounds, args.batches, samples, args.spin_us, mini, args.waited_pass, plan
+            args.method,
+            args.lambda_ms,
+            rhos,
+            args.rounds,
+            args.batches,
+            samples,
+            args.spin_us,
+            mini,
+            args.waited_pass,
+            plan,
+            args.idle_settle,
         )
         if args.out is not None:
             args.out.write_text(

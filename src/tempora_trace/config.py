@@ -75,6 +75,23 @@ _IDENTITY_EXCLUDE = {
 }  # fmt: skip
 
 
+#: The environment variable that sets ``--idle-settle`` for every run on a machine that does not
+#: give it: how long waiting takes to slow a machine down and to wear off is the machine's, not
+#: one run's (a GPU server's can be 0; a virtual machine's about a second).
+IDLE_SETTLE_ENV = "TEMPORA_IDLE_SETTLE"
+
+
+def _machine_idle_settle() -> float:
+    """$TEMPORA_IDLE_SETTLE as seconds (ConfigError if it is not a number), else the default."""
+    text = os.environ.get(IDLE_SETTLE_ENV, "").strip()
+    if not text:
+        return DEFAULT_IDLE_SETTLE_S
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"{IDLE_SETTLE_ENV}={text!r} is not a number of seconds (0..60)") from None
+
+
 #: Options of models by spec and folder datasets: in the resume identity only when set, so a
 #: run of the built-ins compares exactly as it always did.
 _BYO_FIELDS = {"input_size", "class_map", "corruptions"}
@@ -214,7 +231,8 @@ class TraceConfig:
     timing_sample: int = DEFAULT_TIMING_SAMPLE
     timing_passes: int = DEFAULT_TIMING_PASSES
     idle_gaps: str = DEFAULT_IDLE_GAPS
-    idle_settle: float = DEFAULT_IDLE_SETTLE_S
+    #: None: $TEMPORA_IDLE_SETTLE where set, else DEFAULT_IDLE_SETTLE_S (:data:`IDLE_SETTLE_ENV`)
+    idle_settle: float | None = None
     #: a machine-speed probe before every ``probe_every``-th step of an episode (outside events)
     probe_every: int = DEFAULT_PROBE_EVERY
     #: image side of a model by spec (timm:, torchvision:, a factory) where it cannot say
@@ -311,6 +329,8 @@ class TraceConfig:
             raise ConfigError(f"--probe-every must be in 1..100000, not {cfg.probe_every}")
         if not 1 <= cfg.timing_passes <= 100:
             raise ConfigError(f"--timing-passes must be in 1..100, not {cfg.timing_passes}")
+        if cfg.idle_settle is None:
+            cfg.idle_settle = _machine_idle_settle()
         if not (isinstance(cfg.idle_settle, (int, float)) and 0 <= cfg.idle_settle <= 60):
             raise ConfigError(f"--idle-settle must be a number of seconds in 0..60, not {cfg.idle_settle!r}")
         try:

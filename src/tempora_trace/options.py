@@ -426,9 +426,9 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
     TraceOption(
         "--idle-settle",
         "Seconds every idle block runs the sample untimed before its timed pass, so the machine settles into "
-        "waiting or not waiting (0: none).",
+        f"waiting or not waiting (0: none; default ${{TEMPORA_IDLE_SETTLE}} where set, else {DEFAULT_IDLE_SETTLE_S:g}).",
         _RLP,
-        default=DEFAULT_IDLE_SETTLE_S,
+        default=None,
         type=click.FloatRange(0.0, 60.0),
         metavar="SECONDS",
         campaign=float,

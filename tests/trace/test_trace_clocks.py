@@ -317,6 +317,8 @@ def test_the_interleave_tool_alternates_the_product_loops_and_replays_the_waits(
             "--mini-blocks",
             "2,2",
             "--waited-pass",
+            "--idle-settle",
+            "0.05",
             "--pass-pairs",
             "1,3",
             "--out",

@@ -141,6 +141,32 @@ def test_no_idle_blocks_with_idle_gaps_none(cifar_c_root, tmp_path):
     assert tv["sample"] == [{"episode": "gaussian_noise", "steps": [0, 1]}, {"episode": "fog", "steps": [0]}]
 
 
+def test_the_run_in_comes_from_the_option_then_the_machine_then_the_default(cifar_c_root, tmp_path, monkeypatch):
+    from tempora_trace.config import IDLE_SETTLE_ENV
+    from tempora_trace.options import DEFAULT_IDLE_SETTLE_S
+
+    monkeypatch.setenv(IDLE_SETTLE_ENV, "0.25")
+    assert tiny_config(cifar_c_root, tmp_path, idle_settle=None).resolved().idle_settle == 0.25
+    assert tiny_config(cifar_c_root, tmp_path, idle_settle=2.0).resolved().idle_settle == 2.0
+    monkeypatch.setenv(IDLE_SETTLE_ENV, "")
+    assert tiny_config(cifar_c_root, tmp_path, idle_settle=None).resolved().idle_settle == DEFAULT_IDLE_SETTLE_S == 1.5
+    for bad, rule in (("soon", "is not a number"), ("nan", "0..60"), ("-1", "0..60"), ("120", "0..60")):
+        monkeypatch.setenv(IDLE_SETTLE_ENV, bad)
+        with pytest.raises(ConfigError, match=rule):
+            tiny_config(cifar_c_root, tmp_path, idle_settle=None).resolved()
+
+
+def test_a_bad_machine_setting_is_one_line_on_the_command_line(cifar_c_root, tmp_path, monkeypatch):
+    monkeypatch.setenv("TEMPORA_IDLE_SETTLE", "1.5s")
+    res = CliRunner().invoke(
+        cli,
+        ["run", "--method", "tent", "--dataset", "cifar10-c", "--model", "tiny-bn", "--data-root", str(cifar_c_root)]
+        + ["--batch-size", "8", "--out", str(tmp_path / "out")],
+    )
+    assert res.exit_code == 2
+    assert "TEMPORA_IDLE_SETTLE='1.5s' is not a number of seconds" in res.output and "Traceback" not in res.output
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -150,6 +176,7 @@ def test_no_idle_blocks_with_idle_gaps_none(cifar_c_root, tmp_path):
         (["--idle-settle", "-1"], "--idle-settle"),
         (["--idle-settle", "61"], "--idle-settle"),
         (["--idle-settle", "soon"], "--idle-settle"),
+        (["--idle-settle", "nan"], "--idle-settle"),
     ],
 )
 def test_cli_refuses_bad_timing_options_in_one_line(cifar_c_root, tmp_path, args, message):
