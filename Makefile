@@ -129,10 +129,10 @@ DEMO_OUT     ?= $(RESULTS)/demo
 DEMO_TRACES  ?= $(DEMO_OUT)/traces
 # Traces of one comparison group are never taken concurrently: one trace at a time, whatever
 # -j the caller gives (two traces on two cores would time each other).
-# The idle blocks (tempora_trace/variability.py) at one gap and a 0.5 s run-in: at the defaults
-# they would take 13–46 s per trace, as long as the demo's own events; a user's trace and
-# `make demo-traces` take the defaults.
-DEMO_TRACE_OPTS ?= --max-batches 50 --frozen-sample 4 --threads 1 --idle-gaps 1x --idle-settle 0.5
+# The idle blocks (tempora_trace/variability.py) at one gap, 1× the median δ: about 96 δ per
+# trace, as the idle pass cost before them; at the default three gaps, 228 δ, they would add
+# several minutes to the demo. A user's trace and `make demo-traces` take the defaults.
+DEMO_TRACE_OPTS ?= --max-batches 50 --frozen-sample 4 --threads 1 --idle-gaps 1x
 # The committed set (`make demo-traces`): all methods, all 15 corruptions, severity 5, the first
 # 80 batches (5,120 images) of each; about 30 minutes on an idle 2-core CPU, one trace at a time.
 DEMO_SET            ?= $(TRACES)/demo

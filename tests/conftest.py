@@ -24,11 +24,11 @@ os.environ["TEMPORA_OFFLINE"] = "1"
 # each with a pool as wide as the machine made OpenMP threads wait on each other's cores, and
 # the suite ran about 20 s longer. Set before anything imports torch; a value the caller set stays.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-# The idle blocks of every trace the suite takes without their run-in (the machine's setting,
-# read where a run does not give --idle-settle): 1.5 s before each of six blocks made every trace
-# about 10 s longer and the suite eight minutes; tests/trace/test_trace_variability.py times the
-# run-in itself.
-os.environ.setdefault("TEMPORA_IDLE_SETTLE", "0")
+# The idle blocks of every trace the suite takes without a run-in, whatever this machine's
+# setting (read where a run does not give --idle-settle): 1.5 s before each of six blocks made
+# every trace about 10 s longer and the suite eight minutes; tests/trace/test_trace_variability.py
+# times the run-in itself.
+os.environ["TEMPORA_IDLE_SETTLE"] = "0"
 
 
 _CACHE_BEFORE = os.environ.get("TEMPORA_TRACE_CACHE")

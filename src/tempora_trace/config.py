@@ -77,7 +77,7 @@ _IDENTITY_EXCLUDE = {
 
 #: The environment variable that sets ``--idle-settle`` for every run on a machine that does not
 #: give it: how long waiting takes to slow a machine down and to wear off is the machine's, not
-#: one run's (a GPU server's can be 0; a virtual machine's about a second).
+#: one run's.
 IDLE_SETTLE_ENV = "TEMPORA_IDLE_SETTLE"
 
 

@@ -55,7 +55,9 @@ DEFAULT_STAGE_MB = 1024.0
 DEFAULT_TIMING_SAMPLE = 16
 DEFAULT_TIMING_PASSES = 2
 DEFAULT_IDLE_GAPS = "0.25x,1x,4x"
-DEFAULT_IDLE_SETTLE_S = 1.5
+#: No run-in: on the 2-core VM whose sleeping costs most, blocks with and without 1.5 s of it
+#: measured the same factors (docs/results/validation-runs.md, "Idle blocks").
+DEFAULT_IDLE_SETTLE_S = 0.0
 #: A speed probe before steps 0, k, 2k, … of an episode (``--probe-every``): a trace needs three
 #: to show the machine moving while it ran (:func:`tempora_schema.probe_drift`).
 DEFAULT_PROBE_EVERY = 50
@@ -425,8 +427,9 @@ TRACE_OPTIONS: tuple[TraceOption, ...] = (
     ),
     TraceOption(
         "--idle-settle",
-        "Seconds every idle block runs the sample untimed before its timed pass, so the machine settles into "
-        f"waiting or not waiting (0: none; default ${{TEMPORA_IDLE_SETTLE}} where set, else {DEFAULT_IDLE_SETTLE_S:g}).",
+        "Seconds every idle block but the first runs the sample untimed before its timed pass, for a machine "
+        f"that takes longer than a block to settle into waiting or not waiting (default ${{TEMPORA_IDLE_SETTLE}} "
+        f"where set, else {DEFAULT_IDLE_SETTLE_S:g}: none).",
         _RLP,
         default=None,
         type=click.FloatRange(0.0, 60.0),

@@ -488,9 +488,8 @@ class TraceRun(MethodRun):
         plan = VariabilityPlan(self.cfg.timing_sample, self.cfg.timing_passes, gaps, self.cfg.idle_settle)
         if plan.enabled:
             if gaps:
-                self.echo(
-                    f"timing variability: repeat passes, then {2 * len(gaps) + 1} idle blocks, {2 * len(gaps)} after a {plan.settle_s:g} s run-in"
-                )
+                run_in = f", {2 * len(gaps)} after a {plan.settle_s:g} s run-in" if plan.settle_s > 0 else ""
+                self.echo(f"timing variability: repeat passes, then {2 * len(gaps) + 1} idle blocks{run_in}")
             self.timing_variability = measure_variability(self, plan)
             if self.timing_variability is not None:
                 tv = self.timing_variability

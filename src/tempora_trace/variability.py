@@ -14,19 +14,20 @@ pipeline sat idle? After every episode of the main pass is on disk, the tracer t
   after an idle wait (one block per gap of ``idle_gaps``, multiples of the sample's median δ
   or fixed times), starting and ending back to back: B W₁ B W₂ … B. A waited block's events
   are compared with the same events of the blocks either side, a second or two away, so the
-  machine's speed at the moment cancels and what is left is the cost of waiting. Before its
-  recorded pass every block but the first (the repeat passes ran back to back just before it)
-  runs the sample for ``settle_s`` seconds untimed: on a machine
+  machine's speed at the moment cancels and what is left is the cost of waiting. On a machine
   whose speed depends on whether it has been sleeping (a virtual machine whose host gives an
-  idle core away), both the slowdown and the recovery from it take about a second, so single
-  events or short blocks after a wait measure neither (docs/results/validation-runs.md).
+  idle core away), that cost builds up and wears off over about a second, so single events
+  after a wait, or short blocks beside them, measure neither; whole blocks of the sample do
+  (docs/results/validation-runs.md). Where it takes longer, every block but the first (the
+  repeat passes ran back to back just before it) can first run the sample untimed for
+  ``settle_s`` seconds.
 
 The events are timed by :func:`~tempora_trace.timing.timed_event`, staged and re-warmed like
 the main pass's (:meth:`~tempora_trace.runner.MethodRun._staged`). Cost: ``passes × sample``
-events, then seven blocks of one pass over the sample each (with its waits in a waited block),
-six of them after ``settle_s`` of run-in (to the end of the event running then): with the
-defaults (16 events, two passes, gaps 0.25 ×, 1 × and 4 × the median δ, 1.5 s) about
-9 s + 228 δ; ``--timing-sample 0`` turns it off.
+events, then seven blocks of one pass over the sample each (with its waits in a waited block)
+and six run-ins of ``settle_s`` (each to the end of the event running then): with the defaults
+(16 events, two passes, gaps 0.25 ×, 1 × and 4 × the median δ, no run-in) about 228 δ;
+``--timing-sample 0`` turns it off.
 """
 
 from __future__ import annotations

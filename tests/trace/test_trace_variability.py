@@ -149,7 +149,7 @@ def test_the_run_in_comes_from_the_option_then_the_machine_then_the_default(cifa
     assert tiny_config(cifar_c_root, tmp_path, idle_settle=None).resolved().idle_settle == 0.25
     assert tiny_config(cifar_c_root, tmp_path, idle_settle=2.0).resolved().idle_settle == 2.0
     monkeypatch.setenv(IDLE_SETTLE_ENV, "")
-    assert tiny_config(cifar_c_root, tmp_path, idle_settle=None).resolved().idle_settle == DEFAULT_IDLE_SETTLE_S == 1.5
+    assert tiny_config(cifar_c_root, tmp_path, idle_settle=None).resolved().idle_settle == DEFAULT_IDLE_SETTLE_S == 0.0
     for bad, rule in (("soon", "is not a number"), ("nan", "0..60"), ("-1", "0..60"), ("120", "0..60")):
         monkeypatch.setenv(IDLE_SETTLE_ENV, bad)
         with pytest.raises(ConfigError, match=rule):
