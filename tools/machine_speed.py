@@ -346,6 +346,7 @@ def interleave(
         base.writer.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
+    from tempora_schema import idle_blocks
     from tempora_sim.engine.idle import idle_factor
     from tempora_sim.sweeps.variability import model_from_measurement
 
@@ -359,7 +360,7 @@ def interleave(
         model = model_from_measurement(tv, main)
         curves[n] = (model.idle_gaps_ms, model.idle_factors)
         pass_medians = [round(float(np.median(p)), 2) for p in tv["passes_ms"]]
-        by_block = [(round(b["gap_ms"], 1), round(float(np.median(b["ms"])), 2)) for b in tv.get("idle_blocks", [])]
+        by_block = [(round(b["gap_ms"], 1), round(float(np.median(b["ms"])), 2)) for b in idle_blocks(tv)]
         print(
             f"{method} sample {n}: main {np.median(main):.2f} ms, repeat passes {pass_medians} ms, idle blocks (gap, median) {by_block} ms; "
             f"replay's factors {np.round(model.idle_factors, 3).tolist()}",

@@ -114,6 +114,7 @@ from tempora_schema.variability import (  # noqa: F401  (re-exported)
     VARIABILITY_KEY,
     check_variability_rows,
     idle_blocks,
+    map_sample_events,
     sample_size,
     validate_variability,
 )

@@ -17,9 +17,9 @@ that their timing uncertainty is unknown. Its value::
      "idle_gaps_ms": [],               # the older idle pass: wait before each event (0: back to back)
      "idle_ms": [],                    # the older idle pass: δ of its events (empty: none)
      "idle_blocks": [                  # optional: the idle blocks, in the order they ran
-         {"gap_ms": 0, "settle_s": 1.5, "ms": [δ, ...]},     # back to back
-         {"gap_ms": 4.2, "settle_s": 1.5, "ms": [δ, ...]},   # every event after a 4.2 ms wait
-         {"gap_ms": 0, "settle_s": 1.5, "ms": [δ, ...]}, ...],
+         {"gap_ms": 0, "settle_s": 0.0, "ms": [δ, ...]},     # back to back
+         {"gap_ms": 4.2, "settle_s": 0.0, "ms": [δ, ...]},   # every event after a 4.2 ms wait
+         {"gap_ms": 0, "settle_s": 0.0, "ms": [δ, ...]}, ...],
      "seconds": 3.1}                   # wall time the whole measurement took
 
 Sample events are in sample order (episodes as listed, steps ascending), the same order in
@@ -32,7 +32,7 @@ here imports torch or pyarrow.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from tempora_schema.errors import TraceSchemaError
 
@@ -61,6 +61,18 @@ def sample_size(tv: Mapping[str, Any]) -> int:
 def idle_blocks(tv: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The value's idle blocks, in the order they ran (empty: none measured)."""
     return list(tv.get(IDLE_BLOCKS_KEY) or [])
+
+
+def map_sample_events(tv: Mapping[str, Any], times: Callable[[list], list], gaps: Callable[[list], list] | None = None) -> dict[str, Any]:
+    """A copy of ``tv`` with every list of per-sample-event times (each repeat pass, the idle
+    pass, each idle block) replaced by ``times(list)``, and the idle pass's gaps by
+    ``gaps(list)`` (kept when None): what a rescaled or cut trace does to its measurement."""
+    out = dict(tv, passes_ms=[times(p) for p in tv["passes_ms"]], idle_ms=times(tv["idle_ms"]) if tv["idle_ms"] else [])
+    if gaps is not None:
+        out["idle_gaps_ms"] = gaps(tv["idle_gaps_ms"]) if tv["idle_ms"] else []
+    if IDLE_BLOCKS_KEY in tv:
+        out[IDLE_BLOCKS_KEY] = [dict(b, ms=times(b["ms"])) for b in tv[IDLE_BLOCKS_KEY]]
+    return out
 
 
 def validate_variability(tv: Any, path: object = "<trace>") -> None:

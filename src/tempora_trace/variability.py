@@ -45,10 +45,6 @@ from .options import DEFAULT_IDLE_GAPS as DEFAULT_IDLE_GAPS_TEXT
 from .options import DEFAULT_IDLE_SETTLE_S, DEFAULT_TIMING_PASSES, DEFAULT_TIMING_SAMPLE
 from .timing import collect_between_events, now_ns, timed_event, wait_until
 
-#: Defaults of the plan: the options' (``--timing-sample``, ``--timing-passes``, ``--idle-settle``).
-DEFAULT_SAMPLE = DEFAULT_TIMING_SAMPLE
-DEFAULT_PASSES = DEFAULT_TIMING_PASSES
-DEFAULT_SETTLE_S = DEFAULT_IDLE_SETTLE_S
 #: The sample spreads over at most this many episodes.
 MAX_EPISODES = 4
 
@@ -58,12 +54,12 @@ class VariabilityPlan:
     """What to measure: ``sample`` events per pass, ``passes`` repeat passes, the idle blocks'
     waits and their run-in."""
 
-    sample: int = DEFAULT_SAMPLE
-    passes: int = DEFAULT_PASSES
+    sample: int = DEFAULT_TIMING_SAMPLE
+    passes: int = DEFAULT_TIMING_PASSES
     #: ``(value, relative)``: ``relative`` gaps are multiples of the first repeat pass's median δ
     idle_gaps: tuple[tuple[float, bool], ...] = field(default_factory=lambda: DEFAULT_IDLE_GAPS)
     #: untimed run-in of every idle block (s)
-    settle_s: float = DEFAULT_SETTLE_S
+    settle_s: float = DEFAULT_IDLE_SETTLE_S
 
     @property
     def enabled(self) -> bool:

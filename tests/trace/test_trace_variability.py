@@ -278,6 +278,20 @@ def test_malformed_idle_blocks_are_rejected(change, rule):
         schema.validate_variability(tv, "t.parquet")
 
 
+def test_map_sample_events_reaches_every_list_of_event_times():
+    double = lambda xs: [2 * x for x in xs]  # noqa: E731
+    got = schema.map_sample_events(BLOCKS, double)
+    assert got["passes_ms"] == [[2.0, 4.0, 6.0]] and got["idle_ms"] == [] and got["idle_gaps_ms"] == []
+    assert [b["ms"] for b in got["idle_blocks"]] == [[2.0, 4.0, 6.0], [2.2, 4.2, 6.2], [2.0, 4.0, 6.0]]
+    assert [b["gap_ms"] for b in got["idle_blocks"]] == [0, 4.0, 0] and got["sample"] == BLOCKS["sample"]
+    # the older idle pass: its times mapped, its gaps only when asked
+    first = lambda xs: xs[:1]  # noqa: E731
+    assert schema.map_sample_events(GOOD, double)["idle_gaps_ms"] == [0, 5.0, 0]
+    cut = schema.map_sample_events(GOOD, first, gaps=first)
+    assert cut["idle_ms"] == [1.0] and cut["idle_gaps_ms"] == [0] and cut["passes_ms"] == [[1.0]]
+    assert BLOCKS["idle_blocks"][0]["ms"] == [1.0, 2.0, 3.0]  # the value itself is left as it was
+
+
 def test_sample_must_name_rows_of_the_trace():
     with pytest.raises(schema.TraceSchemaError, match="not in the rows"):
         schema.check_variability_rows(GOOD, {"a": 2})

@@ -56,7 +56,6 @@ from tempora_schema import (
     COLUMN_TYPES,
     HEAP_FAULTS_KEY,
     HEAP_KEY,
-    IDLE_BLOCKS_KEY,
     METHOD_SOURCE_KEY,
     PHASE_ADAPT,
     PROFILE_BATCHES_KEY,
@@ -64,6 +63,7 @@ from tempora_schema import (
     GroupKey,
     TraceIdentity,
     arrow_schema,
+    map_sample_events,
     probe_median_ms,
 )
 from tempora_schema.prediction import PREDICTED_KEY, is_predicted, measured_device, predicted_device
@@ -408,12 +408,7 @@ def _rescaled_variability(tv: dict, profile: Trace, predicted_delta: dict[tuple[
         for s in item["steps"]:
             m, p = main.get((item["episode"], int(s)), 0.0), predicted_delta.get((item["episode"], int(s)), 0.0)
             factors.append(p / m if m > 0 and p > 0 else 1.0)
-    out = dict(tv)
-    out["passes_ms"] = [[float(t * f) for t, f in zip(times, factors)] for times in tv["passes_ms"]]
-    out["idle_ms"] = [float(t * f) for t, f in zip(tv["idle_ms"], factors)] if tv["idle_ms"] else []
-    if IDLE_BLOCKS_KEY in tv:
-        out[IDLE_BLOCKS_KEY] = [dict(b, ms=[float(t * f) for t, f in zip(b["ms"], factors)]) for b in tv[IDLE_BLOCKS_KEY]]
-    return out
+    return map_sample_events(tv, lambda times: [float(t * f) for t, f in zip(times, factors)])
 
 
 def predicted_frame(source: Trace, transfer: Transfer) -> pl.DataFrame:

@@ -21,7 +21,6 @@ import pyarrow.parquet as pq
 
 from tempora_schema import (
     CORRUPTIONS,
-    IDLE_BLOCKS_KEY,
     METADATA_FIELDS_V1,
     NO_CHECKPOINT,
     PHASE_ADAPT,
@@ -31,6 +30,7 @@ from tempora_schema import (
     VARIABILITY_KEY,
     WEIGHTS_RANDOM,
     arrow_schema,
+    map_sample_events,
 )
 from tempora_schema.discrete import last_arrival, next_pick
 from tempora_schema.live import LIVE_COLUMNS, LIVE_METADATA_KEY, LIVE_SCHEMA_VERSION, SHARED_FIELDS, live_arrow_schema
@@ -378,16 +378,7 @@ def on_device(
             if p == PHASE_ADAPT
         }
         f = [ratio.get((item["episode"], s), 1.0) for item in tv["sample"] for s in item["steps"]]
-        out[VARIABILITY_KEY] = dict(
-            tv,
-            passes_ms=[[t * x for t, x in zip(p, f)] for p in tv["passes_ms"]],
-            idle_ms=[t * x for t, x in zip(tv["idle_ms"], f)] if tv["idle_ms"] else [],
-            **(
-                {IDLE_BLOCKS_KEY: [dict(b, ms=[t * x for t, x in zip(b["ms"], f)]) for b in tv[IDLE_BLOCKS_KEY]]}
-                if IDLE_BLOCKS_KEY in tv
-                else {}
-            ),
-        )
+        out[VARIABILITY_KEY] = map_sample_events(tv, lambda times: [t * x for t, x in zip(times, f)])
     cols = dict(d, e_ms=e, l_ms=l, delta_ms=e + l)
     return out, pa.Table.from_pydict(cols, schema=arrow_schema(out))
 
@@ -411,14 +402,7 @@ def profile_of(meta: dict, table: pa.Table, batches: int) -> tuple[dict, pa.Tabl
         sample = [it for it in sample if it["steps"]]
         if sample:
             pick = lambda xs: [x for x, ok in zip(xs, inside) if ok]  # noqa: E731
-            out[VARIABILITY_KEY] = dict(
-                tv,
-                sample=sample,
-                passes_ms=[pick(p) for p in tv["passes_ms"]],
-                idle_gaps_ms=pick(tv["idle_gaps_ms"]) if tv["idle_ms"] else [],
-                idle_ms=pick(tv["idle_ms"]),
-                **({IDLE_BLOCKS_KEY: [dict(b, ms=pick(b["ms"])) for b in tv[IDLE_BLOCKS_KEY]]} if IDLE_BLOCKS_KEY in tv else {}),
-            )
+            out[VARIABILITY_KEY] = dict(map_sample_events(tv, pick, gaps=pick), sample=sample)
         else:
             out.pop(VARIABILITY_KEY)
     return out, pa.Table.from_pydict(cols, schema=arrow_schema(out))

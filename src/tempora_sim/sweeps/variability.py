@@ -32,7 +32,8 @@ uniforms through its own measured distribution (the predictive normal's ``u``-qu
 A slow pass of the machine is slow for every method, so paired differences stay sharp.
 
 **The idle effect.** The idle blocks (B W₁ B W₂ … B: whole passes over the sample, back to
-back or with every event after a wait, each after an untimed run-in) compare every waited
+back or with every event after a wait, after an untimed run-in where the tracer was asked for
+one) compare every waited
 event with the same event in the back-to-back blocks either side, seconds away. A gap's effect
 is *systematic* when its events lie on one side of both neighbours' by two-sided exact sign
 tests at :data:`IDLE_TEST_LEVEL` (:func:`sign_test_p`); its factor is then ``exp(median d)``,
